@@ -1,0 +1,141 @@
+//! `meridian.toml`: the typed configuration shared by the proxy and (later) the hook.
+//!
+//! Loading is strict: unknown fields are rejected, type errors name the dotted path of
+//! the field, and [`MeridianConfig::validate`] reports every out-of-range value at once,
+//! so an operator fixes the file in one pass before anything starts.
+
+mod load;
+mod validate;
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+pub use load::{ConfigError, Override, load_config, parse_config};
+pub use validate::FieldError;
+
+/// The whole `meridian.toml`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct MeridianConfig {
+    pub server: ServerConfig,
+    pub upstream: UpstreamConfig,
+    pub models: ModelsConfig,
+    pub telemetry: TelemetryConfig,
+}
+
+/// The proxy's listener and request limits.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address the proxy listens on.
+    pub listen: String,
+    /// Largest request body accepted; larger ones get 413.
+    pub max_body_bytes: u64,
+    /// Seconds to let open streams finish on shutdown.
+    pub shutdown_grace_s: f64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: "127.0.0.1:8080".into(),
+            max_body_bytes: 16 * 1024 * 1024,
+            shutdown_grace_s: 30.0,
+        }
+    }
+}
+
+/// The pool of OpenAI-compatible servers behind the proxy.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamConfig {
+    /// The servers. Empty means the embedded engine twin (once it exists); today the
+    /// proxy refuses to start without one.
+    pub endpoints: Vec<EndpointConfig>,
+    /// Seconds to wait for a TCP connection.
+    pub connect_timeout_s: f64,
+    /// Seconds to wait for the response head. Covers queueing and prefill, which for a
+    /// long prompt on a busy engine takes a while.
+    pub first_byte_timeout_s: f64,
+    /// Longest silence allowed between two chunks of a streaming response.
+    pub idle_timeout_s: f64,
+    /// Attempts per request, across upstreams, before the first byte reaches the client.
+    pub max_attempts: u32,
+    /// Forward the client's `Authorization` header upstream.
+    pub forward_authorization: bool,
+    /// Name of an environment variable holding a bearer token to send upstream instead.
+    pub api_key_env: Option<String>,
+    /// Health check path and cadence.
+    pub health_path: String,
+    pub health_interval_s: f64,
+    /// Consecutive failed checks before an upstream is taken out of rotation.
+    pub unhealthy_after: u32,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        UpstreamConfig {
+            endpoints: Vec::new(),
+            connect_timeout_s: 5.0,
+            first_byte_timeout_s: 600.0,
+            idle_timeout_s: 120.0,
+            max_attempts: 2,
+            forward_authorization: false,
+            api_key_env: None,
+            health_path: "/health".into(),
+            health_interval_s: 5.0,
+            unhealthy_after: 2,
+        }
+    }
+}
+
+/// One upstream server.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointConfig {
+    /// Base URL, e.g. `http://vllm-0:8000` (no `/v1`).
+    pub url: String,
+    /// Name used in logs and metric labels; defaults to the URL's host:port.
+    pub name: Option<String>,
+}
+
+/// Where model family boundaries come from.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelsConfig {
+    /// Extra `*.toml` family files, added to (or replacing) the built-in ones.
+    pub dir: Option<String>,
+    /// Served model name → family name, for names no pattern matches.
+    pub aliases: BTreeMap<String, String>,
+    /// Family for served models that match nothing; unset means phases come only from
+    /// `delta.reasoning` for those models.
+    pub default_family: Option<String>,
+}
+
+/// Logs and metrics.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    /// `trace`, `debug`, `info`, `warn` or `error` (a tracing filter directive also works).
+    pub log_level: String,
+    /// `text` or `json`.
+    pub log_format: LogFormat,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> Self {
+        TelemetryConfig {
+            log_level: "info".into(),
+            log_format: LogFormat::Text,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}

@@ -1,0 +1,135 @@
+//! `meridian.toml` loading: the shipped file is valid, mistakes are named by dotted path,
+//! and overrides from flags and the environment land where they should.
+
+use meridian_core::config::{ConfigError, Override, load_config, parse_config};
+use meridian_core::{MeridianConfig, ModelRegistry};
+
+const SHIPPED: &str = include_str!("../../meridian.toml");
+
+fn validate(text: &str) -> Result<MeridianConfig, String> {
+    let cfg = parse_config(text, "test.toml", &[]).map_err(|e| e.to_string())?;
+    cfg.validate(&ModelRegistry::builtin().unwrap())
+        .map_err(|errs| errs.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n"))?;
+    Ok(cfg)
+}
+
+#[test]
+fn shipped_file_is_valid_and_equals_the_defaults() {
+    let cfg = validate(SHIPPED).unwrap();
+    assert_eq!(cfg, MeridianConfig::default(), "meridian.toml must document the defaults");
+}
+
+#[test]
+fn unknown_field_is_rejected_with_its_path() {
+    let err = validate("[upstream]\nmax_attempt = 3\n").unwrap_err();
+    assert!(err.contains("upstream"), "{err}");
+    assert!(err.contains("unknown field `max_attempt`"), "{err}");
+}
+
+#[test]
+fn type_errors_name_the_dotted_path() {
+    let err = validate("[upstream]\nmax_attempts = \"three\"\n").unwrap_err();
+    assert!(err.contains("upstream.max_attempts"), "{err}");
+}
+
+#[test]
+fn every_invalid_value_is_reported_at_once() {
+    let err = validate(
+        r#"
+[server]
+listen = "nowhere"
+[upstream]
+max_attempts = 0
+health_interval_s = -1.0
+[[upstream.endpoints]]
+url = "http://vllm:8000/v1"
+[[upstream.endpoints]]
+url = "ftp://x"
+[models]
+default_family = "nope"
+"#,
+    )
+    .unwrap_err();
+    for expected in [
+        "server.listen must be an address",
+        "upstream.max_attempts must be in [1, 10]; got 0",
+        "upstream.health_interval_s must be a positive number of seconds; got -1",
+        "upstream.endpoints[0].url must be the server's base URL without /v1",
+        "upstream.endpoints[1].url must be an http:// or https:// URL",
+        "models.default_family names unknown family \"nope\"",
+    ] {
+        assert!(err.contains(expected), "missing {expected:?} in:\n{err}");
+    }
+}
+
+#[test]
+fn set_flags_parse_toml_literals_and_fall_back_to_strings() {
+    let overrides = [
+        Override::parse("upstream.max_attempts=3", "--set").unwrap(),
+        Override::parse("server.listen=0.0.0.0:9000", "--set").unwrap(),
+        Override::parse("upstream.forward_authorization=true", "--set").unwrap(),
+    ];
+    let cfg = parse_config(SHIPPED, "meridian.toml", &overrides).unwrap();
+    assert_eq!(cfg.upstream.max_attempts, 3);
+    assert_eq!(cfg.server.listen, "0.0.0.0:9000");
+    assert!(cfg.upstream.forward_authorization);
+}
+
+#[test]
+fn environment_overrides_use_double_underscore_paths() {
+    let env = [
+        ("MERIDIAN_UPSTREAM__IDLE_TIMEOUT_S".to_owned(), "7.5".to_owned()),
+        ("MERIDIAN_TELEMETRY__LOG_FORMAT".to_owned(), "json".to_owned()),
+        ("MERIDIAN_CONFIG".to_owned(), "ignored.toml".to_owned()),
+        ("PATH".to_owned(), "/bin".to_owned()),
+    ];
+    let overrides = Override::from_env(env);
+    assert_eq!(overrides.len(), 2);
+    let cfg = parse_config("", "defaults", &overrides).unwrap();
+    assert_eq!(cfg.upstream.idle_timeout_s, 7.5);
+    assert_eq!(cfg.telemetry.log_format, meridian_core::config::LogFormat::Json);
+}
+
+#[test]
+fn override_of_unknown_field_is_an_error_naming_it() {
+    let o = Override::parse("upstream.bogus=1", "--set").unwrap();
+    let err = parse_config("", "defaults", &[o]).unwrap_err().to_string();
+    assert!(err.contains("bogus"), "{err}");
+}
+
+#[test]
+fn malformed_override_is_rejected() {
+    assert!(matches!(Override::parse("novalue", "--set"), Err(ConfigError::Override(_))));
+    assert!(matches!(Override::parse("a..b=1", "--set"), Err(ConfigError::Override(_))));
+}
+
+#[test]
+fn load_config_reads_a_models_dir_relative_to_the_file() {
+    let dir = std::env::temp_dir().join(format!("meridian-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("extra")).unwrap();
+    std::fs::write(
+        dir.join("extra/custom.toml"),
+        r#"name = "custom"
+display_name = "Custom"
+match = ["my-reasoner"]
+initial_phase = "think"
+[tags]
+start = ["<r>"]
+end = ["</r>"]
+[verification]
+status = "text_only"
+source = "test"
+"#,
+    )
+    .unwrap();
+    std::fs::write(dir.join("m.toml"), "[models]\ndir = \"extra\"\ndefault_family = \"custom\"\n").unwrap();
+    let (_, models) = load_config(Some(&dir.join("m.toml")), &[]).unwrap();
+    assert_eq!(models.resolve("org/My-Reasoner-7B").unwrap().name(), "custom");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn missing_file_is_a_clear_error() {
+    let err = load_config(Some(std::path::Path::new("/nonexistent/meridian.toml")), &[]).unwrap_err();
+    assert!(err.to_string().starts_with("cannot read /nonexistent/meridian.toml"), "{err}");
+}

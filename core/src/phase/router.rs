@@ -249,12 +249,15 @@ impl PhaseRouter {
 
     fn on_marker(&mut self, family: &ModelFamily, kind: MarkerKind, ev: &mut PhaseEvents) {
         match kind {
+            // Think blocks do not reopen: tags after the first block are quoted text.
+            MarkerKind::ThinkStart if self.exited_think => {}
             MarkerKind::ThinkStart => self.set_phase(Phase::Think, ev),
             MarkerKind::ThinkEnd => {
-                // An end marker with no start means the template opened the block.
-                if self.phase != Phase::Think {
-                    self.set_phase(Phase::Think, ev);
+                if self.exited_think {
+                    return;
                 }
+                // An end marker with no start means the template opened the block.
+                self.set_phase(Phase::Think, ev);
                 self.set_phase(Phase::Output, ev);
             }
             MarkerKind::HarmonyStart | MarkerKind::HarmonyEnd => self.harmony = Harmony::Header,

@@ -1,0 +1,93 @@
+//! The proxy's one error type. Every failure a client can see is an OpenAI-style JSON
+//! body (`{"error": {"message", "type", "param", "code"}}`) with the matching status, so
+//! OpenAI SDKs raise their usual exceptions.
+
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::request_id::REQUEST_ID;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("{message}")]
+    BadRequest {
+        message: String,
+        param: Option<&'static str>,
+        code: &'static str,
+    },
+    #[error("request body is larger than the limit of {limit} bytes")]
+    PayloadTooLarge { limit: u64 },
+    #[error("no route {0}")]
+    NotFound(String),
+    #[error("no healthy upstream is available")]
+    NoHealthyUpstream,
+    #[error("upstream {upstream} did not answer within {after_s}s")]
+    UpstreamTimeout { upstream: String, after_s: f64 },
+    #[error("upstream {upstream} failed: {reason}")]
+    UpstreamFailed { upstream: String, reason: String },
+}
+
+impl ProxyError {
+    pub fn bad_request(message: impl Into<String>, param: Option<&'static str>, code: &'static str) -> Self {
+        ProxyError::BadRequest { message: message.into(), param, code }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ProxyError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            ProxyError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ProxyError::NotFound(_) => StatusCode::NOT_FOUND,
+            ProxyError::NoHealthyUpstream => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::UpstreamFailed { .. } => StatusCode::BAD_GATEWAY,
+        }
+    }
+
+    fn kind(&self) -> (&'static str, Option<&'static str>, &'static str) {
+        match self {
+            ProxyError::BadRequest { param, code, .. } => ("invalid_request_error", *param, code),
+            ProxyError::PayloadTooLarge { .. } => ("invalid_request_error", None, "request_too_large"),
+            ProxyError::NotFound(_) => ("invalid_request_error", None, "not_found"),
+            ProxyError::NoHealthyUpstream => ("server_error", None, "no_healthy_upstream"),
+            ProxyError::UpstreamTimeout { .. } => ("server_error", None, "upstream_timeout"),
+            ProxyError::UpstreamFailed { .. } => ("server_error", None, "upstream_error"),
+        }
+    }
+
+    /// The error as a JSON body.
+    pub fn body(&self) -> serde_json::Value {
+        let (kind, param, code) = self.kind();
+        json!({"error": {"message": self.to_string(), "type": kind, "param": param, "code": code}})
+    }
+
+    /// The error as an SSE event, for streams that already started.
+    pub fn sse_event(&self) -> bytes::Bytes {
+        bytes::Bytes::from(format!("data: {}\n\ndata: [DONE]\n\n", self.body()))
+    }
+
+    /// The outcome label this error is counted under.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            ProxyError::BadRequest { .. } | ProxyError::PayloadTooLarge { .. } | ProxyError::NotFound(_) => {
+                "bad_request"
+            }
+            ProxyError::NoHealthyUpstream => "no_upstream",
+            ProxyError::UpstreamTimeout { .. } => "upstream_timeout",
+            ProxyError::UpstreamFailed { .. } => "upstream_error",
+        }
+    }
+
+    /// Attaches the request id so clients can quote it when reporting the failure.
+    pub fn into_response_with_id(self, request_id: &HeaderValue) -> Response {
+        let mut resp = self.into_response();
+        resp.headers_mut().insert(REQUEST_ID, request_id.clone());
+        resp
+    }
+}
+
+impl IntoResponse for ProxyError {
+    fn into_response(self) -> Response {
+        (self.status(), axum::Json(self.body())).into_response()
+    }
+}

@@ -1,0 +1,25 @@
+//! `meridian-proxy` is the `meridian` binary: an OpenAI-compatible reverse proxy in front
+//! of one or more vLLM servers. It relays every streamed chunk the moment it arrives,
+//! unchanged, while a per-stream phase tracker (from `meridian-core`) follows each
+//! generation from thinking to answering and records what reasoning users feel: time to
+//! first token, time to first visible token, and the think-to-output gap.
+//!
+//! The layout follows the data path: [`routes`] accept requests, [`relay`] sends them
+//! upstream and streams the answer back, [`upstream`] keeps the pool healthy and balanced,
+//! and [`telemetry`] exports what was measured.
+
+pub mod cli;
+pub mod error;
+pub mod headers;
+pub mod relay;
+pub mod request_id;
+pub mod routes;
+pub mod server;
+pub mod state;
+pub mod telemetry;
+pub mod upstream;
+
+pub use error::ProxyError;
+pub use server::{Server, router};
+pub use state::AppState;
+pub use telemetry::Metrics;

@@ -1,0 +1,84 @@
+use std::process::ExitCode;
+
+use clap::Parser;
+use meridian_proxy::cli::{Cli, Command, ConfigArgs};
+use meridian_proxy::{AppState, Metrics, Server};
+
+fn load(args: &ConfigArgs) -> Result<(meridian_core::MeridianConfig, meridian_core::ModelRegistry), String> {
+    let overrides = args.overrides(std::env::vars()).map_err(|e| e.to_string())?;
+    let path = args.config_path();
+    meridian_core::load_config(path.as_deref(), &overrides).map_err(|e| e.to_string())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check(args) => match load(&args) {
+            Ok((cfg, models)) => {
+                println!(
+                    "configuration ok: {} upstream(s), {} model families",
+                    cfg.upstream.endpoints.len(),
+                    models.families().count()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("meridian: {e}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Serve(args) => match serve(args).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("meridian: {e}");
+                ExitCode::from(2)
+            }
+        },
+    }
+}
+
+async fn serve(args: ConfigArgs) -> Result<(), String> {
+    let (config, models) = load(&args)?;
+    meridian_proxy::telemetry::init_logging(&config.telemetry)?;
+    if config.upstream.endpoints.is_empty() {
+        return Err("no upstream configured: pass --upstream http://HOST:PORT, set MERIDIAN_UPSTREAMS, \
+             or add [[upstream.endpoints]] to the config (the embedded engine twin is not built yet; \
+             scripts/run.sh starts the proxy in front of the replaying mock upstream)"
+            .into());
+    }
+    let listen = config.server.listen.clone();
+    let state = AppState::new(config, models, std::sync::Arc::new(Metrics::new())).map_err(|e| e.to_string())?;
+    let listener = tokio::net::TcpListener::bind(&listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let mut server = Server::start(state, listener).await.map_err(|e| e.to_string())?;
+    tracing::info!(addr = %server.local_addr, upstreams = server.state.pool.all().len(), "meridian listening");
+    println!("meridian listening on http://{}", server.local_addr);
+    tokio::select! {
+        r = server.wait() => r.map_err(|e| e.to_string())?,
+        _ = shutdown_signal() => {
+            tracing::info!("shutting down; letting open streams finish");
+            server.shutdown().await.map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

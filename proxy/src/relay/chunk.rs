@@ -1,0 +1,133 @@
+//! Reads just what the phase tracker needs from a response chunk (deltas, token ids,
+//! usage), borrowing from the payload; everything else in the JSON is skipped, not copied,
+//! and the relayed bytes are never re-serialised.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct ChunkView<'a> {
+    #[serde(borrow, default)]
+    choices: Vec<ChoiceView<'a>>,
+    #[serde(default)]
+    usage: Option<UsageView>,
+}
+
+#[derive(Deserialize)]
+struct ChoiceView<'a> {
+    #[serde(default)]
+    index: usize,
+    /// Streaming chat chunks.
+    #[serde(borrow, default)]
+    delta: Option<MessageView<'a>>,
+    /// Non-streaming chat responses.
+    #[serde(borrow, default)]
+    message: Option<MessageView<'a>>,
+    /// Completions.
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+    #[serde(default)]
+    token_ids: Option<Vec<u32>>,
+}
+
+#[derive(Deserialize, Default)]
+struct MessageView<'a> {
+    #[serde(borrow, default)]
+    content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reasoning: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reasoning_content: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct UsageView {
+    #[serde(default)]
+    completion_tokens: Option<u32>,
+    #[serde(default)]
+    completion_tokens_details: Option<DetailsView>,
+}
+
+#[derive(Deserialize)]
+struct DetailsView {
+    #[serde(default)]
+    reasoning_tokens: Option<u32>,
+}
+
+/// One choice's part of a chunk.
+#[derive(Debug, Default, PartialEq)]
+pub struct ChoiceDelta<'a> {
+    pub index: usize,
+    pub reasoning: Option<Cow<'a, str>>,
+    pub content: Option<Cow<'a, str>>,
+    pub token_ids: Option<Vec<u32>>,
+}
+
+/// Token counts the server reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    pub completion_tokens: u32,
+    pub reasoning_tokens: Option<u32>,
+}
+
+/// Parses one `data:` payload (or a whole non-streaming body). Returns `None` for
+/// anything that is not a JSON object of the expected shape; such payloads are still
+/// relayed, they just tell the tracker nothing.
+pub fn parse_payload(payload: &[u8], mut on_choice: impl FnMut(ChoiceDelta<'_>)) -> Option<Option<Usage>> {
+    let chunk: ChunkView<'_> = serde_json::from_slice(payload).ok()?;
+    for c in chunk.choices {
+        let m = c.delta.or(c.message).unwrap_or_default();
+        on_choice(ChoiceDelta {
+            index: c.index,
+            reasoning: m.reasoning.or(m.reasoning_content),
+            content: m.content.or(c.text),
+            token_ids: c.token_ids,
+        });
+    }
+    Some(chunk.usage.and_then(|u| {
+        Some(Usage {
+            completion_tokens: u.completion_tokens?,
+            reasoning_tokens: u.completion_tokens_details.and_then(|d| d.reasoning_tokens),
+        })
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn first(payload: &str) -> (Vec<ChoiceDelta<'static>>, Option<Option<Usage>>) {
+        let mut out = Vec::new();
+        let usage = parse_payload(payload.as_bytes(), |c| {
+            out.push(ChoiceDelta {
+                index: c.index,
+                reasoning: c.reasoning.map(|s| Cow::Owned(s.into_owned())),
+                content: c.content.map(|s| Cow::Owned(s.into_owned())),
+                token_ids: c.token_ids,
+            })
+        });
+        (out, usage)
+    }
+
+    #[test]
+    fn reads_every_dialect() {
+        let (c, _) = first(r#"{"choices":[{"index":0,"delta":{"reasoning":"a\nb"}}]}"#);
+        assert_eq!(c[0].reasoning.as_deref(), Some("a\nb"));
+        let (c, _) = first(r#"{"choices":[{"index":1,"delta":{"reasoning_content":"x","content":null}}]}"#);
+        assert_eq!((c[0].index, c[0].reasoning.as_deref(), c[0].content.as_deref()), (1, Some("x"), None));
+        let (c, _) = first(r#"{"choices":[{"text":"<think>","token_ids":[5,6]}],"extra":{"k":[1]}}"#);
+        assert_eq!((c[0].content.as_deref(), c[0].token_ids.as_deref()), (Some("<think>"), Some(&[5u32, 6][..])));
+        let (c, _) = first(r#"{"choices":[{"message":{"role":"assistant","reasoning":"r","content":"c"}}]}"#);
+        assert_eq!((c[0].reasoning.as_deref(), c[0].content.as_deref()), (Some("r"), Some("c")));
+    }
+
+    #[test]
+    fn reads_usage_and_tolerates_garbage() {
+        let (_, u) = first(r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":10,"completion_tokens_details":{"reasoning_tokens":7}}}"#);
+        assert_eq!(u, Some(Some(Usage { completion_tokens: 10, reasoning_tokens: Some(7) })));
+        assert_eq!(first("not json").1, None);
+        assert_eq!(first("[1,2]").1, None);
+        assert_eq!(first(r#"{"choices":[{"delta":{"content":5}}]}"#).1, None);
+    }
+}

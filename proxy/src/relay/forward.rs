@@ -1,0 +1,99 @@
+//! Sends a request upstream. Attempts move to another healthy upstream only while nothing
+//! has reached the client: on connection failures and 502/503 answers. A timeout is not
+//! retried, since the engine may well be working on the request and a second copy would
+//! only add load.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::{HeaderMap, HeaderValue, Method};
+use bytes::Bytes;
+
+use crate::error::ProxyError;
+use crate::request_id::REQUEST_ID;
+use crate::state::AppState;
+use crate::upstream::{InFlight, Upstream};
+
+/// What to send, minus the upstream it goes to.
+pub struct UpstreamRequest<'a> {
+    pub method: Method,
+    /// Path and query, e.g. `/v1/chat/completions`.
+    pub path_and_query: &'a str,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    pub request_id: &'a HeaderValue,
+}
+
+fn is_retryable_status(status: reqwest::StatusCode) -> bool {
+    matches!(status.as_u16(), 502 | 503)
+}
+
+pub async fn send_with_retries(
+    state: &AppState,
+    req: UpstreamRequest<'_>,
+) -> Result<(InFlight, reqwest::Response), ProxyError> {
+    let cfg = &state.config.upstream;
+    let first_byte_timeout = Duration::from_secs_f64(cfg.first_byte_timeout_s);
+    let mut tried: Vec<Arc<Upstream>> = Vec::new();
+    let mut last_error = ProxyError::NoHealthyUpstream;
+    for attempt in 0..cfg.max_attempts {
+        let Some(guard) = state.pool.pick(&tried, &state.metrics) else {
+            break;
+        };
+        let upstream = guard.upstream().clone();
+        tried.push(upstream.clone());
+        if attempt > 0 {
+            state.metrics.count_retry();
+        }
+        let mut headers = req.headers.clone();
+        headers.insert(REQUEST_ID, req.request_id.clone());
+        if let Some(key) = &state.upstream_auth {
+            headers.insert(axum::http::header::AUTHORIZATION, key.clone());
+        }
+        let url = format!("{}{}", upstream.base_url, req.path_and_query);
+        let send = state.client.request(req.method.clone(), url).headers(headers).body(req.body.clone()).send();
+        let last_attempt = attempt + 1 == cfg.max_attempts;
+        match tokio::time::timeout(first_byte_timeout, send).await {
+            Err(_) => {
+                return Err(ProxyError::UpstreamTimeout { upstream: upstream.name.clone(), after_s: cfg.first_byte_timeout_s });
+            }
+            Ok(Err(e)) => {
+                let reason = describe(&e);
+                tracing::warn!(upstream = %upstream.name, %reason, attempt, "upstream request failed");
+                upstream.record_failure(cfg.unhealthy_after, &state.metrics, &reason);
+                last_error = ProxyError::UpstreamFailed { upstream: upstream.name.clone(), reason };
+            }
+            Ok(Ok(resp)) if is_retryable_status(resp.status()) && !last_attempt => {
+                let status = resp.status();
+                tracing::warn!(upstream = %upstream.name, %status, attempt, "upstream refused; trying another");
+                upstream.record_failure(cfg.unhealthy_after, &state.metrics, status.as_str());
+                last_error = ProxyError::UpstreamFailed { upstream: upstream.name.clone(), reason: format!("answered {status}") };
+            }
+            Ok(Ok(resp)) => {
+                upstream.record_success(&state.metrics);
+                return Ok((guard, resp));
+            }
+        }
+    }
+    Err(last_error)
+}
+
+/// A short reason without reqwest's URL noise.
+fn describe(e: &reqwest::Error) -> String {
+    let kind = if e.is_connect() {
+        "connection failed"
+    } else if e.is_timeout() {
+        "timed out"
+    } else if e.is_request() {
+        "request failed"
+    } else {
+        "failed"
+    };
+    let mut source = std::error::Error::source(e);
+    let mut detail = String::new();
+    while let Some(s) = source {
+        detail = s.to_string();
+        source = s.source();
+    }
+    if detail.is_empty() { kind.to_owned() } else { format!("{kind}: {detail}") }
+}

@@ -1,0 +1,212 @@
+//! Watches one request's response go by: runs a phase router per choice, timestamps the
+//! transitions where the bytes arrived, and on drop (completion, failure or client
+//! disconnect alike) records the request's measurements exactly once.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use meridian_core::models::ModelFamily;
+use meridian_core::{Delta, Phase, PhaseEvent, PhaseRouter};
+
+use super::chunk::{ChoiceDelta, Usage, parse_payload};
+use crate::telemetry::{Metrics, RequestTimings};
+
+/// More choices than this (`n` > 16) are relayed but not tracked: bounded memory
+/// whatever an upstream sends.
+const MAX_TRACKED_CHOICES: usize = 16;
+
+pub struct RequestObserver {
+    metrics: Arc<Metrics>,
+    route: &'static str,
+    family: Option<Arc<ModelFamily>>,
+    initial_phase: Option<Phase>,
+    request_id: String,
+    upstream: String,
+    started: Instant,
+    routers: Vec<PhaseRouter>,
+    first_token: Option<Instant>,
+    think_end: Option<Instant>,
+    first_output: Option<Instant>,
+    usage: Option<Usage>,
+    /// The phase this request is counted under in `meridian_open_streams`.
+    open_as: Option<Phase>,
+    outcome: &'static str,
+}
+
+impl RequestObserver {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        metrics: Arc<Metrics>,
+        route: &'static str,
+        family: Option<Arc<ModelFamily>>,
+        initial_phase: Option<Phase>,
+        request_id: String,
+        upstream: String,
+        started: Instant,
+        streaming: bool,
+    ) -> Self {
+        let open_as = streaming.then_some(Phase::Pending);
+        metrics.move_stream(None, open_as);
+        RequestObserver {
+            metrics,
+            route,
+            family,
+            initial_phase,
+            request_id,
+            upstream,
+            started,
+            routers: Vec::new(),
+            first_token: None,
+            think_end: None,
+            first_output: None,
+            usage: None,
+            open_as,
+            // Until told otherwise, a request that goes away was abandoned by its client.
+            outcome: "client_disconnected",
+        }
+    }
+
+    /// Feeds one `data:` payload (or a whole non-streaming body) that arrived at `at`.
+    pub fn on_payload(&mut self, payload: &[u8], at: Instant) {
+        let mut usage = None;
+        if let Some(u) = parse_payload(payload, |choice| self.on_choice(choice, at)) {
+            usage = u;
+        }
+        if usage.is_some() {
+            self.usage = usage;
+        }
+        self.update_open_phase();
+    }
+
+    fn on_choice(&mut self, c: ChoiceDelta<'_>, at: Instant) {
+        if c.index >= MAX_TRACKED_CHOICES {
+            return;
+        }
+        while self.routers.len() <= c.index {
+            let mut r = PhaseRouter::new(self.family.clone());
+            if let Some(p) = self.initial_phase {
+                r = r.with_initial_phase(p);
+            }
+            self.routers.push(r);
+        }
+        let has_token = c.reasoning.as_deref().is_some_and(|s| !s.is_empty())
+            || c.content.as_deref().is_some_and(|s| !s.is_empty())
+            || c.token_ids.as_deref().is_some_and(|t| !t.is_empty());
+        if has_token {
+            self.first_token.get_or_insert(at);
+        }
+        let events = self.routers[c.index].observe(Delta {
+            reasoning: c.reasoning.as_deref(),
+            content: c.content.as_deref(),
+            token_ids: c.token_ids.as_deref(),
+        });
+        self.on_events(&events, at);
+    }
+
+    fn on_events(&mut self, events: &[PhaseEvent], at: Instant) {
+        for e in events {
+            match e {
+                PhaseEvent::ExitThink { .. } => {
+                    self.think_end.get_or_insert(at);
+                }
+                PhaseEvent::FirstOutput { .. } => {
+                    self.first_output.get_or_insert(at);
+                }
+                PhaseEvent::EnterThink | PhaseEvent::ForceBudget { .. } => {}
+            }
+        }
+    }
+
+    fn current_phase(&self) -> Phase {
+        let phases = self.routers.iter().map(PhaseRouter::phase);
+        if phases.clone().any(|p| p == Phase::Output) {
+            Phase::Output
+        } else if phases.clone().any(|p| p == Phase::Think) {
+            Phase::Think
+        } else {
+            Phase::Pending
+        }
+    }
+
+    fn update_open_phase(&mut self) {
+        if self.open_as.is_some() {
+            let now = Some(self.current_phase());
+            self.metrics.move_stream(self.open_as, now);
+            self.open_as = now;
+        }
+    }
+
+    /// The response ended normally.
+    pub fn complete(&mut self) {
+        let at = Instant::now();
+        for i in 0..self.routers.len() {
+            let events = self.routers[i].finish();
+            self.on_events(&events, at);
+        }
+        self.outcome = "ok";
+    }
+
+    /// The response ended badly; `outcome` names how.
+    pub fn fail(&mut self, outcome: &'static str) {
+        self.outcome = outcome;
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.current_phase()
+    }
+
+    /// Think and output token counts: the server's `usage` when it sent one (split by the
+    /// tracker when the server does not count reasoning itself), else the tracker's counts.
+    fn token_counts(&self) -> (Option<u32>, Option<u32>) {
+        let think: u32 = self.routers.iter().map(PhaseRouter::think_tokens).sum();
+        let output: u32 = self.routers.iter().map(PhaseRouter::output_tokens).sum();
+        match self.usage {
+            Some(Usage { completion_tokens, reasoning_tokens: Some(r) }) => {
+                (Some(r), Some(completion_tokens.saturating_sub(r)))
+            }
+            Some(Usage { completion_tokens, reasoning_tokens: None }) => {
+                let think = think.min(completion_tokens);
+                (Some(think), Some(completion_tokens - think))
+            }
+            None if self.routers.is_empty() => (None, None),
+            None => (Some(think), Some(output)),
+        }
+    }
+}
+
+impl Drop for RequestObserver {
+    fn drop(&mut self) {
+        self.metrics.move_stream(self.open_as, None);
+        let since = |t: Option<Instant>| t.map(|t| t.duration_since(self.started));
+        let (think_tokens, output_tokens) = self.token_counts();
+        let gap = match (self.think_end, self.first_output) {
+            (Some(end), Some(out)) => Some(out.saturating_duration_since(end)),
+            _ => None,
+        };
+        let timings = RequestTimings {
+            time_to_first_token: since(self.first_token),
+            time_to_first_output: since(self.first_output),
+            think_to_output_gap: gap,
+            end_to_end: self.started.elapsed(),
+            think_tokens,
+            output_tokens,
+        };
+        let family = self.family.as_ref().map_or("unknown", |f| f.name());
+        self.metrics.record_timings(family, &timings);
+        self.metrics.count_request(self.route, self.outcome);
+        tracing::info!(
+            request_id = %self.request_id,
+            upstream = %self.upstream,
+            route = self.route,
+            family,
+            outcome = self.outcome,
+            ttft_ms = timings.time_to_first_token.map(|d| d.as_secs_f64() * 1e3),
+            ttfo_ms = timings.time_to_first_output.map(|d| d.as_secs_f64() * 1e3),
+            ttot_ms = timings.think_to_output_gap.map(|d| d.as_secs_f64() * 1e3),
+            e2e_ms = timings.end_to_end.as_secs_f64() * 1e3,
+            think_tokens,
+            output_tokens,
+            "request finished"
+        );
+    }
+}

@@ -1,0 +1,118 @@
+//! `POST /v1/chat/completions` and `POST /v1/completions`: the tracked data path.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::Response;
+use futures::StreamExt;
+
+use super::body::{GenerationRequest, read_body};
+use crate::error::ProxyError;
+use crate::headers::{client_response_headers, upstream_request_headers};
+use crate::relay::{RelayBody, RequestObserver, UpstreamRequest, send_with_retries};
+use crate::request_id::{REQUEST_ID, request_id};
+use crate::state::AppState;
+
+pub async fn chat_completions(State(state): State<Arc<AppState>>, req: Request) -> Response {
+    generate(state, "chat_completions", req).await
+}
+
+pub async fn completions(State(state): State<Arc<AppState>>, req: Request) -> Response {
+    generate(state, "completions", req).await
+}
+
+async fn generate(state: Arc<AppState>, route: &'static str, req: Request) -> Response {
+    let started = Instant::now();
+    let id = request_id(req.headers());
+    match relay_generation(&state, route, req, &id, started).await {
+        Ok(resp) => resp,
+        Err(e) => {
+            tracing::info!(request_id = ?id, route, outcome = e.outcome(), error = %e, "request failed");
+            state.metrics.count_request(route, e.outcome());
+            e.into_response_with_id(&id)
+        }
+    }
+}
+
+async fn relay_generation(
+    state: &Arc<AppState>,
+    route: &'static str,
+    req: Request,
+    id: &HeaderValue,
+    started: Instant,
+) -> Result<Response, ProxyError> {
+    let (parts, body) = req.into_parts();
+    let body = read_body(body, &parts.headers, state.config.server.max_body_bytes).await?;
+    let gen_req = GenerationRequest::parse(&body)?;
+    let family = state.family_for(&gen_req.model);
+    let initial_phase = gen_req.initial_phase;
+    let path = parts.uri.path_and_query().map_or(parts.uri.path(), |p| p.as_str());
+    let (in_flight, resp) = send_with_retries(
+        state,
+        UpstreamRequest {
+            method: Method::POST,
+            path_and_query: path,
+            headers: upstream_request_headers(&parts.headers, state.config.upstream.forward_authorization),
+            body: body.clone(),
+            request_id: id,
+        },
+    )
+    .await?;
+
+    let status = resp.status();
+    let mut headers = client_response_headers(resp.headers());
+    headers.insert(REQUEST_ID, id.clone());
+    let is_sse = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    let id_text = String::from_utf8_lossy(id.as_bytes()).into_owned();
+    let upstream_name = in_flight.upstream().name.clone();
+    let metrics = state.metrics.clone();
+
+    if status.is_success() && is_sse {
+        // The relay may append an error event, so the upstream's length cannot stand.
+        headers.remove(header::CONTENT_LENGTH);
+        let observer =
+            RequestObserver::new(metrics.clone(), route, family, initial_phase, id_text, upstream_name, started, true);
+        let idle = Duration::from_secs_f64(state.config.upstream.idle_timeout_s);
+        let relay = RelayBody::new(resp.bytes_stream().boxed(), idle, observer, metrics, in_flight);
+        return Ok(build(status, headers, Body::from_stream(relay)));
+    }
+
+    // Non-streaming answers and upstream errors arrive whole; read them once, then look.
+    let mut observer =
+        RequestObserver::new(metrics, route, family, initial_phase, id_text, upstream_name.clone(), started, false);
+    let timeout = Duration::from_secs_f64(state.config.upstream.first_byte_timeout_s);
+    let bytes = match tokio::time::timeout(timeout, resp.bytes()).await {
+        Err(_) => {
+            observer.fail("upstream_timeout");
+            return Err(ProxyError::UpstreamTimeout { upstream: upstream_name, after_s: timeout.as_secs_f64() });
+        }
+        Ok(Err(e)) => {
+            observer.fail("upstream_error");
+            return Err(ProxyError::UpstreamFailed { upstream: upstream_name, reason: e.to_string() });
+        }
+        Ok(Ok(b)) => b,
+    };
+    if status.is_success() {
+        observer.on_payload(&bytes, Instant::now());
+        observer.complete();
+    } else {
+        observer.fail("upstream_status");
+    }
+    drop(observer);
+    drop(in_flight);
+    Ok(build(status, headers, Body::from(bytes)))
+}
+
+fn build(status: StatusCode, headers: HeaderMap, body: Body) -> Response {
+    let mut resp = Response::new(body);
+    *resp.status_mut() = status;
+    *resp.headers_mut() = headers;
+    resp
+}

@@ -1,0 +1,12 @@
+//! HTTP routes: the OpenAI-compatible API and the operational endpoints.
+
+mod body;
+mod generate;
+mod models;
+mod ops;
+mod passthrough;
+
+pub use generate::{chat_completions, completions};
+pub use models::list_models;
+pub use ops::{health, metrics, ready};
+pub use passthrough::passthrough;

@@ -1,0 +1,58 @@
+//! `GET /v1/models`: the union of what the healthy upstreams serve.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::error::ProxyError;
+use crate::headers::upstream_request_headers;
+use crate::request_id::{REQUEST_ID, request_id};
+use crate::state::AppState;
+
+pub async fn list_models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let id = request_id(&headers);
+    let healthy: Vec<_> = state.pool.all().iter().filter(|u| u.is_healthy()).cloned().collect();
+    if healthy.is_empty() {
+        state.metrics.count_request("models", "no_upstream");
+        return ProxyError::NoHealthyUpstream.into_response_with_id(&id);
+    }
+    let mut fwd = upstream_request_headers(&headers, state.config.upstream.forward_authorization);
+    fwd.insert(REQUEST_ID, id.clone());
+    if let Some(key) = &state.upstream_auth {
+        fwd.insert(axum::http::header::AUTHORIZATION, key.clone());
+    }
+    let timeout = Duration::from_secs_f64(state.config.upstream.connect_timeout_s + 10.0);
+    let lists = futures::future::join_all(healthy.iter().map(|u| {
+        let req = state.client.get(format!("{}/v1/models", u.base_url)).headers(fwd.clone()).timeout(timeout);
+        async move {
+            let resp = req.send().await.ok()?.error_for_status().ok()?;
+            resp.json::<Value>().await.ok()
+        }
+    }))
+    .await;
+
+    let mut seen = BTreeSet::new();
+    let mut data = Vec::new();
+    let mut answered = 0;
+    for list in lists.into_iter().flatten() {
+        answered += 1;
+        for model in list.get("data").and_then(Value::as_array).into_iter().flatten() {
+            let Some(mid) = model.get("id").and_then(Value::as_str) else { continue };
+            if seen.insert(mid.to_owned()) {
+                data.push(model.clone());
+            }
+        }
+    }
+    if answered == 0 {
+        state.metrics.count_request("models", "upstream_error");
+        let err = ProxyError::UpstreamFailed { upstream: "all".into(), reason: "no upstream listed its models".into() };
+        return err.into_response_with_id(&id);
+    }
+    state.metrics.count_request("models", "ok");
+    ([(REQUEST_ID, id)], axum::Json(json!({"object": "list", "data": data}))).into_response()
+}

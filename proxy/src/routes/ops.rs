@@ -1,0 +1,32 @@
+//! Liveness, readiness and metrics.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::state::AppState;
+
+/// Liveness: the process is up and serving HTTP.
+pub async fn health() -> Response {
+    axum::Json(json!({"status": "ok"})).into_response()
+}
+
+/// Readiness: at least one upstream is in rotation.
+pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
+    let healthy = state.pool.all().iter().filter(|u| u.is_healthy()).count();
+    let total = state.pool.all().len();
+    let status = if healthy > 0 { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let body = json!({"status": if healthy > 0 { "ready" } else { "not_ready" }, "healthy_upstreams": healthy, "upstreams": total});
+    (status, axum::Json(body)).into_response()
+}
+
+pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        state.metrics.render(),
+    )
+        .into_response()
+}

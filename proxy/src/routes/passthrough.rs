@@ -1,0 +1,62 @@
+//! Every other `/v1/*` route (embeddings, tokenize, audio, …) goes to an upstream
+//! unchanged, with the same header hygiene and retries, but no phase tracking.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::header;
+use axum::response::Response;
+use futures::StreamExt;
+
+use super::body::read_body;
+use crate::error::ProxyError;
+use crate::headers::{client_response_headers, upstream_request_headers};
+use crate::relay::{UpstreamRequest, send_with_retries};
+use crate::request_id::{REQUEST_ID, request_id};
+use crate::state::AppState;
+
+pub async fn passthrough(State(state): State<Arc<AppState>>, req: Request) -> Response {
+    let id = request_id(req.headers());
+    let result = async {
+        let path = req.uri().path().to_owned();
+        if !path.starts_with("/v1/") {
+            return Err(ProxyError::NotFound(path));
+        }
+        let (parts, body) = req.into_parts();
+        let body = read_body(body, &parts.headers, state.config.server.max_body_bytes).await?;
+        let path_and_query = parts.uri.path_and_query().map_or(path.as_str(), |p| p.as_str());
+        let (in_flight, resp) = send_with_retries(
+            &state,
+            UpstreamRequest {
+                method: parts.method.clone(),
+                path_and_query,
+                headers: upstream_request_headers(&parts.headers, state.config.upstream.forward_authorization),
+                body,
+                request_id: &id,
+            },
+        )
+        .await?;
+        let status = resp.status();
+        let mut headers = client_response_headers(resp.headers());
+        headers.insert(REQUEST_ID, id.clone());
+        if headers.contains_key(header::TRANSFER_ENCODING) {
+            headers.remove(header::CONTENT_LENGTH);
+        }
+        // The guard rides along with the body so the request counts until its last byte.
+        let stream = resp.bytes_stream().map(move |chunk| {
+            let _ = &in_flight;
+            chunk
+        });
+        let mut out = Response::new(Body::from_stream(stream));
+        *out.status_mut() = status;
+        *out.headers_mut() = headers;
+        state.metrics.count_request("passthrough", if status.is_success() { "ok" } else { "upstream_status" });
+        Ok(out)
+    }
+    .await;
+    result.unwrap_or_else(|e| {
+        state.metrics.count_request("passthrough", e.outcome());
+        e.into_response_with_id(&id)
+    })
+}

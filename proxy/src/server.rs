@@ -1,0 +1,92 @@
+//! Assembles the router and runs the server.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::{get, post};
+use tokio::net::TcpListener;
+
+use crate::routes;
+use crate::state::AppState;
+use crate::upstream::spawn_health_checks;
+
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(routes::chat_completions))
+        .route("/v1/completions", post(routes::completions))
+        .route("/v1/models", get(routes::list_models))
+        .route("/health", get(routes::health))
+        .route("/ready", get(routes::ready))
+        .route("/metrics", get(routes::metrics))
+        .fallback(routes::passthrough)
+        .with_state(state)
+}
+
+/// A running proxy. Dropping it stops health checks; `shutdown` stops serving.
+pub struct Server {
+    pub local_addr: std::net::SocketAddr,
+    pub state: Arc<AppState>,
+    stop: tokio::sync::watch::Sender<bool>,
+    serving: tokio::task::JoinHandle<std::io::Result<()>>,
+    health: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    /// Binds, runs the first health-check round, and starts serving in the background.
+    pub async fn start(state: AppState, listener: TcpListener) -> std::io::Result<Self> {
+        let state = Arc::new(state);
+        let local_addr = listener.local_addr()?;
+        let u = &state.config.upstream;
+        let health = spawn_health_checks(
+            state.pool.clone(),
+            state.client.clone(),
+            u.health_path.clone(),
+            Duration::from_secs_f64(u.health_interval_s),
+            u.unhealthy_after,
+            state.metrics.clone(),
+        )
+        .await;
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let grace = Duration::from_secs_f64(state.config.server.shutdown_grace_s);
+        let app = router(state.clone());
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            // Small SSE writes must leave at once, not wait for Nagle.
+            let _ = tcp.set_nodelay(true);
+        });
+        let serving = tokio::spawn(async move {
+            let mut graceful_stop = stopped.clone();
+            let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
+                let _ = graceful_stop.wait_for(|s| *s).await;
+            });
+            tokio::select! {
+                r = serve => r,
+                // Streams still open after the grace period are cut.
+                _ = async {
+                    let _ = stopped.wait_for(|s| *s).await;
+                    tokio::time::sleep(grace).await;
+                } => Ok(()),
+            }
+        });
+        Ok(Server { local_addr, state, stop, serving, health })
+    }
+
+    /// Stops accepting, lets open streams finish within the grace period, then returns.
+    pub async fn shutdown(mut self) -> std::io::Result<()> {
+        let _ = self.stop.send(true);
+        self.health.abort();
+        (&mut self.serving).await.unwrap_or(Ok(()))
+    }
+
+    /// Waits until the server stops on its own (it only does on error).
+    pub async fn wait(&mut self) -> std::io::Result<()> {
+        (&mut self.serving).await.unwrap_or(Ok(()))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.health.abort();
+        self.serving.abort();
+    }
+}

@@ -1,0 +1,70 @@
+//! What every handler shares.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::HeaderValue;
+use meridian_core::models::ModelFamily;
+use meridian_core::{MeridianConfig, ModelRegistry};
+
+use crate::telemetry::Metrics;
+use crate::upstream::UpstreamPool;
+
+pub struct AppState {
+    pub config: Arc<MeridianConfig>,
+    pub models: Arc<ModelRegistry>,
+    pub pool: Arc<UpstreamPool>,
+    pub metrics: Arc<Metrics>,
+    pub client: reqwest::Client,
+    /// `Authorization` to send upstream, from `upstream.api_key_env`.
+    pub upstream_auth: Option<HeaderValue>,
+}
+
+/// Why the proxy could not be assembled from a valid config.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("cannot build the upstream HTTP client: {0}")]
+    Client(#[from] reqwest::Error),
+    #[error("upstream.api_key_env: the value of {0} is not a valid header value")]
+    ApiKey(String),
+}
+
+impl AppState {
+    pub fn new(config: MeridianConfig, models: ModelRegistry, metrics: Arc<Metrics>) -> Result<Self, StateError> {
+        let u = &config.upstream;
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs_f64(u.connect_timeout_s))
+            .tcp_nodelay(true)
+            .pool_idle_timeout(Duration::from_secs(90))
+            // A reverse proxy talks to its upstreams directly, whatever HTTP_PROXY says.
+            .no_proxy()
+            .build()?;
+        let upstream_auth = match &u.api_key_env {
+            Some(var) => {
+                let key = std::env::var(var).unwrap_or_default();
+                let mut v = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| StateError::ApiKey(var.clone()))?;
+                v.set_sensitive(true);
+                Some(v)
+            }
+            None => None,
+        };
+        let pool = Arc::new(UpstreamPool::new(&u.endpoints));
+        for up in pool.all() {
+            metrics.set_upstream_healthy(&up.name, true);
+            metrics.set_upstream_in_flight(&up.name, 0);
+        }
+        Ok(AppState { config: Arc::new(config), models: Arc::new(models), pool, metrics, client, upstream_auth })
+    }
+
+    /// The model family for a served model name: explicit alias, then the families'
+    /// match patterns, then the configured default.
+    pub fn family_for(&self, served_model: &str) -> Option<Arc<ModelFamily>> {
+        let m = &self.config.models;
+        m.aliases
+            .get(served_model)
+            .and_then(|name| self.models.get(name))
+            .or_else(|| self.models.resolve(served_model))
+            .or_else(|| m.default_family.as_deref().and_then(|name| self.models.get(name)))
+            .cloned()
+    }
+}

@@ -1,0 +1,204 @@
+use std::time::Duration;
+
+use meridian_core::Phase;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    route: &'static str,
+    outcome: &'static str,
+}
+
+/// Per-family labels: bounded by the model files, unlike client-chosen model names.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FamilyLabels {
+    family: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabels {
+    phase: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UpstreamLabels {
+    upstream: String,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    // 1 ms .. ~9 min
+    Histogram::new(exponential_buckets(0.001, 2.0, 20))
+}
+
+fn token_histogram() -> Histogram {
+    // 1 .. 131072 tokens
+    Histogram::new(exponential_buckets(1.0, 2.0, 18))
+}
+
+/// What one finished request contributes to the histograms.
+#[derive(Debug, Default, Clone)]
+pub struct RequestTimings {
+    pub time_to_first_token: Option<Duration>,
+    pub time_to_first_output: Option<Duration>,
+    pub think_to_output_gap: Option<Duration>,
+    pub end_to_end: Duration,
+    pub think_tokens: Option<u32>,
+    pub output_tokens: Option<u32>,
+}
+
+/// The proxy's metrics, one registry per server instance (so in-process tests can run
+/// several proxies side by side).
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    ttft: HistogramFamily<FamilyLabels>,
+    ttfo: HistogramFamily<FamilyLabels>,
+    ttot: HistogramFamily<FamilyLabels>,
+    e2e: HistogramFamily<FamilyLabels>,
+    think_tokens: HistogramFamily<FamilyLabels>,
+    output_tokens: HistogramFamily<FamilyLabels>,
+    open_streams: Family<PhaseLabels, Gauge>,
+    upstream_in_flight: Family<UpstreamLabels, Gauge>,
+    upstream_healthy: Family<UpstreamLabels, Gauge>,
+    upstream_retries: Counter,
+    relayed_chunks: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        let lat = || HistogramFamily::<FamilyLabels>::new_with_constructor(latency_histogram as fn() -> Histogram);
+        let tok = || HistogramFamily::<FamilyLabels>::new_with_constructor(token_histogram as fn() -> Histogram);
+        let (ttft, ttfo, ttot, e2e) = (lat(), lat(), lat(), lat());
+        let (think_tokens, output_tokens) = (tok(), tok());
+        let open_streams = Family::<PhaseLabels, Gauge>::default();
+        let upstream_in_flight = Family::<UpstreamLabels, Gauge>::default();
+        let upstream_healthy = Family::<UpstreamLabels, Gauge>::default();
+        let upstream_retries = Counter::default();
+        let relayed_chunks = Counter::default();
+
+        registry.register("meridian_requests", "Requests by route and outcome", requests.clone());
+        registry.register(
+            "meridian_time_to_first_token_seconds",
+            "Request start to the first generated token of any kind (reasoning included)",
+            ttft.clone(),
+        );
+        registry.register(
+            "meridian_time_to_first_output_token_seconds",
+            "Request start to the first visible (non-reasoning, non-whitespace) token",
+            ttfo.clone(),
+        );
+        registry.register(
+            "meridian_think_to_output_gap_seconds",
+            "TTOT: end of thinking to the first visible token, for requests that thought",
+            ttot.clone(),
+        );
+        registry.register("meridian_request_duration_seconds", "Request start to the last byte", e2e.clone());
+        registry.register("meridian_think_tokens", "Reasoning tokens per request (usage when reported)", think_tokens.clone());
+        registry.register("meridian_output_tokens", "Visible output tokens per request (usage when reported)", output_tokens.clone());
+        registry.register("meridian_open_streams", "Streams being relayed, by current phase", open_streams.clone());
+        registry.register("meridian_upstream_in_flight", "Requests in flight per upstream", upstream_in_flight.clone());
+        registry.register("meridian_upstream_healthy", "1 when the upstream is in rotation", upstream_healthy.clone());
+        registry.register("meridian_upstream_retries", "Attempts moved to another upstream before the first byte", upstream_retries.clone());
+        registry.register("meridian_relayed_chunks", "Upstream body chunks relayed to clients", relayed_chunks.clone());
+
+        Metrics {
+            registry,
+            requests,
+            ttft,
+            ttfo,
+            ttot,
+            e2e,
+            think_tokens,
+            output_tokens,
+            open_streams,
+            upstream_in_flight,
+            upstream_healthy,
+            upstream_retries,
+            relayed_chunks,
+        }
+    }
+
+    /// Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+
+    pub fn count_request(&self, route: &'static str, outcome: &'static str) {
+        self.requests.get_or_create(&RequestLabels { route, outcome }).inc();
+    }
+
+    pub fn record_timings(&self, family: &str, t: &RequestTimings) {
+        let labels = FamilyLabels { family: family.to_owned() };
+        let observe = |h: &HistogramFamily<FamilyLabels>, d: Option<Duration>| {
+            if let Some(d) = d {
+                h.get_or_create(&labels).observe(d.as_secs_f64());
+            }
+        };
+        observe(&self.ttft, t.time_to_first_token);
+        observe(&self.ttfo, t.time_to_first_output);
+        observe(&self.ttot, t.think_to_output_gap);
+        observe(&self.e2e, Some(t.end_to_end));
+        if let Some(n) = t.think_tokens {
+            self.think_tokens.get_or_create(&labels).observe(f64::from(n));
+        }
+        if let Some(n) = t.output_tokens {
+            self.output_tokens.get_or_create(&labels).observe(f64::from(n));
+        }
+    }
+
+    /// Moves one open stream from phase `from` to phase `to` (`None` = not open).
+    pub fn move_stream(&self, from: Option<Phase>, to: Option<Phase>) {
+        if from == to {
+            return;
+        }
+        if let Some(p) = from {
+            self.open_streams.get_or_create(&PhaseLabels { phase: p.as_str() }).dec();
+        }
+        if let Some(p) = to {
+            self.open_streams.get_or_create(&PhaseLabels { phase: p.as_str() }).inc();
+        }
+    }
+
+    pub fn open_streams(&self, phase: Phase) -> i64 {
+        self.open_streams.get_or_create(&PhaseLabels { phase: phase.as_str() }).get()
+    }
+
+    pub fn set_upstream_in_flight(&self, upstream: &str, n: usize) {
+        let v = i64::try_from(n).unwrap_or(i64::MAX);
+        self.upstream_in_flight.get_or_create(&UpstreamLabels { upstream: upstream.to_owned() }).set(v);
+    }
+
+    pub fn set_upstream_healthy(&self, upstream: &str, healthy: bool) {
+        self.upstream_healthy
+            .get_or_create(&UpstreamLabels { upstream: upstream.to_owned() })
+            .set(i64::from(healthy));
+    }
+
+    pub fn count_retry(&self) {
+        self.upstream_retries.inc();
+    }
+
+    pub fn count_chunk(&self) {
+        self.relayed_chunks.inc();
+    }
+}

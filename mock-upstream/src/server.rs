@@ -285,11 +285,11 @@ fn aggregate(fixture: &Fixture, chat: bool) -> Value {
         }
         if let Some(choice) = chunk.get("choices").and_then(|c| c.get(0)) {
             let delta = choice.get("delta").unwrap_or(choice);
-            for (field, into) in [("reasoning", &mut reasoning), ("reasoning_content", &mut reasoning), ("content", &mut content), ("text", &mut content)] {
-                if let Some(s) = delta.get(field).and_then(Value::as_str) {
-                    into.push_str(s);
-                }
-            }
+            let text = |field: &str| delta.get(field).and_then(Value::as_str).unwrap_or_default();
+            reasoning.push_str(text("reasoning"));
+            reasoning.push_str(text("reasoning_content"));
+            content.push_str(text("content"));
+            content.push_str(text("text"));
             if let Some(f) = choice.get("finish_reason").filter(|f| !f.is_null()) {
                 finish = f.clone();
             }

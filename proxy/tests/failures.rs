@@ -1,0 +1,231 @@
+//! What clients see when things go wrong: bad input, slow or dead upstreams, clients that
+//! leave. Every failure is an OpenAI-style error or a terminated stream, never a hang.
+
+mod support;
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use support::*;
+
+fn error_code(v: &serde_json::Value) -> &str {
+    v["error"]["code"].as_str().unwrap_or("")
+}
+
+#[tokio::test]
+async fn bad_input_gets_400_with_openai_error_shape() {
+    let rig = Rig::new(1).await;
+    for (body, code, param) in [
+        ("{not json", "invalid_json", None),
+        ("[1,2,3]", "invalid_json", None),
+        (r#"{"messages":[]}"#, "missing_model", Some("model")),
+        (r#"{"model":42}"#, "invalid_model", Some("model")),
+    ] {
+        let got = receive(rig.client.post(rig.url("/v1/chat/completions")).header("content-type", "application/json").body(body)).await;
+        assert_eq!(got.status, 400, "{body}");
+        let v = got.json();
+        assert_eq!(error_code(&v), code, "{body}");
+        assert_eq!(v["error"]["type"], "invalid_request_error");
+        assert_eq!(v["error"]["param"].as_str(), param);
+        assert!(v["error"]["message"].as_str().unwrap().len() > 5);
+        assert!(got.headers.contains_key("x-request-id"));
+    }
+    assert!(rig.mocks[0].requests().is_empty(), "nothing bad reaches the upstream");
+}
+
+#[tokio::test]
+async fn oversized_body_gets_413_declared_or_streamed() {
+    let rig = Rig::with(1, |c| c.server.max_body_bytes = 4096).await;
+    let big = format!(r#"{{"model":"m","messages":[{{"role":"user","content":"{}"}}]}}"#, "x".repeat(8000));
+    let got = receive(rig.client.post(rig.url("/v1/chat/completions")).body(big.clone())).await;
+    assert_eq!(got.status, 413);
+    assert_eq!(error_code(&got.json()), "request_too_large");
+    // Without a Content-Length (chunked upload) the limit still holds.
+    let stream = futures::stream::iter(big.into_bytes().chunks(1000).map(|c| Ok::<_, std::io::Error>(c.to_vec())).collect::<Vec<_>>());
+    let got = receive(rig.client.post(rig.url("/v1/chat/completions")).body(reqwest::Body::wrap_stream(stream))).await;
+    assert_eq!(got.status, 413);
+}
+
+#[tokio::test]
+async fn no_healthy_upstream_gets_503_and_not_ready() {
+    let rig = Rig::new(1).await;
+    rig.mocks[0].set_healthy(false);
+    eventually("upstream marked unhealthy", || !rig.proxy.state.pool.any_healthy()).await;
+    let got = receive(rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[])).await;
+    assert_eq!(got.status, 503);
+    assert_eq!(error_code(&got.json()), "no_healthy_upstream");
+    assert_eq!(rig.client.get(rig.url("/ready")).send().await.unwrap().status(), 503);
+    assert_eq!(rig.client.get(rig.url("/health")).send().await.unwrap().status(), 200);
+    rig.mocks[0].set_healthy(true);
+    eventually("upstream back", || rig.proxy.state.pool.any_healthy()).await;
+    assert_eq!(rig.client.get(rig.url("/ready")).send().await.unwrap().status(), 200);
+}
+
+#[tokio::test]
+async fn slow_first_byte_past_the_timeout_gets_504() {
+    let rig = Rig::with(1, |c| c.upstream.first_byte_timeout_s = 0.3).await;
+    let got = receive(rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[("x-mock-first-byte-ms", "2000")])).await;
+    assert_eq!(got.status, 504);
+    assert_eq!(error_code(&got.json()), "upstream_timeout");
+    assert!(
+        rig.mocks[0].wait_for(Duration::from_secs(2), |r| r.len() == 1 && r[0].cancelled).await,
+        "the timed-out request is cancelled upstream"
+    );
+}
+
+#[tokio::test]
+async fn slow_first_byte_within_the_timeout_streams_normally() {
+    let rig = Rig::new(1).await;
+    let got = receive(rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[("x-mock-first-byte-ms", "300")])).await;
+    assert_eq!(got.status, 200);
+    assert!(got.text().ends_with("data: [DONE]\n\n"));
+}
+
+#[tokio::test]
+async fn upstream_death_mid_stream_ends_with_an_error_event() {
+    let rig = Rig::new(1).await;
+    // Cut in the middle of an event, so the client's parser must also be resynchronised.
+    let got = receive(rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[("x-mock-die-after-bytes", "1500"), ("x-mock-split", "100")])).await;
+    assert_eq!(got.status, 200);
+    let text = got.text();
+    let fixture = rig.mocks[0].fixture("qwen3-reasoning").unwrap().body.clone();
+    assert!(text.as_bytes().starts_with(&fixture[..1500]), "everything before the failure arrives");
+    let tail = &text[1500..];
+    assert!(tail.starts_with("\n\ndata: {\"error\""), "{tail}");
+    assert!(tail.ends_with("data: [DONE]\n\n"));
+    let err: serde_json::Value = serde_json::from_str(tail.trim_start().strip_prefix("data: ").unwrap().lines().next().unwrap()).unwrap();
+    assert_eq!(error_code(&err), "upstream_error");
+    eventually("counted", || {
+        sample(&rig.scrape(), "meridian_requests_total", &[("outcome", "upstream_error")]) == Some(1.0)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn silent_upstream_is_cut_after_the_idle_timeout() {
+    let rig = Rig::with(1, |c| c.upstream.idle_timeout_s = 0.3).await;
+    let started = std::time::Instant::now();
+    let got = receive(rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[("x-mock-hang-after-bytes", "1000")])).await;
+    assert!(started.elapsed() < Duration::from_secs(3));
+    let text = got.text();
+    assert!(text.contains("\"code\":\"upstream_timeout\""), "{text}");
+    assert!(text.ends_with("data: [DONE]\n\n"));
+    assert!(rig.mocks[0].wait_for(Duration::from_secs(2), |r| r[0].cancelled).await);
+}
+
+#[tokio::test]
+async fn client_disconnect_mid_stream_cancels_upstream() {
+    let rig = Rig::new(1).await;
+    let resp = rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[("x-mock-interval-ms", "50")]).send().await.unwrap();
+    let mut stream = resp.bytes_stream();
+    stream.next().await.unwrap().unwrap();
+    drop(stream);
+    assert!(
+        rig.mocks[0].wait_for(Duration::from_secs(2), |r| r.len() == 1 && r[0].cancelled).await,
+        "upstream saw the cancel: {:?}",
+        rig.mocks[0].requests()
+    );
+    eventually("disconnect counted", || {
+        sample(&rig.scrape(), "meridian_requests_total", &[("outcome", "client_disconnected")]) == Some(1.0)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn client_disconnect_during_prefill_cancels_upstream() {
+    let rig = Rig::new(1).await;
+    let req = rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[("x-mock-first-byte-ms", "3000")]);
+    let pending = tokio::spawn(req.send());
+    assert!(rig.mocks[0].wait_for(Duration::from_secs(2), |r| r.len() == 1).await, "request reached upstream");
+    pending.abort();
+    let started = std::time::Instant::now();
+    assert!(
+        rig.mocks[0].wait_for(Duration::from_secs(2), |r| r[0].cancelled).await,
+        "upstream saw the cancel before its first byte"
+    );
+    assert!(started.elapsed() < Duration::from_secs(1), "cancel took {:?}", started.elapsed());
+}
+
+#[tokio::test]
+async fn refused_attempt_moves_to_another_upstream_before_the_first_byte() {
+    let rig = Rig::new(2).await;
+    // Whichever upstream is picked first answers 503 once; the retry lands on the other.
+    let got = receive(rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[("x-mock-status", "503")])).await;
+    // Both mocks honour the header, so the final attempt's 503 reaches the client as is.
+    assert_eq!(got.status, 503);
+    let total: usize = rig.mocks.iter().map(|m| m.requests().len()).sum();
+    assert_eq!(total, 2, "one attempt per upstream");
+    assert_eq!(sample(&rig.scrape(), "meridian_upstream_retries_total", &[]), Some(1.0));
+}
+
+#[tokio::test]
+async fn dead_upstream_is_skipped_by_retry_and_health_checks() {
+    // One upstream that refuses connections (a port nothing listens on), one that works.
+    let mock = meridian_mock_upstream::MockUpstream::start(Default::default()).await.unwrap();
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let dead_name = dead.trim_start_matches("http://").to_owned();
+    let mut cfg = config_for(&[dead, mock.url()]);
+    cfg.upstream.unhealthy_after = 1;
+    let proxy = start_proxy(cfg).await;
+    let client = client();
+    for _ in 0..4 {
+        let got = receive(
+            client
+                .post(format!("http://{}/v1/chat/completions", proxy.local_addr))
+                .json(&serde_json::json!({"model": "Qwen/Qwen3-8B", "stream": true, "messages": []})),
+        )
+        .await;
+        assert_eq!(got.status, 200);
+    }
+    assert_eq!(mock.requests().len(), 4);
+    let text = proxy.state.metrics.render();
+    assert_eq!(sample(&text, "meridian_upstream_healthy", &[("upstream", &dead_name)]), Some(0.0), "{text}");
+    let live_name = mock.url().trim_start_matches("http://").to_owned();
+    assert_eq!(sample(&text, "meridian_upstream_healthy", &[("upstream", &live_name)]), Some(1.0), "{text}");
+}
+
+#[tokio::test]
+async fn request_id_is_kept_or_minted_and_sent_upstream() {
+    let rig = Rig::new(1).await;
+    let got = receive(rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[("x-request-id", "client-chosen-42")])).await;
+    assert_eq!(got.headers["x-request-id"], "client-chosen-42");
+    let got2 = receive(rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[])).await;
+    let minted = got2.headers["x-request-id"].to_str().unwrap().to_owned();
+    assert_eq!(minted.len(), 32);
+    let reqs = rig.mocks[0].requests();
+    assert_eq!(reqs[0].header("x-request-id"), Some("client-chosen-42"));
+    assert_eq!(reqs[1].header("x-request-id"), Some(minted.as_str()));
+}
+
+#[tokio::test]
+async fn authorization_and_hop_by_hop_headers_stay_at_the_proxy() {
+    let rig = Rig::new(1).await;
+    receive(
+        rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[
+            ("authorization", "Bearer client-secret"),
+            ("connection", "keep-alive, x-hop"),
+            ("x-hop", "1"),
+            ("x-end-to-end", "yes"),
+        ]),
+    )
+    .await;
+    let r = &rig.mocks[0].requests()[0];
+    assert_eq!(r.header("authorization"), None);
+    assert_eq!(r.header("x-hop"), None);
+    assert_eq!(r.header("x-end-to-end"), Some("yes"));
+
+    let rig = Rig::with(1, |c| c.upstream.forward_authorization = true).await;
+    receive(rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[("authorization", "Bearer client-secret")])).await;
+    assert_eq!(rig.mocks[0].requests()[0].header("authorization"), Some("Bearer client-secret"));
+}
+
+#[tokio::test]
+async fn request_body_reaches_upstream_unchanged() {
+    let rig = Rig::new(1).await;
+    let body = r#"{"model":"Qwen/Qwen3-8B","stream":true,"messages":[],"vllm_xargs":{"k":1},"unknown_field":[1,{"x":null}]}"#;
+    receive(rig.client.post(rig.url("/v1/chat/completions")).header("content-type", "application/json").body(body)).await;
+    assert_eq!(rig.mocks[0].requests()[0].body, body);
+}

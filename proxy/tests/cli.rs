@@ -1,0 +1,84 @@
+//! The `meridian` binary as an operator meets it: config mistakes are reported with their
+//! dotted paths before anything starts, and overrides from flags and the environment work.
+
+use std::process::Command;
+
+fn meridian(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_meridian"));
+    cmd.args(args).current_dir(env!("CARGO_MANIFEST_DIR"));
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("MERIDIAN_")) {
+        cmd.env_remove(k);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn temp_config(name: &str, text: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("meridian-cli-{}-{name}.toml", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn shipped_config_checks_ok() {
+    let shipped = concat!(env!("CARGO_MANIFEST_DIR"), "/../meridian.toml");
+    let (code, out, err) = meridian(&["check", "--config", shipped], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("configuration ok"), "{out}");
+}
+
+#[test]
+fn invalid_values_are_listed_with_dotted_paths() {
+    let p = temp_config("invalid", "[upstream]\nmax_attempts = 0\nidle_timeout_s = 0\n");
+    let (code, _, err) = meridian(&["check", "--config", p.to_str().unwrap()], &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("upstream.max_attempts must be in [1, 10]; got 0"), "{err}");
+    assert!(err.contains("upstream.idle_timeout_s must be a positive number of seconds; got 0"), "{err}");
+}
+
+#[test]
+fn unknown_fields_are_rejected() {
+    let p = temp_config("unknown", "[server]\nlisten = \"127.0.0.1:1\"\nlistne = 3\n");
+    let (code, _, err) = meridian(&["check", "--config", p.to_str().unwrap()], &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown field `listne`"), "{err}");
+}
+
+#[test]
+fn environment_and_flags_override_the_file() {
+    let p = temp_config("env", "[upstream]\nmax_attempts = 2\n");
+    let path = p.to_str().unwrap();
+    let (code, _, err) = meridian(&["check", "--config", path], &[("MERIDIAN_UPSTREAM__MAX_ATTEMPTS", "0")]);
+    assert_eq!(code, 2);
+    assert!(err.contains("environment variable MERIDIAN_UPSTREAM__MAX_ATTEMPTS") || err.contains("upstream.max_attempts"), "{err}");
+    let (code, out, err) = meridian(&["check", "--config", path, "--upstream", "http://a:8000", "--upstream", "http://b:8000"], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("2 upstream(s)"), "{out}");
+    let (code, out, _) = meridian(&["check", "--config", path], &[("MERIDIAN_UPSTREAMS", "http://a:8000,http://b:8000,http://c:8000")]);
+    assert_eq!(code, 0);
+    assert!(out.contains("3 upstream(s)"), "{out}");
+    let (code, _, err) = meridian(&["check", "--config", path, "--set", "server.listen=nonsense"], &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("server.listen must be an address"), "{err}");
+}
+
+#[test]
+fn bad_upstream_url_is_reported_by_index() {
+    let (code, _, err) = meridian(&["check", "--upstream", "vllm:8000"], &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("upstream.endpoints[0].url must be an http:// or https:// URL"), "{err}");
+}
+
+#[test]
+fn serve_without_upstream_explains_what_to_do() {
+    let (code, _, err) = meridian(&["serve", "--listen", "127.0.0.1:0"], &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no upstream configured"), "{err}");
+}

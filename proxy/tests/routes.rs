@@ -1,0 +1,92 @@
+//! The rest of the API surface: model listing, pass-through, operational endpoints.
+
+mod support;
+
+use support::*;
+
+#[tokio::test]
+async fn models_are_listed_from_every_healthy_upstream_without_duplicates() {
+    let a = meridian_mock_upstream::MockUpstream::start(meridian_mock_upstream::MockOptions {
+        models: vec!["Qwen/Qwen3-8B".into(), "shared".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let b = meridian_mock_upstream::MockUpstream::start(meridian_mock_upstream::MockOptions {
+        models: vec!["openai/gpt-oss-20b".into(), "shared".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let proxy = start_proxy(config_for(&[a.url(), b.url()])).await;
+    let v: serde_json::Value = client()
+        .get(format!("http://{}/v1/models", proxy.local_addr))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut ids: Vec<&str> = v["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    ids.sort();
+    assert_eq!(ids, vec!["Qwen/Qwen3-8B", "openai/gpt-oss-20b", "shared"]);
+    assert_eq!(v["object"], "list");
+}
+
+#[tokio::test]
+async fn other_v1_routes_pass_through_unchanged() {
+    let rig = Rig::new(1).await;
+    let resp = rig
+        .client
+        .post(rig.url("/v1/embeddings?x=1"))
+        .header("x-end-to-end", "kept")
+        .body(r#"{"model":"e","input":"hi"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-mock-echo"], "1");
+    assert!(resp.headers().contains_key("x-request-id"));
+    let v: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(v["path"], "/v1/embeddings");
+    assert_eq!(v["query"], "x=1");
+    assert_eq!(v["body"], r#"{"model":"e","input":"hi"}"#);
+    assert_eq!(v["method"], "POST");
+    let del = rig.client.delete(rig.url("/v1/files/abc")).send().await.unwrap();
+    assert_eq!(del.status(), 200);
+    assert_eq!(rig.mocks[0].requests()[1].method, "DELETE");
+}
+
+#[tokio::test]
+async fn unknown_non_api_paths_are_404_in_openai_shape() {
+    let rig = Rig::new(1).await;
+    let resp = rig.client.get(rig.url("/admin")).send().await.unwrap();
+    assert_eq!(resp.status(), 404);
+    let v: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "not_found");
+    assert!(rig.mocks[0].requests().is_empty());
+}
+
+#[tokio::test]
+async fn metrics_endpoint_serves_prometheus_text_with_every_family() {
+    let rig = Rig::new(1).await;
+    receive(rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[])).await;
+    eventually("recorded", || sample(&rig.scrape(), "meridian_requests_total", &[("outcome", "ok")]) == Some(1.0)).await;
+    let resp = rig.client.get(rig.url("/metrics")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let text = resp.text().await.unwrap();
+    for name in [
+        "meridian_time_to_first_token_seconds_bucket",
+        "meridian_time_to_first_output_token_seconds_bucket",
+        "meridian_think_to_output_gap_seconds_bucket",
+        "meridian_think_tokens_bucket",
+        "meridian_output_tokens_bucket",
+        "meridian_open_streams",
+        "meridian_upstream_in_flight",
+        "meridian_upstream_healthy",
+        "meridian_relayed_chunks_total",
+    ] {
+        assert!(text.contains(name), "{name} missing from /metrics");
+    }
+    assert!(text.trim_end().ends_with("# EOF"));
+}

@@ -89,12 +89,19 @@ async fn upstream_death_mid_stream_ends_with_an_error_event() {
     assert_eq!(got.status, 200);
     let text = got.text();
     let fixture = rig.mocks[0].fixture("qwen3-reasoning").unwrap().body.clone();
-    assert!(text.as_bytes().starts_with(&fixture[..1500]), "everything before the failure arrives");
-    let tail = &text[1500..];
-    assert!(tail.starts_with("\n\ndata: {\"error\""), "{tail}");
+    // Everything up to the last whole line before the failure arrives; the half line does
+    // not, so the stream stays well-formed.
+    let whole = fixture[..1500].iter().rposition(|b| *b == b'\n').unwrap() + 1;
+    assert_eq!(text.as_bytes()[..whole], fixture[..whole]);
+    let tail = &text[whole..];
+    assert!(tail.starts_with("data: {\"error\"") || tail.starts_with("\ndata: {\"error\""), "{tail}");
     assert!(tail.ends_with("data: [DONE]\n\n"));
     let err: serde_json::Value = serde_json::from_str(tail.trim_start().strip_prefix("data: ").unwrap().lines().next().unwrap()).unwrap();
     assert_eq!(error_code(&err), "upstream_error");
+    // Every event the client can parse is valid JSON.
+    for line in text.lines().filter(|l| l.starts_with("data: {")) {
+        serde_json::from_str::<serde_json::Value>(&line[6..]).unwrap();
+    }
     eventually("counted", || {
         sample(&rig.scrape(), "meridian_requests_total", &[("outcome", "upstream_error")]) == Some(1.0)
     })

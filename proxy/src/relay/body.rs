@@ -3,6 +3,12 @@
 //! the client's stream with an OpenAI-style error event instead of a hang; a client that
 //! goes away drops this body, which drops the upstream response and so cancels the
 //! request in the engine.
+//!
+//! Bytes are forwarded up to the last complete line of what has arrived. A half line is
+//! useless to an SSE client (it cannot act before the newline), and holding it back means
+//! an upstream that dies mid-line leaves the client a well-formed stream that ends in an
+//! error event, not a JSON fragment its parser chokes on. In the usual case, one event per
+//! network read, nothing is held and nothing is copied.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -10,7 +16,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::Stream;
 use futures::stream::BoxStream;
 use tokio::time::Sleep;
@@ -38,6 +44,12 @@ pin_project_lite::pin_project! {
         metrics: std::sync::Arc<Metrics>,
         in_flight: InFlight,
         state: State,
+        // The start of a line whose end has not arrived yet.
+        held: BytesMut,
+        // Complete lines that follow `held`'s release, sent on the next poll.
+        queued: Option<Bytes>,
+        // The last bytes sent, to know whether the client is between events.
+        tail: Tail,
     }
 }
 
@@ -58,6 +70,9 @@ impl RelayBody {
             metrics,
             in_flight,
             state: State::Open,
+            held: BytesMut::new(),
+            queued: None,
+            tail: Tail::default(),
         }
     }
 }
@@ -70,58 +85,100 @@ impl Stream for RelayBody {
         if *this.state == State::Done {
             return Poll::Ready(None);
         }
-        match this.upstream.as_mut().poll_next(cx) {
-            Poll::Ready(Some(Ok(chunk))) => {
-                let at = Instant::now();
-                let observer = &mut *this.observer;
-                this.decoder.feed(&chunk, |payload| observer.on_payload(payload, at));
-                this.metrics.count_chunk();
-                let deadline = tokio::time::Instant::from_std(at) + *this.idle_timeout;
-                this.idle.as_mut().reset(deadline);
-                Poll::Ready(Some(Ok(chunk)))
-            }
-            Poll::Ready(Some(Err(e))) => {
-                let upstream = this.in_flight.upstream().name.clone();
-                tracing::warn!(%upstream, error = %e, "upstream stream failed");
-                let err = ProxyError::UpstreamFailed { upstream, reason: "the stream broke off".into() };
-                Poll::Ready(Some(Ok(close_with(this.decoder, this.observer, this.state, err))))
-            }
-            Poll::Ready(None) => {
-                if this.decoder.mid_line() {
-                    let upstream = this.in_flight.upstream().name.clone();
-                    let err = ProxyError::UpstreamFailed { upstream, reason: "the stream ended mid-event".into() };
-                    return Poll::Ready(Some(Ok(close_with(this.decoder, this.observer, this.state, err))));
+        if let Some(next) = this.queued.take() {
+            this.tail.push(&next);
+            return Poll::Ready(Some(Ok(next)));
+        }
+        loop {
+            match this.upstream.as_mut().poll_next(cx) {
+                Poll::Ready(Some(Ok(chunk))) => {
+                    let at = Instant::now();
+                    let observer = &mut *this.observer;
+                    this.decoder.feed(&chunk, |payload| observer.on_payload(payload, at));
+                    this.metrics.count_chunk();
+                    let deadline = tokio::time::Instant::from_std(at) + *this.idle_timeout;
+                    this.idle.as_mut().reset(deadline);
+                    let Some(last_nl) = memchr::memrchr(b'\n', &chunk) else {
+                        this.held.extend_from_slice(&chunk);
+                        continue;
+                    };
+                    let complete = chunk.slice(..=last_nl);
+                    let rest = &chunk[last_nl + 1..];
+                    let out = if this.held.is_empty() {
+                        complete
+                    } else {
+                        let released = this.held.split().freeze();
+                        *this.queued = Some(complete);
+                        released
+                    };
+                    this.held.extend_from_slice(rest);
+                    this.tail.push(&out);
+                    return Poll::Ready(Some(Ok(out)));
                 }
-                this.observer.complete();
-                *this.state = State::Done;
-                Poll::Ready(None)
-            }
-            Poll::Pending => {
-                if this.idle.as_mut().poll(cx).is_ready() {
+                Poll::Ready(Some(Err(e))) => {
                     let upstream = this.in_flight.upstream().name.clone();
-                    tracing::warn!(%upstream, "upstream stream went silent");
-                    let err = ProxyError::UpstreamTimeout { upstream, after_s: this.idle_timeout.as_secs_f64() };
-                    return Poll::Ready(Some(Ok(close_with(this.decoder, this.observer, this.state, err))));
+                    tracing::warn!(%upstream, error = %e, "upstream stream failed");
+                    let err = ProxyError::UpstreamFailed { upstream, reason: "the stream broke off".into() };
+                    return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
                 }
-                Poll::Pending
+                Poll::Ready(None) => {
+                    if !this.held.is_empty() {
+                        let upstream = this.in_flight.upstream().name.clone();
+                        let err = ProxyError::UpstreamFailed { upstream, reason: "the stream ended mid-line".into() };
+                        return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
+                    }
+                    this.observer.complete();
+                    *this.state = State::Done;
+                    return Poll::Ready(None);
+                }
+                Poll::Pending => {
+                    if this.idle.as_mut().poll(cx).is_ready() {
+                        let upstream = this.in_flight.upstream().name.clone();
+                        tracing::warn!(%upstream, "upstream stream went silent");
+                        let err = ProxyError::UpstreamTimeout { upstream, after_s: this.idle_timeout.as_secs_f64() };
+                        return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
+                    }
+                    return Poll::Pending;
+                }
             }
         }
     }
 }
 
-/// The bytes that end a broken stream: a blank line to terminate any half-sent event,
-/// then the error event and `[DONE]`, so SSE clients raise instead of waiting.
-fn close_with(decoder: &SseDecoder, observer: &mut RequestObserver, state: &mut State, err: ProxyError) -> Bytes {
+/// The last three bytes sent to the client.
+#[derive(Default)]
+struct Tail {
+    bytes: [u8; 3],
+    len: usize,
+}
+
+impl Tail {
+    fn push(&mut self, out: &[u8]) {
+        for &b in out.iter().rev().take(3).rev() {
+            self.bytes = [self.bytes[1], self.bytes[2], b];
+            self.len = (self.len + 1).min(3);
+        }
+    }
+
+    /// Whether the client has a started event that still needs its blank line.
+    fn mid_event(&self) -> bool {
+        let b = &self.bytes[3 - self.len..];
+        !(self.len == 0 || b.ends_with(b"\n\n") || b.ends_with(b"\n\r\n"))
+    }
+}
+
+/// The bytes that end a broken stream: a blank line if an event was left open, then the
+/// error event and `[DONE]`, so SSE clients raise instead of waiting.
+fn close_with(tail: &Tail, observer: &mut RequestObserver, state: &mut State, err: ProxyError) -> Bytes {
     observer.fail(err.outcome());
+    *state = State::Done;
     let event = err.sse_event();
-    let bytes = if decoder.mid_line() {
-        let mut b = Vec::with_capacity(event.len() + 2);
-        b.extend_from_slice(b"\n\n");
+    if tail.mid_event() {
+        let mut b = Vec::with_capacity(event.len() + 1);
+        b.push(b'\n');
         b.extend_from_slice(&event);
         Bytes::from(b)
     } else {
         event
-    };
-    *state = State::Done;
-    bytes
+    }
 }

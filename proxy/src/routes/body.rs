@@ -69,6 +69,10 @@ pub struct GenerationRequest<'a> {
 
 impl<'a> GenerationRequest<'a> {
     pub fn parse(body: &'a [u8]) -> Result<Self, ProxyError> {
+        // serde would also read a struct from a JSON array, positionally.
+        if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+            return Err(ProxyError::bad_request("request body must be a JSON object", None, "invalid_json"));
+        }
         let view: RequestView<'a> = serde_json::from_slice(body).map_err(|e| {
             let message = if e.is_syntax() || e.is_eof() {
                 format!("request body is not valid JSON: {e}")

@@ -1,0 +1,111 @@
+"""Process-level rig for the Python tests: the real `meridian` binary in front of the
+mock upstream binary (recorded vLLM streams) or a real vLLM server."""
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN_DIR = Path(os.environ.get("MERIDIAN_BIN_DIR", ROOT / "target" / "debug"))
+FIXTURES = ROOT / "mock-upstream" / "fixtures"
+
+
+class Process:
+    """A child process whose first `listening on URL` line gives its address."""
+
+    def __init__(self, args, env=None, name="process"):
+        self.name = name
+        self.proc = subprocess.Popen(
+            [str(a) for a in args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+        self.lines = []
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.lines.append(line)
+            m = re.search(r"listening on (http://\S+)", line)
+            if m:
+                self.url = m.group(1)
+                return
+        self.stop()
+        raise RuntimeError(f"{name} did not start:\n{''.join(self.lines)}")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def binary(name: str) -> Path:
+    path = BIN_DIR / name
+    if not path.exists():
+        pytest.fail(f"{path} is missing: build the workspace first (scripts/test.sh does)")
+    return path
+
+
+def start_proxy(upstream_url: str, extra_args=()) -> Process:
+    return Process(
+        [binary("meridian"), "serve", "--listen", "127.0.0.1:0", "--upstream", upstream_url,
+         "--set", "upstream.health_interval_s=0.5", *extra_args],
+        env={"MERIDIAN_LOG_LEVEL": "warn"},
+        name="meridian",
+    )
+
+
+def wait_ready(url: str, timeout: float = 30) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if requests.get(f"{url}/ready", timeout=2).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} never became ready")
+
+
+@pytest.fixture(scope="module")
+def mock_upstream():
+    p = Process([binary("meridian-mock-upstream"), "--model", "Qwen/Qwen3-8B"], name="mock upstream")
+    yield p
+    p.stop()
+
+
+@pytest.fixture(scope="module")
+def proxy(mock_upstream):
+    p = start_proxy(mock_upstream.url)
+    wait_ready(p.url)
+    yield p
+    p.stop()
+
+
+def metric(text: str, name: str, **labels) -> float | None:
+    """One sample from Prometheus text."""
+    for line in text.splitlines():
+        if line.startswith("#") or not line.startswith(name):
+            continue
+        series, _, value = line.rpartition(" ")
+        metric_name, _, rest = series.partition("{")
+        if metric_name != name:
+            continue
+        if all(f'{k}="{v}"' in rest for k, v in labels.items()):
+            return float(value)
+    return None
+
+
+sys.path.insert(0, str(Path(__file__).parent))

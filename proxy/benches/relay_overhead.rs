@@ -1,0 +1,274 @@
+//! What the proxy adds, measured side by side: the same recorded vLLM stream fetched from
+//! the mock upstream directly and through `meridian`, interleaved request by request so
+//! both see the same machine noise, at rising request rates up to saturation. Also the
+//! proxy's CPU time per relayed chunk (from /proc) and the tracking work per chunk
+//! in-process. Prints a table and writes docs/src/benchmarks/proxy-overhead.md.
+//!
+//!   scripts/bench-proxy.sh       (builds the release binaries, then runs this)
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use hdrhistogram::Histogram;
+
+const FIXTURE: &str = "qwen3-reasoning";
+const RATES: [u32; 8] = [50, 200, 800, 1600, 2400, 3200, 4800, 6400];
+const SECONDS_PER_RATE: f64 = 4.0;
+
+/// A child process (killed on drop) and the URL it printed.
+struct Proc {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn(bin: &Path, args: &[&str]) -> Proc {
+    use std::io::BufRead;
+    let mut child = Command::new(bin)
+        .args(args)
+        .env("MERIDIAN_LOG_LEVEL", "error")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e} (run scripts/bench-proxy.sh, which builds it)", bin.display()));
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = loop {
+        let line = lines.next().expect("process exited before listening").unwrap();
+        if let Some(rest) = line.split("listening on ").nth(1) {
+            break rest.trim().to_owned();
+        }
+    };
+    // Keep draining stdout so the child never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Proc { child, url }
+}
+
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+    let ticks: f64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+        + fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    ticks / 100.0
+}
+
+#[derive(Default)]
+struct Side {
+    ttfb: Option<Histogram<u64>>,
+    e2e: Option<Histogram<u64>>,
+    errors: u64,
+    done: u64,
+}
+
+impl Side {
+    fn new() -> Self {
+        Side { ttfb: Some(Histogram::new(3).unwrap()), e2e: Some(Histogram::new(3).unwrap()), errors: 0, done: 0 }
+    }
+}
+
+async fn one_request(client: &reqwest::Client, url: &str) -> Result<(Duration, Duration), String> {
+    let body = r#"{"model":"Qwen/Qwen3-8B","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let start = Instant::now();
+    let resp = client
+        .post(format!("{url}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .header("x-mock-fixture", FIXTURE)
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    if !resp.status().is_success() {
+        return Err(resp.status().to_string());
+    }
+    let mut stream = resp.bytes_stream();
+    let mut first = None;
+    let mut bytes = 0;
+    while let Some(c) = stream.next().await {
+        let c = c.map_err(|e| e.to_string())?;
+        first.get_or_insert_with(|| start.elapsed());
+        bytes += c.len();
+    }
+    if bytes == 0 {
+        return Err("empty".into());
+    }
+    Ok((first.unwrap_or_default(), start.elapsed()))
+}
+
+struct RateResult {
+    rate: u32,
+    achieved: f64,
+    direct: Side,
+    proxied: Side,
+}
+
+async fn run_rate(client: &reqwest::Client, direct: &str, proxied: &str, rate: u32) -> RateResult {
+    let results = Arc::new(tokio::sync::Mutex::new((Side::new(), Side::new())));
+    let n = (f64::from(rate) * SECONDS_PER_RATE) as u64;
+    let gap = Duration::from_secs_f64(1.0 / f64::from(rate));
+    let started = Instant::now();
+    let mut tasks = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let target = if i % 2 == 0 { direct.to_owned() } else { proxied.to_owned() };
+        let (client, results) = (client.clone(), results.clone());
+        tokio::time::sleep_until(tokio::time::Instant::from_std(started + gap * i as u32)).await;
+        tasks.push(tokio::spawn(async move {
+            let r = one_request(&client, &target).await;
+            let mut g = results.lock().await;
+            let side = if i % 2 == 0 { &mut g.0 } else { &mut g.1 };
+            match r {
+                Ok((ttfb, e2e)) => {
+                    side.ttfb.as_mut().unwrap().record(ttfb.as_micros() as u64).ok();
+                    side.e2e.as_mut().unwrap().record(e2e.as_micros() as u64).ok();
+                    side.done += 1;
+                }
+                Err(_) => side.errors += 1,
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let (d, p) = std::mem::take(&mut *results.lock().await);
+    RateResult { rate, achieved: (d.done + p.done) as f64 / elapsed, direct: d, proxied: p }
+}
+
+fn q(h: &Option<Histogram<u64>>, quantile: f64) -> f64 {
+    h.as_ref().map_or(0.0, |h| h.value_at_quantile(quantile) as f64 / 1000.0)
+}
+
+/// Tracking work per chunk, in-process: SSE line split, JSON look, phase router.
+fn tracking_cost_ns(fixture: &[u8]) -> (f64, usize) {
+    use meridian_proxy::relay::{RequestObserver, SseDecoder};
+    let metrics = Arc::new(meridian_proxy::Metrics::new());
+    let family = meridian_core::ModelRegistry::builtin().unwrap().get("qwen3").cloned();
+    let events: Vec<&[u8]> = fixture.split_inclusive(|b| *b == b'\n').collect();
+    let rounds = 2000;
+    let start = Instant::now();
+    for _ in 0..rounds {
+        let mut obs = RequestObserver::new(metrics.clone(), "bench", family.clone(), None, String::new(), String::new(), Instant::now(), true);
+        let mut dec = SseDecoder::new();
+        for e in &events {
+            let at = Instant::now();
+            dec.feed(e, |p| obs.on_payload(p, at));
+        }
+        obs.complete();
+    }
+    let chunks = events.iter().filter(|e| e.starts_with(b"data:")).count();
+    (start.elapsed().as_nanos() as f64 / (rounds * chunks) as f64, chunks)
+}
+
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    rt.block_on(bench());
+}
+
+async fn bench() {
+    let dir = target_dir();
+    let mock = spawn(&dir.join("meridian-mock-upstream"), &[]);
+    let proxy = spawn(&dir.join("meridian"), &["serve", "--listen", "127.0.0.1:0", "--upstream", &mock.url]);
+    let proxy_pid = proxy.child.id();
+    let client = reqwest::Client::builder().no_proxy().tcp_nodelay(true).pool_max_idle_per_host(4096).build().unwrap();
+    // Warm up connections and caches.
+    for _ in 0..200 {
+        let _ = one_request(&client, &mock.url).await;
+        let _ = one_request(&client, &proxy.url).await;
+    }
+    let fixture = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../mock-upstream/fixtures/qwen3-reasoning.sse")).unwrap();
+    let (tracking_ns, chunks_per_stream) = tracking_cost_ns(&fixture);
+
+    let mut rows = Vec::new();
+    let mut cpu_per_chunk_us = Vec::new();
+    for rate in RATES {
+        let metrics_before = scrape_chunks(&client, &proxy.url).await;
+        let cpu_before = cpu_seconds(proxy_pid);
+        let r = run_rate(&client, &mock.url, &proxy.url, rate).await;
+        let cpu = cpu_seconds(proxy_pid) - cpu_before;
+        let chunks = scrape_chunks(&client, &proxy.url).await - metrics_before;
+        if chunks > 0.0 {
+            cpu_per_chunk_us.push(cpu / chunks * 1e6);
+        }
+        let saturated = r.direct.errors + r.proxied.errors > 0 || r.achieved < 0.9 * f64::from(rate);
+        println!(
+            "rate {:>5}/s achieved {:>7.1}/s  ttfb p50 {:>7.3} -> {:>7.3} ms  p99 {:>7.3} -> {:>7.3} ms  e2e p50 {:>7.3} -> {:>7.3} ms  p99 {:>7.3} -> {:>7.3} ms  errors {}",
+            r.rate, r.achieved,
+            q(&r.direct.ttfb, 0.5), q(&r.proxied.ttfb, 0.5), q(&r.direct.ttfb, 0.99), q(&r.proxied.ttfb, 0.99),
+            q(&r.direct.e2e, 0.5), q(&r.proxied.e2e, 0.5), q(&r.direct.e2e, 0.99), q(&r.proxied.e2e, 0.99),
+            r.direct.errors + r.proxied.errors,
+        );
+        rows.push((r, saturated));
+        if saturated {
+            break;
+        }
+    }
+    write_report(&rows, tracking_ns, chunks_per_stream, &cpu_per_chunk_us);
+    drop(proxy);
+    drop(mock);
+}
+
+async fn scrape_chunks(client: &reqwest::Client, proxy: &str) -> f64 {
+    let text = client.get(format!("{proxy}/metrics")).send().await.unwrap().text().await.unwrap();
+    text.lines()
+        .find(|l| l.starts_with("meridian_relayed_chunks_total"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    if v.is_empty() { 0.0 } else { v[v.len() / 2] }
+}
+
+fn write_report(rows: &[(RateResult, bool)], tracking_ns: f64, chunks: usize, cpu_us: &[f64]) {
+    let mut md = String::new();
+    md.push_str("# Proxy overhead\n\n");
+    md.push_str("Generated by `scripts/bench-proxy.sh` (`proxy/benches/relay_overhead.rs`); numbers from the last run on\n");
+    md.push_str("the development machine (2 cores, shared with the load generator and the mock upstream).\n\n");
+    md.push_str(&format!(
+        "Each request streams the recorded `{FIXTURE}` vLLM response ({} SSE chunks, {} bytes) from the\n",
+        chunks,
+        std::fs::metadata(concat!(env!("CARGO_MANIFEST_DIR"), "/../mock-upstream/fixtures/qwen3-reasoning.sse")).map(|m| m.len()).unwrap_or(0)
+    ));
+    md.push_str("mock upstream, alternately direct and through `meridian`, open-loop at each rate for\n");
+    md.push_str(&format!("{SECONDS_PER_RATE} s. TTFB: request sent to first body byte. E2E: to the last byte. Times in ms;\n"));
+    md.push_str("\"added\" is the proxied quantile minus the direct one, measured in the same run.\n\n");
+    md.push_str("| offered req/s | achieved | TTFB p50 direct | proxied | added | TTFB p99 direct | proxied | added | E2E p50 added | E2E p99 added | errors |\n");
+    md.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (r, saturated) in rows {
+        let (d, p) = (&r.direct, &r.proxied);
+        md.push_str(&format!(
+            "| {}{} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {} |\n",
+            r.rate, if *saturated { " (saturated)" } else { "" }, r.achieved,
+            q(&d.ttfb, 0.5), q(&p.ttfb, 0.5), q(&p.ttfb, 0.5) - q(&d.ttfb, 0.5),
+            q(&d.ttfb, 0.99), q(&p.ttfb, 0.99), q(&p.ttfb, 0.99) - q(&d.ttfb, 0.99),
+            q(&p.e2e, 0.5) - q(&d.e2e, 0.5), q(&p.e2e, 0.99) - q(&d.e2e, 0.99),
+            d.errors + p.errors,
+        ));
+    }
+    md.push_str(&format!(
+        "\nRelay cost per chunk:\n\n- proxy CPU time per relayed chunk (all work: HTTP in and out, relay, tracking), median over the rates: **{:.1} µs**\n",
+        median(cpu_us)
+    ));
+    md.push_str(&format!("- of which phase tracking (SSE split, JSON look, phase router), in-process: **{:.2} µs**\n", tracking_ns / 1000.0));
+    md.push_str("\nTargets (issue 2): p99 added latency under 1 ms at the highest sustained rate; about 20 µs of relay cost per chunk.\n");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/src/benchmarks/proxy-overhead.md");
+    std::fs::create_dir_all(Path::new(path).parent().unwrap()).unwrap();
+    std::fs::write(path, md).unwrap();
+    println!("tracking per chunk: {:.2} µs; proxy CPU per chunk (median): {:.1} µs", tracking_ns / 1000.0, median(cpu_us));
+    println!("wrote {path}");
+}

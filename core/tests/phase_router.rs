@@ -181,7 +181,12 @@ fn harmony_commentary_counts_as_output_and_analysis_can_resume() {
     run(&mut r, &["<|channel|>commentary to=functions.get<|message|>{\"a\":1}<|call|>"]);
     assert_eq!(r.phase(), Phase::Output);
     let mut r = PhaseRouter::new(Some(family("gpt-oss")));
-    run(&mut r, &["<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>final<|message|>b<|end|><|start|>assistant<|channel|>analysis<|message|>c"]);
+    run(
+        &mut r,
+        &[
+            "<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>final<|message|>b<|end|><|start|>assistant<|channel|>analysis<|message|>c",
+        ],
+    );
     assert_eq!(r.phase(), Phase::Think);
 }
 

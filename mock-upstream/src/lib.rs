@@ -26,4 +26,4 @@ mod server;
 pub use fixtures::{Fixture, builtin_fixtures};
 pub use plan::DeliveryPlan;
 pub use record::RecordedRequest;
-pub use server::{MockUpstream, MockOptions};
+pub use server::{MockOptions, MockUpstream};

@@ -37,7 +37,9 @@ impl DeliveryPlan {
     pub fn from_headers(h: &HeaderMap) -> Self {
         let split = match header(h, "x-mock-split") {
             None | Some("event") => Split::Event,
-            Some(v) if v.contains(',') => Split::At(v.split(',').filter_map(|x| x.trim().parse().ok()).collect()),
+            Some(v) if v.contains(',') => {
+                Split::At(v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+            }
             Some(v) => v.parse().map(|n: usize| Split::Every(n.max(1))).unwrap_or(Split::Event),
         };
         DeliveryPlan {
@@ -56,7 +58,9 @@ impl DeliveryPlan {
         let mut cuts: Vec<usize> = match &self.split {
             Split::Event => event_ends.to_vec(),
             Split::Every(n) => (1..=len.div_ceil(*n)).map(|i| (i * n).min(len)).collect(),
-            Split::At(offsets) => offsets.iter().copied().filter(|&o| o > 0 && o < len).chain([len]).collect(),
+            Split::At(offsets) => {
+                offsets.iter().copied().filter(|&o| o > 0 && o < len).chain([len]).collect()
+            }
         };
         cuts.sort_unstable();
         cuts.dedup();

@@ -168,7 +168,8 @@ fn record(state: &Arc<MockState>, method: &str, path: &str, headers: &HeaderMap,
 }
 
 fn error_response(status: StatusCode, message: &str) -> Response {
-    let body = json!({"error": {"message": message, "type": "mock_error", "param": null, "code": status.as_u16()}});
+    let body =
+        json!({"error": {"message": message, "type": "mock_error", "param": null, "code": status.as_u16()}});
     (status, axum::Json(body)).into_response()
 }
 
@@ -321,7 +322,9 @@ async fn models(State(state): State<Arc<MockState>>) -> Response {
         .options
         .models
         .iter()
-        .map(|m| json!({"id": m, "object": "model", "created": 0, "owned_by": "vllm", "max_model_len": 32768}))
+        .map(
+            |m| json!({"id": m, "object": "model", "created": 0, "owned_by": "vllm", "max_model_len": 32768}),
+        )
         .collect();
     axum::Json(json!({"object": "list", "data": data})).into_response()
 }

@@ -7,7 +7,11 @@ use clap::{Args, Parser, Subcommand};
 use meridian_core::config::{ConfigError, Override};
 
 #[derive(Parser, Debug)]
-#[command(name = "meridian", version, about = "Phase-aware OpenAI-compatible proxy for reasoning models on vLLM")]
+#[command(
+    name = "meridian",
+    version,
+    about = "Phase-aware OpenAI-compatible proxy for reasoning models on vLLM"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -50,13 +54,20 @@ impl ConfigArgs {
     }
 
     /// Environment overrides, then flag overrides, in the order they apply.
-    pub fn overrides(&self, env: impl IntoIterator<Item = (String, String)>) -> Result<Vec<Override>, ConfigError> {
+    pub fn overrides(
+        &self,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Vec<Override>, ConfigError> {
         let mut out = Override::from_env(env);
         for spec in &self.set {
             out.push(Override::parse(spec, "--set")?);
         }
         if let Some(listen) = &self.listen {
-            out.push(Override { path: "server.listen".into(), value: toml::Value::String(listen.clone()), origin: "--listen".into() });
+            out.push(Override {
+                path: "server.listen".into(),
+                value: toml::Value::String(listen.clone()),
+                origin: "--listen".into(),
+            });
         }
         if !self.upstreams.is_empty() {
             let endpoints = self
@@ -68,10 +79,18 @@ impl ConfigArgs {
                     toml::Value::Table(t)
                 })
                 .collect();
-            out.push(Override { path: "upstream.endpoints".into(), value: toml::Value::Array(endpoints), origin: "--upstream".into() });
+            out.push(Override {
+                path: "upstream.endpoints".into(),
+                value: toml::Value::Array(endpoints),
+                origin: "--upstream".into(),
+            });
         }
         if let Some(level) = &self.log_level {
-            out.push(Override { path: "telemetry.log_level".into(), value: toml::Value::String(level.clone()), origin: "--log-level".into() });
+            out.push(Override {
+                path: "telemetry.log_level".into(),
+                value: toml::Value::String(level.clone()),
+                origin: "--log-level".into(),
+            });
         }
         Ok(out)
     }

@@ -11,11 +11,7 @@ use crate::request_id::REQUEST_ID;
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
     #[error("{message}")]
-    BadRequest {
-        message: String,
-        param: Option<&'static str>,
-        code: &'static str,
-    },
+    BadRequest { message: String, param: Option<&'static str>, code: &'static str },
     #[error("request body is larger than the limit of {limit} bytes")]
     PayloadTooLarge { limit: u64 },
     #[error("no route {0}")]

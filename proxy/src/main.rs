@@ -48,8 +48,11 @@ async fn serve(args: ConfigArgs) -> Result<(), String> {
             .into());
     }
     let listen = config.server.listen.clone();
-    let state = AppState::new(config, models, std::sync::Arc::new(Metrics::new())).map_err(|e| e.to_string())?;
-    let listener = tokio::net::TcpListener::bind(&listen).await.map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let state =
+        AppState::new(config, models, std::sync::Arc::new(Metrics::new())).map_err(|e| e.to_string())?;
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let mut server = Server::start(state, listener).await.map_err(|e| e.to_string())?;
     tracing::info!(addr = %server.local_addr, upstreams = server.state.pool.all().len(), "meridian listening");
     println!("meridian listening on http://{}", server.local_addr);

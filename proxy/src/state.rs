@@ -30,7 +30,11 @@ pub enum StateError {
 }
 
 impl AppState {
-    pub fn new(config: MeridianConfig, models: ModelRegistry, metrics: Arc<Metrics>) -> Result<Self, StateError> {
+    pub fn new(
+        config: MeridianConfig,
+        models: ModelRegistry,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, StateError> {
         let u = &config.upstream;
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs_f64(u.connect_timeout_s))
@@ -42,7 +46,8 @@ impl AppState {
         let upstream_auth = match &u.api_key_env {
             Some(var) => {
                 let key = std::env::var(var).unwrap_or_default();
-                let mut v = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| StateError::ApiKey(var.clone()))?;
+                let mut v = HeaderValue::from_str(&format!("Bearer {key}"))
+                    .map_err(|_| StateError::ApiKey(var.clone()))?;
                 v.set_sensitive(true);
                 Some(v)
             }
@@ -53,7 +58,14 @@ impl AppState {
             metrics.set_upstream_healthy(&up.name, true);
             metrics.set_upstream_in_flight(&up.name, 0);
         }
-        Ok(AppState { config: Arc::new(config), models: Arc::new(models), pool, metrics, client, upstream_auth })
+        Ok(AppState {
+            config: Arc::new(config),
+            models: Arc::new(models),
+            pool,
+            metrics,
+            client,
+            upstream_auth,
+        })
     }
 
     /// The model family for a served model name: explicit alias, then the families'

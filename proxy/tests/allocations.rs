@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use meridian_core::ModelRegistry;
 use meridian_proxy::Metrics;
-use meridian_proxy::relay::{RequestObserver, SseDecoder};
+use meridian_proxy::relay::{RequestInfo, RequestObserver, SseDecoder};
 
 struct Counting;
 
@@ -44,8 +44,30 @@ fn allocations_per_chunk(fixture: &str, family: &str) -> f64 {
     let metrics = Arc::new(Metrics::new());
     let fam = ModelRegistry::builtin().unwrap().get(family).cloned();
     // Warm the metric families so first-use allocations are not counted.
-    drop(RequestObserver::new(metrics.clone(), "t", fam.clone(), None, String::new(), String::new(), Instant::now(), true));
-    let mut obs = RequestObserver::new(metrics.clone(), "t", fam, None, String::new(), String::new(), Instant::now(), true);
+    drop(RequestObserver::new(
+        metrics.clone(),
+        RequestInfo {
+            route: "t",
+            family: fam.clone(),
+            initial_phase: None,
+            request_id: String::new(),
+            upstream: String::new(),
+            started: Instant::now(),
+        },
+        true,
+    ));
+    let mut obs = RequestObserver::new(
+        metrics.clone(),
+        RequestInfo {
+            route: "t",
+            family: fam,
+            initial_phase: None,
+            request_id: String::new(),
+            upstream: String::new(),
+            started: Instant::now(),
+        },
+        true,
+    );
     let mut dec = SseDecoder::new();
     // The first chunk sizes the per-choice router vector: a per-request cost.
     dec.feed(events[0], |p| obs.on_payload(p, Instant::now()));
@@ -76,4 +98,3 @@ fn token_id_chunks_keep_their_ids_inline() {
     let per_chunk = allocations_per_chunk("qwen3-token-ids", "qwen3");
     assert!(per_chunk < 0.5, "{per_chunk:.2} allocations per chunk");
 }
-

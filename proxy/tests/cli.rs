@@ -57,11 +57,21 @@ fn environment_and_flags_override_the_file() {
     let path = p.to_str().unwrap();
     let (code, _, err) = meridian(&["check", "--config", path], &[("MERIDIAN_UPSTREAM__MAX_ATTEMPTS", "0")]);
     assert_eq!(code, 2);
-    assert!(err.contains("environment variable MERIDIAN_UPSTREAM__MAX_ATTEMPTS") || err.contains("upstream.max_attempts"), "{err}");
-    let (code, out, err) = meridian(&["check", "--config", path, "--upstream", "http://a:8000", "--upstream", "http://b:8000"], &[]);
+    assert!(
+        err.contains("environment variable MERIDIAN_UPSTREAM__MAX_ATTEMPTS")
+            || err.contains("upstream.max_attempts"),
+        "{err}"
+    );
+    let (code, out, err) = meridian(
+        &["check", "--config", path, "--upstream", "http://a:8000", "--upstream", "http://b:8000"],
+        &[],
+    );
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("2 upstream(s)"), "{out}");
-    let (code, out, _) = meridian(&["check", "--config", path], &[("MERIDIAN_UPSTREAMS", "http://a:8000,http://b:8000,http://c:8000")]);
+    let (code, out, _) = meridian(
+        &["check", "--config", path],
+        &[("MERIDIAN_UPSTREAMS", "http://a:8000,http://b:8000,http://c:8000")],
+    );
     assert_eq!(code, 0);
     assert!(out.contains("3 upstream(s)"), "{out}");
     let (code, _, err) = meridian(&["check", "--config", path, "--set", "server.listen=nonsense"], &[]);

@@ -21,7 +21,13 @@ async fn bad_input_gets_400_with_openai_error_shape() {
         (r#"{"messages":[]}"#, "missing_model", Some("model")),
         (r#"{"model":42}"#, "invalid_model", Some("model")),
     ] {
-        let got = receive(rig.client.post(rig.url("/v1/chat/completions")).header("content-type", "application/json").body(body)).await;
+        let got = receive(
+            rig.client
+                .post(rig.url("/v1/chat/completions"))
+                .header("content-type", "application/json")
+                .body(body),
+        )
+        .await;
         assert_eq!(got.status, 400, "{body}");
         let v = got.json();
         assert_eq!(error_code(&v), code, "{body}");
@@ -41,8 +47,12 @@ async fn oversized_body_gets_413_declared_or_streamed() {
     assert_eq!(got.status, 413);
     assert_eq!(error_code(&got.json()), "request_too_large");
     // Without a Content-Length (chunked upload) the limit still holds.
-    let stream = futures::stream::iter(big.into_bytes().chunks(1000).map(|c| Ok::<_, std::io::Error>(c.to_vec())).collect::<Vec<_>>());
-    let got = receive(rig.client.post(rig.url("/v1/chat/completions")).body(reqwest::Body::wrap_stream(stream))).await;
+    let stream = futures::stream::iter(
+        big.into_bytes().chunks(1000).map(|c| Ok::<_, std::io::Error>(c.to_vec())).collect::<Vec<_>>(),
+    );
+    let got =
+        receive(rig.client.post(rig.url("/v1/chat/completions")).body(reqwest::Body::wrap_stream(stream)))
+            .await;
     assert_eq!(got.status, 413);
 }
 
@@ -64,7 +74,8 @@ async fn no_healthy_upstream_gets_503_and_not_ready() {
 #[tokio::test]
 async fn slow_first_byte_past_the_timeout_gets_504() {
     let rig = Rig::with(1, |c| c.upstream.first_byte_timeout_s = 0.3).await;
-    let got = receive(rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[("x-mock-first-byte-ms", "2000")])).await;
+    let got =
+        receive(rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[("x-mock-first-byte-ms", "2000")])).await;
     assert_eq!(got.status, 504);
     assert_eq!(error_code(&got.json()), "upstream_timeout");
     assert!(
@@ -85,7 +96,12 @@ async fn slow_first_byte_within_the_timeout_streams_normally() {
 async fn upstream_death_mid_stream_ends_with_an_error_event() {
     let rig = Rig::new(1).await;
     // Cut in the middle of an event, so the client's parser must also be resynchronised.
-    let got = receive(rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[("x-mock-die-after-bytes", "1500"), ("x-mock-split", "100")])).await;
+    let got = receive(rig.chat(
+        "Qwen/Qwen3-8B",
+        "qwen3-reasoning",
+        &[("x-mock-die-after-bytes", "1500"), ("x-mock-split", "100")],
+    ))
+    .await;
     assert_eq!(got.status, 200);
     let text = got.text();
     let fixture = rig.mocks[0].fixture("qwen3-reasoning").unwrap().body.clone();
@@ -96,7 +112,9 @@ async fn upstream_death_mid_stream_ends_with_an_error_event() {
     let tail = &text[whole..];
     assert!(tail.starts_with("data: {\"error\"") || tail.starts_with("\ndata: {\"error\""), "{tail}");
     assert!(tail.ends_with("data: [DONE]\n\n"));
-    let err: serde_json::Value = serde_json::from_str(tail.trim_start().strip_prefix("data: ").unwrap().lines().next().unwrap()).unwrap();
+    let err: serde_json::Value =
+        serde_json::from_str(tail.trim_start().strip_prefix("data: ").unwrap().lines().next().unwrap())
+            .unwrap();
     assert_eq!(error_code(&err), "upstream_error");
     // Every event the client can parse is valid JSON.
     for line in text.lines().filter(|l| l.starts_with("data: {")) {
@@ -112,7 +130,8 @@ async fn upstream_death_mid_stream_ends_with_an_error_event() {
 async fn silent_upstream_is_cut_after_the_idle_timeout() {
     let rig = Rig::with(1, |c| c.upstream.idle_timeout_s = 0.3).await;
     let started = std::time::Instant::now();
-    let got = receive(rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[("x-mock-hang-after-bytes", "1000")])).await;
+    let got =
+        receive(rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[("x-mock-hang-after-bytes", "1000")])).await;
     assert!(started.elapsed() < Duration::from_secs(3));
     let text = got.text();
     assert!(text.contains("\"code\":\"upstream_timeout\""), "{text}");
@@ -123,7 +142,8 @@ async fn silent_upstream_is_cut_after_the_idle_timeout() {
 #[tokio::test]
 async fn client_disconnect_mid_stream_cancels_upstream() {
     let rig = Rig::new(1).await;
-    let resp = rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[("x-mock-interval-ms", "50")]).send().await.unwrap();
+    let resp =
+        rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[("x-mock-interval-ms", "50")]).send().await.unwrap();
     let mut stream = resp.bytes_stream();
     stream.next().await.unwrap().unwrap();
     drop(stream);
@@ -143,7 +163,10 @@ async fn client_disconnect_during_prefill_cancels_upstream() {
     let rig = Rig::new(1).await;
     let req = rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[("x-mock-first-byte-ms", "3000")]);
     let pending = tokio::spawn(req.send());
-    assert!(rig.mocks[0].wait_for(Duration::from_secs(2), |r| r.len() == 1).await, "request reached upstream");
+    assert!(
+        rig.mocks[0].wait_for(Duration::from_secs(2), |r| r.len() == 1).await,
+        "request reached upstream"
+    );
     pending.abort();
     let started = std::time::Instant::now();
     assert!(
@@ -197,7 +220,8 @@ async fn dead_upstream_is_skipped_by_retry_and_health_checks() {
 #[tokio::test]
 async fn request_id_is_kept_or_minted_and_sent_upstream() {
     let rig = Rig::new(1).await;
-    let got = receive(rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[("x-request-id", "client-chosen-42")])).await;
+    let got =
+        receive(rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[("x-request-id", "client-chosen-42")])).await;
     assert_eq!(got.headers["x-request-id"], "client-chosen-42");
     let got2 = receive(rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[])).await;
     let minted = got2.headers["x-request-id"].to_str().unwrap().to_owned();
@@ -210,14 +234,16 @@ async fn request_id_is_kept_or_minted_and_sent_upstream() {
 #[tokio::test]
 async fn authorization_and_hop_by_hop_headers_stay_at_the_proxy() {
     let rig = Rig::new(1).await;
-    receive(
-        rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[
+    receive(rig.chat(
+        "Qwen/Qwen3-8B",
+        "qwen3-reasoning",
+        &[
             ("authorization", "Bearer client-secret"),
             ("connection", "keep-alive, x-hop"),
             ("x-hop", "1"),
             ("x-end-to-end", "yes"),
-        ]),
-    )
+        ],
+    ))
     .await;
     let r = &rig.mocks[0].requests()[0];
     assert_eq!(r.header("authorization"), None);
@@ -233,6 +259,12 @@ async fn authorization_and_hop_by_hop_headers_stay_at_the_proxy() {
 async fn request_body_reaches_upstream_unchanged() {
     let rig = Rig::new(1).await;
     let body = r#"{"model":"Qwen/Qwen3-8B","stream":true,"messages":[],"vllm_xargs":{"k":1},"unknown_field":[1,{"x":null}]}"#;
-    receive(rig.client.post(rig.url("/v1/chat/completions")).header("content-type", "application/json").body(body)).await;
+    receive(
+        rig.client
+            .post(rig.url("/v1/chat/completions"))
+            .header("content-type", "application/json")
+            .body(body),
+    )
+    .await;
     assert_eq!(rig.mocks[0].requests()[0].body, body);
 }

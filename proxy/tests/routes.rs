@@ -27,7 +27,8 @@ async fn models_are_listed_from_every_healthy_upstream_without_duplicates() {
         .json()
         .await
         .unwrap();
-    let mut ids: Vec<&str> = v["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    let mut ids: Vec<&str> =
+        v["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
     ids.sort();
     assert_eq!(ids, vec!["Qwen/Qwen3-8B", "openai/gpt-oss-20b", "shared"]);
     assert_eq!(v["object"], "list");
@@ -71,7 +72,10 @@ async fn unknown_non_api_paths_are_404_in_openai_shape() {
 async fn metrics_endpoint_serves_prometheus_text_with_every_family() {
     let rig = Rig::new(1).await;
     receive(rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[])).await;
-    eventually("recorded", || sample(&rig.scrape(), "meridian_requests_total", &[("outcome", "ok")]) == Some(1.0)).await;
+    eventually("recorded", || {
+        sample(&rig.scrape(), "meridian_requests_total", &[("outcome", "ok")]) == Some(1.0)
+    })
+    .await;
     let resp = rig.client.get(rig.url("/metrics")).send().await.unwrap();
     assert_eq!(resp.status(), 200);
     let text = resp.text().await.unwrap();

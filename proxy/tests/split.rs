@@ -29,7 +29,15 @@ async fn end_tag_event_split_at_every_byte_offset() {
     let mut n = 0.0;
     for cut in from..to {
         n += 1.0;
-        run_split(&rig, fixture, "Qwen/Qwen3-4B-Thinking-2507", "qwen3-thinking-2507", &format!("{cut},{}", cut + 3), n).await;
+        run_split(
+            &rig,
+            fixture,
+            "Qwen/Qwen3-4B-Thinking-2507",
+            "qwen3-thinking-2507",
+            &format!("{cut},{}", cut + 3),
+            n,
+        )
+        .await;
     }
 }
 
@@ -46,7 +54,9 @@ async fn every_form_delivered_one_byte_at_a_time() {
     .enumerate()
     {
         let _ = i;
-        let before = sample(&rig.scrape(), "meridian_think_to_output_gap_seconds_count", &[("family", family)]).unwrap_or(0.0);
+        let before =
+            sample(&rig.scrape(), "meridian_think_to_output_gap_seconds_count", &[("family", family)])
+                .unwrap_or(0.0);
         run_split(&rig, fixture, model, family, "1", before + 1.0).await;
     }
 }
@@ -57,11 +67,18 @@ async fn harmony_split_at_every_byte_offset_of_its_first_markers() {
     let fixture = "gpt-oss-harmony";
     for cut in 1..400 {
         let split = format!("{cut}");
-        let got = receive(rig.generate("/v1/completions", "openai/gpt-oss-20b", fixture, &[("x-mock-split", &split)])).await;
+        let got = receive(rig.generate(
+            "/v1/completions",
+            "openai/gpt-oss-20b",
+            fixture,
+            &[("x-mock-split", &split)],
+        ))
+        .await;
         assert_eq!(got.body(), rig.mocks[0].fixture(fixture).unwrap().body.to_vec());
         let n = f64::from(cut);
         eventually("recorded", || {
-            sample(&rig.scrape(), "meridian_think_to_output_gap_seconds_count", &[("family", "gpt-oss")]) == Some(n)
+            sample(&rig.scrape(), "meridian_think_to_output_gap_seconds_count", &[("family", "gpt-oss")])
+                == Some(n)
         })
         .await;
     }

@@ -27,7 +27,8 @@ async fn every_form_is_relayed_byte_for_byte_and_tracked() {
         assert_eq!(got.body(), expected.to_vec(), "{fixture}: bytes differ");
         assert!(got.headers["content-type"].to_str().unwrap().starts_with("text/event-stream"));
         eventually(&format!("{fixture} recorded"), || {
-            sample(&rig.scrape(), "meridian_think_to_output_gap_seconds_count", &[("family", family)]).is_some()
+            sample(&rig.scrape(), "meridian_think_to_output_gap_seconds_count", &[("family", family)])
+                .is_some()
         })
         .await;
     }
@@ -38,7 +39,10 @@ async fn every_form_is_relayed_byte_for_byte_and_tracked() {
         let think = sample(&text, "meridian_think_tokens_sum", &[("family", family)]).unwrap_or(0.0);
         assert!(think >= 5.0, "{fixture}: think tokens {think}");
     }
-    assert_eq!(sample(&text, "meridian_requests_total", &[("route", "chat_completions"), ("outcome", "ok")]), Some(5.0));
+    assert_eq!(
+        sample(&text, "meridian_requests_total", &[("route", "chat_completions"), ("outcome", "ok")]),
+        Some(5.0)
+    );
 }
 
 #[tokio::test]
@@ -47,7 +51,8 @@ async fn completions_with_inline_tags_are_tracked() {
     let got = receive(rig.generate("/v1/completions", "tiny-qwen3", "completions-inline-tags", &[])).await;
     assert_eq!(got.body(), rig.mocks[0].fixture("completions-inline-tags").unwrap().body.to_vec());
     eventually("ttot recorded", || {
-        sample(&rig.scrape(), "meridian_think_to_output_gap_seconds_count", &[("family", "tiny")]) == Some(1.0)
+        sample(&rig.scrape(), "meridian_think_to_output_gap_seconds_count", &[("family", "tiny")])
+            == Some(1.0)
     })
     .await;
 }
@@ -78,7 +83,8 @@ async fn open_stream_gauges_follow_the_phase() {
     while let Some(chunk) = stream.next().await {
         seen.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
         let m = rig.metrics();
-        let non_empty_content = seen.matches("\"content\":\"").count() - seen.matches("\"content\":\"\"").count();
+        let non_empty_content =
+            seen.matches("\"content\":\"").count() - seen.matches("\"content\":\"\"").count();
         if seen.contains("\"reasoning\"") && non_empty_content == 0 {
             saw_think |= m.open_streams(meridian_core::Phase::Think) == 1;
         }
@@ -110,12 +116,19 @@ async fn chunks_are_forwarded_as_they_arrive_not_buffered() {
 async fn non_streaming_answers_are_relayed_and_measured() {
     let rig = Rig::new(1).await;
     let body = serde_json::json!({"model": "Qwen/Qwen3-8B", "messages": [{"role": "user", "content": "hi"}]});
-    let got = receive(rig.client.post(rig.url("/v1/chat/completions")).json(&body).header("x-mock-fixture", "qwen3-reasoning")).await;
+    let got = receive(
+        rig.client
+            .post(rig.url("/v1/chat/completions"))
+            .json(&body)
+            .header("x-mock-fixture", "qwen3-reasoning"),
+    )
+    .await;
     assert_eq!(got.status, 200);
     let v = got.json();
     assert!(v["choices"][0]["message"]["reasoning"].as_str().unwrap().len() > 5);
     eventually("non-streaming recorded", || {
-        sample(&rig.scrape(), "meridian_time_to_first_output_token_seconds_count", &[("family", "qwen3")]) == Some(1.0)
+        sample(&rig.scrape(), "meridian_time_to_first_output_token_seconds_count", &[("family", "qwen3")])
+            == Some(1.0)
     })
     .await;
 }
@@ -131,15 +144,23 @@ async fn thinking_disabled_requests_start_in_output() {
     // The fixture still contains a </think>, but as answer text it must not count as a
     // think phase: the request asked for none. (It does end the "think block" the
     // template never opened, so no TTOT is recorded either way.)
-    let req = rig.client.post(rig.url("/v1/chat/completions")).json(&body).header("x-mock-fixture", "qwen3-inline-tags");
+    let req = rig
+        .client
+        .post(rig.url("/v1/chat/completions"))
+        .json(&body)
+        .header("x-mock-fixture", "qwen3-inline-tags");
     let got = receive(req).await;
     assert_eq!(got.status, 200);
     eventually("recorded", || {
-        sample(&rig.scrape(), "meridian_requests_total", &[("route", "chat_completions"), ("outcome", "ok")]) == Some(1.0)
+        sample(&rig.scrape(), "meridian_requests_total", &[("route", "chat_completions"), ("outcome", "ok")])
+            == Some(1.0)
     })
     .await;
     let t = rig.scrape();
-    let ttfo = sample(&t, "meridian_time_to_first_output_token_seconds_sum", &[("family", "qwen3-thinking-2507")]).unwrap();
-    let ttft = sample(&t, "meridian_time_to_first_token_seconds_sum", &[("family", "qwen3-thinking-2507")]).unwrap();
+    let ttfo =
+        sample(&t, "meridian_time_to_first_output_token_seconds_sum", &[("family", "qwen3-thinking-2507")])
+            .unwrap();
+    let ttft =
+        sample(&t, "meridian_time_to_first_token_seconds_sum", &[("family", "qwen3-thinking-2507")]).unwrap();
     assert_eq!(ttfo, ttft, "the first token was already output");
 }

@@ -26,11 +26,7 @@ pub enum ConfigError {
     #[error("{origin}: not valid TOML: {message}")]
     Syntax { origin: String, message: String },
     #[error("{origin}: {path}: {message}")]
-    Field {
-        origin: String,
-        path: String,
-        message: String,
-    },
+    Field { origin: String, path: String, message: String },
     #[error("{0}")]
     Override(String),
     #[error("invalid configuration:\n  {}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n  "))]
@@ -49,11 +45,7 @@ impl Override {
         if path.is_empty() || path.split('.').any(str::is_empty) {
             return Err(ConfigError::Override(format!("{origin}: bad key {path:?}")));
         }
-        Ok(Override {
-            path: path.to_owned(),
-            value: parse_literal(raw.trim()),
-            origin: origin.to_owned(),
-        })
+        Ok(Override { path: path.to_owned(), value: parse_literal(raw.trim()), origin: origin.to_owned() })
     }
 
     /// The overrides in `MERIDIAN_SECTION__FIELD=value` variables. Only names with a double
@@ -86,9 +78,8 @@ impl Override {
                 table.insert(part.to_owned(), self.value.clone());
                 return Ok(());
             }
-            let entry = table
-                .entry(part.to_owned())
-                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            let entry =
+                table.entry(part.to_owned()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
             table = entry.as_table_mut().ok_or_else(|| {
                 ConfigError::Override(format!("{}: {} is not a table", self.origin, self.path))
             })?;
@@ -114,18 +105,10 @@ pub fn parse_config(text: &str, origin: &str, overrides: &[Override]) -> Result<
     for o in overrides {
         o.apply(&mut table)?;
     }
-    let origin = if overrides.is_empty() {
-        origin.to_owned()
-    } else {
-        format!("{origin} (with overrides)")
-    };
+    let origin = if overrides.is_empty() { origin.to_owned() } else { format!("{origin} (with overrides)") };
     serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
         let path = e.path().to_string();
-        ConfigError::Field {
-            origin,
-            path,
-            message: e.into_inner().message().to_owned(),
-        }
+        ConfigError::Field { origin, path, message: e.into_inner().message().to_owned() }
     })
 }
 
@@ -137,10 +120,8 @@ pub fn load_config(
 ) -> Result<(MeridianConfig, ModelRegistry), ConfigError> {
     let (text, origin) = match path {
         Some(p) => (
-            std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
-                path: p.display().to_string(),
-                source,
-            })?,
+            std::fs::read_to_string(p)
+                .map_err(|source| ConfigError::Read { path: p.display().to_string(), source })?,
             p.display().to_string(),
         ),
         None => (String::new(), "defaults".to_owned()),

@@ -125,10 +125,7 @@ pub struct TelemetryConfig {
 
 impl Default for TelemetryConfig {
     fn default() -> Self {
-        TelemetryConfig {
-            log_level: "info".into(),
-            log_format: LogFormat::Text,
-        }
+        TelemetryConfig { log_level: "info".into(), log_format: LogFormat::Text }
     }
 }
 

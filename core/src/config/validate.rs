@@ -23,10 +23,7 @@ struct Checker {
 
 impl Checker {
     fn fail(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        self.errors.push(FieldError {
-            path: path.into(),
-            message: message.into(),
-        });
+        self.errors.push(FieldError { path: path.into(), message: message.into() });
     }
 
     fn positive(&mut self, path: &str, value: f64) {

@@ -266,11 +266,8 @@ impl PhaseRouter {
                 self.harmony = Harmony::ChannelName;
             }
             MarkerKind::HarmonyMessage => {
-                let phase = if family.channel_is_think(&self.channel_name) {
-                    Phase::Think
-                } else {
-                    Phase::Output
-                };
+                let phase =
+                    if family.channel_is_think(&self.channel_name) { Phase::Think } else { Phase::Output };
                 self.harmony = Harmony::Message(phase);
                 self.set_phase(phase, ev);
             }

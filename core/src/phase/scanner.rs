@@ -59,13 +59,8 @@ enum Match {
 }
 
 impl MarkerSet {
-    pub fn new<'a>(
-        markers: impl IntoIterator<Item = (&'a str, MarkerKind)>,
-    ) -> Result<Self, MarkerError> {
-        let mut set = MarkerSet {
-            markers: Vec::new(),
-            first_byte: [false; 256],
-        };
+    pub fn new<'a>(markers: impl IntoIterator<Item = (&'a str, MarkerKind)>) -> Result<Self, MarkerError> {
+        let mut set = MarkerSet { markers: Vec::new(), first_byte: [false; 256] };
         for (text, kind) in markers {
             let bytes = text.as_bytes();
             if bytes.is_empty() {
@@ -78,7 +73,7 @@ impl MarkerSet {
             set.markers.push((bytes.into(), kind));
         }
         // Longest first, so a marker that extends another one wins.
-        set.markers.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        set.markers.sort_by_key(|m| std::cmp::Reverse(m.0.len()));
         Ok(set)
     }
 
@@ -222,8 +217,7 @@ mod tests {
     use super::*;
 
     fn think_set() -> MarkerSet {
-        MarkerSet::new([("<think>", MarkerKind::ThinkStart), ("</think>", MarkerKind::ThinkEnd)])
-            .unwrap()
+        MarkerSet::new([("<think>", MarkerKind::ThinkStart), ("</think>", MarkerKind::ThinkEnd)]).unwrap()
     }
 
     fn collect(set: &MarkerSet, pieces: &[&[u8]]) -> (Vec<u8>, Vec<(usize, MarkerKind)>) {

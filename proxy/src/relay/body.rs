@@ -124,7 +124,10 @@ impl Stream for RelayBody {
                 Poll::Ready(None) => {
                     if !this.held.is_empty() {
                         let upstream = this.in_flight.upstream().name.clone();
-                        let err = ProxyError::UpstreamFailed { upstream, reason: "the stream ended mid-line".into() };
+                        let err = ProxyError::UpstreamFailed {
+                            upstream,
+                            reason: "the stream ended mid-line".into(),
+                        };
                         return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
                     }
                     this.observer.complete();
@@ -135,7 +138,10 @@ impl Stream for RelayBody {
                     if this.idle.as_mut().poll(cx).is_ready() {
                         let upstream = this.in_flight.upstream().name.clone();
                         tracing::warn!(%upstream, "upstream stream went silent");
-                        let err = ProxyError::UpstreamTimeout { upstream, after_s: this.idle_timeout.as_secs_f64() };
+                        let err = ProxyError::UpstreamTimeout {
+                            upstream,
+                            after_s: this.idle_timeout.as_secs_f64(),
+                        };
                         return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
                     }
                     return Poll::Pending;

@@ -128,7 +128,10 @@ mod tests {
         let (c, _) = first(r#"{"choices":[{"index":1,"delta":{"reasoning_content":"x","content":null}}]}"#);
         assert_eq!((c[0].index, c[0].reasoning.as_deref(), c[0].content.as_deref()), (1, Some("x"), None));
         let (c, _) = first(r#"{"choices":[{"text":"<think>","token_ids":[5,6]}],"extra":{"k":[1]}}"#);
-        assert_eq!((c[0].content.as_deref(), c[0].token_ids.as_deref()), (Some("<think>"), Some(&[5u32, 6][..])));
+        assert_eq!(
+            (c[0].content.as_deref(), c[0].token_ids.as_deref()),
+            (Some("<think>"), Some(&[5u32, 6][..]))
+        );
         let (c, _) = first(r#"{"choices":[{"message":{"role":"assistant","reasoning":"r","content":"c"}}]}"#);
         assert_eq!((c[0].reasoning.as_deref(), c[0].content.as_deref()), (Some("r"), Some("c")));
     }
@@ -144,7 +147,9 @@ mod tests {
 
     #[test]
     fn reads_usage_and_tolerates_garbage() {
-        let (_, u) = first(r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":10,"completion_tokens_details":{"reasoning_tokens":7}}}"#);
+        let (_, u) = first(
+            r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":10,"completion_tokens_details":{"reasoning_tokens":7}}}"#,
+        );
         assert_eq!(u, Some(Some(Usage { completion_tokens: 10, reasoning_tokens: Some(7) })));
         assert_eq!(first("not json").1, None);
         assert_eq!(first("[1,2]").1, None);

@@ -51,11 +51,15 @@ pub async fn send_with_retries(
             headers.insert(axum::http::header::AUTHORIZATION, key.clone());
         }
         let url = format!("{}{}", upstream.base_url, req.path_and_query);
-        let send = state.client.request(req.method.clone(), url).headers(headers).body(req.body.clone()).send();
+        let send =
+            state.client.request(req.method.clone(), url).headers(headers).body(req.body.clone()).send();
         let last_attempt = attempt + 1 == cfg.max_attempts;
         match tokio::time::timeout(first_byte_timeout, send).await {
             Err(_) => {
-                return Err(ProxyError::UpstreamTimeout { upstream: upstream.name.clone(), after_s: cfg.first_byte_timeout_s });
+                return Err(ProxyError::UpstreamTimeout {
+                    upstream: upstream.name.clone(),
+                    after_s: cfg.first_byte_timeout_s,
+                });
             }
             Ok(Err(e)) => {
                 let reason = describe(&e);
@@ -67,7 +71,10 @@ pub async fn send_with_retries(
                 let status = resp.status();
                 tracing::warn!(upstream = %upstream.name, %status, attempt, "upstream refused; trying another");
                 upstream.record_failure(cfg.unhealthy_after, &state.metrics, status.as_str());
-                last_error = ProxyError::UpstreamFailed { upstream: upstream.name.clone(), reason: format!("answered {status}") };
+                last_error = ProxyError::UpstreamFailed {
+                    upstream: upstream.name.clone(),
+                    reason: format!("answered {status}"),
+                };
             }
             Ok(Ok(resp)) => {
                 upstream.record_success(&state.metrics);

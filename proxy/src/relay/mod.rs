@@ -11,5 +11,5 @@ mod sse;
 pub use body::RelayBody;
 pub use chunk::{ChoiceDelta, Usage, parse_payload};
 pub use forward::{UpstreamRequest, send_with_retries};
-pub use observer::RequestObserver;
+pub use observer::{RequestInfo, RequestObserver};
 pub use sse::SseDecoder;

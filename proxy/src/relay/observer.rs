@@ -15,14 +15,21 @@ use crate::telemetry::{Metrics, RequestTimings};
 /// whatever an upstream sends.
 const MAX_TRACKED_CHOICES: usize = 16;
 
+/// Who a request is: fixed when it is sent upstream.
+#[derive(Debug, Clone)]
+pub struct RequestInfo {
+    pub route: &'static str,
+    pub family: Option<Arc<ModelFamily>>,
+    /// Overrides the family's starting phase (a request that turned thinking off).
+    pub initial_phase: Option<Phase>,
+    pub request_id: String,
+    pub upstream: String,
+    pub started: Instant,
+}
+
 pub struct RequestObserver {
     metrics: Arc<Metrics>,
-    route: &'static str,
-    family: Option<Arc<ModelFamily>>,
-    initial_phase: Option<Phase>,
-    request_id: String,
-    upstream: String,
-    started: Instant,
+    info: RequestInfo,
     routers: Vec<PhaseRouter>,
     first_token: Option<Instant>,
     think_end: Option<Instant>,
@@ -34,27 +41,13 @@ pub struct RequestObserver {
 }
 
 impl RequestObserver {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        metrics: Arc<Metrics>,
-        route: &'static str,
-        family: Option<Arc<ModelFamily>>,
-        initial_phase: Option<Phase>,
-        request_id: String,
-        upstream: String,
-        started: Instant,
-        streaming: bool,
-    ) -> Self {
+    /// Starts observing; `streaming` requests are counted in the open-stream gauges.
+    pub fn new(metrics: Arc<Metrics>, info: RequestInfo, streaming: bool) -> Self {
         let open_as = streaming.then_some(Phase::Pending);
         metrics.move_stream(None, open_as);
         RequestObserver {
             metrics,
-            route,
-            family,
-            initial_phase,
-            request_id,
-            upstream,
-            started,
+            info,
             routers: Vec::new(),
             first_token: None,
             think_end: None,
@@ -83,8 +76,8 @@ impl RequestObserver {
             return;
         }
         while self.routers.len() <= c.index {
-            let mut r = PhaseRouter::new(self.family.clone());
-            if let Some(p) = self.initial_phase {
+            let mut r = PhaseRouter::new(self.info.family.clone());
+            if let Some(p) = self.info.initial_phase {
                 r = r.with_initial_phase(p);
             }
             self.routers.push(r);
@@ -177,7 +170,7 @@ impl RequestObserver {
 impl Drop for RequestObserver {
     fn drop(&mut self) {
         self.metrics.move_stream(self.open_as, None);
-        let since = |t: Option<Instant>| t.map(|t| t.duration_since(self.started));
+        let since = |t: Option<Instant>| t.map(|t| t.duration_since(self.info.started));
         let (think_tokens, output_tokens) = self.token_counts();
         let gap = match (self.think_end, self.first_output) {
             (Some(end), Some(out)) => Some(out.saturating_duration_since(end)),
@@ -187,17 +180,17 @@ impl Drop for RequestObserver {
             time_to_first_token: since(self.first_token),
             time_to_first_output: since(self.first_output),
             think_to_output_gap: gap,
-            end_to_end: self.started.elapsed(),
+            end_to_end: self.info.started.elapsed(),
             think_tokens,
             output_tokens,
         };
-        let family = self.family.as_ref().map_or("unknown", |f| f.name());
+        let family = self.info.family.as_ref().map_or("unknown", |f| f.name());
         self.metrics.record_timings(family, &timings);
-        self.metrics.count_request(self.route, self.outcome);
+        self.metrics.count_request(self.info.route, self.outcome);
         tracing::info!(
-            request_id = %self.request_id,
-            upstream = %self.upstream,
-            route = self.route,
+            request_id = %self.info.request_id,
+            upstream = %self.info.upstream,
+            route = self.info.route,
             family,
             outcome = self.outcome,
             ttft_ms = timings.time_to_first_token.map(|d| d.as_secs_f64() * 1e3),

@@ -14,10 +14,8 @@ use crate::error::ProxyError;
 /// Reads the whole body, refusing more than `limit` bytes (early, from Content-Length,
 /// when the client declared it).
 pub async fn read_body(body: Body, headers: &HeaderMap, limit: u64) -> Result<Bytes, ProxyError> {
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit) {
         return Err(ProxyError::PayloadTooLarge { limit });
     }
@@ -81,19 +79,16 @@ impl<'a> GenerationRequest<'a> {
             };
             ProxyError::bad_request(message, None, "invalid_json")
         })?;
-        let raw = view
-            .model
-            .ok_or_else(|| ProxyError::bad_request("you must provide a model parameter", Some("model"), "missing_model"))?;
+        let raw = view.model.ok_or_else(|| {
+            ProxyError::bad_request("you must provide a model parameter", Some("model"), "missing_model")
+        })?;
         let model: Cow<'a, str> = serde_json::from_str(raw.get())
             .map_err(|_| ProxyError::bad_request("model must be a string", Some("model"), "invalid_model"))?;
         if model.is_empty() {
             return Err(ProxyError::bad_request("model must not be empty", Some("model"), "invalid_model"));
         }
         let thinking_off = view.chat_template_kwargs.and_then(|k| k.enable_thinking) == Some(false);
-        Ok(GenerationRequest {
-            model,
-            initial_phase: thinking_off.then_some(Phase::Output),
-        })
+        Ok(GenerationRequest { model, initial_phase: thinking_off.then_some(Phase::Output) })
     }
 }
 
@@ -120,7 +115,10 @@ mod tests {
 
     #[test]
     fn reads_model_stream_and_thinking_switch() {
-        let r = GenerationRequest::parse(br#"{"model":"a\"b","stream":true,"x":{"y":1},"chat_template_kwargs":{"enable_thinking":false}}"#).unwrap();
+        let r = GenerationRequest::parse(
+            br#"{"model":"a\"b","stream":true,"x":{"y":1},"chat_template_kwargs":{"enable_thinking":false}}"#,
+        )
+        .unwrap();
         assert_eq!(r.model, "a\"b");
         assert_eq!(r.initial_phase, Some(Phase::Output));
     }

@@ -12,7 +12,7 @@ use futures::StreamExt;
 use super::body::{GenerationRequest, read_body};
 use crate::error::ProxyError;
 use crate::headers::{client_response_headers, upstream_request_headers};
-use crate::relay::{RelayBody, RequestObserver, UpstreamRequest, send_with_retries};
+use crate::relay::{RelayBody, RequestInfo, RequestObserver, UpstreamRequest, send_with_retries};
 use crate::request_id::{REQUEST_ID, request_id};
 use crate::state::AppState;
 
@@ -70,28 +70,36 @@ async fn relay_generation(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
-    let id_text = String::from_utf8_lossy(id.as_bytes()).into_owned();
     let upstream_name = in_flight.upstream().name.clone();
     let metrics = state.metrics.clone();
+    let info = RequestInfo {
+        route,
+        family,
+        initial_phase,
+        request_id: String::from_utf8_lossy(id.as_bytes()).into_owned(),
+        upstream: upstream_name.clone(),
+        started,
+    };
 
     if status.is_success() && is_sse {
         // The relay may append an error event, so the upstream's length cannot stand.
         headers.remove(header::CONTENT_LENGTH);
-        let observer =
-            RequestObserver::new(metrics.clone(), route, family, initial_phase, id_text, upstream_name, started, true);
+        let observer = RequestObserver::new(metrics.clone(), info, true);
         let idle = Duration::from_secs_f64(state.config.upstream.idle_timeout_s);
         let relay = RelayBody::new(resp.bytes_stream().boxed(), idle, observer, metrics, in_flight);
         return Ok(build(status, headers, Body::from_stream(relay)));
     }
 
     // Non-streaming answers and upstream errors arrive whole; read them once, then look.
-    let mut observer =
-        RequestObserver::new(metrics, route, family, initial_phase, id_text, upstream_name.clone(), started, false);
+    let mut observer = RequestObserver::new(metrics, info, false);
     let timeout = Duration::from_secs_f64(state.config.upstream.first_byte_timeout_s);
     let bytes = match tokio::time::timeout(timeout, resp.bytes()).await {
         Err(_) => {
             observer.fail("upstream_timeout");
-            return Err(ProxyError::UpstreamTimeout { upstream: upstream_name, after_s: timeout.as_secs_f64() });
+            return Err(ProxyError::UpstreamTimeout {
+                upstream: upstream_name,
+                after_s: timeout.as_secs_f64(),
+            });
         }
         Ok(Err(e)) => {
             observer.fail("upstream_error");

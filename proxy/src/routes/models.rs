@@ -50,7 +50,10 @@ pub async fn list_models(State(state): State<Arc<AppState>>, headers: HeaderMap)
     }
     if answered == 0 {
         state.metrics.count_request("models", "upstream_error");
-        let err = ProxyError::UpstreamFailed { upstream: "all".into(), reason: "no upstream listed its models".into() };
+        let err = ProxyError::UpstreamFailed {
+            upstream: "all".into(),
+            reason: "no upstream listed its models".into(),
+        };
         return err.into_response_with_id(&id);
     }
     state.metrics.count_request("models", "ok");

@@ -31,7 +31,10 @@ pub async fn passthrough(State(state): State<Arc<AppState>>, req: Request) -> Re
             UpstreamRequest {
                 method: parts.method.clone(),
                 path_and_query,
-                headers: upstream_request_headers(&parts.headers, state.config.upstream.forward_authorization),
+                headers: upstream_request_headers(
+                    &parts.headers,
+                    state.config.upstream.forward_authorization,
+                ),
                 body,
                 request_id: &id,
             },
@@ -51,7 +54,9 @@ pub async fn passthrough(State(state): State<Arc<AppState>>, req: Request) -> Re
         let mut out = Response::new(Body::from_stream(stream));
         *out.status_mut() = status;
         *out.headers_mut() = headers;
-        state.metrics.count_request("passthrough", if status.is_success() { "ok" } else { "upstream_status" });
+        state
+            .metrics
+            .count_request("passthrough", if status.is_success() { "ok" } else { "upstream_status" });
         Ok(out)
     }
     .await;

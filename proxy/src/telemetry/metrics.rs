@@ -83,8 +83,10 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::default();
         let requests = Family::<RequestLabels, Counter>::default();
-        let lat = || HistogramFamily::<FamilyLabels>::new_with_constructor(latency_histogram as fn() -> Histogram);
-        let tok = || HistogramFamily::<FamilyLabels>::new_with_constructor(token_histogram as fn() -> Histogram);
+        let lat =
+            || HistogramFamily::<FamilyLabels>::new_with_constructor(latency_histogram as fn() -> Histogram);
+        let tok =
+            || HistogramFamily::<FamilyLabels>::new_with_constructor(token_histogram as fn() -> Histogram);
         let (ttft, ttfo, ttot, e2e) = (lat(), lat(), lat(), lat());
         let (think_tokens, output_tokens) = (tok(), tok());
         let open_streams = Family::<PhaseLabels, Gauge>::default();
@@ -110,13 +112,41 @@ impl Metrics {
             ttot.clone(),
         );
         registry.register("meridian_request_duration_seconds", "Request start to the last byte", e2e.clone());
-        registry.register("meridian_think_tokens", "Reasoning tokens per request (usage when reported)", think_tokens.clone());
-        registry.register("meridian_output_tokens", "Visible output tokens per request (usage when reported)", output_tokens.clone());
-        registry.register("meridian_open_streams", "Streams being relayed, by current phase", open_streams.clone());
-        registry.register("meridian_upstream_in_flight", "Requests in flight per upstream", upstream_in_flight.clone());
-        registry.register("meridian_upstream_healthy", "1 when the upstream is in rotation", upstream_healthy.clone());
-        registry.register("meridian_upstream_retries", "Attempts moved to another upstream before the first byte", upstream_retries.clone());
-        registry.register("meridian_relayed_chunks", "Upstream body chunks relayed to clients", relayed_chunks.clone());
+        registry.register(
+            "meridian_think_tokens",
+            "Reasoning tokens per request (usage when reported)",
+            think_tokens.clone(),
+        );
+        registry.register(
+            "meridian_output_tokens",
+            "Visible output tokens per request (usage when reported)",
+            output_tokens.clone(),
+        );
+        registry.register(
+            "meridian_open_streams",
+            "Streams being relayed, by current phase",
+            open_streams.clone(),
+        );
+        registry.register(
+            "meridian_upstream_in_flight",
+            "Requests in flight per upstream",
+            upstream_in_flight.clone(),
+        );
+        registry.register(
+            "meridian_upstream_healthy",
+            "1 when the upstream is in rotation",
+            upstream_healthy.clone(),
+        );
+        registry.register(
+            "meridian_upstream_retries",
+            "Attempts moved to another upstream before the first byte",
+            upstream_retries.clone(),
+        );
+        registry.register(
+            "meridian_relayed_chunks",
+            "Upstream body chunks relayed to clients",
+            relayed_chunks.clone(),
+        );
 
         Metrics {
             registry,

@@ -85,7 +85,13 @@ impl Rig {
         self.generate("/v1/chat/completions", model, fixture, headers)
     }
 
-    pub fn generate(&self, path: &str, model: &str, fixture: &str, headers: &[(&str, &str)]) -> reqwest::RequestBuilder {
+    pub fn generate(
+        &self,
+        path: &str,
+        model: &str,
+        fixture: &str,
+        headers: &[(&str, &str)],
+    ) -> reqwest::RequestBuilder {
         let body = serde_json::json!({
             "model": model,
             "messages": [{"role": "user", "content": "What is two plus two?"}],

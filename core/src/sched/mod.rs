@@ -1,0 +1,47 @@
+//! Scheduling policy: the decisions a continuous-batching engine makes each step, as a
+//! plain trait apart from any engine. The engine twin calls it every simulated step; the
+//! in-engine vLLM hook will call the same implementations from vLLM's scheduler, so
+//! experiments on the twin exercise the code that runs in production.
+//!
+//! The engine owns the mechanics (token budget, KV blocks, chunked prefill); a policy only
+//! orders requests and picks preemption victims, from a read-only view of each request.
+
+mod fcfs;
+
+pub use fcfs::Fcfs;
+
+use crate::Phase;
+
+/// What a policy may know about a request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestView {
+    /// Engine-assigned sequence number; lower arrived earlier.
+    pub seq: u64,
+    /// Arrival time in seconds on the engine's clock.
+    pub arrival_s: f64,
+    /// vLLM-style priority: lower runs first.
+    pub priority: i32,
+    pub phase: Phase,
+    /// Prompt tokens still to prefill (0 once decoding).
+    pub prefill_remaining: u32,
+    pub think_tokens: u32,
+    pub output_tokens: u32,
+    /// Engine time when the request last left the think phase, if it did.
+    pub think_ended_s: Option<f64>,
+}
+
+/// The per-step decisions of a continuous-batching scheduler.
+pub trait SchedulingPolicy: Send {
+    /// Short name for reports and metric labels.
+    fn name(&self) -> &str;
+
+    /// Reorders the running requests: earlier ones get the step's token budget first,
+    /// and the engine's stock victim is the last one.
+    fn order_running(&mut self, running: &mut Vec<RequestView>, now_s: f64);
+
+    /// Reorders the waiting queue: earlier ones are admitted first.
+    fn order_waiting(&mut self, waiting: &mut Vec<RequestView>, now_s: f64);
+
+    /// Index into `running` of the request to preempt when KV blocks run out.
+    fn pick_victim(&mut self, running: &[RequestView], now_s: f64) -> usize;
+}

@@ -1,0 +1,360 @@
+//! The step loop: a discrete-time model of vLLM's V1 scheduler.
+//!
+//! Each step, running requests (in the policy's order) take their next tokens from the
+//! step's token budget — one for a decoding request, a chunk of the prompt for a
+//! prefilling one — and grow their KV blocks. When blocks run out, a victim (the policy's
+//! choice; stock: the last running request) is preempted with recompute: its blocks are
+//! freed and it returns to the front of the waiting queue with nothing computed. Waiting
+//! requests are admitted only in steps without preemption, while budget, sequence slots
+//! and blocks last. The step's duration comes from the cost model; a request whose KV
+//! catches up with its tokens samples one token at the end of the step.
+
+mod request;
+
+use std::collections::{HashMap, VecDeque};
+
+use meridian_core::Phase;
+use meridian_core::sched::SchedulingPolicy;
+
+pub use request::NewRequest;
+use request::{SimRequest, State};
+
+use crate::cost::{CostModel, Profile};
+use crate::kv::BlockPool;
+
+/// Engine limits and costs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EngineConfig {
+    pub cost: CostModel,
+    pub kv_blocks: u32,
+    pub block_size: u32,
+    pub max_num_seqs: u32,
+    pub max_num_batched_tokens: u32,
+}
+
+impl From<&Profile> for EngineConfig {
+    fn from(p: &Profile) -> Self {
+        EngineConfig {
+            cost: p.cost(),
+            kv_blocks: p.kv_blocks,
+            block_size: p.block_size,
+            max_num_seqs: p.max_num_seqs,
+            max_num_batched_tokens: p.max_num_batched_tokens,
+        }
+    }
+}
+
+/// One sampled token.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Token {
+    pub seq: u64,
+    /// 0-based position in the generation.
+    pub index: u32,
+    pub phase: Phase,
+    /// Engine time at the end of the step that produced it.
+    pub at_s: f64,
+    /// This token ends the generation.
+    pub last: bool,
+}
+
+/// What one step did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepReport {
+    pub started_s: f64,
+    pub duration_s: f64,
+    /// (seq, tokens computed this step) in schedule order.
+    pub scheduled: Vec<(u64, u32)>,
+    pub tokens: Vec<Token>,
+    pub preempted: Vec<u64>,
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    #[error("prompt of {prompt} tokens plus {generated} generated cannot fit in {blocks} KV blocks of {block_size}")]
+    TooLong { prompt: u32, generated: u32, blocks: u32, block_size: u32 },
+    #[error("a request must generate at least one token")]
+    Empty,
+}
+
+pub struct Engine {
+    config: EngineConfig,
+    policy: Box<dyn SchedulingPolicy>,
+    clock_s: f64,
+    next_seq: u64,
+    requests: HashMap<u64, SimRequest>,
+    running: Vec<u64>,
+    waiting: VecDeque<u64>,
+    pool: BlockPool,
+    preemptions: u64,
+    steps: u64,
+}
+
+impl Engine {
+    pub fn new(config: EngineConfig, policy: Box<dyn SchedulingPolicy>) -> Self {
+        Engine {
+            config,
+            policy,
+            clock_s: 0.0,
+            next_seq: 0,
+            requests: HashMap::new(),
+            running: Vec::new(),
+            waiting: VecDeque::new(),
+            pool: BlockPool::new(config.kv_blocks, config.block_size),
+            preemptions: 0,
+            steps: 0,
+        }
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    pub fn policy_name(&self) -> &str {
+        self.policy.name()
+    }
+
+    /// Engine time in seconds.
+    pub fn now(&self) -> f64 {
+        self.clock_s
+    }
+
+    /// Moves the clock forward while idle (arrivals in virtual time).
+    pub fn advance_to(&mut self, t_s: f64) {
+        if t_s > self.clock_s {
+            self.clock_s = t_s;
+        }
+    }
+
+    pub fn num_running(&self) -> usize {
+        self.running.len()
+    }
+
+    pub fn num_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    pub fn kv_usage(&self) -> f64 {
+        self.pool.usage()
+    }
+
+    pub fn preemptions(&self) -> u64 {
+        self.preemptions
+    }
+
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    pub fn has_work(&self) -> bool {
+        !self.running.is_empty() || !self.waiting.is_empty()
+    }
+
+    /// The caller's id of a request.
+    pub fn id_of(&self, seq: u64) -> Option<&str> {
+        self.requests.get(&seq).map(|r| r.id.as_str())
+    }
+
+    /// Queues a request; it arrives now.
+    pub fn submit(&mut self, req: NewRequest) -> Result<u64, SubmitError> {
+        let think_len = req.think_budget.map_or(req.think_tokens, |b| req.think_tokens.min(b));
+        if think_len + req.answer_tokens == 0 {
+            return Err(SubmitError::Empty);
+        }
+        let longest = req.prompt_tokens + think_len + req.answer_tokens;
+        if self.pool.blocks_for(longest) > self.pool.capacity() {
+            return Err(SubmitError::TooLong {
+                prompt: req.prompt_tokens,
+                generated: think_len + req.answer_tokens,
+                blocks: self.pool.capacity(),
+                block_size: self.pool.block_size(),
+            });
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.requests.insert(
+            seq,
+            SimRequest {
+                seq,
+                id: req.id,
+                arrival_s: self.clock_s,
+                priority: req.priority,
+                prompt: req.prompt_tokens,
+                think_len,
+                answer_len: req.answer_tokens,
+                generated: 0,
+                computed: 0,
+                blocks: 0,
+                state: State::Waiting,
+                think_ended_s: None,
+            },
+        );
+        self.waiting.push_back(seq);
+        Ok(seq)
+    }
+
+    /// Drops a request (its client went away); frees its blocks.
+    pub fn abort(&mut self, seq: u64) -> bool {
+        let Some(r) = self.requests.remove(&seq) else { return false };
+        self.pool.give_back(r.blocks);
+        match r.state {
+            State::Running => self.running.retain(|s| *s != seq),
+            State::Waiting => self.waiting.retain(|s| *s != seq),
+        }
+        true
+    }
+
+    /// Ends thinking now: the next token is the first answer token ("end thinking now"
+    /// from the proxy, or an entropy-gated exit). No effect once answering.
+    pub fn end_thinking(&mut self, seq: u64) -> bool {
+        match self.requests.get_mut(&seq) {
+            Some(r) if r.generated < r.think_len => {
+                r.think_len = r.generated;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Runs one step. `None` when there is nothing to do.
+    pub fn step(&mut self) -> Option<StepReport> {
+        if !self.has_work() {
+            return None;
+        }
+        let now = self.clock_s;
+        let mut budget = self.config.max_num_batched_tokens;
+        let mut report = StepReport { started_s: now, ..StepReport::default() };
+
+        self.order_running(now);
+        let mut i = 0;
+        while i < self.running.len() && budget > 0 {
+            let seq = self.running[i];
+            let r = &self.requests[&seq];
+            let n_new = (r.tokens_needed() - r.computed).min(budget);
+            if self.grow_or_preempt(i, n_new, now, &mut report) {
+                report.scheduled.push((seq, n_new));
+                budget -= n_new;
+                i += 1;
+            }
+        }
+        if report.preempted.is_empty() {
+            self.admit_waiting(&mut budget, now, &mut report);
+        }
+        if report.scheduled.is_empty() {
+            // Everything waiting needs more blocks than are free and nothing runs to free
+            // them: cannot happen, since submit() refuses requests larger than the cache.
+            return None;
+        }
+        self.finish_step(report)
+    }
+
+    fn order_running(&mut self, now: f64) {
+        let mut views: Vec<_> = self.running.iter().map(|s| self.requests[s].view()).collect();
+        self.policy.order_running(&mut views, now);
+        self.running = views.into_iter().map(|v| v.seq).collect();
+    }
+
+    /// Makes room for `n_new` more tokens of `running[i]`, preempting as needed. False
+    /// when `running[i]` itself was preempted (the caller must not advance `i`).
+    fn grow_or_preempt(&mut self, i: usize, n_new: u32, now: f64, report: &mut StepReport) -> bool {
+        let seq = self.running[i];
+        loop {
+            let r = &self.requests[&seq];
+            let need = self.pool.blocks_for(r.computed + n_new).saturating_sub(r.blocks);
+            if self.pool.try_take(need) {
+                if let Some(r) = self.requests.get_mut(&seq) {
+                    r.blocks += need;
+                }
+                return true;
+            }
+            // Victims come from the requests not yet scheduled this step, this one included.
+            let candidates: Vec<_> = self.running[i..].iter().map(|s| self.requests[s].view()).collect();
+            let v = self.policy.pick_victim(&candidates, now).min(candidates.len() - 1);
+            let victim = self.running.remove(i + v);
+            self.preempt(victim);
+            report.preempted.push(victim);
+            if victim == seq {
+                return false;
+            }
+        }
+    }
+
+    fn preempt(&mut self, seq: u64) {
+        if let Some(r) = self.requests.get_mut(&seq) {
+            self.pool.give_back(r.blocks);
+            r.blocks = 0;
+            r.computed = 0;
+            r.state = State::Waiting;
+        }
+        self.waiting.push_front(seq);
+        self.preemptions += 1;
+    }
+
+    fn admit_waiting(&mut self, budget: &mut u32, now: f64, report: &mut StepReport) {
+        let mut views: Vec<_> = self.waiting.iter().map(|s| self.requests[s].view()).collect();
+        self.policy.order_waiting(&mut views, now);
+        self.waiting = views.into_iter().map(|v| v.seq).collect();
+        while let Some(&seq) = self.waiting.front() {
+            if *budget == 0 || self.running.len() >= self.config.max_num_seqs as usize {
+                break;
+            }
+            let r = &self.requests[&seq];
+            let n_new = (r.tokens_needed() - r.computed).min(*budget);
+            let need = self.pool.blocks_for(r.computed + n_new).saturating_sub(r.blocks);
+            if !self.pool.try_take(need) {
+                break;
+            }
+            self.waiting.pop_front();
+            if let Some(r) = self.requests.get_mut(&seq) {
+                r.blocks += need;
+                r.state = State::Running;
+            }
+            self.running.push(seq);
+            report.scheduled.push((seq, n_new));
+            *budget -= n_new;
+        }
+    }
+
+    fn finish_step(&mut self, mut report: StepReport) -> Option<StepReport> {
+        let tokens: u64 = report.scheduled.iter().map(|(_, n)| u64::from(*n)).sum();
+        let decode_context: u64 = report
+            .scheduled
+            .iter()
+            .filter_map(|(seq, n)| {
+                let r = &self.requests[seq];
+                (*n == 1 && r.computed >= r.prompt).then_some(u64::from(r.computed) + 1)
+            })
+            .sum();
+        let duration = self.config.cost.step_seconds(tokens, decode_context);
+        self.clock_s += duration;
+        self.steps += 1;
+        report.duration_s = duration;
+        let end = self.clock_s;
+        let mut finished = Vec::new();
+        for &(seq, n) in &report.scheduled {
+            let Some(r) = self.requests.get_mut(&seq) else { continue };
+            r.computed += n;
+            if r.computed < r.tokens_needed() {
+                continue; // a prefill chunk that did not reach the end of the prompt
+            }
+            let index = r.generated;
+            let phase = if index < r.think_len { Phase::Think } else { Phase::Output };
+            r.generated += 1;
+            if r.generated == r.think_len {
+                r.think_ended_s = Some(end);
+            }
+            let last = r.generated >= r.target();
+            report.tokens.push(Token { seq, index, phase, at_s: end, last });
+            if last {
+                finished.push(seq);
+            }
+        }
+        for seq in finished {
+            if let Some(r) = self.requests.remove(&seq) {
+                self.pool.give_back(r.blocks);
+            }
+            self.running.retain(|s| *s != seq);
+        }
+        Some(report)
+    }
+}

@@ -1,0 +1,76 @@
+use meridian_core::Phase;
+use meridian_core::sched::RequestView;
+
+/// A request as the caller submits it. Lengths are in tokens; the think and answer
+/// lengths are what the model "would" generate, usually drawn from a workload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRequest {
+    pub id: String,
+    pub prompt_tokens: u32,
+    pub think_tokens: u32,
+    pub answer_tokens: u32,
+    /// vLLM-style priority: lower runs first (used by priority-aware policies).
+    pub priority: i32,
+    /// `thinking_token_budget`: thinking is cut (the end marker forced) at this many tokens.
+    pub think_budget: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    Waiting,
+    Running,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct SimRequest {
+    pub seq: u64,
+    pub id: String,
+    pub arrival_s: f64,
+    pub priority: i32,
+    pub prompt: u32,
+    /// Think tokens this generation will have (budget applied).
+    pub think_len: u32,
+    pub answer_len: u32,
+    /// Tokens sampled so far (think + answer).
+    pub generated: u32,
+    /// Tokens whose KV is computed (prompt and generated).
+    pub computed: u32,
+    pub blocks: u32,
+    pub state: State,
+    pub think_ended_s: Option<f64>,
+}
+
+impl SimRequest {
+    /// Tokens that need KV before the next token can be sampled.
+    pub fn tokens_needed(&self) -> u32 {
+        self.prompt + self.generated
+    }
+
+    pub fn target(&self) -> u32 {
+        self.think_len + self.answer_len
+    }
+
+    /// The phase of the next token this request will produce.
+    pub fn phase(&self) -> Phase {
+        if self.computed < self.prompt && self.generated == 0 {
+            Phase::Pending
+        } else if self.generated < self.think_len {
+            Phase::Think
+        } else {
+            Phase::Output
+        }
+    }
+
+    pub fn view(&self) -> RequestView {
+        RequestView {
+            seq: self.seq,
+            arrival_s: self.arrival_s,
+            priority: self.priority,
+            phase: self.phase(),
+            prefill_remaining: self.prompt.saturating_sub(self.computed),
+            think_tokens: self.generated.min(self.think_len),
+            output_tokens: self.generated.saturating_sub(self.think_len),
+            think_ended_s: self.think_ended_s,
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! The twin's step loop on cases small enough to work out by hand, and invariants on
+//! random workloads.
+
+use meridian_core::Phase;
+use meridian_core::sched::{Fcfs, RequestView, SchedulingPolicy};
+use meridian_sim::engine::SubmitError;
+use meridian_sim::{Engine, EngineConfig, NewRequest, profile};
+use proptest::prelude::*;
+
+fn tiny() -> EngineConfig {
+    EngineConfig::from(&profile("tiny-test").unwrap())
+}
+
+fn req(id: &str, prompt: u32, think: u32, answer: u32) -> NewRequest {
+    NewRequest {
+        id: id.into(),
+        prompt_tokens: prompt,
+        think_tokens: think,
+        answer_tokens: answer,
+        priority: 0,
+        think_budget: None,
+    }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+#[test]
+fn one_request_step_by_step() {
+    // tiny-test: 10 ms fixed, 1 ms per token, 0.1 ms per decode context token.
+    let mut e = Engine::new(tiny(), Box::new(Fcfs));
+    e.submit(req("a", 10, 2, 1)).unwrap();
+    let s1 = e.step().unwrap();
+    assert_eq!(s1.scheduled, vec![(0, 10)]);
+    assert!(close(s1.duration_s, 0.020), "prefill: 10 + 10 x 1 ms");
+    assert_eq!((s1.tokens[0].index, s1.tokens[0].phase), (0, Phase::Think));
+    let s2 = e.step().unwrap();
+    assert!(close(s2.duration_s, 0.0121), "decode at context 11: 10 + 1 + 1.1 ms");
+    assert_eq!(s2.tokens[0].phase, Phase::Think);
+    let s3 = e.step().unwrap();
+    assert!(close(s3.duration_s, 0.0122));
+    assert_eq!((s3.tokens[0].phase, s3.tokens[0].last), (Phase::Output, true));
+    assert!(close(e.now(), 0.0443));
+    assert!(e.step().is_none());
+    assert_eq!(e.kv_usage(), 0.0, "blocks returned");
+}
+
+#[test]
+fn long_prompts_are_prefilled_in_chunks_under_the_token_budget() {
+    let mut e = Engine::new(tiny(), Box::new(Fcfs));
+    e.submit(req("a", 40, 0, 1)).unwrap();
+    let s1 = e.step().unwrap();
+    assert_eq!(s1.scheduled, vec![(0, 32)]);
+    assert!(s1.tokens.is_empty(), "no token until the prompt is in");
+    assert!(close(s1.duration_s, 0.042));
+    let s2 = e.step().unwrap();
+    assert_eq!(s2.scheduled, vec![(0, 8)]);
+    assert_eq!(s2.tokens.len(), 1);
+}
+
+#[test]
+fn budget_is_shared_in_running_order_and_new_requests_wait() {
+    let mut e = Engine::new(tiny(), Box::new(Fcfs));
+    e.submit(req("a", 20, 5, 0)).unwrap();
+    e.submit(req("b", 20, 5, 0)).unwrap();
+    let s1 = e.step().unwrap();
+    // a takes 20 of 32; b gets the remaining 12 as its first chunk.
+    assert_eq!(s1.scheduled, vec![(0, 20), (1, 12)]);
+    let s2 = e.step().unwrap();
+    assert_eq!(s2.scheduled, vec![(0, 1), (1, 8)]);
+}
+
+fn tight() -> EngineConfig {
+    EngineConfig { kv_blocks: 6, block_size: 4, max_num_seqs: 8, max_num_batched_tokens: 32, ..tiny() }
+}
+
+#[test]
+fn stock_victim_is_the_last_running_request_and_it_recomputes() {
+    let mut e = Engine::new(tight(), Box::new(Fcfs));
+    e.submit(req("a", 8, 8, 0)).unwrap();
+    e.submit(req("b", 8, 8, 0)).unwrap();
+    let mut tokens: Vec<Vec<u32>> = vec![vec![], vec![]];
+    let mut preempted = Vec::new();
+    while let Some(s) = e.step() {
+        preempted.extend(s.preempted.iter().copied());
+        for t in &s.tokens {
+            tokens[t.seq as usize].push(t.index);
+        }
+    }
+    // Both hold 3 blocks after their 9th token; a needs a 4th at 13 tokens: b goes.
+    assert_eq!(preempted[0], 1, "b, the last admitted, is the victim");
+    assert!(!preempted.contains(&0), "a is never preempted");
+    assert_eq!(tokens[0], (0..8).collect::<Vec<_>>());
+    assert_eq!(tokens[1], (0..8).collect::<Vec<_>>(), "b resumes where it was, no token twice");
+    assert_eq!(e.preemptions(), preempted.len() as u64);
+    assert_eq!(e.kv_usage(), 0.0);
+}
+
+/// A policy that protects the last request and gives up the first.
+struct FirstIsVictim;
+
+impl SchedulingPolicy for FirstIsVictim {
+    fn name(&self) -> &str {
+        "first-is-victim"
+    }
+    fn order_running(&mut self, _: &mut Vec<RequestView>, _: f64) {}
+    fn order_waiting(&mut self, _: &mut Vec<RequestView>, _: f64) {}
+    fn pick_victim(&mut self, _: &[RequestView], _: f64) -> usize {
+        0
+    }
+}
+
+#[test]
+fn the_policy_picks_the_victim() {
+    let mut e = Engine::new(tight(), Box::new(FirstIsVictim));
+    e.submit(req("a", 8, 8, 0)).unwrap();
+    e.submit(req("b", 8, 8, 0)).unwrap();
+    let mut preempted = Vec::new();
+    while let Some(s) = e.step() {
+        preempted.extend(s.preempted.iter().copied());
+    }
+    assert_eq!(preempted[0], 0, "the policy gave up a, which was growing");
+    assert_eq!(e.policy_name(), "first-is-victim");
+}
+
+#[test]
+fn ending_thinking_early_switches_the_next_token_to_output() {
+    let mut e = Engine::new(tiny(), Box::new(Fcfs));
+    let seq = e.submit(req("a", 4, 100, 2)).unwrap();
+    let mut phases = Vec::new();
+    for _ in 0..3 {
+        phases.extend(e.step().unwrap().tokens.iter().map(|t| t.phase));
+    }
+    assert!(e.end_thinking(seq));
+    while let Some(s) = e.step() {
+        phases.extend(s.tokens.iter().map(|t| t.phase));
+    }
+    assert_eq!(phases, vec![Phase::Think, Phase::Think, Phase::Think, Phase::Output, Phase::Output]);
+    assert!(!e.end_thinking(seq), "finished requests are gone");
+}
+
+#[test]
+fn think_budget_caps_reasoning() {
+    let mut e = Engine::new(tiny(), Box::new(Fcfs));
+    e.submit(NewRequest { think_budget: Some(3), ..req("a", 4, 50, 2) }).unwrap();
+    let mut phases = Vec::new();
+    while let Some(s) = e.step() {
+        phases.extend(s.tokens.iter().map(|t| t.phase));
+    }
+    assert_eq!(phases.iter().filter(|p| **p == Phase::Think).count(), 3);
+    assert_eq!(phases.len(), 5);
+}
+
+#[test]
+fn requests_larger_than_the_cache_are_refused_and_aborts_free_blocks() {
+    let mut e = Engine::new(tight(), Box::new(Fcfs));
+    assert!(matches!(e.submit(req("x", 20, 10, 0)), Err(SubmitError::TooLong { .. })));
+    assert_eq!(e.submit(req("x", 1, 0, 0)), Err(SubmitError::Empty));
+    let seq = e.submit(req("a", 8, 8, 0)).unwrap();
+    e.step().unwrap();
+    assert!(e.kv_usage() > 0.0);
+    assert!(e.abort(seq));
+    assert_eq!(e.kv_usage(), 0.0);
+    assert!(!e.has_work());
+}
+
+proptest! {
+    /// Whatever the mix: every request gets exactly its tokens, in order, once; no step
+    /// exceeds the token budget or the sequence limit; all blocks come back.
+    #[test]
+    fn random_workloads_keep_the_invariants(
+        reqs in proptest::collection::vec((1u32..40, 0u32..30, 0u32..20, 0u32..3), 1..20),
+        blocks in 20u32..80,
+    ) {
+        let cfg = EngineConfig { kv_blocks: blocks, max_num_seqs: 4, ..tiny() };
+        let mut e = Engine::new(cfg, Box::new(Fcfs));
+        let mut expected = std::collections::HashMap::new();
+        let mut pending: Vec<_> = reqs.iter().enumerate().collect();
+        let mut got: std::collections::HashMap<u64, Vec<(u32, Phase)>> = Default::default();
+        let mut last_clock = 0.0;
+        let mut guard = 0;
+        loop {
+            // Arrivals interleave with steps.
+            if let Some((i, (p, t, a, _))) = pending.pop() {
+                if let Ok(seq) = e.submit(req(&i.to_string(), *p, *t, (*a).max(u32::from(*t == 0)))) {
+                    expected.insert(seq, (*t, (*a).max(u32::from(*t == 0))));
+                }
+            }
+            match e.step() {
+                Some(s) => {
+                    let scheduled: u32 = s.scheduled.iter().map(|(_, n)| n).sum();
+                    prop_assert!(scheduled <= cfg.max_num_batched_tokens);
+                    prop_assert!(e.num_running() <= cfg.max_num_seqs as usize);
+                    prop_assert!(e.now() > last_clock);
+                    last_clock = e.now();
+                    for t in s.tokens {
+                        got.entry(t.seq).or_default().push((t.index, t.phase));
+                    }
+                }
+                None if pending.is_empty() => break,
+                None => {}
+            }
+            guard += 1;
+            prop_assert!(guard < 100_000, "no progress");
+        }
+        for (seq, (think, answer)) in expected {
+            let toks = &got[&seq];
+            prop_assert_eq!(toks.len() as u32, think + answer);
+            for (i, (index, phase)) in toks.iter().enumerate() {
+                prop_assert_eq!(*index, i as u32);
+                prop_assert_eq!(*phase, if (i as u32) < think { Phase::Think } else { Phase::Output });
+            }
+        }
+        prop_assert_eq!(e.kv_usage(), 0.0);
+    }
+}

@@ -41,12 +41,22 @@ async fn main() -> ExitCode {
 async fn serve(args: ConfigArgs) -> Result<(), String> {
     let (config, models) = load(&args)?;
     meridian_proxy::telemetry::init_logging(&config.telemetry)?;
-    if config.upstream.endpoints.is_empty() {
-        return Err("no upstream configured: pass --upstream http://HOST:PORT, set MERIDIAN_UPSTREAMS, \
-             or add [[upstream.endpoints]] to the config (the embedded engine twin is not built yet; \
-             scripts/run.sh starts the proxy in front of the replaying mock upstream)"
-            .into());
-    }
+    let mut config = config;
+    // No upstream: the embedded engine twin is one, for as long as the proxy runs.
+    let _twin = if config.upstream.endpoints.is_empty() {
+        let twin = start_twin(&config.twin).await?;
+        tracing::info!(url = %twin.url(), profile = %config.twin.profile, "no upstream configured; serving the engine twin");
+        println!(
+            "no upstream configured: using the embedded engine twin at {} ({})",
+            twin.url(),
+            config.twin.profile
+        );
+        config.upstream.endpoints =
+            vec![meridian_core::config::EndpointConfig { url: twin.url(), name: Some("twin".into()) }];
+        Some(twin)
+    } else {
+        None
+    };
     let listen = config.server.listen.clone();
     let state =
         AppState::new(config, models, std::sync::Arc::new(Metrics::new())).map_err(|e| e.to_string())?;
@@ -64,6 +74,23 @@ async fn serve(args: ConfigArgs) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+async fn start_twin(
+    cfg: &meridian_core::config::TwinConfig,
+) -> Result<meridian_sim::server::TwinServer, String> {
+    let profile = meridian_sim::profile(&cfg.profile).map_err(|e| format!("twin.profile: {e}"))?;
+    let opts = meridian_sim::server::TwinOptions {
+        listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        profile,
+        workload: meridian_sim::workload::WorkloadSpec::default(),
+        seed: cfg.seed,
+        speed: cfg.speed,
+        served_model: cfg.served_model.clone(),
+    };
+    meridian_sim::server::TwinServer::start(opts, Box::new(meridian_core::sched::Fcfs))
+        .await
+        .map_err(|e| format!("cannot start the engine twin: {e}"))
 }
 
 async fn shutdown_signal() {

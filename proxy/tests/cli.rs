@@ -87,8 +87,35 @@ fn bad_upstream_url_is_reported_by_index() {
 }
 
 #[test]
-fn serve_without_upstream_explains_what_to_do() {
-    let (code, _, err) = meridian(&["serve", "--listen", "127.0.0.1:0"], &[]);
-    assert_eq!(code, 2);
-    assert!(err.contains("no upstream configured"), "{err}");
+fn serve_without_upstream_runs_the_engine_twin() {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_meridian"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--set", "twin.speed=50", "--log-level", "warn"])
+        .current_dir(std::env::temp_dir())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut said_twin = false;
+    let url = loop {
+        let line = lines.next().expect("meridian exited").unwrap();
+        said_twin |= line.contains("embedded engine twin");
+        if let Some(rest) = line.split("listening on ").nth(1) {
+            break rest.trim().to_owned();
+        }
+    };
+    assert!(said_twin);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let text = rt.block_on(async {
+        let body = serde_json::json!({
+            "model": "Qwen/Qwen3-8B", "stream": true, "max_tokens": 40,
+            "messages": [{"role": "user", "content": "hi"}],
+        });
+        let c = reqwest::Client::builder().no_proxy().build().unwrap();
+        c.post(format!("{url}/v1/chat/completions")).json(&body).send().await.unwrap().text().await.unwrap()
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(text.contains("\"reasoning\""), "{text}");
+    assert!(text.ends_with("data: [DONE]\n\n"));
 }

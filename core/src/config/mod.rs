@@ -22,6 +22,7 @@ pub struct MeridianConfig {
     pub upstream: UpstreamConfig,
     pub models: ModelsConfig,
     pub telemetry: TelemetryConfig,
+    pub twin: TwinConfig,
 }
 
 /// The proxy's listener and request limits.
@@ -50,8 +51,8 @@ impl Default for ServerConfig {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct UpstreamConfig {
-    /// The servers. Empty means the embedded engine twin (once it exists); today the
-    /// proxy refuses to start without one.
+    /// The servers. Empty means the proxy starts the embedded engine twin (`[twin]`) and
+    /// uses it as its only upstream.
     pub endpoints: Vec<EndpointConfig>,
     /// Seconds to wait for a TCP connection.
     pub connect_timeout_s: f64,
@@ -135,4 +136,29 @@ pub enum LogFormat {
     #[default]
     Text,
     Json,
+}
+
+/// The embedded engine twin, used as the upstream when no endpoint is configured.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TwinConfig {
+    /// Cost-model profile (see loadtest/twin/profiles.toml).
+    pub profile: String,
+    /// Model name the twin serves.
+    pub served_model: String,
+    /// Simulated seconds per wall second (1 = real time).
+    pub speed: f64,
+    /// Seed of the synthetic workload (lengths, entropy).
+    pub seed: u64,
+}
+
+impl Default for TwinConfig {
+    fn default() -> Self {
+        TwinConfig {
+            profile: "h100-qwen3-8b".into(),
+            served_model: "Qwen/Qwen3-8B".into(),
+            speed: 1.0,
+            seed: 0,
+        }
+    }
 }

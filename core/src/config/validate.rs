@@ -95,6 +95,14 @@ impl MeridianConfig {
             }
         }
 
+        let tw = &self.twin;
+        if !(tw.speed.is_finite() && tw.speed > 0.0) {
+            c.fail("twin.speed", format!("must be a positive number; got {}", tw.speed));
+        }
+        if tw.served_model.trim().is_empty() {
+            c.fail("twin.served_model", "must not be empty");
+        }
+
         let t = &self.telemetry;
         if t.log_level.trim().is_empty() {
             c.fail("telemetry.log_level", "must not be empty");

@@ -44,7 +44,11 @@ pub struct Profile {
 
 impl Profile {
     pub fn cost(&self) -> CostModel {
-        CostModel { fixed_s: self.fixed_s, per_token_s: self.per_token_s, per_context_token_s: self.per_context_token_s }
+        CostModel {
+            fixed_s: self.fixed_s,
+            per_token_s: self.per_token_s,
+            per_context_token_s: self.per_context_token_s,
+        }
     }
 }
 

@@ -11,6 +11,8 @@
 pub mod cost;
 pub mod engine;
 pub mod kv;
+pub mod server;
+pub mod workload;
 
 pub use cost::{CostModel, Profile, profile};
 pub use engine::{Engine, EngineConfig, NewRequest, StepReport, Token};

@@ -71,7 +71,9 @@ pub struct StepReport {
 /// Why a request was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SubmitError {
-    #[error("prompt of {prompt} tokens plus {generated} generated cannot fit in {blocks} KV blocks of {block_size}")]
+    #[error(
+        "prompt of {prompt} tokens plus {generated} generated cannot fit in {blocks} KV blocks of {block_size}"
+    )]
     TooLong { prompt: u32, generated: u32, blocks: u32, block_size: u32 },
     #[error("a request must generate at least one token")]
     Empty,

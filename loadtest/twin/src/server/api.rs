@@ -1,0 +1,158 @@
+//! The OpenAI dialect the twin speaks, shaped like vLLM 0.3x with a reasoning parser:
+//! `delta.reasoning` for think tokens, `delta.content` for the answer, `usage` with
+//! `completion_tokens_details.reasoning_tokens`, optional `logprobs`.
+
+use serde_json::{Value, json};
+
+use crate::engine::Token;
+
+/// What the twin reads from a request body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TwinRequest {
+    pub chat: bool,
+    pub model: String,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub prompt_tokens: u32,
+    pub max_tokens: Option<u32>,
+    pub priority: i32,
+    pub think_budget: Option<u32>,
+    pub thinking: bool,
+    /// `top_logprobs` (chat) or `logprobs` (completions) count; `None` without logprobs.
+    pub logprobs: Option<u32>,
+}
+
+fn text_tokens(text: &str) -> u32 {
+    // ~4 characters per token, as for English BPE vocabularies.
+    (text.chars().count() as u32).div_ceil(4)
+}
+
+impl TwinRequest {
+    pub fn parse(body: &Value, chat: bool) -> Result<Self, String> {
+        let obj = body.as_object().ok_or("request body must be a JSON object")?;
+        let model = obj.get("model").and_then(Value::as_str).ok_or("model must be a string")?.to_owned();
+        let prompt_tokens = if chat {
+            let msgs = obj.get("messages").and_then(Value::as_array).ok_or("messages must be an array")?;
+            msgs.iter()
+                .map(|m| 4 + m.get("content").and_then(Value::as_str).map_or(0, text_tokens))
+                .sum::<u32>()
+                .max(1)
+        } else {
+            match obj.get("prompt") {
+                Some(Value::String(s)) => text_tokens(s).max(1),
+                Some(Value::Array(a)) => (a.len() as u32).max(1),
+                _ => return Err("prompt must be a string or a list of token ids".into()),
+            }
+        };
+        let uint = |k: &str| obj.get(k).and_then(Value::as_u64).map(|v| v.min(u64::from(u32::MAX)) as u32);
+        let logprobs = if chat {
+            match obj.get("logprobs").and_then(Value::as_bool) {
+                Some(true) => Some(uint("top_logprobs").unwrap_or(0)),
+                _ => None,
+            }
+        } else {
+            uint("logprobs")
+        };
+        Ok(TwinRequest {
+            chat,
+            model,
+            stream: obj.get("stream").and_then(Value::as_bool).unwrap_or(false),
+            include_usage: obj
+                .get("stream_options")
+                .and_then(|o| o.get("include_usage"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            prompt_tokens,
+            max_tokens: uint("max_completion_tokens").or_else(|| uint("max_tokens")),
+            priority: obj.get("priority").and_then(Value::as_i64).unwrap_or(0) as i32,
+            think_budget: uint("thinking_token_budget"),
+            thinking: obj
+                .get("chat_template_kwargs")
+                .and_then(|k| k.get("enable_thinking"))
+                .and_then(Value::as_bool)
+                .unwrap_or(true),
+            logprobs,
+        })
+    }
+}
+
+const THINK_WORDS: [&str; 16] = [
+    "Let", " me", " think", " about", " this", ".", " First", ",", " check", " the", " numbers", " again",
+    " so", " that", " works", "\n",
+];
+const ANSWER_WORDS: [&str; 12] =
+    ["The", " answer", " is", " four", ".", " Here", " is", " why", ":", " two", " plus", " two"];
+
+/// The text of a token: deterministic, readable filler.
+pub fn token_text(token: &Token) -> &'static str {
+    let i = (token.seq as usize).wrapping_mul(7).wrapping_add(token.index as usize);
+    match token.phase {
+        meridian_core::Phase::Think => THINK_WORDS[i % THINK_WORDS.len()],
+        _ => ANSWER_WORDS[i % ANSWER_WORDS.len()],
+    }
+}
+
+/// Logprobs for a token whose distribution has entropy `h`: modelled as uniform over
+/// `n = round(e^h)` candidates, so the entropy of what is reported is `ln n ≈ h`.
+pub fn logprobs_json(text: &str, h: f64, top: u32, chat: bool) -> Value {
+    let n = h.exp().round().max(1.0);
+    let lp = -n.ln();
+    let top_n = (top as usize).min(n as usize);
+    if chat {
+        let mut alts = vec![json!({"token": text, "logprob": lp, "bytes": text.as_bytes()})];
+        for k in 1..top_n {
+            let alt = format!("<alt{k}>");
+            alts.push(json!({"token": alt, "logprob": lp, "bytes": alt.as_bytes()}));
+        }
+        json!({"content": [{"token": text, "logprob": lp, "bytes": text.as_bytes(), "top_logprobs": alts}]})
+    } else {
+        let mut top_map = serde_json::Map::new();
+        top_map.insert(text.to_owned(), json!(lp));
+        for k in 1..top_n {
+            top_map.insert(format!("<alt{k}>"), json!(lp));
+        }
+        json!({"tokens": [text], "token_logprobs": [lp], "top_logprobs": [top_map], "text_offset": [0]})
+    }
+}
+
+/// The `usage` object.
+pub fn usage_json(prompt: u32, think: u32, answer: u32) -> Value {
+    json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": think + answer,
+        "total_tokens": prompt + think + answer,
+        "completion_tokens_details": {"reasoning_tokens": think},
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_fields_vllm_reads() {
+        let body = json!({
+            "model": "m", "stream": true, "messages": [{"role": "user", "content": "12345678"}],
+            "max_tokens": 50, "priority": -3, "thinking_token_budget": 7,
+            "stream_options": {"include_usage": true}, "logprobs": true, "top_logprobs": 5,
+            "chat_template_kwargs": {"enable_thinking": false},
+        });
+        let r = TwinRequest::parse(&body, true).unwrap();
+        assert_eq!((r.prompt_tokens, r.max_tokens, r.priority, r.think_budget), (6, Some(50), -3, Some(7)));
+        assert!(r.stream && r.include_usage && !r.thinking);
+        assert_eq!(r.logprobs, Some(5));
+        assert!(TwinRequest::parse(&json!({"model": "m"}), true).is_err());
+        assert!(TwinRequest::parse(&json!([1]), false).is_err());
+    }
+
+    #[test]
+    fn reported_logprobs_carry_the_entropy() {
+        let v = logprobs_json("x", 2.0, 20, true);
+        let top = v["content"][0]["top_logprobs"].as_array().unwrap();
+        let n = top.len() as f64; // round(e^2) = 7 candidates, all reported
+        let h: f64 =
+            top.iter().map(|t| -t["logprob"].as_f64().unwrap() * t["logprob"].as_f64().unwrap().exp()).sum();
+        assert_eq!(n, 7.0);
+        assert!((h - 7f64.ln()).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,193 @@
+//! Steps the engine in (scaled) real time and turns its tokens into OpenAI chunks.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::Stream;
+use meridian_core::Phase;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::api::{TwinRequest, logprobs_json, token_text, usage_json};
+use super::{AbortOnDrop, Shared};
+use crate::engine::Token;
+use crate::workload::EntropyTrajectory;
+
+/// The engine loop: step, wait out the step's simulated time, deliver its tokens.
+pub(crate) async fn run(shared: Arc<Shared>) {
+    loop {
+        let report = {
+            let mut core = shared.lock();
+            if core.engine.has_work() {
+                let now = shared.virtual_now();
+                core.engine.advance_to(now);
+                core.engine.step()
+            } else {
+                None
+            }
+        };
+        let Some(report) = report else {
+            // Idle: wait for an arrival (with a timeout as a safety net).
+            let _ = tokio::time::timeout(Duration::from_millis(100), shared.wake.notified()).await;
+            continue;
+        };
+        let wall = report.duration_s / shared.opts.speed;
+        if wall.is_finite() && wall > 0.0 {
+            tokio::time::sleep(Duration::from_secs_f64(wall)).await;
+        }
+        let mut core = shared.lock();
+        for token in report.tokens {
+            core.metrics.generation_tokens += 1;
+            let Some(sub) = core.subs.get_mut(&token.seq) else { continue };
+            let (arrival, last) = (sub.arrival_s, sub.last_token_s.replace(token.at_s));
+            let delivered = sub.tx.send(token.clone()).is_ok();
+            match last {
+                None => core.metrics.ttft.observe(token.at_s - arrival),
+                Some(prev) => core.metrics.itl.observe(token.at_s - prev),
+            }
+            if token.last {
+                core.metrics.e2e.observe(token.at_s - arrival);
+                core.metrics.finished += 1;
+                core.subs.remove(&token.seq);
+            } else if !delivered {
+                core.subs.remove(&token.seq);
+                if core.engine.abort(token.seq) {
+                    core.metrics.aborted += 1;
+                }
+            }
+        }
+    }
+}
+
+/// What a response stream needs to know beyond the tokens.
+pub(crate) struct Plan {
+    pub think_len: u32,
+    pub truncated: bool,
+    pub entropy: EntropyTrajectory,
+}
+
+pub(crate) struct StreamCtx {
+    pub id: String,
+    pub model: String,
+    pub created: u64,
+    pub req: TwinRequest,
+    pub plan: Plan,
+}
+
+impl StreamCtx {
+    fn object(&self, stream: bool) -> &'static str {
+        match (self.req.chat, stream) {
+            (true, true) => "chat.completion.chunk",
+            (true, false) => "chat.completion",
+            (false, _) => "text_completion",
+        }
+    }
+
+    fn finish_reason(&self) -> &'static str {
+        if self.plan.truncated { "length" } else { "stop" }
+    }
+
+    fn chunk(&self, choice: Value) -> Bytes {
+        let v = json!({"id": self.id, "object": self.object(true), "created": self.created, "model": self.model, "choices": [choice]});
+        Bytes::from(format!("data: {v}\n\n"))
+    }
+
+    fn token_chunk(&self, t: &Token) -> Bytes {
+        let text = token_text(t);
+        let mut choice = if self.req.chat {
+            let field = if t.phase == Phase::Think { "reasoning" } else { "content" };
+            json!({"index": 0, "delta": {field: text}, "logprobs": null, "finish_reason": null})
+        } else if t.phase == Phase::Output && t.index == self.plan.think_len && self.plan.think_len > 0 {
+            // No reasoning parser on /v1/completions: the raw text carries the end tag.
+            json!({"index": 0, "text": format!("</think>\n\n{text}"), "logprobs": null, "finish_reason": null})
+        } else {
+            json!({"index": 0, "text": text, "logprobs": null, "finish_reason": null})
+        };
+        if let Some(top) = self.req.logprobs {
+            choice["logprobs"] = logprobs_json(text, self.plan.entropy.at(t.index), top, self.req.chat);
+        }
+        if t.last {
+            choice["finish_reason"] = json!(self.finish_reason());
+        }
+        self.chunk(choice)
+    }
+
+    fn usage(&self, generated: u32) -> Value {
+        let think = generated.min(self.plan.think_len);
+        usage_json(self.req.prompt_tokens, think, generated - think)
+    }
+}
+
+/// The SSE body: role chunk, one chunk per token, optional usage chunk, `[DONE]`.
+pub(crate) fn sse_body(
+    ctx: StreamCtx,
+    rx: mpsc::UnboundedReceiver<Token>,
+    guard: AbortOnDrop,
+) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send {
+    enum Stage {
+        Start,
+        Tokens,
+        Done,
+    }
+    let state = (ctx, rx, guard, Stage::Start, 0u32);
+    futures::stream::unfold(state, |(ctx, mut rx, mut guard, stage, generated)| async move {
+        match stage {
+            Stage::Start => {
+                let first = if ctx.req.chat {
+                    ctx.chunk(json!({"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}))
+                } else {
+                    Bytes::new()
+                };
+                Some((Ok(first), (ctx, rx, guard, Stage::Tokens, generated)))
+            }
+            Stage::Tokens => match rx.recv().await {
+                Some(t) => {
+                    let mut out = ctx.token_chunk(&t).to_vec();
+                    let generated = generated + 1;
+                    if t.last {
+                        guard.done = true;
+                        if ctx.req.include_usage {
+                            let v = json!({"id": ctx.id, "object": ctx.object(true), "created": ctx.created, "model": ctx.model, "choices": [], "usage": ctx.usage(generated)});
+                            out.extend_from_slice(format!("data: {v}\n\n").as_bytes());
+                        }
+                        out.extend_from_slice(b"data: [DONE]\n\n");
+                        return Some((Ok(Bytes::from(out)), (ctx, rx, guard, Stage::Done, generated)));
+                    }
+                    Some((Ok(Bytes::from(out)), (ctx, rx, guard, Stage::Tokens, generated)))
+                }
+                None => None,
+            },
+            Stage::Done => None,
+        }
+    })
+}
+
+/// The non-streaming answer, once every token is in.
+pub(crate) async fn collect(
+    ctx: StreamCtx,
+    mut rx: mpsc::UnboundedReceiver<Token>,
+    mut guard: AbortOnDrop,
+) -> Value {
+    let (mut reasoning, mut content) = (String::new(), String::new());
+    let mut generated = 0;
+    while let Some(t) = rx.recv().await {
+        generated += 1;
+        let into = if t.phase == Phase::Think { &mut reasoning } else { &mut content };
+        into.push_str(token_text(&t));
+        if t.last {
+            guard.done = true;
+            break;
+        }
+    }
+    let choice = if ctx.req.chat {
+        let mut message = json!({"role": "assistant", "content": content});
+        if !reasoning.is_empty() {
+            message["reasoning"] = json!(reasoning);
+        }
+        json!({"index": 0, "message": message, "finish_reason": ctx.finish_reason(), "logprobs": null})
+    } else {
+        json!({"index": 0, "text": format!("{reasoning}{content}"), "finish_reason": ctx.finish_reason(), "logprobs": null})
+    };
+    json!({"id": ctx.id, "object": ctx.object(false), "created": ctx.created, "model": ctx.model, "choices": [choice], "usage": ctx.usage(generated)})
+}

@@ -1,0 +1,264 @@
+//! The twin as an OpenAI-compatible server, driven in real time (or `speed` times faster):
+//! a driver task steps the engine, sleeps each step's simulated duration, and hands the
+//! step's tokens to the streams waiting for them. A client that goes away aborts its
+//! request in the engine, as vLLM does.
+
+mod api;
+mod driver;
+mod metrics;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, mpsc};
+
+pub use api::TwinRequest;
+
+use crate::cost::Profile;
+use crate::engine::{Engine, EngineConfig, NewRequest, Token};
+use crate::workload::{Workload, WorkloadSpec};
+use metrics::TwinMetrics;
+
+/// How to run the twin server.
+#[derive(Debug, Clone)]
+pub struct TwinOptions {
+    pub listen: SocketAddr,
+    pub profile: Profile,
+    pub workload: WorkloadSpec,
+    pub seed: u64,
+    /// Simulated seconds per wall second (1 = real time).
+    pub speed: f64,
+    pub served_model: String,
+}
+
+pub(crate) struct Subscriber {
+    tx: mpsc::UnboundedSender<Token>,
+    arrival_s: f64,
+    last_token_s: Option<f64>,
+}
+
+pub(crate) struct Core {
+    pub engine: Engine,
+    pub workload: Workload,
+    pub subs: HashMap<u64, Subscriber>,
+    pub metrics: TwinMetrics,
+}
+
+pub(crate) struct Shared {
+    core: Mutex<Core>,
+    wake: Notify,
+    opts: TwinOptions,
+    started: Instant,
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Core> {
+        // A panic while holding the lock would leave plain counters; keep serving.
+        self.core.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Engine time that corresponds to now on the wall clock.
+    pub(crate) fn virtual_now(&self) -> f64 {
+        self.started.elapsed().as_secs_f64() * self.opts.speed
+    }
+}
+
+/// A running twin; stops when dropped.
+pub struct TwinServer {
+    pub addr: SocketAddr,
+    shared: Arc<Shared>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl TwinServer {
+    pub async fn start(
+        opts: TwinOptions,
+        policy: Box<dyn meridian_core::sched::SchedulingPolicy>,
+    ) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(opts.listen).await?;
+        let addr = listener.local_addr()?;
+        let engine = Engine::new(EngineConfig::from(&opts.profile), policy);
+        let shared = Arc::new(Shared {
+            core: Mutex::new(Core {
+                engine,
+                workload: Workload::new(opts.workload, opts.seed),
+                subs: HashMap::new(),
+                metrics: TwinMetrics::default(),
+            }),
+            wake: Notify::new(),
+            opts,
+            started: Instant::now(),
+        });
+        let app = Router::new()
+            .route("/v1/chat/completions", post(chat))
+            .route("/v1/completions", post(completions))
+            .route("/v1/models", get(models))
+            .route("/health", get(|| async { StatusCode::OK }))
+            .route("/metrics", get(metrics_text))
+            .with_state(shared.clone());
+        let serve = tokio::spawn(async move {
+            let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
+            let _ = axum::serve(listener, app).await;
+        });
+        let drive = tokio::spawn(driver::run(shared.clone()));
+        Ok(TwinServer { addr, shared, tasks: vec![serve, drive] })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn policy_name(&self) -> String {
+        self.shared.lock().engine.policy_name().to_owned()
+    }
+}
+
+impl Drop for TwinServer {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+fn error(status: StatusCode, message: &str) -> Response {
+    let kind = if status.is_client_error() { "BadRequestError" } else { "InternalServerError" };
+    (
+        status,
+        axum::Json(
+            json!({"error": {"message": message, "type": kind, "param": null, "code": status.as_u16()}}),
+        ),
+    )
+        .into_response()
+}
+
+async fn chat(State(s): State<Arc<Shared>>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+    generate(s, headers, body, true).await
+}
+
+async fn completions(State(s): State<Arc<Shared>>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+    generate(s, headers, body, false).await
+}
+
+/// Aborts the request in the engine if its response is dropped before the end.
+struct AbortOnDrop {
+    shared: Arc<Shared>,
+    seq: u64,
+    done: bool,
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if !self.done {
+            let mut core = self.shared.lock();
+            if core.engine.abort(self.seq) {
+                core.metrics.aborted += 1;
+            }
+            core.subs.remove(&self.seq);
+        }
+    }
+}
+
+async fn generate(shared: Arc<Shared>, headers: HeaderMap, body: axum::body::Bytes, chat: bool) -> Response {
+    let value: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return error(StatusCode::BAD_REQUEST, &format!("invalid JSON: {e}")),
+    };
+    let req = match TwinRequest::parse(&value, chat) {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::BAD_REQUEST, &e),
+    };
+    if req.model != shared.opts.served_model {
+        return error(StatusCode::NOT_FOUND, &format!("The model `{}` does not exist.", req.model));
+    }
+    let base_id = headers
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| value.get("request_id").and_then(Value::as_str).map(str::to_owned))
+        .unwrap_or_else(|| format!("{:016x}", rand::random::<u64>()));
+    let id = format!("{}-{base_id}", if chat { "chatcmpl" } else { "cmpl" });
+
+    let (tx, rx) = mpsc::unbounded_channel();
+    let (seq, plan) = {
+        let mut core = shared.lock();
+        let shape = core.workload.next_shape();
+        let think = if req.thinking { shape.think } else { 0 };
+        let (think, answer, truncated) = match req.max_tokens {
+            Some(max) if think + shape.answer > max => {
+                let t = think.min(max);
+                (t, max - t, true)
+            }
+            _ => (think, shape.answer, false),
+        };
+        let now = shared.virtual_now();
+        core.engine.advance_to(now);
+        let submitted = core.engine.submit(NewRequest {
+            id: id.clone(),
+            prompt_tokens: req.prompt_tokens,
+            think_tokens: think,
+            answer_tokens: answer,
+            priority: req.priority,
+            think_budget: req.think_budget,
+        });
+        let seq = match submitted {
+            Ok(seq) => seq,
+            Err(e) => return error(StatusCode::BAD_REQUEST, &e.to_string()),
+        };
+        core.metrics.prompt_tokens += u64::from(req.prompt_tokens);
+        let arrival_s = core.engine.now();
+        core.subs.insert(seq, Subscriber { tx, arrival_s, last_token_s: None });
+        let think_len = req.think_budget.map_or(think, |b| think.min(b));
+        (seq, driver::Plan { think_len, truncated, entropy: shape.entropy })
+    };
+    shared.wake.notify_one();
+    let guard = AbortOnDrop { shared: shared.clone(), seq, done: false };
+    let created =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let ctx = driver::StreamCtx { id, model: req.model.clone(), created, req, plan };
+    if ctx.req.stream {
+        let body = driver::sse_body(ctx, rx, guard);
+        return Response::builder()
+            .header(header::CONTENT_TYPE, "text/event-stream; charset=utf-8")
+            .header("x-request-id", base_id)
+            .body(Body::from_stream(body))
+            .unwrap_or_else(|e| error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()));
+    }
+    let json = driver::collect(ctx, rx, guard).await;
+    ([("x-request-id", base_id)], axum::Json(json)).into_response()
+}
+
+async fn models(State(s): State<Arc<Shared>>) -> Response {
+    let p = &s.opts.profile;
+    axum::Json(json!({"object": "list", "data": [{
+        "id": s.opts.served_model, "object": "model", "created": 0, "owned_by": "meridian-sim",
+        "root": s.opts.served_model, "max_model_len": p.kv_blocks * p.block_size,
+    }]}))
+    .into_response()
+}
+
+async fn metrics_text(State(s): State<Arc<Shared>>) -> Response {
+    let core = s.lock();
+    let gauges = metrics::EngineGauges {
+        running: core.engine.num_running(),
+        waiting: core.engine.num_waiting(),
+        kv_usage: core.engine.kv_usage(),
+        preemptions: core.engine.preemptions(),
+        steps: core.engine.steps(),
+        virtual_s: core.engine.now(),
+    };
+    let text = metrics::render(&core.metrics, &gauges, &s.opts.served_model, core.engine.policy_name());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}

@@ -1,0 +1,167 @@
+//! The twin as a client meets it: vLLM's streaming dialect, usage, budgets, priorities,
+//! aborts, and vLLM's metric names.
+
+use meridian_core::sched::Fcfs;
+use meridian_sim::server::{TwinOptions, TwinServer};
+use meridian_sim::workload::{LengthDist, WorkloadSpec};
+use serde_json::{Value, json};
+
+async fn twin(think: u32, answer: u32) -> TwinServer {
+    let opts = TwinOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        profile: meridian_sim::profile("h100-qwen3-8b").unwrap(),
+        workload: WorkloadSpec {
+            prompt: LengthDist::Fixed { value: 100 },
+            think: LengthDist::Fixed { value: think },
+            answer: LengthDist::Fixed { value: answer },
+            entropy: Default::default(),
+        },
+        seed: 1,
+        speed: 100.0,
+        served_model: "Qwen/Qwen3-8B".into(),
+    };
+    TwinServer::start(opts, Box::new(Fcfs)).await.unwrap()
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().build().unwrap()
+}
+
+/// (field, text) of each delta, and the usage object if sent.
+fn deltas(sse: &str) -> (Vec<(String, String)>, Option<Value>) {
+    let mut out = Vec::new();
+    let mut usage = None;
+    for line in sse.lines().filter_map(|l| l.strip_prefix("data: ")).filter(|l| *l != "[DONE]") {
+        let v: Value = serde_json::from_str(line).unwrap();
+        if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
+            usage = Some(u.clone());
+        }
+        for c in v["choices"].as_array().unwrap() {
+            for field in ["reasoning", "content"] {
+                if let Some(t) = c["delta"][field].as_str().filter(|t| !t.is_empty()) {
+                    out.push((field.to_owned(), t.to_owned()));
+                }
+            }
+        }
+    }
+    (out, usage)
+}
+
+async fn chat(t: &TwinServer, extra: Value) -> String {
+    let mut body = json!({"model": "Qwen/Qwen3-8B", "stream": true, "messages": [{"role": "user", "content": "hi"}],
+        "stream_options": {"include_usage": true}});
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    client()
+        .post(format!("{}/v1/chat/completions", t.url()))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn streams_reasoning_then_content_with_usage() {
+    let t = twin(6, 4).await;
+    let (d, usage) = deltas(&chat(&t, json!({})).await);
+    let fields: Vec<&str> = d.iter().map(|(f, _)| f.as_str()).collect();
+    assert_eq!(fields, [vec!["reasoning"; 6], vec!["content"; 4]].concat());
+    let u = usage.unwrap();
+    assert_eq!(u["completion_tokens"], 10);
+    assert_eq!(u["completion_tokens_details"]["reasoning_tokens"], 6);
+}
+
+#[tokio::test]
+async fn thinking_budget_max_tokens_and_thinking_off() {
+    let t = twin(50, 5).await;
+    let (d, u) = deltas(&chat(&t, json!({"thinking_token_budget": 3})).await);
+    assert_eq!(d.iter().filter(|(f, _)| f == "reasoning").count(), 3);
+    assert_eq!(u.unwrap()["completion_tokens"], 8);
+    let (d, _) = deltas(&chat(&t, json!({"max_tokens": 10})).await);
+    assert_eq!(d.len(), 10);
+    let (d, _) = deltas(&chat(&t, json!({"chat_template_kwargs": {"enable_thinking": false}})).await);
+    assert!(d.iter().all(|(f, _)| f == "content") && d.len() == 5);
+}
+
+#[tokio::test]
+async fn request_id_and_errors_follow_vllm() {
+    let t = twin(2, 2).await;
+    let resp = client()
+        .post(format!("{}/v1/chat/completions", t.url()))
+        .header("x-request-id", "abc")
+        .json(&json!({"model": "Qwen/Qwen3-8B", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["id"], "chatcmpl-abc");
+    assert_eq!(v["choices"][0]["message"]["reasoning"].as_str().unwrap().is_empty(), false);
+    let resp = client()
+        .post(format!("{}/v1/chat/completions", t.url()))
+        .json(&json!({"model": "other", "messages": []}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+}
+
+#[tokio::test]
+async fn client_that_leaves_aborts_the_request() {
+    let t = twin(100_000, 10).await;
+    let resp = client()
+        .post(format!("{}/v1/chat/completions", t.url()))
+        .json(&json!({"model": "Qwen/Qwen3-8B", "stream": true, "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    let mut s = resp.bytes_stream();
+    use futures::StreamExt;
+    s.next().await.unwrap().unwrap();
+    s.next().await.unwrap().unwrap();
+    drop(s);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let m = client().get(format!("{}/metrics", t.url())).send().await.unwrap().text().await.unwrap();
+        if m.contains("finished_reason=\"abort\"} 1")
+            && m.contains("vllm:num_requests_running{engine=\"0\",model_name=\"Qwen/Qwen3-8B\"} 0")
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{m}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn metrics_use_vllm_names() {
+    let t = twin(3, 3).await;
+    chat(&t, json!({})).await;
+    let m = client().get(format!("{}/metrics", t.url())).send().await.unwrap().text().await.unwrap();
+    for name in [
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:num_preemptions_total",
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:inter_token_latency_seconds_count",
+        "vllm:e2e_request_latency_seconds_sum",
+        "vllm:generation_tokens_total",
+    ] {
+        assert!(m.contains(name), "{name}");
+    }
+    assert!(m.contains("vllm:generation_tokens_total{engine=\"0\",model_name=\"Qwen/Qwen3-8B\"} 6"));
+}
+
+#[tokio::test]
+async fn logprobs_are_reported_when_asked() {
+    let t = twin(3, 1).await;
+    let body = chat(&t, json!({"logprobs": true, "top_logprobs": 5})).await;
+    let line = body.lines().find(|l| l.contains("\"reasoning\"")).unwrap();
+    let v: Value = serde_json::from_str(&line[6..]).unwrap();
+    let top = v["choices"][0]["logprobs"]["content"][0]["top_logprobs"].as_array().unwrap();
+    assert!(!top.is_empty() && top.len() <= 5);
+}

@@ -195,7 +195,10 @@ async fn generate(shared: Arc<Shared>, headers: HeaderMap, body: axum::body::Byt
     let (seq, plan) = {
         let mut core = shared.lock();
         let shape = core.workload.next_shape();
+        // The budget ends thinking early; max_tokens then caps thinking plus answer, as
+        // in vLLM, where the model goes on answering after a forced end of thinking.
         let think = if req.thinking { shape.think } else { 0 };
+        let think = req.think_budget.map_or(think, |b| think.min(b));
         let (think, answer, truncated) = match req.max_tokens {
             Some(max) if think + shape.answer > max => {
                 let t = think.min(max);
@@ -211,7 +214,7 @@ async fn generate(shared: Arc<Shared>, headers: HeaderMap, body: axum::body::Byt
             think_tokens: think,
             answer_tokens: answer,
             priority: req.priority,
-            think_budget: req.think_budget,
+            think_budget: None,
         });
         let seq = match submitted {
             Ok(seq) => seq,
@@ -220,8 +223,7 @@ async fn generate(shared: Arc<Shared>, headers: HeaderMap, body: axum::body::Byt
         core.metrics.prompt_tokens += u64::from(req.prompt_tokens);
         let arrival_s = core.engine.now();
         core.subs.insert(seq, Subscriber { tx, arrival_s, last_token_s: None });
-        let think_len = req.think_budget.map_or(think, |b| think.min(b));
-        (seq, driver::Plan { think_len, truncated, entropy: shape.entropy })
+        (seq, driver::Plan { think_len: think, truncated, entropy: shape.entropy })
     };
     shared.wake.notify_one();
     let guard = AbortOnDrop { shared: shared.clone(), seq, done: false };

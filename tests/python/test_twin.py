@@ -1,0 +1,51 @@
+"""The engine twin, embedded in `meridian serve` when no upstream is configured, parsed by
+the official `openai` client through the proxy."""
+
+import openai
+import pytest
+import requests
+
+from conftest import Process, binary, metric, wait_ready
+
+
+@pytest.fixture(scope="module")
+def proxy_on_twin():
+    p = Process(
+        [binary("meridian"), "serve", "--listen", "127.0.0.1:0", "--set", "twin.speed=50"],
+        env={"MERIDIAN_LOG_LEVEL": "warn"},
+        name="meridian with the twin",
+    )
+    wait_ready(p.url)
+    yield p
+    p.stop()
+
+
+def test_openai_client_parses_the_twin_stream(proxy_on_twin):
+    client = openai.OpenAI(base_url=f"{proxy_on_twin.url}/v1", api_key="x", max_retries=0)
+    stream = client.chat.completions.create(
+        model="Qwen/Qwen3-8B",
+        messages=[{"role": "user", "content": "What is two plus two?"}],
+        stream=True,
+        max_tokens=12,
+        stream_options={"include_usage": True},
+        extra_body={"thinking_token_budget": 4},
+    )
+    labels, usage = [], None
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            if (choice.delta.model_extra or {}).get("reasoning"):
+                labels.append("R")
+            elif choice.delta.content:
+                labels.append("C")
+    assert labels == ["R"] * 4 + ["C"] * 8
+    assert usage.completion_tokens == 12
+    assert usage.completion_tokens_details.reasoning_tokens == 4
+    text = requests.get(f"{proxy_on_twin.url}/metrics", timeout=5).text
+    assert metric(text, "meridian_think_to_output_gap_seconds_count", family="qwen3") == 1
+
+
+def test_models_come_from_the_twin(proxy_on_twin):
+    client = openai.OpenAI(base_url=f"{proxy_on_twin.url}/v1", api_key="x", max_retries=0)
+    assert [m.id for m in client.models.list()] == ["Qwen/Qwen3-8B"]

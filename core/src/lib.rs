@@ -1,14 +1,15 @@
 //! `meridian-core` is the part of Meridian that knows about reasoning models and nothing
 //! about networks: the per-request think/output phase state machine ([`phase`]), the
 //! per-family boundary definitions it runs on ([`models`]), the scheduling-policy
-//! interface engines call every step ([`sched`]), and the typed, validated
-//! `meridian.toml` ([`config`]). It is pure Rust with no async runtime and no HTTP, so the
+//! interface engines call every step ([`sched`]), the reading of OpenAI-style streams
+//! ([`stream`]), and the typed, validated `meridian.toml` ([`config`]). It is pure Rust with no async runtime and no HTTP, so the
 //! proxy, the engine twin and the in-engine vLLM hook all share exactly the same logic.
 
 pub mod config;
 pub mod models;
 pub mod phase;
 pub mod sched;
+pub mod stream;
 
 pub use config::{MeridianConfig, load_config};
 pub use models::{ModelFamily, ModelRegistry};

@@ -22,10 +22,10 @@ use futures::stream::BoxStream;
 use tokio::time::Sleep;
 
 use super::observer::RequestObserver;
-use super::sse::SseDecoder;
 use crate::error::ProxyError;
 use crate::telemetry::Metrics;
 use crate::upstream::InFlight;
+use meridian_core::stream::SseDecoder;
 
 #[derive(PartialEq)]
 enum State {

@@ -3,13 +3,10 @@
 //! watches the stream go by.
 
 mod body;
-mod chunk;
 mod forward;
 mod observer;
-mod sse;
 
 pub use body::RelayBody;
-pub use chunk::{ChoiceDelta, Usage, parse_payload};
 pub use forward::{UpstreamRequest, send_with_retries};
+pub use meridian_core::stream::SseDecoder;
 pub use observer::{RequestInfo, RequestObserver};
-pub use sse::SseDecoder;

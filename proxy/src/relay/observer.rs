@@ -8,8 +8,8 @@ use std::time::Instant;
 use meridian_core::models::ModelFamily;
 use meridian_core::{Delta, Phase, PhaseEvent, PhaseRouter};
 
-use super::chunk::{ChoiceDelta, Usage, parse_payload};
 use crate::telemetry::{Metrics, RequestTimings};
+use meridian_core::stream::{ChoiceDelta, Usage, parse_payload};
 
 /// More choices than this (`n` > 16) are relayed but not tracked: bounded memory
 /// whatever an upstream sends.

@@ -32,7 +32,8 @@ pub struct RequestObserver {
     info: RequestInfo,
     routers: Vec<PhaseRouter>,
     first_token: Option<Instant>,
-    think_end: Option<Instant>,
+    /// Arrival of the last chunk that carried thinking (a think token or the end marker).
+    last_think: Option<Instant>,
     first_output: Option<Instant>,
     usage: Option<Usage>,
     /// The phase this request is counted under in `meridian_open_streams`.
@@ -50,7 +51,7 @@ impl RequestObserver {
             info,
             routers: Vec::new(),
             first_token: None,
-            think_end: None,
+            last_think: None,
             first_output: None,
             usage: None,
             open_as,
@@ -88,24 +89,23 @@ impl RequestObserver {
         if has_token {
             self.first_token.get_or_insert(at);
         }
-        let events = self.routers[c.index].observe(Delta {
+        let router = &mut self.routers[c.index];
+        let think_before = router.think_tokens();
+        let events = router.observe(Delta {
             reasoning: c.reasoning.as_deref(),
             content: c.content.as_deref(),
             token_ids: c.token_ids.as_deref(),
         });
+        if router.think_tokens() > think_before && self.first_output.is_none() {
+            self.last_think = Some(at);
+        }
         self.on_events(&events, at);
     }
 
     fn on_events(&mut self, events: &[PhaseEvent], at: Instant) {
         for e in events {
-            match e {
-                PhaseEvent::ExitThink { .. } => {
-                    self.think_end.get_or_insert(at);
-                }
-                PhaseEvent::FirstOutput { .. } => {
-                    self.first_output.get_or_insert(at);
-                }
-                PhaseEvent::EnterThink | PhaseEvent::ForceBudget { .. } => {}
+            if let PhaseEvent::FirstOutput { .. } = e {
+                self.first_output.get_or_insert(at);
             }
         }
     }
@@ -172,7 +172,8 @@ impl Drop for RequestObserver {
         self.metrics.move_stream(self.open_as, None);
         let since = |t: Option<Instant>| t.map(|t| t.duration_since(self.info.started));
         let (think_tokens, output_tokens) = self.token_counts();
-        let gap = match (self.think_end, self.first_output) {
+        // TTOT: from the last chunk of thinking to the first visible output.
+        let gap = match (self.last_think, self.first_output) {
             (Some(end), Some(out)) => Some(out.saturating_duration_since(end)),
             _ => None,
         };

@@ -1,0 +1,117 @@
+//! Command-line flags. Where a flag means what it means in `vllm bench serve`, it has the
+//! same name.
+
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "meridian-loadtest",
+    version,
+    about = "Load-test an OpenAI-compatible server the way reasoning users feel it"
+)]
+pub struct Args {
+    /// Server base URL (no /v1), e.g. http://127.0.0.1:8080.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    pub base_url: String,
+    /// API path.
+    #[arg(long, default_value = "/v1/chat/completions")]
+    pub endpoint: String,
+    /// Model name; default: the first one the server lists.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Model family for client-side phase detection (see models/); default: from the name.
+    #[arg(long)]
+    pub model_family: Option<String>,
+    #[arg(long, default_value_t = 100)]
+    pub num_prompts: usize,
+    /// Requests per second ("inf" sends everything at once).
+    #[arg(long, default_value = "inf")]
+    pub request_rate: String,
+    /// Gamma shape of inter-arrival times: 1 is Poisson, lower is burstier.
+    #[arg(long, default_value_t = 1.0)]
+    pub burstiness: f64,
+    #[arg(long)]
+    pub max_concurrency: Option<usize>,
+    /// Stop sending after this many seconds (requests in flight finish).
+    #[arg(long)]
+    pub duration: Option<f64>,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    #[arg(long, value_enum, default_value = "random")]
+    pub dataset_name: DatasetName,
+    #[arg(long)]
+    pub dataset_path: Option<PathBuf>,
+    #[arg(long, default_value_t = 1024)]
+    pub random_input_len: u32,
+    #[arg(long, default_value_t = 128)]
+    pub random_output_len: u32,
+    #[arg(long, default_value_t = 0.0)]
+    pub random_range_ratio: f64,
+    #[arg(long)]
+    pub sharegpt_output_len: Option<u32>,
+    /// Ramp the rate linearly from --ramp-up-start-rps to --ramp-up-end-rps.
+    #[arg(long, value_enum)]
+    pub ramp_up_strategy: Option<RampStrategy>,
+    #[arg(long)]
+    pub ramp_up_start_rps: Option<f64>,
+    #[arg(long)]
+    pub ramp_up_end_rps: Option<f64>,
+    /// Run once per rate in this comma-separated list.
+    #[arg(long, value_delimiter = ',')]
+    pub sweep_rates: Vec<f64>,
+    /// Double the rate from --request-rate until the server saturates.
+    #[arg(long)]
+    pub sweep_to_saturation: bool,
+    /// SLOs for goodput, e.g. --goodput ttft:500 ttfo:2000 ttot:200 tpot:50 (ms).
+    #[arg(long, num_args = 1..)]
+    pub goodput: Vec<String>,
+    /// Exit with status 3 when the fraction of requests meeting every SLO is below this.
+    #[arg(long)]
+    pub slo_min_fraction: Option<f64>,
+    /// A/B: run the same workload against this base URL too and compare.
+    #[arg(long)]
+    pub compare_base_url: Option<String>,
+    #[arg(long, default_value = "A")]
+    pub label: String,
+    #[arg(long, default_value = "B")]
+    pub compare_label: String,
+    /// JSON merged into every request body, e.g. '{"thinking_token_budget": 256}'.
+    #[arg(long)]
+    pub extra_body: Option<String>,
+    #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Non-streaming requests.
+    #[arg(long)]
+    pub no_stream: bool,
+    /// Write the JSON report.
+    #[arg(long)]
+    pub save_result: bool,
+    #[arg(long, default_value = ".")]
+    pub result_dir: PathBuf,
+    #[arg(long)]
+    pub result_filename: Option<String>,
+    /// Write per-request rows as CSV here.
+    #[arg(long)]
+    pub csv: Option<PathBuf>,
+    /// Write an HTML report with plots here.
+    #[arg(long)]
+    pub html: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    pub disable_tqdm: bool,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DatasetName {
+    Random,
+    Sharegpt,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RampStrategy {
+    Linear,
+}

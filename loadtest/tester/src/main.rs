@@ -1,0 +1,211 @@
+use std::process::ExitCode;
+
+use clap::Parser;
+use meridian_core::ModelRegistry;
+use meridian_loadtest::args::{Args, DatasetName};
+use meridian_loadtest::arrivals::{Rate, schedule};
+use meridian_loadtest::client::Target;
+use meridian_loadtest::dataset::{self, Prompt};
+use meridian_loadtest::record::RequestRecord;
+use meridian_loadtest::report::{self, JSON_SCHEMA, JsonReport, JsonRun};
+use meridian_loadtest::run::{Plan, run};
+use meridian_loadtest::stats::{RunSummary, Slo};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    match real_main(args).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("meridian-loadtest: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn parse_rate(s: &str) -> Result<Option<f64>, String> {
+    match s {
+        "inf" => Ok(None),
+        v => match v.parse::<f64>() {
+            Ok(r) if r.is_finite() && r > 0.0 => Ok(Some(r)),
+            _ => Err(format!("--request-rate must be a positive number or inf; got {v:?}")),
+        },
+    }
+}
+
+async fn first_model(client: &reqwest::Client, base: &str) -> Result<String, String> {
+    let v: serde_json::Value = client
+        .get(format!("{base}/v1/models"))
+        .send()
+        .await
+        .map_err(|e| format!("cannot list models at {base}: {e}"))?
+        .json()
+        .await
+        .map_err(|e| format!("bad /v1/models answer from {base}: {e}"))?;
+    v["data"][0]["id"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| format!("{base} lists no model; pass --model"))
+}
+
+struct Outcome {
+    summary: RunSummary,
+    records: Vec<RequestRecord>,
+    client_cpu_s: f64,
+}
+
+async fn real_main(args: Args) -> Result<ExitCode, String> {
+    let slos = args.goodput.iter().map(|s| Slo::parse(s)).collect::<Result<Vec<_>, _>>()?;
+    let base_rate = parse_rate(&args.request_rate)?;
+    let extra_body = match &args.extra_body {
+        Some(s) => Some(serde_json::from_str(s).map_err(|e| format!("--extra-body is not JSON: {e}"))?),
+        None => None,
+    };
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(1024)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let base = args.base_url.trim_end_matches('/').to_owned();
+    let model = match &args.model {
+        Some(m) => m.clone(),
+        None => first_model(&client, &base).await?,
+    };
+    let registry = ModelRegistry::builtin().map_err(|e| e.to_string())?;
+    let family = match &args.model_family {
+        Some(f) => Some(registry.get(f).cloned().ok_or_else(|| format!("--model-family: no family {f:?}"))?),
+        None => registry.resolve(&model).cloned(),
+    };
+    let prompts: Vec<Prompt> = match args.dataset_name {
+        DatasetName::Random => dataset::random(
+            args.num_prompts,
+            args.random_input_len,
+            args.random_output_len,
+            args.random_range_ratio,
+            args.seed,
+        ),
+        DatasetName::Sharegpt => {
+            let path = args.dataset_path.as_ref().ok_or("--dataset-name sharegpt needs --dataset-path")?;
+            dataset::sharegpt(path, args.num_prompts, args.sharegpt_output_len, args.seed)
+                .map_err(|e| e.to_string())?
+        }
+    };
+    let target = |url: &str| Target {
+        client: client.clone(),
+        url: format!("{}{}", url.trim_end_matches('/'), args.endpoint),
+        model: model.clone(),
+        chat: args.endpoint.ends_with("/chat/completions"),
+        stream: !args.no_stream,
+        api_key: args.api_key.clone(),
+        extra_body: extra_body.clone(),
+        family: family.clone(),
+        ignore_eos: args.ignore_eos,
+    };
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+
+    // What to run: one rate, a sweep, or the same plan against two targets.
+    let mut rates: Vec<Option<f64>> = if args.sweep_rates.is_empty() {
+        vec![base_rate]
+    } else {
+        args.sweep_rates.iter().map(|r| Some(*r)).collect()
+    };
+    let mut targets = vec![(args.label.clone(), target(&base))];
+    if let Some(other) = &args.compare_base_url {
+        targets.push((args.compare_label.clone(), target(other)));
+    }
+    let ramp = match (args.ramp_up_strategy, args.ramp_up_start_rps, args.ramp_up_end_rps) {
+        (Some(_), Some(start), Some(end)) if start > 0.0 && end > 0.0 => Some(Rate::Ramp { start, end }),
+        (Some(_), _, _) => {
+            return Err("--ramp-up-strategy needs positive --ramp-up-start-rps and --ramp-up-end-rps".into());
+        }
+        _ => None,
+    };
+
+    let mut outcomes: Vec<Outcome> = Vec::new();
+    let mut i = 0;
+    while i < rates.len() {
+        let rate = rates[i];
+        let arrival = ramp.unwrap_or(match rate {
+            None => Rate::Unlimited,
+            Some(r) => Rate::Constant(r),
+        });
+        let offsets = schedule(prompts.len(), arrival, args.burstiness, args.seed);
+        let mut saturated = false;
+        for (label, tgt) in &targets {
+            let label = match rate {
+                Some(r) if rates.len() > 1 || args.sweep_to_saturation => format!("{label}@{r}"),
+                _ => label.clone(),
+            };
+            let plan = Plan {
+                prompts: prompts.clone(),
+                offsets: offsets.clone(),
+                max_concurrency: args.max_concurrency,
+                duration_s: args.duration,
+                progress: !args.disable_tqdm,
+                label: label.clone(),
+            };
+            let out = run(tgt, &plan).await;
+            let summary = RunSummary::of(&label, rate, &out.records, out.duration_s, &slos);
+            if let Some(r) = rate {
+                saturated |= summary.request_throughput < 0.9 * r || summary.failed * 20 > summary.requests;
+            }
+            outcomes.push(Outcome { summary, records: out.records, client_cpu_s: out.client_cpu_s });
+        }
+        if args.sweep_to_saturation && i + 1 == rates.len() && !saturated {
+            if let Some(r) = rate {
+                rates.push(Some(r * 2.0));
+            }
+        }
+        i += 1;
+    }
+
+    let summaries: Vec<&RunSummary> = outcomes.iter().map(|o| &o.summary).collect();
+    println!("{}", report::table(&summaries));
+    for o in &outcomes {
+        if !o.summary.first_errors.is_empty() {
+            eprintln!("{}: first errors: {:?}", o.summary.label, o.summary.first_errors);
+        }
+    }
+    let pairs: Vec<(&RunSummary, &[RequestRecord])> =
+        outcomes.iter().map(|o| (&o.summary, o.records.as_slice())).collect();
+    if args.save_result {
+        let name =
+            args.result_filename.clone().unwrap_or_else(|| format!("meridian-loadtest-{}.json", args.seed));
+        let path = args.result_dir.join(name);
+        let json = JsonReport {
+            schema: JSON_SCHEMA,
+            command: command.clone(),
+            runs: outcomes
+                .iter()
+                .map(|o| JsonRun { summary: &o.summary, client_cpu_s: o.client_cpu_s, requests: &o.records })
+                .collect(),
+        };
+        let text = serde_json::to_string_pretty(&json).map_err(|e| e.to_string())?;
+        std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    if let Some(path) = &args.csv {
+        std::fs::write(path, report::csv(&pairs))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    if let Some(path) = &args.html {
+        std::fs::write(path, report::html_report(&pairs, &command))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    if let Some(min) = args.slo_min_fraction {
+        let failing: Vec<_> = outcomes
+            .iter()
+            .filter(|o| o.summary.good_fraction < min)
+            .map(|o| o.summary.label.clone())
+            .collect();
+        if !failing.is_empty() {
+            eprintln!(
+                "SLO gate failed: fewer than {:.0}% of requests met every SLO in {failing:?}",
+                min * 100.0
+            );
+            return Ok(ExitCode::from(3));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,244 @@
+//! One request's measurements, computed from the bytes as they arrived.
+//!
+//! Definitions (named, since tools differ): TTFT is the first token of any kind,
+//! reasoning included; TTFO the first output token with visible text (AIPerf's "time to
+//! first output token"); the think-to-output gap (TTOT) runs from the arrival of the
+//! last chunk of thinking (its last reasoning token, or the end marker) to the first
+//! visible output token; ITL is every gap between
+//! consecutive token-carrying chunks; TPOT is vLLM's (E2E - TTFT) / (completion tokens -
+//! 1). Every time is taken when a network chunk arrives, before it is parsed.
+
+use std::sync::Arc;
+
+use meridian_core::models::ModelFamily;
+use meridian_core::stream::{SseDecoder, Usage, parse_payload};
+use meridian_core::{Delta, PhaseEvent, PhaseRouter};
+use serde::Serialize;
+
+/// What one request measured. Times are seconds from when the request was sent.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct RequestRecord {
+    pub index: usize,
+    /// Seconds from the start of the run to when this request was sent.
+    pub sent_at: f64,
+    pub ok: bool,
+    pub error: Option<String>,
+    pub ttft: Option<f64>,
+    pub ttfo: Option<f64>,
+    pub think_to_output: Option<f64>,
+    pub e2e: Option<f64>,
+    pub tpot: Option<f64>,
+    /// Gaps between token-carrying chunks, in arrival order.
+    pub itl: Vec<f64>,
+    /// The gaps among them that were between output-phase chunks.
+    pub output_itl: Vec<f64>,
+    pub prompt_tokens: Option<u32>,
+    /// From the server's `usage`, when it sent one.
+    pub usage_think_tokens: Option<u32>,
+    pub usage_output_tokens: Option<u32>,
+    /// Counted by the client, one per token-carrying chunk (or per token id).
+    pub client_think_tokens: u32,
+    pub client_output_tokens: u32,
+}
+
+impl RequestRecord {
+    /// Completion tokens: the server's count when it gave one, else the client's.
+    pub fn completion_tokens(&self) -> u32 {
+        match (self.usage_think_tokens, self.usage_output_tokens) {
+            (Some(t), Some(o)) => t + o,
+            _ => self.client_think_tokens + self.client_output_tokens,
+        }
+    }
+
+    pub fn think_tokens(&self) -> u32 {
+        self.usage_think_tokens.unwrap_or(self.client_think_tokens)
+    }
+
+    pub fn output_tokens(&self) -> u32 {
+        self.usage_output_tokens.unwrap_or(self.client_output_tokens)
+    }
+}
+
+/// Builds a record from timestamped network chunks.
+pub struct RecordBuilder {
+    record: RequestRecord,
+    decoder: SseDecoder,
+    router: PhaseRouter,
+    last_token_at: Option<f64>,
+    last_was_output: bool,
+    /// Arrival of the last chunk that carried thinking (a think token or the end marker).
+    last_think_at: Option<f64>,
+    usage: Option<Usage>,
+}
+
+impl RecordBuilder {
+    pub fn new(index: usize, sent_at: f64, family: Option<Arc<ModelFamily>>) -> Self {
+        RecordBuilder {
+            record: RequestRecord { index, sent_at, ..Default::default() },
+            decoder: SseDecoder::new(),
+            router: PhaseRouter::new(family),
+            last_token_at: None,
+            last_was_output: false,
+            last_think_at: None,
+            usage: None,
+        }
+    }
+
+    /// A network chunk arrived `at` seconds after the request was sent.
+    pub fn on_chunk(&mut self, at: f64, bytes: &[u8]) {
+        let mut payloads = Vec::new();
+        self.decoder.feed(bytes, |p| payloads.push(p.to_vec()));
+        for p in payloads {
+            self.on_payload(at, &p);
+        }
+    }
+
+    fn on_payload(&mut self, at: f64, payload: &[u8]) {
+        let mut deltas = Vec::new();
+        let usage = parse_payload(payload, |c| {
+            if c.index == 0 {
+                deltas.push((
+                    c.reasoning.map(|s| s.into_owned()),
+                    c.content.map(|s| s.into_owned()),
+                    c.token_ids.map(|t| t.to_vec()),
+                ));
+            }
+        });
+        if let Some(Some(u)) = usage {
+            self.usage = Some(u);
+        }
+        for (reasoning, content, ids) in deltas {
+            let has_token = reasoning.as_deref().is_some_and(|s| !s.is_empty())
+                || content.as_deref().is_some_and(|s| !s.is_empty())
+                || ids.as_deref().is_some_and(|t| !t.is_empty());
+            if !has_token {
+                continue;
+            }
+            let before = (self.router.think_tokens(), self.router.output_tokens());
+            let events = self.router.observe(Delta {
+                reasoning: reasoning.as_deref(),
+                content: content.as_deref(),
+                token_ids: ids.as_deref(),
+            });
+            if self.router.think_tokens() > before.0 && self.record.ttfo.is_none() {
+                self.last_think_at = Some(at);
+            }
+            self.on_events(&events, at);
+            let is_output = self.router.output_tokens() > before.1;
+            self.record.ttft.get_or_insert(at);
+            if let Some(prev) = self.last_token_at {
+                self.record.itl.push(at - prev);
+                if is_output && self.last_was_output {
+                    self.record.output_itl.push(at - prev);
+                }
+            }
+            self.last_token_at = Some(at);
+            self.last_was_output = is_output;
+        }
+    }
+
+    fn on_events(&mut self, events: &[PhaseEvent], at: f64) {
+        for e in events {
+            if let PhaseEvent::FirstOutput { .. } = e {
+                if self.record.ttfo.is_none() {
+                    self.record.ttfo = Some(at);
+                    self.record.think_to_output = self.last_think_at.map(|end| at - end);
+                }
+            }
+        }
+    }
+
+    /// A whole non-streaming body arrived at `at`.
+    pub fn on_body(&mut self, at: f64, body: &[u8]) {
+        self.on_payload(at, body);
+    }
+
+    /// The response ended at `at` (ok) or failed.
+    pub fn finish(mut self, at: f64, error: Option<String>) -> RequestRecord {
+        let events = self.router.finish();
+        self.on_events(&events, at);
+        let r = &mut self.record;
+        r.client_think_tokens = self.router.think_tokens();
+        r.client_output_tokens = self.router.output_tokens();
+        if let Some(u) = self.usage {
+            let think = u.reasoning_tokens.unwrap_or(r.client_think_tokens.min(u.completion_tokens));
+            r.usage_think_tokens = Some(think);
+            r.usage_output_tokens = Some(u.completion_tokens.saturating_sub(think));
+        }
+        r.ok = error.is_none() && r.ttft.is_some();
+        r.error = error.or_else(|| r.ttft.is_none().then(|| "no token received".to_owned()));
+        r.e2e = Some(at);
+        let n = r.completion_tokens();
+        if let (Some(ttft), true) = (r.ttft, n > 1) {
+            r.tpot = Some((at - ttft) / f64::from(n - 1));
+        }
+        self.record
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use meridian_core::ModelRegistry;
+
+    fn chunk(field: &str, text: &str) -> String {
+        format!(
+            "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"{field}\":{}}}}}]}}\n\n",
+            serde_json::json!(text)
+        )
+    }
+
+    /// A stream with known timing: role chunk at 0.1 s, reasoning at 0.2, 0.3, 0.4, a
+    /// whitespace answer chunk at 0.5, visible answer at 0.7 and 0.8, usage and end at 0.9.
+    #[test]
+    fn metric_definitions_on_a_stream_with_known_answers() {
+        let family = ModelRegistry::builtin().unwrap().get("qwen3").cloned();
+        let mut b = RecordBuilder::new(0, 0.0, family);
+        b.on_chunk(0.1, chunk("content", "").as_bytes());
+        b.on_chunk(0.2, chunk("reasoning", "a").as_bytes());
+        b.on_chunk(0.3, chunk("reasoning", "b").as_bytes());
+        b.on_chunk(0.4, chunk("reasoning", "c").as_bytes());
+        b.on_chunk(0.5, chunk("content", "\n\n").as_bytes());
+        b.on_chunk(0.7, chunk("content", "Hi").as_bytes());
+        let last = chunk("content", "!")
+            + "data: {\"choices\":[],\"usage\":{\"completion_tokens\":6,\"completion_tokens_details\":{\"reasoning_tokens\":3}}}\n\ndata: [DONE]\n\n";
+        b.on_chunk(0.8, last.as_bytes());
+        let r = b.finish(0.9, None);
+        let close = |a: Option<f64>, b: f64| (a.unwrap() - b).abs() < 1e-12;
+        assert!(r.ok);
+        assert!(close(r.ttft, 0.2), "first token of any kind");
+        assert!(close(r.ttfo, 0.7), "first visible output, not the whitespace");
+        assert!(close(r.think_to_output, 0.3), "from the last reasoning chunk at 0.4");
+        assert!(close(r.e2e, 0.9));
+        assert!(close(r.tpot, (0.9 - 0.2) / 5.0), "vLLM's TPOT");
+        let itl: Vec<f64> = r.itl.iter().map(|x| (x * 10.0).round() / 10.0).collect();
+        assert_eq!(itl, vec![0.1, 0.1, 0.1, 0.2, 0.1]);
+        let out: Vec<f64> = r.output_itl.iter().map(|x| (x * 10.0).round() / 10.0).collect();
+        assert_eq!(out, vec![0.2, 0.1], "gaps between output chunks only");
+        assert_eq!((r.usage_think_tokens, r.usage_output_tokens), (Some(3), Some(3)));
+        assert_eq!((r.client_think_tokens, r.client_output_tokens), (3, 3));
+    }
+
+    #[test]
+    fn a_stream_that_breaks_is_an_error_with_what_was_measured() {
+        let mut b = RecordBuilder::new(3, 1.5, None);
+        b.on_chunk(0.25, chunk("content", "x").as_bytes());
+        let r = b.finish(0.3, Some("connection reset".into()));
+        assert!(!r.ok);
+        assert_eq!(r.ttft, Some(0.25));
+        assert_eq!(r.error.as_deref(), Some("connection reset"));
+        let r = RecordBuilder::new(4, 0.0, None).finish(1.0, None);
+        assert!(!r.ok, "an empty answer is not a success");
+    }
+
+    #[test]
+    fn events_split_across_network_chunks_are_timed_at_completion() {
+        let mut b = RecordBuilder::new(0, 0.0, None);
+        let c = chunk("content", "hello");
+        let (a, z) = c.as_bytes().split_at(20);
+        b.on_chunk(0.1, a);
+        b.on_chunk(0.4, z);
+        let r = b.finish(0.5, None);
+        assert_eq!(r.ttft, Some(0.4));
+    }
+}

@@ -1,0 +1,53 @@
+use crate::stats::{RunSummary, Summary};
+
+/// Runs side by side, one column each.
+pub fn table(runs: &[&RunSummary]) -> String {
+    let mut rows: Vec<(String, Vec<String>)> = Vec::new();
+    let mut row = |name: &str, f: &dyn Fn(&RunSummary) -> String| {
+        rows.push((name.to_owned(), runs.iter().map(|r| f(r)).collect()));
+    };
+    row("offered rate (req/s)", &|r| r.offered_rate.map_or("inf".into(), |x| format!("{x:.2}")));
+    row("requests ok / failed", &|r| format!("{} / {}", r.completed, r.failed));
+    row("duration (s)", &|r| format!("{:.2}", r.duration_s));
+    row("request throughput (req/s)", &|r| format!("{:.2}", r.request_throughput));
+    row("output token throughput (tok/s)", &|r| format!("{:.1}", r.output_token_throughput));
+    row("total token throughput (tok/s)", &|r| format!("{:.1}", r.total_token_throughput));
+    row("think / output tokens", &|r| format!("{} / {}", r.think_tokens, r.output_tokens));
+    let metrics: [(&str, fn(&RunSummary) -> &Summary); 7] = [
+        ("TTFT", |r| &r.ttft),
+        ("TTFO (first output token)", |r| &r.ttfo),
+        ("think-to-output gap", |r| &r.think_to_output),
+        ("ITL (all tokens)", |r| &r.itl),
+        ("output ITL", |r| &r.output_itl),
+        ("TPOT", |r| &r.tpot),
+        ("E2E latency", |r| &r.e2el),
+    ];
+    for (name, get) in metrics {
+        row(&format!("{name} mean / p50 (ms)"), &|r| {
+            let s = get(r);
+            format!("{:.2} / {:.2}", s.mean_ms, s.p50_ms)
+        });
+        row(&format!("{name} p90 / p99 (ms)"), &|r| {
+            let s = get(r);
+            format!("{:.2} / {:.2}", s.p90_ms, s.p99_ms)
+        });
+    }
+    row("goodput (req/s)", &|r| format!("{:.2} ({:.0}% good)", r.goodput, r.good_fraction * 100.0));
+    let name_w = rows.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    let col_w: Vec<usize> = (0..runs.len())
+        .map(|i| rows.iter().map(|(_, v)| v[i].len()).chain([runs[i].label.len()]).max().unwrap_or(0))
+        .collect();
+    let mut out = format!("{:name_w$}", "");
+    for (i, r) in runs.iter().enumerate() {
+        out.push_str(&format!("  {:>w$}", r.label, w = col_w[i]));
+    }
+    out.push('\n');
+    for (name, vals) in &rows {
+        out.push_str(&format!("{name:name_w$}"));
+        for (i, v) in vals.iter().enumerate() {
+            out.push_str(&format!("  {v:>w$}", w = col_w[i]));
+        }
+        out.push('\n');
+    }
+    out
+}

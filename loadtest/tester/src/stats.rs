@@ -1,0 +1,205 @@
+//! Aggregates: mean and percentiles of each metric, throughputs, goodput under SLOs.
+
+use serde::Serialize;
+
+use crate::record::RequestRecord;
+
+/// Mean and percentiles of one metric, in milliseconds.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Summary {
+    pub count: usize,
+    pub mean_ms: f64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+/// Nearest-rank percentile of sorted values.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
+    sorted[rank.min(sorted.len()) - 1]
+}
+
+impl Summary {
+    pub fn of(values_s: impl IntoIterator<Item = f64>) -> Self {
+        let mut v: Vec<f64> = values_s.into_iter().map(|s| s * 1000.0).filter(|x| x.is_finite()).collect();
+        v.sort_by(|a, b| a.total_cmp(b));
+        if v.is_empty() {
+            return Summary::default();
+        }
+        Summary {
+            count: v.len(),
+            mean_ms: v.iter().sum::<f64>() / v.len() as f64,
+            p50_ms: percentile(&v, 50.0),
+            p90_ms: percentile(&v, 90.0),
+            p99_ms: percentile(&v, 99.0),
+            max_ms: *v.last().unwrap_or(&0.0),
+        }
+    }
+}
+
+/// A per-request latency limit for goodput (`--goodput ttft:500 ttfo:2000 ...`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Slo {
+    pub metric: SloMetric,
+    pub max_ms: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SloMetric {
+    Ttft,
+    Ttfo,
+    Ttot,
+    Tpot,
+    E2el,
+}
+
+impl Slo {
+    pub fn parse(spec: &str) -> Result<Self, String> {
+        let (name, ms) =
+            spec.split_once(':').ok_or_else(|| format!("SLO {spec:?} is not METRIC:MILLISECONDS"))?;
+        let metric = match name {
+            "ttft" => SloMetric::Ttft,
+            "ttfo" => SloMetric::Ttfo,
+            "ttot" => SloMetric::Ttot,
+            "tpot" => SloMetric::Tpot,
+            "e2el" => SloMetric::E2el,
+            other => return Err(format!("unknown SLO metric {other:?} (ttft, ttfo, ttot, tpot, e2el)")),
+        };
+        let max_ms: f64 = ms.parse().map_err(|_| format!("SLO {spec:?}: {ms:?} is not a number"))?;
+        if !(max_ms.is_finite() && max_ms > 0.0) {
+            return Err(format!("SLO {spec:?}: the limit must be positive"));
+        }
+        Ok(Slo { metric, max_ms })
+    }
+
+    /// Whether a request met this SLO. A metric the request never reached (no output,
+    /// or no thinking for TTOT) passes only when it does not apply: TTOT for a request that
+    /// did not think.
+    pub fn met_by(&self, r: &RequestRecord) -> bool {
+        let value = match self.metric {
+            SloMetric::Ttft => r.ttft,
+            SloMetric::Ttfo => r.ttfo,
+            SloMetric::Ttot => match r.think_to_output {
+                None if r.think_tokens() == 0 && r.ttfo.is_some() => return true,
+                v => v,
+            },
+            SloMetric::Tpot => r.tpot,
+            SloMetric::E2el => r.e2e,
+        };
+        value.is_some_and(|v| v * 1000.0 <= self.max_ms)
+    }
+}
+
+/// Everything a run measured, as the JSON report carries it.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunSummary {
+    pub label: String,
+    pub offered_rate: Option<f64>,
+    pub requests: usize,
+    pub completed: usize,
+    pub failed: usize,
+    pub duration_s: f64,
+    pub request_throughput: f64,
+    pub output_token_throughput: f64,
+    pub total_token_throughput: f64,
+    pub think_tokens: u64,
+    pub output_tokens: u64,
+    pub ttft: Summary,
+    pub ttfo: Summary,
+    pub think_to_output: Summary,
+    pub itl: Summary,
+    pub output_itl: Summary,
+    pub tpot: Summary,
+    pub e2el: Summary,
+    pub slos: Vec<Slo>,
+    /// Requests per second that met every SLO (all completed ones when no SLO was given).
+    pub goodput: f64,
+    pub good_fraction: f64,
+    pub first_errors: Vec<String>,
+}
+
+impl RunSummary {
+    pub fn of(
+        label: &str,
+        offered_rate: Option<f64>,
+        records: &[RequestRecord],
+        duration_s: f64,
+        slos: &[Slo],
+    ) -> Self {
+        let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.ok).collect();
+        let dur = duration_s.max(1e-9);
+        let think: u64 = ok.iter().map(|r| u64::from(r.think_tokens())).sum();
+        let output: u64 = ok.iter().map(|r| u64::from(r.output_tokens())).sum();
+        let input: u64 = ok.iter().map(|r| u64::from(r.prompt_tokens.unwrap_or(0))).sum();
+        let good = ok.iter().filter(|r| slos.iter().all(|s| s.met_by(r))).count();
+        RunSummary {
+            label: label.to_owned(),
+            offered_rate,
+            requests: records.len(),
+            completed: ok.len(),
+            failed: records.len() - ok.len(),
+            duration_s,
+            request_throughput: ok.len() as f64 / dur,
+            output_token_throughput: (think + output) as f64 / dur,
+            total_token_throughput: (input + think + output) as f64 / dur,
+            think_tokens: think,
+            output_tokens: output,
+            ttft: Summary::of(ok.iter().filter_map(|r| r.ttft)),
+            ttfo: Summary::of(ok.iter().filter_map(|r| r.ttfo)),
+            think_to_output: Summary::of(ok.iter().filter_map(|r| r.think_to_output)),
+            itl: Summary::of(ok.iter().flat_map(|r| r.itl.iter().copied())),
+            output_itl: Summary::of(ok.iter().flat_map(|r| r.output_itl.iter().copied())),
+            tpot: Summary::of(ok.iter().filter_map(|r| r.tpot)),
+            e2el: Summary::of(ok.iter().filter_map(|r| r.e2e)),
+            slos: slos.to_vec(),
+            goodput: good as f64 / dur,
+            good_fraction: if records.is_empty() { 0.0 } else { good as f64 / records.len() as f64 },
+            first_errors: records.iter().filter_map(|r| r.error.clone()).take(5).collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_by_nearest_rank() {
+        let s = Summary::of((1..=100).map(|i| f64::from(i) / 1000.0));
+        assert_eq!((s.p50_ms, s.p90_ms, s.p99_ms, s.max_ms), (50.0, 90.0, 99.0, 100.0));
+        assert!((s.mean_ms - 50.5).abs() < 1e-9);
+        assert_eq!(Summary::of(std::iter::empty()).count, 0);
+    }
+
+    #[test]
+    fn goodput_counts_requests_meeting_every_slo() {
+        let mk = |ttft: f64, ttfo: f64, think: u32| RequestRecord {
+            ok: true,
+            ttft: Some(ttft),
+            ttfo: Some(ttfo),
+            think_to_output: (think > 0).then_some(0.01),
+            e2e: Some(1.0),
+            client_think_tokens: think,
+            client_output_tokens: 5,
+            ..Default::default()
+        };
+        let recs = vec![mk(0.1, 0.5, 3), mk(0.1, 3.0, 3), mk(0.9, 0.5, 0)];
+        let slos = vec![
+            Slo::parse("ttft:500").unwrap(),
+            Slo::parse("ttfo:2000").unwrap(),
+            Slo::parse("ttot:100").unwrap(),
+        ];
+        let s = RunSummary::of("x", None, &recs, 2.0, &slos);
+        assert_eq!(s.goodput, 0.5, "one of three meets all, over 2 s");
+        assert!((s.good_fraction - 1.0 / 3.0).abs() < 1e-9);
+        assert!(
+            Slo::parse("ttft").is_err() && Slo::parse("foo:1").is_err() && Slo::parse("ttft:-1").is_err()
+        );
+    }
+}

@@ -1,0 +1,135 @@
+//! The load tester against the engine twin: reports, SLO gate, sweeps and A/B, run as the
+//! binary a user runs.
+
+use std::process::Command;
+
+use meridian_core::sched::Fcfs;
+use meridian_sim::server::{TwinOptions, TwinServer};
+use meridian_sim::workload::{LengthDist, WorkloadSpec};
+use serde_json::Value;
+
+async fn twin(think: u32, answer: u32) -> TwinServer {
+    let opts = TwinOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        profile: meridian_sim::profile("h100-qwen3-8b").unwrap(),
+        workload: WorkloadSpec {
+            prompt: LengthDist::Fixed { value: 50 },
+            think: LengthDist::Fixed { value: think },
+            answer: LengthDist::Fixed { value: answer },
+            entropy: Default::default(),
+        },
+        seed: 1,
+        speed: 20.0,
+        served_model: "Qwen/Qwen3-8B".into(),
+    };
+    TwinServer::start(opts, Box::new(Fcfs)).await.unwrap()
+}
+
+fn loadtest(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_meridian-loadtest")).args(args).arg("--disable-tqdm").output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+}
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("lt-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_report_carries_every_metric_and_matches_the_twin() {
+    let t = twin(20, 10).await;
+    let dir = tmp("json");
+    let url = t.url();
+    let (code, out, err) = tokio::task::spawn_blocking({
+        let dir = dir.clone();
+        move || {
+            loadtest(&[
+                "--base-url", &url, "--num-prompts", "12", "--request-rate", "30", "--random-input-len", "64",
+                "--random-output-len", "100", "--save-result", "--result-dir", dir.to_str().unwrap(),
+                "--result-filename", "r.json", "--csv", dir.join("r.csv").to_str().unwrap(), "--html",
+                dir.join("r.html").to_str().unwrap(),
+            ])
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("TTFO (first output token)"), "{out}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("r.json")).unwrap()).unwrap();
+    assert_eq!(v["schema"], "meridian-loadtest/1");
+    let run = &v["runs"][0];
+    let s = &run["summary"];
+    assert_eq!(s["completed"], 12);
+    assert_eq!(s["think_tokens"], 12 * 20, "usage: 20 think tokens each");
+    assert_eq!(s["output_tokens"], 12 * 10);
+    assert_eq!(s["think_to_output"]["count"], 12);
+    for m in ["ttft", "ttfo", "think_to_output", "itl", "output_itl", "tpot", "e2el"] {
+        assert!(s[m]["p99_ms"].as_f64().unwrap() > 0.0, "{m}");
+    }
+    let r0 = &run["requests"][0];
+    assert_eq!(r0["client_think_tokens"], 20, "client-side count agrees with usage");
+    assert!(r0["ttfo"].as_f64().unwrap() > r0["ttft"].as_f64().unwrap());
+    let csv = std::fs::read_to_string(dir.join("r.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 13);
+    let html = std::fs::read_to_string(dir.join("r.html")).unwrap();
+    assert!(html.contains("<svg") && html.contains("CDF of time to first output token"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slo_gate_fails_with_status_3() {
+    let t = twin(30, 5).await;
+    let url = t.url();
+    let (code, _, err) = tokio::task::spawn_blocking(move || {
+        loadtest(&["--base-url", &url, "--num-prompts", "5", "--goodput", "ttfo:0.001", "--slo-min-fraction", "0.5"])
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("SLO gate failed"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ab_and_sweep_runs_are_side_by_side() {
+    let a = twin(10, 5).await;
+    let b = twin(10, 5).await;
+    let (ua, ub) = (a.url(), b.url());
+    let dir = tmp("ab");
+    let (code, out, err) = tokio::task::spawn_blocking({
+        let dir = dir.clone();
+        move || {
+            loadtest(&[
+                "--base-url", &ua, "--compare-base-url", &ub, "--label", "direct", "--compare-label", "other",
+                "--num-prompts", "6", "--sweep-rates", "10,40", "--save-result", "--result-dir",
+                dir.to_str().unwrap(), "--result-filename", "ab.json",
+            ])
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    let header = out.lines().next().unwrap();
+    for label in ["direct@10", "other@10", "direct@40", "other@40"] {
+        assert!(header.contains(label), "{header}");
+    }
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("ab.json")).unwrap()).unwrap();
+    assert_eq!(v["runs"].as_array().unwrap().len(), 4);
+}
+
+#[test]
+fn bad_flags_are_reported() {
+    let (code, _, err) = loadtest(&["--base-url", "http://127.0.0.1:1", "--model", "m", "--request-rate", "fast"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--request-rate"), "{err}");
+    let (code, _, err) = loadtest(&["--model", "m", "--goodput", "ttft"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("METRIC:MILLISECONDS"), "{err}");
+}
+
+#[test]
+fn an_unreachable_server_fails_every_request_not_the_tool() {
+    let (code, out, err) = loadtest(&["--base-url", "http://127.0.0.1:1", "--model", "m", "--num-prompts", "3"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("0 / 3"), "{out}");
+    assert!(err.contains("request failed"), "{err}");
+}

@@ -32,6 +32,9 @@ pub struct RequestRecord {
     pub itl: Vec<f64>,
     /// The gaps among them that were between output-phase chunks.
     pub output_itl: Vec<f64>,
+    /// Arrival time of every token-carrying chunk, from when the request was sent (the
+    /// raw data behind TTFT and ITL, used by `meridian-sim calibrate`).
+    pub token_times: Vec<f64>,
     pub prompt_tokens: Option<u32>,
     /// From the server's `usage`, when it sent one.
     pub usage_think_tokens: Option<u32>,
@@ -134,6 +137,7 @@ impl RecordBuilder {
             }
             self.last_token_at = Some(at);
             self.last_was_output = is_output;
+            self.record.token_times.push(at);
         }
     }
 

@@ -26,8 +26,16 @@ async fn twin(think: u32, answer: u32) -> TwinServer {
 }
 
 fn loadtest(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_meridian-loadtest")).args(args).arg("--disable-tqdm").output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    let out = Command::new(env!("CARGO_BIN_EXE_meridian-loadtest"))
+        .args(args)
+        .arg("--disable-tqdm")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 fn tmp(name: &str) -> std::path::PathBuf {
@@ -45,9 +53,24 @@ async fn json_report_carries_every_metric_and_matches_the_twin() {
         let dir = dir.clone();
         move || {
             loadtest(&[
-                "--base-url", &url, "--num-prompts", "12", "--request-rate", "30", "--random-input-len", "64",
-                "--random-output-len", "100", "--save-result", "--result-dir", dir.to_str().unwrap(),
-                "--result-filename", "r.json", "--csv", dir.join("r.csv").to_str().unwrap(), "--html",
+                "--base-url",
+                &url,
+                "--num-prompts",
+                "12",
+                "--request-rate",
+                "30",
+                "--random-input-len",
+                "64",
+                "--random-output-len",
+                "100",
+                "--save-result",
+                "--result-dir",
+                dir.to_str().unwrap(),
+                "--result-filename",
+                "r.json",
+                "--csv",
+                dir.join("r.csv").to_str().unwrap(),
+                "--html",
                 dir.join("r.html").to_str().unwrap(),
             ])
         }
@@ -81,7 +104,16 @@ async fn slo_gate_fails_with_status_3() {
     let t = twin(30, 5).await;
     let url = t.url();
     let (code, _, err) = tokio::task::spawn_blocking(move || {
-        loadtest(&["--base-url", &url, "--num-prompts", "5", "--goodput", "ttfo:0.001", "--slo-min-fraction", "0.5"])
+        loadtest(&[
+            "--base-url",
+            &url,
+            "--num-prompts",
+            "5",
+            "--goodput",
+            "ttfo:0.001",
+            "--slo-min-fraction",
+            "0.5",
+        ])
     })
     .await
     .unwrap();
@@ -99,9 +131,23 @@ async fn ab_and_sweep_runs_are_side_by_side() {
         let dir = dir.clone();
         move || {
             loadtest(&[
-                "--base-url", &ua, "--compare-base-url", &ub, "--label", "direct", "--compare-label", "other",
-                "--num-prompts", "6", "--sweep-rates", "10,40", "--save-result", "--result-dir",
-                dir.to_str().unwrap(), "--result-filename", "ab.json",
+                "--base-url",
+                &ua,
+                "--compare-base-url",
+                &ub,
+                "--label",
+                "direct",
+                "--compare-label",
+                "other",
+                "--num-prompts",
+                "6",
+                "--sweep-rates",
+                "10,40",
+                "--save-result",
+                "--result-dir",
+                dir.to_str().unwrap(),
+                "--result-filename",
+                "ab.json",
             ])
         }
     })
@@ -118,7 +164,8 @@ async fn ab_and_sweep_runs_are_side_by_side() {
 
 #[test]
 fn bad_flags_are_reported() {
-    let (code, _, err) = loadtest(&["--base-url", "http://127.0.0.1:1", "--model", "m", "--request-rate", "fast"]);
+    let (code, _, err) =
+        loadtest(&["--base-url", "http://127.0.0.1:1", "--model", "m", "--request-rate", "fast"]);
     assert_eq!(code, 2);
     assert!(err.contains("--request-rate"), "{err}");
     let (code, _, err) = loadtest(&["--model", "m", "--goodput", "ttft"]);
@@ -128,7 +175,8 @@ fn bad_flags_are_reported() {
 
 #[test]
 fn an_unreachable_server_fails_every_request_not_the_tool() {
-    let (code, out, err) = loadtest(&["--base-url", "http://127.0.0.1:1", "--model", "m", "--num-prompts", "3"]);
+    let (code, out, err) =
+        loadtest(&["--base-url", "http://127.0.0.1:1", "--model", "m", "--num-prompts", "3"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("0 / 3"), "{out}");
     assert!(err.contains("request failed"), "{err}");

@@ -8,8 +8,10 @@
 //! The engine is pure and deterministic: time is a number it advances, so experiments can
 //! run far faster than real time, and a server drives it in real time.
 
+pub mod calibrate;
 pub mod cost;
 pub mod engine;
+pub mod experiment;
 pub mod kv;
 pub mod server;
 pub mod workload;

@@ -1,47 +1,133 @@
-//! Runs the engine twin as a standalone OpenAI-compatible server.
+//! The engine twin's command line: serve it, run an experiment in virtual time, or fit
+//! its cost model to a load test of a real engine.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use meridian_core::sched::Fcfs;
 use meridian_sim::server::{TwinOptions, TwinServer};
 use meridian_sim::workload::WorkloadSpec;
+use meridian_sim::{EngineConfig, calibrate, experiment};
 
 #[derive(Parser)]
-#[command(about = "The Meridian engine twin: a simulated vLLM server")]
-struct Args {
-    #[arg(long, default_value = "127.0.0.1:8000")]
-    listen: SocketAddr,
-    /// Cost-model profile from loadtest/twin/profiles.toml.
-    #[arg(long, default_value = "h100-qwen3-8b")]
-    profile: String,
-    /// Model name served on /v1/models.
-    #[arg(long, default_value = "Qwen/Qwen3-8B")]
-    served_model: String,
-    /// Simulated seconds per wall second.
-    #[arg(long, default_value_t = 1.0)]
-    speed: f64,
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+#[command(name = "meridian-sim", version, about = "The Meridian engine twin: a simulated vLLM server")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the twin as an OpenAI-compatible server in (scaled) real time.
+    Serve {
+        #[arg(long, default_value = "127.0.0.1:8000")]
+        listen: SocketAddr,
+        /// Cost-model profile from loadtest/twin/profiles.toml.
+        #[arg(long, default_value = "h100-qwen3-8b")]
+        profile: String,
+        #[arg(long, default_value = "Qwen/Qwen3-8B")]
+        served_model: String,
+        /// Simulated seconds per wall second.
+        #[arg(long, default_value_t = 1.0)]
+        speed: f64,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+    /// Run a Poisson workload in virtual time and print what users would feel.
+    Run {
+        #[arg(long, default_value = "h100-qwen3-8b")]
+        profile: String,
+        /// Requests per second.
+        #[arg(long)]
+        request_rate: f64,
+        #[arg(long, default_value_t = 1000)]
+        num_prompts: usize,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+    /// Fit the cost model to a `meridian-loadtest --save-result` report of a real engine.
+    Calibrate {
+        /// The JSON report.
+        report: PathBuf,
+    },
+}
+
+fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[((p / 100.0 * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1]
 }
 
 #[tokio::main]
 async fn main() -> Result<(), String> {
-    let args = Args::parse();
-    let profile = meridian_sim::profile(&args.profile).map_err(|e| e.to_string())?;
-    if !(args.speed.is_finite() && args.speed > 0.0) {
-        return Err(format!("--speed must be a positive number; got {}", args.speed));
+    match Cli::parse().command {
+        Command::Serve { listen, profile, served_model, speed, seed } => {
+            let profile = meridian_sim::profile(&profile).map_err(|e| e.to_string())?;
+            if !(speed.is_finite() && speed > 0.0) {
+                return Err(format!("--speed must be a positive number; got {speed}"));
+            }
+            let opts =
+                TwinOptions { listen, profile, workload: WorkloadSpec::default(), seed, speed, served_model };
+            let twin = TwinServer::start(opts, Box::new(Fcfs)).await.map_err(|e| e.to_string())?;
+            println!("listening on {} (engine twin, policy {})", twin.url(), twin.policy_name());
+            tokio::signal::ctrl_c().await.map_err(|e| e.to_string())?;
+        }
+        Command::Run { profile, request_rate, num_prompts, seed } => {
+            let p = meridian_sim::profile(&profile).map_err(|e| e.to_string())?;
+            let res = experiment::run_poisson(
+                EngineConfig::from(&p),
+                Box::new(Fcfs),
+                WorkloadSpec::default(),
+                request_rate,
+                num_prompts,
+                seed,
+            );
+            let ms = |f: fn(&experiment::SimRecord) -> Option<f64>| {
+                let v: Vec<f64> = res.records.iter().filter_map(f).map(|s| s * 1000.0).collect();
+                format!("p50 {:>9.1}  p99 {:>9.1}", percentile(v.clone(), 50.0), percentile(v, 99.0))
+            };
+            let itl: Vec<f64> =
+                res.records.iter().flat_map(|r| r.output_itl.iter().map(|s| s * 1000.0)).collect();
+            println!(
+                "profile {profile}, policy fcfs, {num_prompts} requests at {request_rate} req/s, seed {seed}"
+            );
+            println!("TTFT (ms)               {}", ms(|r| r.ttft));
+            println!("TTFO (ms)               {}", ms(|r| r.ttfo));
+            println!("think-to-output (ms)    {}", ms(|r| r.think_to_output));
+            println!(
+                "output ITL (ms)         p50 {:>9.1}  p99 {:>9.1}",
+                percentile(itl.clone(), 50.0),
+                percentile(itl, 99.0)
+            );
+            println!(
+                "total token throughput  {:.0} tok/s over {:.1} s simulated",
+                res.total_token_throughput(),
+                res.makespan_s
+            );
+            println!("preemptions             {}", res.preemptions);
+            println!(
+                "simulated {} steps in {:.2} s wall: {:.0} steps/s",
+                res.steps,
+                res.wall_s,
+                res.steps_per_second()
+            );
+        }
+        Command::Calibrate { report } => {
+            let text = std::fs::read_to_string(&report).map_err(|e| format!("{}: {e}", report.display()))?;
+            let samples = calibrate::samples_from_report(&text).map_err(|e| e.to_string())?;
+            let fit = calibrate::fit(&samples).map_err(|e| e.to_string())?;
+            println!("# fitted from {} samples in {}", fit.samples, report.display());
+            println!(
+                "# fit error: median |error| {:.1}%, R^2 {:.3}",
+                fit.median_abs_pct_error, fit.r_squared
+            );
+            println!("fixed_s = {:.6}", fit.cost.fixed_s);
+            println!("per_token_s = {:.9}", fit.cost.per_token_s);
+            println!("per_context_token_s = {:.12}", fit.cost.per_context_token_s);
+        }
     }
-    let opts = TwinOptions {
-        listen: args.listen,
-        profile,
-        workload: WorkloadSpec::default(),
-        seed: args.seed,
-        speed: args.speed,
-        served_model: args.served_model,
-    };
-    let twin = TwinServer::start(opts, Box::new(Fcfs)).await.map_err(|e| e.to_string())?;
-    println!("listening on {} (engine twin, policy {})", twin.url(), twin.policy_name());
-    tokio::signal::ctrl_c().await.map_err(|e| e.to_string())?;
     Ok(())
 }

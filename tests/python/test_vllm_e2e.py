@@ -18,7 +18,7 @@ import openai
 import pytest
 import requests
 
-from conftest import ROOT, metric, start_proxy, wait_ready
+from conftest import ROOT, binary, metric, start_proxy, wait_ready
 
 VLLM_PYTHON = os.environ.get("MERIDIAN_VLLM_PYTHON")
 CACHE = Path(os.environ.get("MERIDIAN_CACHE", Path.home() / ".cache" / "meridian"))
@@ -189,3 +189,47 @@ def test_client_disconnect_aborts_the_request_in_the_engine(proxy_on_vllm, vllm_
     assert running == 0
     assert finished == finished_before, "the abandoned request ran to completion"
     assert tokens - tokens_before < 900, f"{tokens - tokens_before} tokens generated after the client left"
+
+
+def test_load_tester_measures_a_real_vllm_through_the_proxy(proxy_on_vllm, tmp_path):
+    """The bundled load tester against the real engine, through the proxy: every request
+    completes, usage-based think/answer counts are read, and the reasoning metrics are
+    there (the biased tiny model leaves its think block in most requests)."""
+    proxy, ids = proxy_on_vllm
+    extra = json.dumps({"logit_bias": {str(ids["</think>"]): 3.0}})
+    result = subprocess.run(
+        [binary("meridian-loadtest"), "--base-url", proxy.url, "--model", "tiny-qwen3",
+         "--num-prompts", "16", "--request-rate", "8", "--max-concurrency", "4",
+         "--random-input-len", "24", "--random-output-len", "40", "--extra-body", extra,
+         "--save-result", "--result-dir", str(tmp_path), "--result-filename", "r.json", "--disable-tqdm"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((tmp_path / "r.json").read_text())["runs"][0]["summary"]
+    assert summary["completed"] == 16 and summary["failed"] == 0
+    assert summary["think_tokens"] > 0 and summary["output_tokens"] > 0
+    assert summary["ttfo"]["count"] >= 1 and summary["think_to_output"]["count"] >= 1
+
+
+def test_cost_model_calibrates_from_a_real_vllm_load_test(vllm_server, tmp_path):
+    """The calibration path on the real engine: a sweep of rates straight at vLLM, then
+    `meridian-sim calibrate` fits the twin's cost model and reports its error."""
+    result = subprocess.run(
+        [binary("meridian-loadtest"), "--base-url", vllm_server, "--model", "tiny-qwen3",
+         "--endpoint", "/v1/completions", "--num-prompts", "24", "--sweep-rates", "2,8,32",
+         "--random-input-len", "32", "--random-output-len", "64", "--ignore-eos",
+         "--save-result", "--result-dir", str(tmp_path), "--result-filename", "sweep.json", "--disable-tqdm"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    fit = subprocess.run(
+        [binary("meridian-sim"), "calibrate", str(tmp_path / "sweep.json")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert fit.returncode == 0, fit.stderr
+    print(fit.stdout)
+    values = dict(
+        line.split(" = ") for line in fit.stdout.splitlines() if " = " in line and not line.startswith("#")
+    )
+    assert float(values["fixed_s"]) > 0
+    assert "fit error: median |error|" in fit.stdout

@@ -11,7 +11,9 @@ use meridian_loadtest::report::{self, JSON_SCHEMA, JsonReport, JsonRun};
 use meridian_loadtest::run::{Plan, run};
 use meridian_loadtest::stats::{RunSummary, Slo};
 
-#[tokio::main]
+// One thread: the tester must cost little and never compete with the server for cores;
+// its work per chunk is small and nothing in it blocks.
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let args = Args::parse();
     match real_main(args).await {

@@ -89,56 +89,48 @@ impl RecordBuilder {
 
     /// A network chunk arrived `at` seconds after the request was sent.
     pub fn on_chunk(&mut self, at: f64, bytes: &[u8]) {
-        let mut payloads = Vec::new();
-        self.decoder.feed(bytes, |p| payloads.push(p.to_vec()));
-        for p in payloads {
-            self.on_payload(at, &p);
-        }
+        // The decoder hands out payloads borrowed from `bytes`; take it out of `self` so
+        // each payload can be measured in place, without copies.
+        let mut decoder = std::mem::take(&mut self.decoder);
+        decoder.feed(bytes, |p| self.on_payload(at, p));
+        self.decoder = decoder;
     }
 
     fn on_payload(&mut self, at: f64, payload: &[u8]) {
-        let mut deltas = Vec::new();
         let usage = parse_payload(payload, |c| {
             if c.index == 0 {
-                deltas.push((
-                    c.reasoning.map(|s| s.into_owned()),
-                    c.content.map(|s| s.into_owned()),
-                    c.token_ids.map(|t| t.to_vec()),
-                ));
+                self.on_delta(at, c.reasoning.as_deref(), c.content.as_deref(), c.token_ids.as_deref());
             }
         });
         if let Some(Some(u)) = usage {
             self.usage = Some(u);
         }
-        for (reasoning, content, ids) in deltas {
-            let has_token = reasoning.as_deref().is_some_and(|s| !s.is_empty())
-                || content.as_deref().is_some_and(|s| !s.is_empty())
-                || ids.as_deref().is_some_and(|t| !t.is_empty());
-            if !has_token {
-                continue;
-            }
-            let before = (self.router.think_tokens(), self.router.output_tokens());
-            let events = self.router.observe(Delta {
-                reasoning: reasoning.as_deref(),
-                content: content.as_deref(),
-                token_ids: ids.as_deref(),
-            });
-            if self.router.think_tokens() > before.0 && self.record.ttfo.is_none() {
-                self.last_think_at = Some(at);
-            }
-            self.on_events(&events, at);
-            let is_output = self.router.output_tokens() > before.1;
-            self.record.ttft.get_or_insert(at);
-            if let Some(prev) = self.last_token_at {
-                self.record.itl.push(at - prev);
-                if is_output && self.last_was_output {
-                    self.record.output_itl.push(at - prev);
-                }
-            }
-            self.last_token_at = Some(at);
-            self.last_was_output = is_output;
-            self.record.token_times.push(at);
+    }
+
+    fn on_delta(&mut self, at: f64, reasoning: Option<&str>, content: Option<&str>, ids: Option<&[u32]>) {
+        let has_token = reasoning.is_some_and(|s| !s.is_empty())
+            || content.is_some_and(|s| !s.is_empty())
+            || ids.is_some_and(|t| !t.is_empty());
+        if !has_token {
+            return;
         }
+        let before = (self.router.think_tokens(), self.router.output_tokens());
+        let events = self.router.observe(Delta { reasoning, content, token_ids: ids });
+        if self.router.think_tokens() > before.0 && self.record.ttfo.is_none() {
+            self.last_think_at = Some(at);
+        }
+        self.on_events(&events, at);
+        let is_output = self.router.output_tokens() > before.1;
+        self.record.ttft.get_or_insert(at);
+        if let Some(prev) = self.last_token_at {
+            self.record.itl.push(at - prev);
+            if is_output && self.last_was_output {
+                self.record.output_itl.push(at - prev);
+            }
+        }
+        self.last_token_at = Some(at);
+        self.last_was_output = is_output;
+        self.record.token_times.push(at);
     }
 
     fn on_events(&mut self, events: &[PhaseEvent], at: f64) {

@@ -221,7 +221,9 @@ async fn generate(shared: Arc<Shared>, headers: HeaderMap, body: axum::body::Byt
             Err(e) => return error(StatusCode::BAD_REQUEST, &e.to_string()),
         };
         core.metrics.prompt_tokens += u64::from(req.prompt_tokens);
-        let arrival_s = core.engine.now();
+        // Metrics count from when the request really arrived: the engine clock may run
+        // ahead by the step that is being slept out.
+        let arrival_s = shared.virtual_now();
         core.subs.insert(seq, Subscriber { tx, arrival_s, last_token_s: None });
         (seq, driver::Plan { think_len: think, truncated, entropy: shape.entropy })
     };

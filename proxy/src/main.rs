@@ -88,7 +88,9 @@ async fn start_twin(
         speed: cfg.speed,
         served_model: cfg.served_model.clone(),
     };
-    meridian_sim::server::TwinServer::start(opts, Box::new(meridian_core::sched::Fcfs))
+    let policy = meridian_core::sched::policy_by_name(&cfg.policy)
+        .ok_or_else(|| format!("twin.policy: unknown {:?}", cfg.policy))?;
+    meridian_sim::server::TwinServer::start(opts, policy)
         .await
         .map_err(|e| format!("cannot start the engine twin: {e}"))
 }

@@ -150,6 +150,8 @@ pub struct TwinConfig {
     pub speed: f64,
     /// Seed of the synthetic workload (lengths, entropy).
     pub seed: u64,
+    /// Scheduling policy inside the twin (see `meridian_core::sched::POLICY_NAMES`).
+    pub policy: String,
 }
 
 impl Default for TwinConfig {
@@ -159,6 +161,7 @@ impl Default for TwinConfig {
             served_model: "Qwen/Qwen3-8B".into(),
             speed: 1.0,
             seed: 0,
+            policy: "fcfs".into(),
         }
     }
 }

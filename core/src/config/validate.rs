@@ -99,6 +99,12 @@ impl MeridianConfig {
         if !(tw.speed.is_finite() && tw.speed > 0.0) {
             c.fail("twin.speed", format!("must be a positive number; got {}", tw.speed));
         }
+        if !crate::sched::POLICY_NAMES.contains(&tw.policy.as_str()) {
+            c.fail(
+                "twin.policy",
+                format!("must be one of {:?}; got {:?}", crate::sched::POLICY_NAMES, tw.policy),
+            );
+        }
         if tw.served_model.trim().is_empty() {
             c.fail("twin.served_model", "must not be empty");
         }

@@ -7,8 +7,10 @@
 //! orders requests and picks preemption victims, from a read-only view of each request.
 
 mod fcfs;
+mod priority;
 
 pub use fcfs::Fcfs;
+pub use priority::Priority;
 
 use crate::Phase;
 
@@ -44,4 +46,16 @@ pub trait SchedulingPolicy: Send {
 
     /// Index into `running` of the request to preempt when KV blocks run out.
     fn pick_victim(&mut self, running: &[RequestView], now_s: f64) -> usize;
+}
+
+/// The policies by name, for configuration and command lines.
+pub const POLICY_NAMES: [&str; 2] = ["fcfs", "priority"];
+
+/// A policy by its configuration name.
+pub fn policy_by_name(name: &str) -> Option<Box<dyn SchedulingPolicy>> {
+    match name {
+        "fcfs" => Some(Box::new(Fcfs)),
+        "priority" => Some(Box::new(Priority)),
+        _ => None,
+    }
 }

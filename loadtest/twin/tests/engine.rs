@@ -215,3 +215,23 @@ proptest! {
         prop_assert_eq!(e.kv_usage(), 0.0);
     }
 }
+
+#[test]
+fn priority_policy_admits_lower_values_first_and_evicts_the_highest() {
+    use meridian_core::sched::Priority;
+    let cfg = EngineConfig { max_num_seqs: 1, ..tiny() };
+    let mut e = Engine::new(cfg, Box::new(Priority));
+    e.submit(NewRequest { priority: 5, ..req("low", 4, 1, 1) }).unwrap();
+    e.submit(NewRequest { priority: -1, ..req("high", 4, 1, 1) }).unwrap();
+    let first = e.step().unwrap();
+    assert_eq!(e.id_of(first.scheduled[0].0), Some("high"));
+
+    let mut e = Engine::new(tight(), Box::new(Priority));
+    e.submit(NewRequest { priority: 0, ..req("a", 8, 8, 0) }).unwrap();
+    e.submit(NewRequest { priority: -5, ..req("b", 8, 8, 0) }).unwrap();
+    let mut preempted = Vec::new();
+    while let Some(s) = e.step() {
+        preempted.extend(s.preempted.iter().copied());
+    }
+    assert_eq!(preempted.first(), Some(&0), "a has the larger priority value, so it goes");
+}

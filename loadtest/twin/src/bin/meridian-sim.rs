@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
-use meridian_core::sched::Fcfs;
+use meridian_core::sched::{POLICY_NAMES, SchedulingPolicy, policy_by_name};
 use meridian_sim::server::{TwinOptions, TwinServer};
 use meridian_sim::workload::WorkloadSpec;
 use meridian_sim::{EngineConfig, calibrate, experiment};
@@ -33,6 +33,9 @@ enum Command {
         speed: f64,
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// Scheduling policy: fcfs (vLLM's default) or priority.
+        #[arg(long, default_value = "fcfs")]
+        policy: String,
     },
     /// Run a Poisson workload in virtual time and print what users would feel.
     Run {
@@ -45,12 +48,18 @@ enum Command {
         num_prompts: usize,
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        #[arg(long, default_value = "fcfs")]
+        policy: String,
     },
     /// Fit the cost model to a `meridian-loadtest --save-result` report of a real engine.
     Calibrate {
         /// The JSON report.
         report: PathBuf,
     },
+}
+
+fn pick(name: &str) -> Result<Box<dyn SchedulingPolicy>, String> {
+    policy_by_name(name).ok_or_else(|| format!("--policy must be one of {POLICY_NAMES:?}; got {name:?}"))
 }
 
 fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
@@ -64,22 +73,22 @@ fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
 #[tokio::main]
 async fn main() -> Result<(), String> {
     match Cli::parse().command {
-        Command::Serve { listen, profile, served_model, speed, seed } => {
+        Command::Serve { listen, profile, served_model, speed, seed, policy } => {
             let profile = meridian_sim::profile(&profile).map_err(|e| e.to_string())?;
             if !(speed.is_finite() && speed > 0.0) {
                 return Err(format!("--speed must be a positive number; got {speed}"));
             }
             let opts =
                 TwinOptions { listen, profile, workload: WorkloadSpec::default(), seed, speed, served_model };
-            let twin = TwinServer::start(opts, Box::new(Fcfs)).await.map_err(|e| e.to_string())?;
+            let twin = TwinServer::start(opts, pick(&policy)?).await.map_err(|e| e.to_string())?;
             println!("listening on {} (engine twin, policy {})", twin.url(), twin.policy_name());
             tokio::signal::ctrl_c().await.map_err(|e| e.to_string())?;
         }
-        Command::Run { profile, request_rate, num_prompts, seed } => {
+        Command::Run { profile, request_rate, num_prompts, seed, policy } => {
             let p = meridian_sim::profile(&profile).map_err(|e| e.to_string())?;
             let res = experiment::run_poisson(
                 EngineConfig::from(&p),
-                Box::new(Fcfs),
+                pick(&policy)?,
                 WorkloadSpec::default(),
                 request_rate,
                 num_prompts,

@@ -7,9 +7,11 @@
 //! orders requests and picks preemption victims, from a read-only view of each request.
 
 mod fcfs;
+mod output_first;
 mod priority;
 
 pub use fcfs::Fcfs;
+pub use output_first::OutputFirst;
 pub use priority::Priority;
 
 use crate::Phase;
@@ -30,6 +32,9 @@ pub struct RequestView {
     pub output_tokens: u32,
     /// Engine time when the request last left the think phase, if it did.
     pub think_ended_s: Option<f64>,
+    /// Engine time since when it has been waiting (arrival or preemption); `None` while
+    /// running.
+    pub queued_s: Option<f64>,
 }
 
 /// The per-step decisions of a continuous-batching scheduler.
@@ -49,13 +54,14 @@ pub trait SchedulingPolicy: Send {
 }
 
 /// The policies by name, for configuration and command lines.
-pub const POLICY_NAMES: [&str; 2] = ["fcfs", "priority"];
+pub const POLICY_NAMES: [&str; 3] = ["fcfs", "priority", "output-first"];
 
 /// A policy by its configuration name.
 pub fn policy_by_name(name: &str) -> Option<Box<dyn SchedulingPolicy>> {
     match name {
         "fcfs" => Some(Box::new(Fcfs)),
         "priority" => Some(Box::new(Priority)),
+        "output-first" => Some(Box::new(OutputFirst::default())),
         _ => None,
     }
 }

@@ -81,50 +81,74 @@ impl Span {
     }
 }
 
-/// Extracts samples from a load-test report.
+/// One measured request: when it was sent, its prompt length, and when each token
+/// arrived (seconds from sending).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observed {
+    pub sent_at: f64,
+    pub prompt_tokens: u32,
+    pub token_times: Vec<f64>,
+}
+
+/// Extracts samples from a `meridian-loadtest` JSON report (every run in it).
 pub fn samples_from_report(json: &str) -> Result<Vec<Sample>, CalibrateError> {
     let report: Report = serde_json::from_str(json)?;
     let mut out = Vec::new();
     for run in report.runs {
-        let spans: Vec<Span> = run
+        let observed: Vec<Observed> = run
             .requests
-            .iter()
+            .into_iter()
             .filter(|r| r.ok && !r.token_times.is_empty())
-            .map(|r| Span {
-                start: r.sent_at,
-                end: r.sent_at + r.token_times.last().copied().unwrap_or(0.0),
-                prompt: f64::from(r.prompt_tokens.unwrap_or(0)),
-                times: r.token_times.iter().map(|t| r.sent_at + t).collect(),
+            .map(|r| Observed {
+                sent_at: r.sent_at,
+                prompt_tokens: r.prompt_tokens.unwrap_or(0),
+                token_times: r.token_times,
             })
             .collect();
-        for (i, s) in spans.iter().enumerate() {
-            // TTFT on an idle engine: prefill alone.
-            let alone =
-                spans.iter().enumerate().all(|(j, o)| j == i || o.end < s.start || o.start > s.times[0]);
-            if alone {
-                out.push(Sample { tokens: s.prompt, context: 0.0, seconds: s.times[0] - s.start });
-            }
-            for w in s.times.windows(2) {
-                let mid = (w[0] + w[1]) / 2.0;
-                // Skip gaps in which any request was prefilling at any moment: those steps
-                // mixed prompt chunks in, which the decode sample does not count.
-                let prefilling =
-                    spans.iter().any(|o| o.start < w[1] && o.times.first().is_some_and(|f| *f > w[0]));
-                if prefilling {
-                    continue;
-                }
-                let (mut batch, mut context) = (0.0f64, 0.0f64);
-                for o in &spans {
-                    if let Some(c) = o.context_at(mid) {
-                        batch += 1.0;
-                        context += c;
-                    }
-                }
-                out.push(Sample { tokens: batch.max(1.0), context, seconds: w[1] - w[0] });
-            }
-        }
+        out.extend(samples_from_requests(&observed));
     }
     Ok(out)
+}
+
+/// Extracts samples from requests measured together (one run).
+pub fn samples_from_requests(requests: &[Observed]) -> Vec<Sample> {
+    let spans: Vec<Span> = requests
+        .iter()
+        .filter(|r| !r.token_times.is_empty())
+        .map(|r| Span {
+            start: r.sent_at,
+            end: r.sent_at + r.token_times.last().copied().unwrap_or(0.0),
+            prompt: f64::from(r.prompt_tokens),
+            times: r.token_times.iter().map(|t| r.sent_at + t).collect(),
+        })
+        .collect();
+    let mut out = Vec::new();
+    for (i, s) in spans.iter().enumerate() {
+        // TTFT on an idle engine: prefill alone.
+        let alone = spans.iter().enumerate().all(|(j, o)| j == i || o.end < s.start || o.start > s.times[0]);
+        if alone {
+            out.push(Sample { tokens: s.prompt, context: 0.0, seconds: s.times[0] - s.start });
+        }
+        for w in s.times.windows(2) {
+            let mid = (w[0] + w[1]) / 2.0;
+            // Skip gaps in which any request was prefilling at any moment: those steps
+            // mixed prompt chunks in, which the decode sample does not count.
+            let prefilling =
+                spans.iter().any(|o| o.start < w[1] && o.times.first().is_some_and(|f| *f > w[0]));
+            if prefilling {
+                continue;
+            }
+            let (mut batch, mut context) = (0.0f64, 0.0f64);
+            for o in &spans {
+                if let Some(c) = o.context_at(mid) {
+                    batch += 1.0;
+                    context += c;
+                }
+            }
+            out.push(Sample { tokens: batch.max(1.0), context, seconds: w[1] - w[0] });
+        }
+    }
+    out
 }
 
 /// Least-squares fit of the cost model.
@@ -224,5 +248,47 @@ mod tests {
         assert!(matches!(fit(&[]), Err(CalibrateError::TooFew(0))));
         let same = vec![Sample { tokens: 1.0, context: 10.0, seconds: 0.01 }; 20];
         assert!(matches!(fit(&same), Err(CalibrateError::Singular)));
+    }
+}
+
+#[cfg(test)]
+mod from_the_engine {
+    use super::*;
+    use crate::engine::EngineConfig;
+    use crate::experiment::run_poisson;
+    use crate::workload::{LengthDist, WorkloadSpec};
+    use meridian_core::sched::Fcfs;
+
+    /// Token timings from the engine itself (virtual time, so exact) must give back the
+    /// profile that produced them.
+    #[test]
+    fn recovers_the_profile_behind_a_simulated_run() {
+        let profile = crate::profile("h100-qwen3-8b").unwrap();
+        let spec = WorkloadSpec {
+            prompt: LengthDist::Uniform { min: 50, max: 400 },
+            think: LengthDist::Uniform { min: 50, max: 600 },
+            answer: LengthDist::Uniform { min: 20, max: 200 },
+            entropy: Default::default(),
+        };
+        let mut samples = Vec::new();
+        for rate in [0.5, 4.0, 16.0] {
+            let res = run_poisson(EngineConfig::from(&profile), Box::new(Fcfs), spec, rate, 150, 11);
+            let observed: Vec<Observed> = res
+                .records
+                .iter()
+                .map(|r| Observed {
+                    sent_at: r.arrival_s,
+                    prompt_tokens: r.prompt_tokens,
+                    token_times: r.token_times.clone(),
+                })
+                .collect();
+            samples.extend(samples_from_requests(&observed));
+        }
+        let f = fit(&samples).unwrap();
+        let rel = |got: f64, want: f64| (got - want).abs() / want;
+        assert!(rel(f.cost.fixed_s, profile.fixed_s) < 0.02, "{f:?}");
+        assert!(rel(f.cost.per_token_s, profile.per_token_s) < 0.05, "{f:?}");
+        assert!(rel(f.cost.per_context_token_s, profile.per_context_token_s) < 0.05, "{f:?}");
+        assert!(f.median_abs_pct_error < 1.0, "{f:?}");
     }
 }

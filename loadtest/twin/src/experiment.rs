@@ -23,6 +23,8 @@ pub struct SimRecord {
     /// Last think token to first output token.
     pub think_to_output: Option<f64>,
     pub output_itl: Vec<f64>,
+    /// Every token's time, from arrival.
+    pub token_times: Vec<f64>,
     pub e2e: Option<f64>,
     pub think_tokens: u32,
     pub output_tokens: u32,
@@ -115,6 +117,7 @@ pub fn run_poisson(
             let r = &mut records[i];
             let since = tok.at_s - r.arrival_s;
             r.ttft.get_or_insert(since);
+            r.token_times.push(since);
             let prev = last_token.insert(tok.seq, (tok.at_s, tok.phase));
             match tok.phase {
                 Phase::Think => r.think_tokens += 1,

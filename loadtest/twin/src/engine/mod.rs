@@ -189,6 +189,7 @@ impl Engine {
                 blocks: 0,
                 state: State::Waiting,
                 think_ended_s: None,
+                queued_s: self.clock_s,
             },
         );
         self.waiting.push_back(seq);
@@ -282,7 +283,9 @@ impl Engine {
     }
 
     fn preempt(&mut self, seq: u64) {
+        let now = self.clock_s;
         if let Some(r) = self.requests.get_mut(&seq) {
+            r.queued_s = now;
             self.pool.give_back(r.blocks);
             r.blocks = 0;
             r.computed = 0;

@@ -38,6 +38,8 @@ pub(crate) struct SimRequest {
     pub blocks: u32,
     pub state: State,
     pub think_ended_s: Option<f64>,
+    /// When it last entered the waiting queue.
+    pub queued_s: f64,
 }
 
 impl SimRequest {
@@ -71,6 +73,7 @@ impl SimRequest {
             think_tokens: self.generated.min(self.think_len),
             output_tokens: self.generated.saturating_sub(self.think_len),
             think_ended_s: self.think_ended_s,
+            queued_s: (self.state == State::Waiting).then_some(self.queued_s),
         }
     }
 }

@@ -1,0 +1,164 @@
+use std::cmp::Ordering;
+
+use super::{RequestView, SchedulingPolicy};
+use crate::Phase;
+
+/// Output-first dispatch: tokens a user is waiting to read go first, reasoning fills the
+/// rest of each step's budget.
+///
+/// - Running order: output phase, then requests that just left thinking (protected), then
+///   prefill, then thinking; arrival order within each class.
+/// - Waiting order: preempted output-phase requests first, then think requests that have
+///   waited longer than `max_think_wait_s` (the starvation bound), then arrival order.
+/// - Victim: a thinking request if there is one (the most recently arrived), then prefill,
+///   then output; a request that left thinking less than `protect_after_think_s` ago
+///   counts as output.
+#[derive(Debug, Clone)]
+pub struct OutputFirst {
+    pub protect_after_think_s: f64,
+    pub max_think_wait_s: f64,
+}
+
+impl Default for OutputFirst {
+    fn default() -> Self {
+        OutputFirst { protect_after_think_s: 1.0, max_think_wait_s: 30.0 }
+    }
+}
+
+/// Classes, most urgent first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Class {
+    Output,
+    Prefill,
+    Think,
+}
+
+impl OutputFirst {
+    fn class(&self, r: &RequestView, now_s: f64) -> Class {
+        let just_left_thinking = r.think_ended_s.is_some_and(|t| now_s - t < self.protect_after_think_s);
+        match r.phase {
+            Phase::Output => Class::Output,
+            _ if just_left_thinking => Class::Output,
+            Phase::Pending => Class::Prefill,
+            Phase::Think => Class::Think,
+        }
+    }
+
+    fn starving(&self, r: &RequestView, now_s: f64) -> bool {
+        r.phase == Phase::Think && r.queued_s.is_some_and(|q| now_s - q > self.max_think_wait_s)
+    }
+}
+
+fn by_arrival(a: &RequestView, b: &RequestView) -> Ordering {
+    a.arrival_s.total_cmp(&b.arrival_s).then(a.seq.cmp(&b.seq))
+}
+
+impl SchedulingPolicy for OutputFirst {
+    fn name(&self) -> &str {
+        "output-first"
+    }
+
+    fn order_running(&mut self, running: &mut Vec<RequestView>, now_s: f64) {
+        running.sort_by(|a, b| self.class(a, now_s).cmp(&self.class(b, now_s)).then(by_arrival(a, b)));
+    }
+
+    fn order_waiting(&mut self, waiting: &mut Vec<RequestView>, now_s: f64) {
+        let rank = |r: &RequestView| match self.class(r, now_s) {
+            Class::Output => 0,
+            _ if self.starving(r, now_s) => 1,
+            _ => 2,
+        };
+        waiting.sort_by(|a, b| rank(a).cmp(&rank(b)).then(by_arrival(a, b)));
+    }
+
+    fn pick_victim(&mut self, running: &[RequestView], now_s: f64) -> usize {
+        running
+            .iter()
+            .enumerate()
+            .max_by(|(_, a), (_, b)| self.class(a, now_s).cmp(&self.class(b, now_s)).then(by_arrival(a, b)))
+            .map_or(0, |(i, _)| i)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn view(
+        seq: u64,
+        phase: Phase,
+        arrival_s: f64,
+        think_ended_s: Option<f64>,
+        queued_s: Option<f64>,
+    ) -> RequestView {
+        RequestView {
+            seq,
+            arrival_s,
+            priority: 0,
+            phase,
+            prefill_remaining: 0,
+            think_tokens: 0,
+            output_tokens: 0,
+            think_ended_s,
+            queued_s,
+        }
+    }
+
+    fn phase(i: u8) -> Phase {
+        [Phase::Pending, Phase::Think, Phase::Output][i as usize % 3]
+    }
+
+    proptest! {
+        /// An output-phase (or just-finished-thinking) request is never the victim while a
+        /// thinking one could be.
+        #[test]
+        fn output_is_never_preempted_while_a_think_victim_exists(
+            reqs in proptest::collection::vec((0u8..3, 0.0f64..100.0, proptest::option::of(0.0f64..100.0)), 1..30),
+            now in 0.0f64..120.0,
+        ) {
+            let mut p = OutputFirst::default();
+            let views: Vec<_> = reqs.iter().enumerate()
+                .map(|(i, (ph, arr, ended))| view(i as u64, phase(*ph), *arr, *ended, None))
+                .collect();
+            let v = &views[p.pick_victim(&views, now)];
+            let protected = |r: &RequestView| p.class(r, now) == Class::Output;
+            if views.iter().any(|r| r.phase == Phase::Think && !protected(r)) {
+                prop_assert_eq!(v.phase, Phase::Think);
+                prop_assert!(!protected(v));
+            }
+        }
+
+        /// A think request that has waited past the bound is admitted before every request
+        /// that has not, output-phase ones aside.
+        #[test]
+        fn starving_think_requests_jump_the_queue(
+            reqs in proptest::collection::vec((0u8..3, 0.0f64..100.0, 0.0f64..100.0), 1..30),
+            now in 100.0f64..200.0,
+        ) {
+            let mut p = OutputFirst { protect_after_think_s: 1.0, max_think_wait_s: 50.0 };
+            let mut views: Vec<_> = reqs.iter().enumerate()
+                .map(|(i, (ph, arr, q))| view(i as u64, phase(*ph), *arr, None, Some(*q)))
+                .collect();
+            p.order_waiting(&mut views, now);
+            let first_plain = views.iter().position(|r| r.phase != Phase::Output && !p.starving(r, now));
+            if let Some(i) = first_plain {
+                prop_assert!(views[i..].iter().all(|r| !p.starving(r, now)), "a starving request after a plain one");
+            }
+        }
+    }
+
+    #[test]
+    fn running_order_puts_output_first_and_thinking_last() {
+        let mut p = OutputFirst::default();
+        let mut v = vec![
+            view(0, Phase::Think, 0.0, None, None),
+            view(1, Phase::Pending, 1.0, None, None),
+            view(2, Phase::Output, 2.0, None, None),
+            view(3, Phase::Think, 3.0, Some(9.8), None),
+        ];
+        p.order_running(&mut v, 10.0);
+        // 3 left thinking 0.2 s ago: protected like output, but it arrived later than 2.
+        assert_eq!(v.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![2, 3, 1, 0]);
+    }
+}

@@ -37,6 +37,16 @@ pub struct RequestView {
     pub queued_s: Option<f64>,
 }
 
+/// Limits a policy may put on one step, on top of the engine's own budget.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StepLimits {
+    /// Prompt tokens (prefill chunks, running or newly admitted) the step may compute.
+    /// A long prefill chunk lengthens the step for every decoding request.
+    pub max_prefill_tokens: Option<u32>,
+    /// Think-phase requests that may decode in this step; the rest sit it out.
+    pub max_think_decodes: Option<u32>,
+}
+
 /// The per-step decisions of a continuous-batching scheduler.
 pub trait SchedulingPolicy: Send {
     /// Short name for reports and metric labels.
@@ -51,6 +61,12 @@ pub trait SchedulingPolicy: Send {
 
     /// Index into `running` of the request to preempt when KV blocks run out.
     fn pick_victim(&mut self, running: &[RequestView], now_s: f64) -> usize;
+
+    /// Limits for the coming step, given the running requests (in the policy's order).
+    /// The stock engine has none.
+    fn step_limits(&mut self, _running: &[RequestView], _now_s: f64) -> StepLimits {
+        StepLimits::default()
+    }
 }
 
 /// The policies by name, for configuration and command lines.

@@ -1,6 +1,6 @@
 use std::cmp::Ordering;
 
-use super::{RequestView, SchedulingPolicy};
+use super::{RequestView, SchedulingPolicy, StepLimits};
 use crate::Phase;
 
 /// Output-first dispatch: tokens a user is waiting to read go first, reasoning fills the
@@ -13,15 +13,25 @@ use crate::Phase;
 /// - Victim: a thinking request if there is one (the most recently arrived), then prefill,
 ///   then output; a request that left thinking less than `protect_after_think_s` ago
 ///   counts as output.
+/// - While any request is answering, a step computes at most `output_prefill_cap` prompt
+///   tokens (so a long prefill chunk cannot stall the answer stream) and lets at most
+///   `think_decode_cap` thinking requests decode (None: all of them).
 #[derive(Debug, Clone)]
 pub struct OutputFirst {
     pub protect_after_think_s: f64,
     pub max_think_wait_s: f64,
+    pub output_prefill_cap: Option<u32>,
+    pub think_decode_cap: Option<u32>,
 }
 
 impl Default for OutputFirst {
     fn default() -> Self {
-        OutputFirst { protect_after_think_s: 1.0, max_think_wait_s: 30.0 }
+        OutputFirst {
+            protect_after_think_s: 1.0,
+            max_think_wait_s: 30.0,
+            output_prefill_cap: Some(512),
+            think_decode_cap: None,
+        }
     }
 }
 
@@ -77,6 +87,17 @@ impl SchedulingPolicy for OutputFirst {
             .enumerate()
             .max_by(|(_, a), (_, b)| self.class(a, now_s).cmp(&self.class(b, now_s)).then(by_arrival(a, b)))
             .map_or(0, |(i, _)| i)
+    }
+
+    fn step_limits(&mut self, running: &[RequestView], now_s: f64) -> StepLimits {
+        if running.iter().any(|r| self.class(r, now_s) == Class::Output) {
+            StepLimits {
+                max_prefill_tokens: self.output_prefill_cap,
+                max_think_decodes: self.think_decode_cap,
+            }
+        } else {
+            StepLimits::default()
+        }
     }
 }
 
@@ -136,7 +157,7 @@ mod tests {
             reqs in proptest::collection::vec((0u8..3, 0.0f64..100.0, 0.0f64..100.0), 1..30),
             now in 100.0f64..200.0,
         ) {
-            let mut p = OutputFirst { protect_after_think_s: 1.0, max_think_wait_s: 50.0 };
+            let mut p = OutputFirst { max_think_wait_s: 50.0, ..OutputFirst::default() };
             let mut views: Vec<_> = reqs.iter().enumerate()
                 .map(|(i, (ph, arr, q))| view(i as u64, phase(*ph), *arr, None, Some(*q)))
                 .collect();
@@ -146,6 +167,18 @@ mod tests {
                 prop_assert!(views[i..].iter().all(|r| !p.starving(r, now)), "a starving request after a plain one");
             }
         }
+    }
+
+    #[test]
+    fn limits_apply_only_while_someone_is_answering() {
+        let mut p = OutputFirst { think_decode_cap: Some(2), ..OutputFirst::default() };
+        let thinking = vec![view(0, Phase::Think, 0.0, None, None)];
+        assert_eq!(p.step_limits(&thinking, 1.0), StepLimits::default());
+        let mixed = vec![view(0, Phase::Think, 0.0, None, None), view(1, Phase::Output, 0.0, None, None)];
+        assert_eq!(
+            p.step_limits(&mixed, 1.0),
+            StepLimits { max_prefill_tokens: Some(512), max_think_decodes: Some(2) }
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! The engine is pure and deterministic: time is a number it advances, so experiments can
 //! run far faster than real time, and a server drives it in real time.
 
+pub mod ab;
 pub mod calibrate;
 pub mod cost;
 pub mod engine;

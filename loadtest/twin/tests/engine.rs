@@ -235,3 +235,22 @@ fn priority_policy_admits_lower_values_first_and_evicts_the_highest() {
     }
     assert_eq!(preempted.first(), Some(&0), "a has the larger priority value, so it goes");
 }
+
+#[test]
+fn step_limits_cap_prefill_and_think_decodes_while_someone_answers() {
+    use meridian_core::sched::OutputFirst;
+    let policy =
+        OutputFirst { output_prefill_cap: Some(4), think_decode_cap: Some(1), ..OutputFirst::default() };
+    let mut e = Engine::new(EngineConfig { max_num_batched_tokens: 64, ..tiny() }, Box::new(policy));
+    // a answers right away; b and c think for a long time; d arrives with a long prompt.
+    e.submit(req("a", 2, 0, 20)).unwrap();
+    e.submit(req("b", 2, 20, 5)).unwrap();
+    e.submit(req("c", 2, 20, 5)).unwrap();
+    e.step().unwrap(); // all three prefill (nobody is answering yet)
+    e.submit(req("d", 30, 1, 1)).unwrap();
+    let s = e.step().unwrap();
+    let by_id: Vec<(String, u32)> =
+        s.scheduled.iter().map(|(q, n)| (e.id_of(*q).unwrap().to_owned(), *n)).collect();
+    // a (answering) decodes, one of b/c thinks, d gets a 4-token prefill chunk.
+    assert_eq!(by_id, vec![("a".into(), 1), ("b".into(), 1), ("d".into(), 4)]);
+}

@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand};
 use meridian_core::sched::{POLICY_NAMES, SchedulingPolicy, policy_by_name};
 use meridian_sim::server::{TwinOptions, TwinServer};
 use meridian_sim::workload::WorkloadSpec;
-use meridian_sim::{EngineConfig, calibrate, experiment};
+use meridian_sim::{EngineConfig, ab, calibrate, experiment};
 
 #[derive(Parser)]
 #[command(name = "meridian-sim", version, about = "The Meridian engine twin: a simulated vLLM server")]
@@ -50,6 +50,28 @@ enum Command {
         seed: u64,
         #[arg(long, default_value = "fcfs")]
         policy: String,
+    },
+    /// Compare scheduling policies on the same workload at loads relative to the stock
+    /// engine's capacity; prints (and optionally writes) a markdown report.
+    Ab {
+        #[arg(long, default_value = "h100-qwen3-8b")]
+        profile: String,
+        #[arg(long, value_delimiter = ',', default_value = "fcfs,output-first")]
+        policies: Vec<String>,
+        /// Loads as fractions of the stock engine's capacity.
+        #[arg(long, value_delimiter = ',', default_value = "0.5,0.7,0.9,1.0")]
+        loads: Vec<f64>,
+        #[arg(long, default_value_t = 2000)]
+        num_prompts: usize,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        #[arg(long, default_value_t = 200.0)]
+        slo_ttot_ms: f64,
+        #[arg(long, default_value_t = 50.0)]
+        slo_output_itl_ms: f64,
+        /// Append the report to this markdown file.
+        #[arg(long)]
+        report: Option<PathBuf>,
     },
     /// Fit the cost model to a `meridian-loadtest --save-result` report of a real engine.
     Calibrate {
@@ -123,6 +145,44 @@ async fn main() -> Result<(), String> {
                 res.wall_s,
                 res.steps_per_second()
             );
+        }
+        Command::Ab {
+            profile,
+            policies,
+            loads,
+            num_prompts,
+            seed,
+            slo_ttot_ms,
+            slo_output_itl_ms,
+            report,
+        } => {
+            let p = meridian_sim::profile(&profile).map_err(|e| e.to_string())?;
+            let slo = ab::JointSlo { ttot_ms: slo_ttot_ms, mean_output_itl_ms: slo_output_itl_ms };
+            let (cap, cells) = ab::compare(
+                EngineConfig::from(&p),
+                WorkloadSpec::default(),
+                &policies,
+                &loads,
+                num_prompts,
+                seed,
+                slo,
+            )?;
+            let md = format!(
+                "### {profile}\n\n`meridian-sim ab --profile {profile} --policies {} --loads {} --num-prompts {num_prompts} --seed {seed}`\n\n{}\n",
+                policies.join(","),
+                loads.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(","),
+                ab::markdown(cap, &cells, slo)
+            );
+            println!("{md}");
+            if let Some(path) = report {
+                use std::io::Write;
+                let mut f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&path)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                f.write_all(md.as_bytes()).map_err(|e| e.to_string())?;
+            }
         }
         Command::Calibrate { report } => {
             let text = std::fs::read_to_string(&report).map_err(|e| format!("{}: {e}", report.display()))?;

@@ -229,19 +229,39 @@ impl Engine {
         let mut report = StepReport { started_s: now, ..StepReport::default() };
 
         self.order_running(now);
+        let views: Vec<_> = self.running.iter().map(|s| self.requests[s].view()).collect();
+        let limits = self.policy.step_limits(&views, now);
+        let mut prefill_left = limits.max_prefill_tokens.unwrap_or(u32::MAX);
+        let mut think_left = limits.max_think_decodes.unwrap_or(u32::MAX);
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
             let seq = self.running[i];
             let r = &self.requests[&seq];
-            let n_new = (r.tokens_needed() - r.computed).min(budget);
+            let missing = r.tokens_needed() - r.computed;
+            let prefilling = missing > 1;
+            let thinking = !prefilling && r.phase() == Phase::Think;
+            let mut n_new = missing.min(budget);
+            if prefilling {
+                n_new = n_new.min(prefill_left);
+            }
+            if n_new == 0 || (thinking && think_left == 0) {
+                i += 1; // sits this step out
+                continue;
+            }
             if self.grow_or_preempt(i, n_new, now, &mut report) {
                 report.scheduled.push((seq, n_new));
                 budget -= n_new;
+                if prefilling {
+                    prefill_left -= n_new;
+                }
+                if thinking {
+                    think_left -= 1;
+                }
                 i += 1;
             }
         }
         if report.preempted.is_empty() {
-            self.admit_waiting(&mut budget, now, &mut report);
+            self.admit_waiting(&mut budget, &mut prefill_left, now, &mut report);
         }
         if report.scheduled.is_empty() {
             // Everything waiting needs more blocks than are free and nothing runs to free
@@ -295,16 +315,16 @@ impl Engine {
         self.preemptions += 1;
     }
 
-    fn admit_waiting(&mut self, budget: &mut u32, now: f64, report: &mut StepReport) {
+    fn admit_waiting(&mut self, budget: &mut u32, prefill_left: &mut u32, now: f64, report: &mut StepReport) {
         let mut views: Vec<_> = self.waiting.iter().map(|s| self.requests[s].view()).collect();
         self.policy.order_waiting(&mut views, now);
         self.waiting = views.into_iter().map(|v| v.seq).collect();
         while let Some(&seq) = self.waiting.front() {
-            if *budget == 0 || self.running.len() >= self.config.max_num_seqs as usize {
+            if *budget == 0 || *prefill_left == 0 || self.running.len() >= self.config.max_num_seqs as usize {
                 break;
             }
             let r = &self.requests[&seq];
-            let n_new = (r.tokens_needed() - r.computed).min(*budget);
+            let n_new = (r.tokens_needed() - r.computed).min(*budget).min(*prefill_left);
             let need = self.pool.blocks_for(r.computed + n_new).saturating_sub(r.blocks);
             if !self.pool.try_take(need) {
                 break;
@@ -317,6 +337,7 @@ impl Engine {
             self.running.push(seq);
             report.scheduled.push((seq, n_new));
             *budget -= n_new;
+            *prefill_left -= n_new;
         }
     }
 

@@ -9,10 +9,12 @@
 mod fcfs;
 mod output_first;
 mod priority;
+mod reasoning_first;
 
 pub use fcfs::Fcfs;
 pub use output_first::OutputFirst;
 pub use priority::Priority;
+pub use reasoning_first::ReasoningFirst;
 
 use crate::Phase;
 
@@ -67,10 +69,15 @@ pub trait SchedulingPolicy: Send {
     fn step_limits(&mut self, _running: &[RequestView], _now_s: f64) -> StepLimits {
         StepLimits::default()
     }
+
+    /// Whether a decoding request sits out the coming step (for pacing). Stock: never.
+    fn defer(&mut self, _request: &RequestView, _now_s: f64) -> bool {
+        false
+    }
 }
 
 /// The policies by name, for configuration and command lines.
-pub const POLICY_NAMES: [&str; 3] = ["fcfs", "priority", "output-first"];
+pub const POLICY_NAMES: [&str; 4] = ["fcfs", "priority", "output-first", "reasoning-first"];
 
 /// A policy by its configuration name.
 pub fn policy_by_name(name: &str) -> Option<Box<dyn SchedulingPolicy>> {
@@ -78,6 +85,7 @@ pub fn policy_by_name(name: &str) -> Option<Box<dyn SchedulingPolicy>> {
         "fcfs" => Some(Box::new(Fcfs)),
         "priority" => Some(Box::new(Priority)),
         "output-first" => Some(Box::new(OutputFirst::default())),
+        "reasoning-first" => Some(Box::new(ReasoningFirst::default())),
         _ => None,
     }
 }

@@ -244,7 +244,8 @@ impl Engine {
             if prefilling {
                 n_new = n_new.min(prefill_left);
             }
-            if n_new == 0 || (thinking && think_left == 0) {
+            let deferred = !prefilling && self.policy.defer(&r.view(), now);
+            if n_new == 0 || (thinking && think_left == 0) || deferred {
                 i += 1; // sits this step out
                 continue;
             }

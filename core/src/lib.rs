@@ -9,6 +9,7 @@ pub mod config;
 pub mod models;
 pub mod phase;
 pub mod sched;
+pub mod signals;
 pub mod stream;
 
 pub use config::{MeridianConfig, load_config};

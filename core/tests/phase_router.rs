@@ -308,3 +308,13 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn think_budget_fires_on_server_labelled_reasoning() {
+    let mut r = PhaseRouter::new(Some(family("qwen3"))).with_think_budget(3);
+    let mut ev = Vec::new();
+    for t in ["a", "b", "c", "d"] {
+        ev.extend(r.observe(Delta { reasoning: Some(t), ..Delta::default() }));
+    }
+    assert!(ev.contains(&PhaseEvent::ForceBudget { think_tokens: 3, budget: 3 }), "{ev:?}");
+}

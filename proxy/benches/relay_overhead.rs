@@ -208,6 +208,7 @@ fn tracking_cost_ns(fixture: &[u8]) -> (f64, usize) {
                 request_id: String::new(),
                 upstream: String::new(),
                 started: Instant::now(),
+                think_budget: None,
             },
             true,
         );

@@ -53,6 +53,7 @@ fn allocations_per_chunk(fixture: &str, family: &str) -> f64 {
             request_id: String::new(),
             upstream: String::new(),
             started: Instant::now(),
+            think_budget: None,
         },
         true,
     ));
@@ -65,6 +66,7 @@ fn allocations_per_chunk(fixture: &str, family: &str) -> f64 {
             request_id: String::new(),
             upstream: String::new(),
             started: Instant::now(),
+            think_budget: None,
         },
         true,
     );

@@ -233,3 +233,39 @@ def test_cost_model_calibrates_from_a_real_vllm_load_test(vllm_server, tmp_path)
     )
     assert float(values["fixed_s"]) > 0
     assert "fit error: median |error|" in fit.stdout
+
+
+def test_think_budget_through_the_proxy_ends_reasoning_in_one_stream(proxy_on_vllm):
+    """Budget forcing end to end: the request's `meridian.think_budget_tokens` becomes
+    vLLM's `thinking_token_budget`; the model (kept from ending on its own) switches from
+    reasoning to the answer at the budget, in the same stream, and usage counts it."""
+    proxy, ids = proxy_on_vllm
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="x", max_retries=0)
+    budget = 6
+    stream = client.chat.completions.create(
+        model="tiny-qwen3",
+        messages=[{"role": "user", "content": "Think about it."}],
+        stream=True,
+        max_tokens=30,
+        seed=1,
+        logit_bias={str(ids["</think>"]): -100},
+        stream_options={"include_usage": True},
+        extra_body={"meridian": {"think_budget_tokens": budget}},
+    )
+    labels, usage = [], None
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            if (choice.delta.model_extra or {}).get("reasoning"):
+                labels.append("R")
+            elif (choice.delta.content or "").strip():
+                labels.append("C")
+    print(labels, usage)
+    assert "R" in labels and "C" in labels
+    switch = labels.index("C")
+    assert all(l == "R" for l in labels[:switch]) and all(l == "C" for l in labels[switch:])
+    # The model cannot end thinking itself (its end token is banned), so the switch is the
+    # budget's doing; vLLM counts the reasoning tokens it let through, at most the budget.
+    assert 0 < usage.completion_tokens_details.reasoning_tokens <= budget
+    assert usage.completion_tokens == 30

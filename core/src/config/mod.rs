@@ -23,6 +23,7 @@ pub struct MeridianConfig {
     pub models: ModelsConfig,
     pub telemetry: TelemetryConfig,
     pub twin: TwinConfig,
+    pub budget: BudgetConfig,
 }
 
 /// The proxy's listener and request limits.
@@ -136,6 +137,23 @@ pub enum LogFormat {
     #[default]
     Text,
     Json,
+}
+
+/// Think budgets the proxy applies (through vLLM's `thinking_token_budget`).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct BudgetConfig {
+    /// Budget for requests that set none; unset: no budget.
+    pub think_tokens: Option<u32>,
+    /// Per model family, overriding `think_tokens`.
+    pub per_family: BTreeMap<String, u32>,
+}
+
+impl BudgetConfig {
+    /// The configured budget for a family (`None` family: an unrecognised model).
+    pub fn for_family(&self, family: Option<&str>) -> Option<u32> {
+        family.and_then(|f| self.per_family.get(f).copied()).or(self.think_tokens)
+    }
 }
 
 /// The embedded engine twin, used as the upstream when no endpoint is configured.

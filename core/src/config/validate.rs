@@ -95,6 +95,18 @@ impl MeridianConfig {
             }
         }
 
+        let b = &self.budget;
+        if b.think_tokens == Some(0) {
+            c.fail("budget.think_tokens", "must be at least 1 (leave it unset for no budget)");
+        }
+        for (family, n) in &b.per_family {
+            if models.get(family).is_none() {
+                c.fail(format!("budget.per_family.{family}"), format!("names unknown family {family:?}"));
+            } else if *n == 0 {
+                c.fail(format!("budget.per_family.{family}"), "must be at least 1");
+            }
+        }
+
         let tw = &self.twin;
         if !(tw.speed.is_finite() && tw.speed > 0.0) {
             c.fail("twin.speed", format!("must be a positive number; got {}", tw.speed));

@@ -25,6 +25,8 @@ pub struct RequestInfo {
     pub request_id: String,
     pub upstream: String,
     pub started: Instant,
+    /// The think budget applied to this request, if any.
+    pub think_budget: Option<u32>,
 }
 
 pub struct RequestObserver {
@@ -81,6 +83,9 @@ impl RequestObserver {
             if let Some(p) = self.info.initial_phase {
                 r = r.with_initial_phase(p);
             }
+            if let Some(b) = self.info.think_budget {
+                r = r.with_think_budget(b);
+            }
             self.routers.push(r);
         }
         let has_token = c.reasoning.as_deref().is_some_and(|s| !s.is_empty())
@@ -104,8 +109,15 @@ impl RequestObserver {
 
     fn on_events(&mut self, events: &[PhaseEvent], at: Instant) {
         for e in events {
-            if let PhaseEvent::FirstOutput { .. } = e {
-                self.first_output.get_or_insert(at);
+            match e {
+                PhaseEvent::FirstOutput { .. } => {
+                    self.first_output.get_or_insert(at);
+                }
+                PhaseEvent::ForceBudget { .. } => {
+                    self.metrics
+                        .count_budget_reached(self.info.family.as_ref().map_or("unknown", |f| f.name()));
+                }
+                _ => {}
             }
         }
     }

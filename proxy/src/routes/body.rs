@@ -49,6 +49,20 @@ struct RequestView<'a> {
     _stream: Option<bool>,
     #[serde(default)]
     chat_template_kwargs: Option<TemplateKwargs>,
+    #[serde(default)]
+    thinking_token_budget: Option<u32>,
+    /// Meridian's own extension fields; removed before the request goes upstream.
+    #[serde(default)]
+    meridian: Option<MeridianExtension>,
+}
+
+/// `"meridian": {...}` in a request body.
+#[derive(Deserialize, Debug, Clone, Copy, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MeridianExtension {
+    /// End thinking after this many tokens.
+    #[serde(default)]
+    pub think_budget_tokens: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -63,6 +77,9 @@ pub struct GenerationRequest<'a> {
     pub model: Cow<'a, str>,
     /// Set when the request turned thinking off (`chat_template_kwargs.enable_thinking`).
     pub initial_phase: Option<Phase>,
+    /// The client's own `thinking_token_budget`.
+    pub client_budget: Option<u32>,
+    pub extension: Option<MeridianExtension>,
 }
 
 impl<'a> GenerationRequest<'a> {
@@ -72,11 +89,14 @@ impl<'a> GenerationRequest<'a> {
             return Err(ProxyError::bad_request("request body must be a JSON object", None, "invalid_json"));
         }
         let view: RequestView<'a> = serde_json::from_slice(body).map_err(|e| {
-            let message = if e.is_syntax() || e.is_eof() {
-                format!("request body is not valid JSON: {e}")
-            } else {
-                format!("request body must be a JSON object with the OpenAI request fields: {e}")
-            };
+            let message =
+                if e.to_string().contains("think_budget_tokens") || e.to_string().contains("unknown field") {
+                    format!("bad meridian extension: {e}")
+                } else if e.is_syntax() || e.is_eof() {
+                    format!("request body is not valid JSON: {e}")
+                } else {
+                    format!("request body must be a JSON object with the OpenAI request fields: {e}")
+                };
             ProxyError::bad_request(message, None, "invalid_json")
         })?;
         let raw = view.model.ok_or_else(|| {
@@ -88,7 +108,19 @@ impl<'a> GenerationRequest<'a> {
             return Err(ProxyError::bad_request("model must not be empty", Some("model"), "invalid_model"));
         }
         let thinking_off = view.chat_template_kwargs.and_then(|k| k.enable_thinking) == Some(false);
-        Ok(GenerationRequest { model, initial_phase: thinking_off.then_some(Phase::Output) })
+        if view.meridian.and_then(|m| m.think_budget_tokens) == Some(0) {
+            return Err(ProxyError::bad_request(
+                "meridian.think_budget_tokens must be at least 1",
+                Some("meridian.think_budget_tokens"),
+                "invalid_budget",
+            ));
+        }
+        Ok(GenerationRequest {
+            model,
+            initial_phase: thinking_off.then_some(Phase::Output),
+            client_budget: view.thinking_token_budget,
+            extension: view.meridian,
+        })
     }
 }
 
@@ -114,6 +146,19 @@ mod tests {
     }
 
     #[test]
+    fn extension_is_validated_and_stripped() {
+        assert_eq!(code(r#"{"model":"m","meridian":{"think_budget":3}}"#), "invalid_json");
+        assert_eq!(code(r#"{"model":"m","meridian":{"think_budget_tokens":0}}"#), "invalid_budget");
+        let body = Bytes::from_static(br#"{"model":"m","z":1,"meridian":{"think_budget_tokens":7},"a":[1]}"#);
+        let r = GenerationRequest::parse(&body).unwrap();
+        let out = upstream_body(&body, &r, Some(7)).unwrap();
+        assert_eq!(&out[..], br#"{"model":"m","z":1,"a":[1],"thinking_token_budget":7}"#, "order kept");
+        let plain = Bytes::from_static(br#"{"model":"m","thinking_token_budget":5}"#);
+        let r = GenerationRequest::parse(&plain).unwrap();
+        assert_eq!(upstream_body(&plain, &r, Some(5)).unwrap(), plain, "untouched when nothing changes");
+    }
+
+    #[test]
     fn reads_model_stream_and_thinking_switch() {
         let r = GenerationRequest::parse(
             br#"{"model":"a\"b","stream":true,"x":{"y":1},"chat_template_kwargs":{"enable_thinking":false}}"#,
@@ -122,4 +167,28 @@ mod tests {
         assert_eq!(r.model, "a\"b");
         assert_eq!(r.initial_phase, Some(Phase::Output));
     }
+}
+
+/// The body to send upstream: without Meridian's extension object, and with
+/// `thinking_token_budget` set when Meridian applies a budget. Unchanged bytes when there
+/// is nothing to change.
+pub fn upstream_body(
+    body: &Bytes,
+    req: &GenerationRequest<'_>,
+    budget: Option<u32>,
+) -> Result<Bytes, ProxyError> {
+    let set_budget = budget.filter(|b| req.client_budget != Some(*b));
+    if req.extension.is_none() && set_budget.is_none() {
+        return Ok(body.clone());
+    }
+    let mut map: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(body).map_err(|e| {
+        ProxyError::bad_request(format!("request body is not a JSON object: {e}"), None, "invalid_json")
+    })?;
+    map.remove("meridian");
+    if let Some(b) = set_budget {
+        map.insert("thinking_token_budget".into(), b.into());
+    }
+    serde_json::to_vec(&map).map(Bytes::from).map_err(|e| {
+        ProxyError::bad_request(format!("cannot re-encode the request: {e}"), None, "invalid_json")
+    })
 }

@@ -9,7 +9,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
 use futures::StreamExt;
 
-use super::body::{GenerationRequest, read_body};
+use super::body::{GenerationRequest, read_body, upstream_body};
 use crate::error::ProxyError;
 use crate::headers::{client_response_headers, upstream_request_headers};
 use crate::relay::{RelayBody, RequestInfo, RequestObserver, UpstreamRequest, send_with_retries};
@@ -49,6 +49,13 @@ async fn relay_generation(
     let gen_req = GenerationRequest::parse(&body)?;
     let family = state.family_for(&gen_req.model);
     let initial_phase = gen_req.initial_phase;
+    // Budget: the request's extension, else the client's own field, else the config.
+    let think_budget = gen_req
+        .extension
+        .and_then(|e| e.think_budget_tokens)
+        .or(gen_req.client_budget)
+        .or_else(|| state.config.budget.for_family(family.as_deref().map(|f| f.name())));
+    let body = upstream_body(&body, &gen_req, think_budget)?;
     let path = parts.uri.path_and_query().map_or(parts.uri.path(), |p| p.as_str());
     let (in_flight, resp) = send_with_retries(
         state,
@@ -79,6 +86,7 @@ async fn relay_generation(
         request_id: String::from_utf8_lossy(id.as_bytes()).into_owned(),
         upstream: upstream_name.clone(),
         started,
+        think_budget,
     };
 
     if status.is_success() && is_sse {

@@ -71,6 +71,7 @@ pub struct Metrics {
     upstream_healthy: Family<UpstreamLabels, Gauge>,
     upstream_retries: Counter,
     relayed_chunks: Counter,
+    budget_reached: Family<FamilyLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -94,6 +95,7 @@ impl Metrics {
         let upstream_healthy = Family::<UpstreamLabels, Gauge>::default();
         let upstream_retries = Counter::default();
         let relayed_chunks = Counter::default();
+        let budget_reached = Family::<FamilyLabels, Counter>::default();
 
         registry.register("meridian_requests", "Requests by route and outcome", requests.clone());
         registry.register(
@@ -147,6 +149,11 @@ impl Metrics {
             "Upstream body chunks relayed to clients",
             relayed_chunks.clone(),
         );
+        registry.register(
+            "meridian_think_budget_reached",
+            "Requests whose thinking reached the think budget applied to them",
+            budget_reached.clone(),
+        );
 
         Metrics {
             registry,
@@ -162,6 +169,7 @@ impl Metrics {
             upstream_healthy,
             upstream_retries,
             relayed_chunks,
+            budget_reached,
         }
     }
 
@@ -226,6 +234,10 @@ impl Metrics {
 
     pub fn count_retry(&self) {
         self.upstream_retries.inc();
+    }
+
+    pub fn count_budget_reached(&self, family: &str) {
+        self.budget_reached.get_or_create(&FamilyLabels { family: family.to_owned() }).inc();
     }
 
     pub fn count_chunk(&self) {

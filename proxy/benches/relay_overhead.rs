@@ -199,19 +199,7 @@ fn tracking_cost_ns(fixture: &[u8]) -> (f64, usize) {
     let rounds = 2000;
     let start = Instant::now();
     for _ in 0..rounds {
-        let mut obs = RequestObserver::new(
-            metrics.clone(),
-            RequestInfo {
-                route: "bench",
-                family: family.clone(),
-                initial_phase: None,
-                request_id: String::new(),
-                upstream: String::new(),
-                started: Instant::now(),
-                think_budget: None,
-            },
-            true,
-        );
+        let mut obs = RequestObserver::new(metrics.clone(), RequestInfo::new("bench", family.clone()), true);
         let mut dec = SseDecoder::new();
         for e in &events {
             let at = Instant::now();

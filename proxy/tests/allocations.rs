@@ -44,32 +44,8 @@ fn allocations_per_chunk(fixture: &str, family: &str) -> f64 {
     let metrics = Arc::new(Metrics::new());
     let fam = ModelRegistry::builtin().unwrap().get(family).cloned();
     // Warm the metric families so first-use allocations are not counted.
-    drop(RequestObserver::new(
-        metrics.clone(),
-        RequestInfo {
-            route: "t",
-            family: fam.clone(),
-            initial_phase: None,
-            request_id: String::new(),
-            upstream: String::new(),
-            started: Instant::now(),
-            think_budget: None,
-        },
-        true,
-    ));
-    let mut obs = RequestObserver::new(
-        metrics.clone(),
-        RequestInfo {
-            route: "t",
-            family: fam,
-            initial_phase: None,
-            request_id: String::new(),
-            upstream: String::new(),
-            started: Instant::now(),
-            think_budget: None,
-        },
-        true,
-    );
+    drop(RequestObserver::new(metrics.clone(), RequestInfo::new("t", fam.clone()), true));
+    let mut obs = RequestObserver::new(metrics.clone(), RequestInfo::new("t", fam), true);
     let mut dec = SseDecoder::new();
     // The first chunk sizes the per-choice router vector: a per-request cost.
     dec.feed(events[0], |p| obs.on_payload(p, Instant::now()));

@@ -6,23 +6,18 @@ mod support;
 
 use meridian_core::sched::Fcfs;
 use meridian_sim::server::{TwinOptions, TwinServer};
-use meridian_sim::workload::{LengthDist, WorkloadSpec};
+use meridian_sim::workload::WorkloadSpec;
 use serde_json::{Value, json};
 use support::*;
 
 async fn twin() -> TwinServer {
     let opts = TwinOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        profile: meridian_sim::profile("h100-qwen3-8b").unwrap(),
-        workload: WorkloadSpec {
-            prompt: LengthDist::Fixed { value: 20 },
-            think: LengthDist::Fixed { value: 40 },
-            answer: LengthDist::Fixed { value: 6 },
-            entropy: Default::default(),
-        },
         seed: 0,
-        speed: 50.0,
-        served_model: "Qwen/Qwen3-8B".into(),
+        ..TwinOptions::local(
+            meridian_sim::profile("h100-qwen3-8b").unwrap(),
+            WorkloadSpec::fixed(20, 40, 6),
+            50.0,
+        )
     };
     TwinServer::start(opts, Box::new(Fcfs)).await.unwrap()
 }

@@ -108,4 +108,19 @@ def metric(text: str, name: str, **labels) -> float | None:
     return None
 
 
+def stream_labels(stream):
+    """Reads an `openai` chat stream: the phase of each token-carrying delta ('R' for
+    reasoning, 'C' for visible content) and the final usage object."""
+    labels, usage = [], None
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            if (choice.delta.model_extra or {}).get("reasoning"):
+                labels.append("R")
+            elif (choice.delta.content or "").strip():
+                labels.append("C")
+    return labels, usage
+
+
 sys.path.insert(0, str(Path(__file__).parent))

@@ -5,7 +5,7 @@ import openai
 import pytest
 import requests
 
-from conftest import Process, binary, metric, wait_ready
+from conftest import Process, binary, metric, stream_labels, wait_ready
 
 
 @pytest.fixture(scope="module")
@@ -30,15 +30,7 @@ def test_openai_client_parses_the_twin_stream(proxy_on_twin):
         stream_options={"include_usage": True},
         extra_body={"thinking_token_budget": 4},
     )
-    labels, usage = [], None
-    for chunk in stream:
-        if chunk.usage is not None:
-            usage = chunk.usage
-        for choice in chunk.choices:
-            if (choice.delta.model_extra or {}).get("reasoning"):
-                labels.append("R")
-            elif choice.delta.content:
-                labels.append("C")
+    labels, usage = stream_labels(stream)
     assert labels == ["R"] * 4 + ["C"] * 8
     assert usage.completion_tokens == 12
     assert usage.completion_tokens_details.reasoning_tokens == 4

@@ -18,7 +18,7 @@ import openai
 import pytest
 import requests
 
-from conftest import ROOT, binary, metric, start_proxy, wait_ready
+from conftest import ROOT, binary, metric, start_proxy, stream_labels, wait_ready
 
 VLLM_PYTHON = os.environ.get("MERIDIAN_VLLM_PYTHON")
 CACHE = Path(os.environ.get("MERIDIAN_CACHE", Path.home() / ".cache" / "meridian"))
@@ -113,14 +113,7 @@ def stream_once(client, end_id: int, seed: int):
         seed=seed,
         logit_bias={str(end_id): 3.0},
     )
-    labels = []
-    for chunk in stream:
-        for choice in chunk.choices:
-            if (choice.delta.model_extra or {}).get("reasoning"):
-                labels.append("R")
-            elif (choice.delta.content or "").strip():
-                labels.append("C")
-    return labels
+    return stream_labels(stream)[0]
 
 
 def test_phase_tracker_sees_the_switch_in_a_real_vllm_stream(proxy_on_vllm):
@@ -252,16 +245,7 @@ def test_think_budget_through_the_proxy_ends_reasoning_in_one_stream(proxy_on_vl
         stream_options={"include_usage": True},
         extra_body={"meridian": {"think_budget_tokens": budget}},
     )
-    labels, usage = [], None
-    for chunk in stream:
-        if chunk.usage is not None:
-            usage = chunk.usage
-        for choice in chunk.choices:
-            if (choice.delta.model_extra or {}).get("reasoning"):
-                labels.append("R")
-            elif (choice.delta.content or "").strip():
-                labels.append("C")
-    print(labels, usage)
+    labels, usage = stream_labels(stream)
     assert "R" in labels and "C" in labels
     switch = labels.index("C")
     assert all(l == "R" for l in labels[:switch]) and all(l == "C" for l in labels[switch:])

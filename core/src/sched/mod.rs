@@ -39,6 +39,11 @@ pub struct RequestView {
     pub queued_s: Option<f64>,
 }
 
+/// Arrival order (then engine sequence number), the tie-breaker every policy uses.
+pub(crate) fn by_arrival(a: &RequestView, b: &RequestView) -> std::cmp::Ordering {
+    a.arrival_s.total_cmp(&b.arrival_s).then(a.seq.cmp(&b.seq))
+}
+
 /// Limits a policy may put on one step, on top of the engine's own budget.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StepLimits {

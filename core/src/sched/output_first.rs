@@ -1,6 +1,4 @@
-use std::cmp::Ordering;
-
-use super::{RequestView, SchedulingPolicy, StepLimits};
+use super::{RequestView, SchedulingPolicy, StepLimits, by_arrival};
 use crate::Phase;
 
 /// Output-first dispatch: tokens a user is waiting to read go first, reasoning fills the
@@ -57,10 +55,6 @@ impl OutputFirst {
     fn starving(&self, r: &RequestView, now_s: f64) -> bool {
         r.phase == Phase::Think && r.queued_s.is_some_and(|q| now_s - q > self.max_think_wait_s)
     }
-}
-
-fn by_arrival(a: &RequestView, b: &RequestView) -> Ordering {
-    a.arrival_s.total_cmp(&b.arrival_s).then(a.seq.cmp(&b.seq))
 }
 
 impl SchedulingPolicy for OutputFirst {

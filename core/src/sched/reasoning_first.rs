@@ -1,6 +1,4 @@
-use std::cmp::Ordering;
-
-use super::{RequestView, SchedulingPolicy};
+use super::{RequestView, SchedulingPolicy, by_arrival};
 use crate::Phase;
 
 /// Reasoning first, answers paced (after PASCAL, arXiv 2602.11530): the answer only has to
@@ -43,10 +41,6 @@ fn rank(r: &RequestView) -> u8 {
         Phase::Pending => 1,
         Phase::Output => 2,
     }
-}
-
-fn by_arrival(a: &RequestView, b: &RequestView) -> Ordering {
-    a.arrival_s.total_cmp(&b.arrival_s).then(a.seq.cmp(&b.seq))
 }
 
 impl SchedulingPolicy for ReasoningFirst {

@@ -5,22 +5,17 @@ use std::process::Command;
 
 use meridian_core::sched::Fcfs;
 use meridian_sim::server::{TwinOptions, TwinServer};
-use meridian_sim::workload::{LengthDist, WorkloadSpec};
+use meridian_sim::workload::WorkloadSpec;
 use serde_json::Value;
 
 async fn twin(think: u32, answer: u32) -> TwinServer {
     let opts = TwinOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        profile: meridian_sim::profile("h100-qwen3-8b").unwrap(),
-        workload: WorkloadSpec {
-            prompt: LengthDist::Fixed { value: 50 },
-            think: LengthDist::Fixed { value: think },
-            answer: LengthDist::Fixed { value: answer },
-            entropy: Default::default(),
-        },
         seed: 1,
-        speed: 20.0,
-        served_model: "Qwen/Qwen3-8B".into(),
+        ..TwinOptions::local(
+            meridian_sim::profile("h100-qwen3-8b").unwrap(),
+            WorkloadSpec::fixed(50, think, answer),
+            20.0,
+        )
     };
     TwinServer::start(opts, Box::new(Fcfs)).await.unwrap()
 }

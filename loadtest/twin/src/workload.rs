@@ -122,6 +122,18 @@ impl Default for WorkloadSpec {
     }
 }
 
+impl WorkloadSpec {
+    /// Every request the same: handy for experiments whose answers must be exact.
+    pub fn fixed(prompt: u32, think: u32, answer: u32) -> Self {
+        WorkloadSpec {
+            prompt: LengthDist::Fixed { value: prompt },
+            think: LengthDist::Fixed { value: think },
+            answer: LengthDist::Fixed { value: answer },
+            entropy: EntropySpec::default(),
+        }
+    }
+}
+
 /// One drawn request shape.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RequestShape {

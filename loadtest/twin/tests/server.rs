@@ -3,22 +3,17 @@
 
 use meridian_core::sched::Fcfs;
 use meridian_sim::server::{TwinOptions, TwinServer};
-use meridian_sim::workload::{LengthDist, WorkloadSpec};
+use meridian_sim::workload::WorkloadSpec;
 use serde_json::{Value, json};
 
 async fn twin(think: u32, answer: u32) -> TwinServer {
     let opts = TwinOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        profile: meridian_sim::profile("h100-qwen3-8b").unwrap(),
-        workload: WorkloadSpec {
-            prompt: LengthDist::Fixed { value: 100 },
-            think: LengthDist::Fixed { value: think },
-            answer: LengthDist::Fixed { value: answer },
-            entropy: Default::default(),
-        },
         seed: 1,
-        speed: 100.0,
-        served_model: "Qwen/Qwen3-8B".into(),
+        ..TwinOptions::local(
+            meridian_sim::profile("h100-qwen3-8b").unwrap(),
+            WorkloadSpec::fixed(100, think, answer),
+            100.0,
+        )
     };
     TwinServer::start(opts, Box::new(Fcfs)).await.unwrap()
 }

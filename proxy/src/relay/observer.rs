@@ -29,6 +29,21 @@ pub struct RequestInfo {
     pub think_budget: Option<u32>,
 }
 
+impl RequestInfo {
+    /// A request known only by route and family (benchmarks, tests, tools).
+    pub fn new(route: &'static str, family: Option<Arc<ModelFamily>>) -> Self {
+        RequestInfo {
+            route,
+            family,
+            initial_phase: None,
+            request_id: String::new(),
+            upstream: String::new(),
+            started: Instant::now(),
+            think_budget: None,
+        }
+    }
+}
+
 pub struct RequestObserver {
     metrics: Arc<Metrics>,
     info: RequestInfo,

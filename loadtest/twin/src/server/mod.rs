@@ -41,6 +41,20 @@ pub struct TwinOptions {
     pub served_model: String,
 }
 
+impl TwinOptions {
+    /// A twin on an ephemeral loopback port serving `Qwen/Qwen3-8B`.
+    pub fn local(profile: Profile, workload: WorkloadSpec, speed: f64) -> Self {
+        TwinOptions {
+            listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            profile,
+            workload,
+            seed: 0,
+            speed,
+            served_model: "Qwen/Qwen3-8B".into(),
+        }
+    }
+}
+
 pub(crate) struct Subscriber {
     tx: mpsc::UnboundedSender<Token>,
     arrival_s: f64,

@@ -84,13 +84,62 @@ pub trait SchedulingPolicy: Send {
 /// The policies by name, for configuration and command lines.
 pub const POLICY_NAMES: [&str; 4] = ["fcfs", "priority", "output-first", "reasoning-first"];
 
-/// A policy by its configuration name.
-pub fn policy_by_name(name: &str) -> Option<Box<dyn SchedulingPolicy>> {
+/// A policy by its configuration name, optionally with parameters:
+/// `output-first:think_decode_cap=16,output_prefill_cap=256` or
+/// `reasoning-first:reader_tokens_per_s=30`. `None` for an unknown name or parameter.
+pub fn policy_by_name(spec: &str) -> Option<Box<dyn SchedulingPolicy>> {
+    let (name, params) = spec.split_once(':').unwrap_or((spec, ""));
+    let mut pairs = Vec::new();
+    for kv in params.split(',').filter(|p| !p.is_empty()) {
+        let (k, v) = kv.split_once('=')?;
+        pairs.push((k.trim(), v.trim().parse::<f64>().ok()?));
+    }
+    let cap = |v: f64| (v >= 0.0).then_some(v as u32);
     match name {
-        "fcfs" => Some(Box::new(Fcfs)),
-        "priority" => Some(Box::new(Priority)),
-        "output-first" => Some(Box::new(OutputFirst::default())),
-        "reasoning-first" => Some(Box::new(ReasoningFirst::default())),
+        "fcfs" if pairs.is_empty() => Some(Box::new(Fcfs)),
+        "priority" if pairs.is_empty() => Some(Box::new(Priority)),
+        "output-first" => {
+            let mut p = OutputFirst::default();
+            for (k, v) in pairs {
+                match k {
+                    "protect_after_think_s" => p.protect_after_think_s = v,
+                    "max_think_wait_s" => p.max_think_wait_s = v,
+                    "output_prefill_cap" => p.output_prefill_cap = cap(v),
+                    "think_decode_cap" => p.think_decode_cap = cap(v),
+                    _ => return None,
+                }
+            }
+            Some(Box::new(p))
+        }
+        "reasoning-first" => {
+            let mut p = ReasoningFirst::default();
+            for (k, v) in pairs {
+                match k {
+                    "reader_tokens_per_s" => p.reader_tokens_per_s = v,
+                    "lead_tokens" => p.lead_tokens = v,
+                    _ => return None,
+                }
+            }
+            Some(Box::new(p))
+        }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policies_by_name_with_parameters() {
+        for name in POLICY_NAMES {
+            assert_eq!(policy_by_name(name).unwrap().name(), name);
+        }
+        assert!(policy_by_name("output-first:think_decode_cap=16,output_prefill_cap=256").is_some());
+        assert!(policy_by_name("reasoning-first:reader_tokens_per_s=30").is_some());
+        assert!(policy_by_name("output-first:nonsense=1").is_none());
+        assert!(policy_by_name("output-first:think_decode_cap").is_none());
+        assert!(policy_by_name("fcfs:x=1").is_none());
+        assert!(policy_by_name("lifo").is_none());
     }
 }

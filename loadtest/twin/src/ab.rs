@@ -42,6 +42,7 @@ pub struct Cell {
     pub tokens_per_s: f64,
     pub goodput: f64,
     pub preemptions: u64,
+    pub output_critical_preemptions: u64,
 }
 
 fn pct(mut v: Vec<f64>, p: f64) -> f64 {
@@ -70,6 +71,7 @@ fn cell(policy: &str, load: f64, rate: f64, res: &ExperimentResult, slo: JointSl
         tokens_per_s: res.total_token_throughput(),
         goodput: good as f64 / res.makespan_s.max(1e-9),
         preemptions: res.preemptions,
+        output_critical_preemptions: res.output_critical_preemptions,
     }
 }
 
@@ -109,12 +111,12 @@ pub fn markdown(cap: f64, cells: &[Cell], slo: JointSlo) -> String {
         "Stock (FCFS) capacity: {cap:.2} req/s. Joint SLO for goodput: think-to-output gap <= {} ms and mean output ITL <= {} ms.\n",
         slo.ttot_ms, slo.mean_output_itl_ms
     );
-    md.push_str("| load | policy | req/s | TTFO p50 / p99 (ms) | TTOT p50 / p99 (ms) | output ITL p50 / p99 (ms) | tokens/s | goodput (req/s) | preemptions |\n");
+    md.push_str("| load | policy | req/s | TTFO p50 / p99 (ms) | TTOT p50 / p99 (ms) | output ITL p50 / p99 (ms) | tokens/s | goodput (req/s) | preemptions (of answering requests) |\n");
     md.push_str("|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
     for c in cells {
         let _ = writeln!(
             md,
-            "| {:.0}% | {} | {:.2} | {:.0} / {:.0} | {:.1} / {:.1} | {:.1} / {:.1} | {:.0} | {:.2} | {} |",
+            "| {:.0}% | {} | {:.2} | {:.0} / {:.0} | {:.1} / {:.1} | {:.1} / {:.1} | {:.0} | {:.2} | {} ({}) |",
             c.load * 100.0,
             c.policy,
             c.rate,
@@ -126,7 +128,8 @@ pub fn markdown(cap: f64, cells: &[Cell], slo: JointSlo) -> String {
             c.itl_p99_ms,
             c.tokens_per_s,
             c.goodput,
-            c.preemptions
+            c.preemptions,
+            c.output_critical_preemptions
         );
     }
     md

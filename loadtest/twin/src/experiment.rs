@@ -39,6 +39,8 @@ pub struct ExperimentResult {
     pub makespan_s: f64,
     pub steps: u64,
     pub preemptions: u64,
+    /// Preemptions of requests that were answering.
+    pub output_critical_preemptions: u64,
     /// Wall-clock seconds the simulation took.
     pub wall_s: f64,
 }
@@ -143,6 +145,7 @@ pub fn run_poisson(
         makespan_s: engine.now() - first,
         steps: engine.steps(),
         preemptions: engine.preemptions(),
+        output_critical_preemptions: engine.output_critical_preemptions(),
         wall_s: started.elapsed().as_secs_f64(),
     }
 }

@@ -254,3 +254,20 @@ fn step_limits_cap_prefill_and_think_decodes_while_someone_answers() {
     // a (answering) decodes, one of b/c thinks, d gets a 4-token prefill chunk.
     assert_eq!(by_id, vec![("a".into(), 1), ("b".into(), 1), ("d".into(), 4)]);
 }
+
+#[test]
+fn answering_victims_are_counted_as_output_critical() {
+    // a answers from its first token; b thinks. Stock FCFS evicts b (the last), so no
+    // output-critical preemption; a policy that evicts the first request hits a.
+    let mut e = Engine::new(tight(), Box::new(Fcfs));
+    e.submit(req("a", 8, 0, 8)).unwrap();
+    e.submit(req("b", 8, 8, 0)).unwrap();
+    while e.step().is_some() {}
+    assert!(e.preemptions() > 0);
+    assert_eq!(e.output_critical_preemptions(), 0);
+    let mut e = Engine::new(tight(), Box::new(FirstIsVictim));
+    e.submit(req("a", 8, 0, 8)).unwrap();
+    e.submit(req("b", 8, 8, 0)).unwrap();
+    while e.step().is_some() {}
+    assert!(e.output_critical_preemptions() > 0);
+}

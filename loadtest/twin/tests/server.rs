@@ -145,6 +145,7 @@ async fn metrics_use_vllm_names() {
         "vllm:inter_token_latency_seconds_count",
         "vllm:e2e_request_latency_seconds_sum",
         "vllm:generation_tokens_total",
+        "meridian_sim_output_critical_preemptions_total",
     ] {
         assert!(m.contains(name), "{name}");
     }

@@ -89,6 +89,7 @@ pub struct Engine {
     waiting: VecDeque<u64>,
     pool: BlockPool,
     preemptions: u64,
+    output_critical_preemptions: u64,
     steps: u64,
 }
 
@@ -104,6 +105,7 @@ impl Engine {
             waiting: VecDeque::new(),
             pool: BlockPool::new(config.kv_blocks, config.block_size),
             preemptions: 0,
+            output_critical_preemptions: 0,
             steps: 0,
         }
     }
@@ -142,6 +144,12 @@ impl Engine {
 
     pub fn preemptions(&self) -> u64 {
         self.preemptions
+    }
+
+    /// Preemptions of requests that were answering: the KV tier whose evictions a user
+    /// sees as a stall mid-answer. Meridian's target for it is zero.
+    pub fn output_critical_preemptions(&self) -> u64 {
+        self.output_critical_preemptions
     }
 
     pub fn steps(&self) -> u64 {
@@ -306,6 +314,9 @@ impl Engine {
     fn preempt(&mut self, seq: u64) {
         let now = self.clock_s;
         if let Some(r) = self.requests.get_mut(&seq) {
+            if r.phase() == Phase::Output && r.generated > 0 {
+                self.output_critical_preemptions += 1;
+            }
             r.queued_s = now;
             self.pool.give_back(r.blocks);
             r.blocks = 0;

@@ -74,6 +74,7 @@ pub struct EngineGauges {
     pub waiting: usize,
     pub kv_usage: f64,
     pub preemptions: u64,
+    pub output_critical_preemptions: u64,
     pub steps: u64,
     pub virtual_s: f64,
 }
@@ -92,6 +93,11 @@ pub fn render(m: &TwinMetrics, g: &EngineGauges, model: &str, policy: &str) -> S
     gauge("vllm:prompt_tokens_total", "counter", m.prompt_tokens.to_string());
     gauge("vllm:generation_tokens_total", "counter", m.generation_tokens.to_string());
     gauge("meridian_sim_steps_total", "counter", g.steps.to_string());
+    gauge(
+        "meridian_sim_output_critical_preemptions_total",
+        "counter",
+        g.output_critical_preemptions.to_string(),
+    );
     gauge("meridian_sim_virtual_seconds", "gauge", g.virtual_s.to_string());
     let _ = writeln!(out, "# TYPE vllm:request_success_total counter");
     let _ = writeln!(out, "vllm:request_success_total{{{labels},finished_reason=\"stop\"}} {}", m.finished);

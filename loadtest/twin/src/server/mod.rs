@@ -274,6 +274,7 @@ async fn metrics_text(State(s): State<Arc<Shared>>) -> Response {
         waiting: core.engine.num_waiting(),
         kv_usage: core.engine.kv_usage(),
         preemptions: core.engine.preemptions(),
+        output_critical_preemptions: core.engine.output_critical_preemptions(),
         steps: core.engine.steps(),
         virtual_s: core.engine.now(),
     };

@@ -10,11 +10,13 @@ mod fcfs;
 mod output_first;
 mod priority;
 mod reasoning_first;
+mod slo_driven;
 
 pub use fcfs::Fcfs;
 pub use output_first::OutputFirst;
 pub use priority::Priority;
 pub use reasoning_first::ReasoningFirst;
+pub use slo_driven::SloDriven;
 
 use crate::Phase;
 
@@ -82,7 +84,7 @@ pub trait SchedulingPolicy: Send {
 }
 
 /// The policies by name, for configuration and command lines.
-pub const POLICY_NAMES: [&str; 4] = ["fcfs", "priority", "output-first", "reasoning-first"];
+pub const POLICY_NAMES: [&str; 5] = ["fcfs", "priority", "output-first", "reasoning-first", "slo-driven"];
 
 /// A policy by its configuration name, optionally with parameters:
 /// `output-first:think_decode_cap=16,output_prefill_cap=256` or
@@ -117,6 +119,17 @@ pub fn policy_by_name(spec: &str) -> Option<Box<dyn SchedulingPolicy>> {
                 match k {
                     "reader_tokens_per_s" => p.reader_tokens_per_s = v,
                     "lead_tokens" => p.lead_tokens = v,
+                    _ => return None,
+                }
+            }
+            Some(Box::new(p))
+        }
+        "slo-driven" => {
+            let mut p = SloDriven::default();
+            for (k, v) in pairs {
+                match k {
+                    "output_itl_target_ms" => p.output_itl_target_s = v / 1000.0,
+                    "relax_below" => p.relax_below = v,
                     _ => return None,
                 }
             }

@@ -1,0 +1,112 @@
+use super::{OutputFirst, ReasoningFirst, RequestView, SchedulingPolicy, StepLimits};
+
+/// Picks between output-first and reasoning-first by what the answers need now. The step
+/// time (measured between consecutive steps, smoothed) is every answering request's
+/// inter-token latency: while it runs above `output_itl_target_s`, answers are at risk and
+/// output-first limits apply; once it is comfortably below (under `relax_below` of the
+/// target), answers have slack, and reasoning-first pacing gives steps to thinking.
+#[derive(Debug, Clone)]
+pub struct SloDriven {
+    pub output_itl_target_s: f64,
+    /// Fraction of the target under which the policy relaxes to reasoning-first.
+    pub relax_below: f64,
+    pub output_first: OutputFirst,
+    pub reasoning_first: ReasoningFirst,
+    last_step_s: Option<f64>,
+    step_ema_s: Option<f64>,
+    protecting_output: bool,
+}
+
+impl Default for SloDriven {
+    fn default() -> Self {
+        SloDriven {
+            output_itl_target_s: 0.05,
+            relax_below: 0.7,
+            output_first: OutputFirst::default(),
+            reasoning_first: ReasoningFirst::default(),
+            last_step_s: None,
+            step_ema_s: None,
+            protecting_output: true,
+        }
+    }
+}
+
+impl SloDriven {
+    /// Which mode the policy is in (true: output-first).
+    pub fn protecting_output(&self) -> bool {
+        self.protecting_output
+    }
+
+    fn observe_step(&mut self, now_s: f64) {
+        if let Some(last) = self.last_step_s {
+            let gap = now_s - last;
+            // An idle engine's clock jumps; such gaps are not step times.
+            if gap > 0.0 && gap < 20.0 * self.output_itl_target_s {
+                let ema = self.step_ema_s.map_or(gap, |e| 0.8 * e + 0.2 * gap);
+                self.step_ema_s = Some(ema);
+                if ema > self.output_itl_target_s {
+                    self.protecting_output = true;
+                } else if ema < self.relax_below * self.output_itl_target_s {
+                    self.protecting_output = false;
+                }
+            }
+        }
+        self.last_step_s = Some(now_s);
+    }
+
+    fn current(&mut self) -> &mut dyn SchedulingPolicy {
+        if self.protecting_output { &mut self.output_first } else { &mut self.reasoning_first }
+    }
+}
+
+impl SchedulingPolicy for SloDriven {
+    fn name(&self) -> &str {
+        "slo-driven"
+    }
+
+    fn order_running(&mut self, running: &mut Vec<RequestView>, now_s: f64) {
+        // Called once at the start of every step: the clock between calls is step time.
+        self.observe_step(now_s);
+        self.current().order_running(running, now_s);
+    }
+
+    fn order_waiting(&mut self, waiting: &mut Vec<RequestView>, now_s: f64) {
+        self.current().order_waiting(waiting, now_s);
+    }
+
+    fn pick_victim(&mut self, running: &[RequestView], now_s: f64) -> usize {
+        self.current().pick_victim(running, now_s)
+    }
+
+    fn step_limits(&mut self, running: &[RequestView], now_s: f64) -> StepLimits {
+        self.current().step_limits(running, now_s)
+    }
+
+    fn defer(&mut self, request: &RequestView, now_s: f64) -> bool {
+        self.current().defer(request, now_s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn switches_on_step_time_with_hysteresis() {
+        let mut p = SloDriven { output_itl_target_s: 0.05, ..SloDriven::default() };
+        let mut t = 0.0;
+        let mut steps = |p: &mut SloDriven, dt: f64, n: usize| {
+            for _ in 0..n {
+                t += dt;
+                p.order_running(&mut Vec::new(), t);
+            }
+            p.protecting_output()
+        };
+        assert!(!steps(&mut p, 0.02, 20), "fast steps: answers have slack");
+        assert!(!steps(&mut p, 0.04, 30), "between the thresholds: stays relaxed");
+        assert!(steps(&mut p, 0.08, 30), "slow steps: protect the answers");
+        assert!(steps(&mut p, 0.04, 30), "between the thresholds: stays protective");
+        assert!(!steps(&mut p, 0.01, 30));
+        assert!(!steps(&mut p, 5.0, 3), "idle gaps are ignored");
+    }
+}

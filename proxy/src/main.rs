@@ -44,7 +44,8 @@ async fn serve(args: ConfigArgs) -> Result<(), String> {
     let mut config = config;
     // No upstream: the embedded engine twin is one, for as long as the proxy runs.
     let _twin = if config.upstream.endpoints.is_empty() {
-        let twin = start_twin(&config.twin).await?;
+        let config_dir = args.config_path().and_then(|p| p.parent().map(std::path::Path::to_path_buf));
+        let twin = start_twin(&config.twin, config_dir.as_deref()).await?;
         tracing::info!(url = %twin.url(), profile = %config.twin.profile, "no upstream configured; serving the engine twin");
         println!(
             "no upstream configured: using the embedded engine twin at {} ({})",
@@ -78,12 +79,24 @@ async fn serve(args: ConfigArgs) -> Result<(), String> {
 
 async fn start_twin(
     cfg: &meridian_core::config::TwinConfig,
+    config_dir: Option<&std::path::Path>,
 ) -> Result<meridian_sim::server::TwinServer, String> {
     let profile = meridian_sim::profile(&cfg.profile).map_err(|e| format!("twin.profile: {e}"))?;
+    let workload = match &cfg.workload {
+        Some(p) => {
+            let path = match config_dir {
+                Some(dir) if std::path::Path::new(p).is_relative() => dir.join(p),
+                _ => std::path::PathBuf::from(p),
+            };
+            meridian_sim::workload::WorkloadSpec::from_file(&path)
+                .map_err(|e| format!("twin.workload: {e}"))?
+        }
+        None => meridian_sim::workload::WorkloadSpec::default(),
+    };
     let opts = meridian_sim::server::TwinOptions {
         listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
         profile,
-        workload: meridian_sim::workload::WorkloadSpec::default(),
+        workload,
         seed: cfg.seed,
         speed: cfg.speed,
         served_model: cfg.served_model.clone(),

@@ -170,6 +170,8 @@ pub struct TwinConfig {
     pub seed: u64,
     /// Scheduling policy inside the twin (see `meridian_core::sched::POLICY_NAMES`).
     pub policy: String,
+    /// Workload file for the twin (relative to the config file); unset: the default mix.
+    pub workload: Option<String>,
 }
 
 impl Default for TwinConfig {
@@ -180,6 +182,7 @@ impl Default for TwinConfig {
             speed: 1.0,
             seed: 0,
             policy: "fcfs".into(),
+            workload: None,
         }
     }
 }

@@ -122,7 +122,24 @@ impl Default for WorkloadSpec {
     }
 }
 
+/// Why a workload file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{path}: {source}")]
+    Parse { path: String, source: toml::de::Error },
+}
+
 impl WorkloadSpec {
+    /// Reads a workload file (see `loadtest/twin/workloads/default.toml`).
+    pub fn from_file(path: &std::path::Path) -> Result<Self, WorkloadError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| WorkloadError::Read { path: shown.clone(), source })?;
+        toml::from_str(&text).map_err(|source| WorkloadError::Parse { path: shown, source })
+    }
+
     /// Every request the same: handy for experiments whose answers must be exact.
     pub fn fixed(prompt: u32, think: u32, answer: u32) -> Self {
         WorkloadSpec {
@@ -185,6 +202,16 @@ mod tests {
         assert_eq!(a, b);
         let mut w = Workload::new(WorkloadSpec::default(), 8);
         assert_ne!(a[0], w.next_shape());
+    }
+
+    #[test]
+    fn the_shipped_default_file_is_the_default() {
+        let path = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/workloads/default.toml"));
+        assert_eq!(WorkloadSpec::from_file(path).unwrap(), WorkloadSpec::default());
+        let bad = std::env::temp_dir().join(format!("wl-{}.toml", std::process::id()));
+        std::fs::write(&bad, "prompt = { kind = \"fixed\", value = 1 }\nthink = 3\n").unwrap();
+        assert!(matches!(WorkloadSpec::from_file(&bad), Err(WorkloadError::Parse { .. })));
+        std::fs::remove_file(bad).unwrap();
     }
 
     #[test]

@@ -36,6 +36,9 @@ enum Command {
         /// Scheduling policy: fcfs (vLLM's default) or priority.
         #[arg(long, default_value = "fcfs")]
         policy: String,
+        /// Workload file (default: loadtest/twin/workloads/default.toml's mix).
+        #[arg(long)]
+        workload: Option<PathBuf>,
     },
     /// Run a Poisson workload in virtual time and print what users would feel.
     Run {
@@ -50,6 +53,8 @@ enum Command {
         seed: u64,
         #[arg(long, default_value = "fcfs")]
         policy: String,
+        #[arg(long)]
+        workload: Option<PathBuf>,
     },
     /// Compare scheduling policies on the same workload at loads relative to the stock
     /// engine's capacity; prints (and optionally writes) a markdown report.
@@ -72,12 +77,19 @@ enum Command {
         /// Append the report to this markdown file.
         #[arg(long)]
         report: Option<PathBuf>,
+        #[arg(long)]
+        workload: Option<PathBuf>,
     },
     /// Fit the cost model to a `meridian-loadtest --save-result` report of a real engine.
     Calibrate {
         /// The JSON report.
         report: PathBuf,
     },
+}
+
+fn workload(path: &Option<PathBuf>) -> Result<WorkloadSpec, String> {
+    path.as_deref()
+        .map_or(Ok(WorkloadSpec::default()), |p| WorkloadSpec::from_file(p).map_err(|e| e.to_string()))
 }
 
 fn pick(name: &str) -> Result<Box<dyn SchedulingPolicy>, String> {
@@ -95,23 +107,22 @@ fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
 #[tokio::main]
 async fn main() -> Result<(), String> {
     match Cli::parse().command {
-        Command::Serve { listen, profile, served_model, speed, seed, policy } => {
+        Command::Serve { listen, profile, served_model, speed, seed, policy, workload: wl } => {
             let profile = meridian_sim::profile(&profile).map_err(|e| e.to_string())?;
             if !(speed.is_finite() && speed > 0.0) {
                 return Err(format!("--speed must be a positive number; got {speed}"));
             }
-            let opts =
-                TwinOptions { listen, profile, workload: WorkloadSpec::default(), seed, speed, served_model };
+            let opts = TwinOptions { listen, profile, workload: workload(&wl)?, seed, speed, served_model };
             let twin = TwinServer::start(opts, pick(&policy)?).await.map_err(|e| e.to_string())?;
             println!("listening on {} (engine twin, policy {})", twin.url(), twin.policy_name());
             tokio::signal::ctrl_c().await.map_err(|e| e.to_string())?;
         }
-        Command::Run { profile, request_rate, num_prompts, seed, policy } => {
+        Command::Run { profile, request_rate, num_prompts, seed, policy, workload: wl } => {
             let p = meridian_sim::profile(&profile).map_err(|e| e.to_string())?;
             let res = experiment::run_poisson(
                 EngineConfig::from(&p),
                 pick(&policy)?,
-                WorkloadSpec::default(),
+                workload(&wl)?,
                 request_rate,
                 num_prompts,
                 seed,
@@ -155,12 +166,13 @@ async fn main() -> Result<(), String> {
             slo_ttot_ms,
             slo_output_itl_ms,
             report,
+            workload: wl,
         } => {
             let p = meridian_sim::profile(&profile).map_err(|e| e.to_string())?;
             let slo = ab::JointSlo { ttot_ms: slo_ttot_ms, mean_output_itl_ms: slo_output_itl_ms };
             let (cap, cells) = ab::compare(
                 EngineConfig::from(&p),
-                WorkloadSpec::default(),
+                workload(&wl)?,
                 &policies,
                 &loads,
                 num_prompts,

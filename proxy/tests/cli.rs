@@ -119,3 +119,11 @@ fn serve_without_upstream_runs_the_engine_twin() {
     assert!(text.contains("\"reasoning\""), "{text}");
     assert!(text.ends_with("data: [DONE]\n\n"));
 }
+
+#[test]
+fn a_missing_twin_workload_file_is_reported_before_serving() {
+    let (code, _, err) =
+        meridian(&["serve", "--listen", "127.0.0.1:0", "--set", "twin.workload=/nonexistent/wl.toml"], &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("twin.workload: cannot read /nonexistent/wl.toml"), "{err}");
+}

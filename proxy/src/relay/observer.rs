@@ -79,12 +79,8 @@ impl RequestObserver {
 
     /// Feeds one `data:` payload (or a whole non-streaming body) that arrived at `at`.
     pub fn on_payload(&mut self, payload: &[u8], at: Instant) {
-        let mut usage = None;
-        if let Some(u) = parse_payload(payload, |choice| self.on_choice(choice, at)) {
-            usage = u;
-        }
-        if usage.is_some() {
-            self.usage = usage;
+        if let Some(Some(usage)) = parse_payload(payload, |choice| self.on_choice(choice, at)) {
+            self.usage = Some(usage);
         }
         self.update_open_phase();
     }

@@ -17,50 +17,65 @@ struct Cli {
     command: Command,
 }
 
+/// What every subcommand needs to build an engine.
+#[derive(clap::Args)]
+struct EngineArgs {
+    /// Cost-model profile from loadtest/twin/profiles.toml.
+    #[arg(long, default_value = "h100-qwen3-8b")]
+    profile: String,
+    /// Workload seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Workload file (default: the mix in loadtest/twin/workloads/default.toml).
+    #[arg(long)]
+    workload: Option<PathBuf>,
+}
+
+impl EngineArgs {
+    fn profile(&self) -> Result<meridian_sim::Profile, String> {
+        meridian_sim::profile(&self.profile).map_err(|e| e.to_string())
+    }
+
+    fn workload(&self) -> Result<WorkloadSpec, String> {
+        self.workload
+            .as_deref()
+            .map_or(Ok(WorkloadSpec::default()), |p| WorkloadSpec::from_file(p).map_err(|e| e.to_string()))
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Serve the twin as an OpenAI-compatible server in (scaled) real time.
     Serve {
         #[arg(long, default_value = "127.0.0.1:8000")]
         listen: SocketAddr,
-        /// Cost-model profile from loadtest/twin/profiles.toml.
-        #[arg(long, default_value = "h100-qwen3-8b")]
-        profile: String,
         #[arg(long, default_value = "Qwen/Qwen3-8B")]
         served_model: String,
         /// Simulated seconds per wall second.
         #[arg(long, default_value_t = 1.0)]
         speed: f64,
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// Scheduling policy: fcfs (vLLM's default) or priority.
+        /// Scheduling policy, by name (see `meridian_core::sched::policy_by_name`).
         #[arg(long, default_value = "fcfs")]
         policy: String,
-        /// Workload file (default: loadtest/twin/workloads/default.toml's mix).
-        #[arg(long)]
-        workload: Option<PathBuf>,
+        #[command(flatten)]
+        engine: EngineArgs,
     },
     /// Run a Poisson workload in virtual time and print what users would feel.
     Run {
-        #[arg(long, default_value = "h100-qwen3-8b")]
-        profile: String,
         /// Requests per second.
         #[arg(long)]
         request_rate: f64,
         #[arg(long, default_value_t = 1000)]
         num_prompts: usize,
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
+        /// Scheduling policy, by name.
         #[arg(long, default_value = "fcfs")]
         policy: String,
-        #[arg(long)]
-        workload: Option<PathBuf>,
+        #[command(flatten)]
+        engine: EngineArgs,
     },
     /// Compare scheduling policies on the same workload at loads relative to the stock
     /// engine's capacity; prints (and optionally writes) a markdown report.
     Ab {
-        #[arg(long, default_value = "h100-qwen3-8b")]
-        profile: String,
         #[arg(long, value_delimiter = ',', default_value = "fcfs,output-first")]
         policies: Vec<String>,
         /// Loads as fractions of the stock engine's capacity.
@@ -68,8 +83,6 @@ enum Command {
         loads: Vec<f64>,
         #[arg(long, default_value_t = 2000)]
         num_prompts: usize,
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
         #[arg(long, default_value_t = 200.0)]
         slo_ttot_ms: f64,
         #[arg(long, default_value_t = 50.0)]
@@ -77,19 +90,14 @@ enum Command {
         /// Append the report to this markdown file.
         #[arg(long)]
         report: Option<PathBuf>,
-        #[arg(long)]
-        workload: Option<PathBuf>,
+        #[command(flatten)]
+        engine: EngineArgs,
     },
     /// Fit the cost model to a `meridian-loadtest --save-result` report of a real engine.
     Calibrate {
         /// The JSON report.
         report: PathBuf,
     },
-}
-
-fn workload(path: &Option<PathBuf>) -> Result<WorkloadSpec, String> {
-    path.as_deref()
-        .map_or(Ok(WorkloadSpec::default()), |p| WorkloadSpec::from_file(p).map_err(|e| e.to_string()))
 }
 
 fn pick(name: &str) -> Result<Box<dyn SchedulingPolicy>, String> {
@@ -107,25 +115,30 @@ fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
 #[tokio::main]
 async fn main() -> Result<(), String> {
     match Cli::parse().command {
-        Command::Serve { listen, profile, served_model, speed, seed, policy, workload: wl } => {
-            let profile = meridian_sim::profile(&profile).map_err(|e| e.to_string())?;
+        Command::Serve { listen, served_model, speed, policy, engine } => {
             if !(speed.is_finite() && speed > 0.0) {
                 return Err(format!("--speed must be a positive number; got {speed}"));
             }
-            let opts = TwinOptions { listen, profile, workload: workload(&wl)?, seed, speed, served_model };
+            let opts = TwinOptions {
+                listen,
+                profile: engine.profile()?,
+                workload: engine.workload()?,
+                seed: engine.seed,
+                speed,
+                served_model,
+            };
             let twin = TwinServer::start(opts, pick(&policy)?).await.map_err(|e| e.to_string())?;
             println!("listening on {} (engine twin, policy {})", twin.url(), twin.policy_name());
             tokio::signal::ctrl_c().await.map_err(|e| e.to_string())?;
         }
-        Command::Run { profile, request_rate, num_prompts, seed, policy, workload: wl } => {
-            let p = meridian_sim::profile(&profile).map_err(|e| e.to_string())?;
+        Command::Run { request_rate, num_prompts, policy, engine } => {
             let res = experiment::run_poisson(
-                EngineConfig::from(&p),
+                EngineConfig::from(&engine.profile()?),
                 pick(&policy)?,
-                workload(&wl)?,
+                engine.workload()?,
                 request_rate,
                 num_prompts,
-                seed,
+                engine.seed,
             );
             let ms = |f: fn(&experiment::SimRecord) -> Option<f64>| {
                 let v: Vec<f64> = res.records.iter().filter_map(f).map(|s| s * 1000.0).collect();
@@ -134,7 +147,8 @@ async fn main() -> Result<(), String> {
             let itl: Vec<f64> =
                 res.records.iter().flat_map(|r| r.output_itl.iter().map(|s| s * 1000.0)).collect();
             println!(
-                "profile {profile}, policy fcfs, {num_prompts} requests at {request_rate} req/s, seed {seed}"
+                "profile {}, policy {policy}, {num_prompts} requests at {request_rate} req/s, seed {}",
+                engine.profile, engine.seed
             );
             println!("TTFT (ms)               {}", ms(|r| r.ttft));
             println!("TTFO (ms)               {}", ms(|r| r.ttfo));
@@ -157,22 +171,12 @@ async fn main() -> Result<(), String> {
                 res.steps_per_second()
             );
         }
-        Command::Ab {
-            profile,
-            policies,
-            loads,
-            num_prompts,
-            seed,
-            slo_ttot_ms,
-            slo_output_itl_ms,
-            report,
-            workload: wl,
-        } => {
-            let p = meridian_sim::profile(&profile).map_err(|e| e.to_string())?;
+        Command::Ab { policies, loads, num_prompts, slo_ttot_ms, slo_output_itl_ms, report, engine } => {
+            let (profile, seed) = (&engine.profile, engine.seed);
             let slo = ab::JointSlo { ttot_ms: slo_ttot_ms, mean_output_itl_ms: slo_output_itl_ms };
             let (cap, cells) = ab::compare(
-                EngineConfig::from(&p),
-                workload(&wl)?,
+                EngineConfig::from(&engine.profile()?),
+                engine.workload()?,
                 &policies,
                 &loads,
                 num_prompts,
@@ -180,9 +184,10 @@ async fn main() -> Result<(), String> {
                 slo,
             )?;
             let md = format!(
-                "### {profile}\n\n`meridian-sim ab --profile {profile} --policies {} --loads {} --num-prompts {num_prompts} --seed {seed}`\n\n{}\n",
+                "### {profile}\n\n`meridian-sim ab --profile {profile} --policies {} --loads {} --num-prompts {num_prompts} --seed {seed}{}`\n\n{}\n",
                 policies.join(","),
                 loads.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(","),
+                engine.workload.as_ref().map(|w| format!(" --workload {}", w.display())).unwrap_or_default(),
                 ab::markdown(cap, &cells, slo)
             );
             println!("{md}");

@@ -236,8 +236,7 @@ impl Engine {
         let mut budget = self.config.max_num_batched_tokens;
         let mut report = StepReport { started_s: now, ..StepReport::default() };
 
-        self.order_running(now);
-        let views: Vec<_> = self.running.iter().map(|s| self.requests[s].view()).collect();
+        let views = self.order_running(now);
         let limits = self.policy.step_limits(&views, now);
         let mut prefill_left = limits.max_prefill_tokens.unwrap_or(u32::MAX);
         let mut think_left = limits.max_think_decodes.unwrap_or(u32::MAX);
@@ -280,10 +279,12 @@ impl Engine {
         self.finish_step(report)
     }
 
-    fn order_running(&mut self, now: f64) {
+    /// Puts the running list in the policy's order; returns the views in that order.
+    fn order_running(&mut self, now: f64) -> Vec<meridian_core::sched::RequestView> {
         let mut views: Vec<_> = self.running.iter().map(|s| self.requests[s].view()).collect();
         self.policy.order_running(&mut views, now);
-        self.running = views.into_iter().map(|v| v.seq).collect();
+        self.running = views.iter().map(|v| v.seq).collect();
+        views
     }
 
     /// Makes room for `n_new` more tokens of `running[i]`, preempting as needed. False

@@ -52,8 +52,11 @@ async fn serve(args: ConfigArgs) -> Result<(), String> {
             twin.url(),
             config.twin.profile
         );
-        config.upstream.endpoints =
-            vec![meridian_core::config::EndpointConfig { url: twin.url(), name: Some("twin".into()) }];
+        config.upstream.endpoints = vec![meridian_core::config::EndpointConfig {
+            url: twin.url(),
+            name: Some("twin".into()),
+            hook: None,
+        }];
         Some(twin)
     } else {
         None

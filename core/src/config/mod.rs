@@ -4,6 +4,7 @@
 //! the field, and [`MeridianConfig::validate`] reports every out-of-range value at once,
 //! so an operator fixes the file in one pass before anything starts.
 
+mod engine_side;
 mod load;
 mod validate;
 
@@ -11,6 +12,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+pub use engine_side::{ExitConfig, ExitSignal, HookConfig};
 pub use load::{ConfigError, Override, load_config, parse_config};
 pub use validate::FieldError;
 
@@ -24,6 +26,8 @@ pub struct MeridianConfig {
     pub telemetry: TelemetryConfig,
     pub twin: TwinConfig,
     pub budget: BudgetConfig,
+    pub hook: HookConfig,
+    pub exit: ExitConfig,
 }
 
 /// The proxy's listener and request limits.
@@ -100,6 +104,9 @@ pub struct EndpointConfig {
     pub url: String,
     /// Name used in logs and metric labels; defaults to the URL's host:port.
     pub name: Option<String>,
+    /// `host:port` of the Meridian hook's policy channel in this server's engine, if it
+    /// runs one (see `[hook]`).
+    pub hook: Option<String>,
 }
 
 /// Where model family boundaries come from.

@@ -32,6 +32,24 @@ impl Checker {
         }
     }
 
+    fn policy(&mut self, path: &str, spec: &str) {
+        if crate::sched::policy_by_name(spec).is_none() {
+            self.fail(
+                path,
+                format!(
+                    "must be one of {:?}, optionally with parameters (\"output-first:think_decode_cap=16\"); got {spec:?}",
+                    crate::sched::POLICY_NAMES
+                ),
+            );
+        }
+    }
+
+    fn unit_interval(&mut self, path: &str, value: f64) {
+        if !(value.is_finite() && value > 0.0 && value <= 1.0) {
+            self.fail(path, format!("must be in (0, 1]; got {value}"));
+        }
+    }
+
     fn range_u32(&mut self, path: &str, value: u32, lo: u32, hi: u32) {
         if !(lo..=hi).contains(&value) {
             self.fail(path, format!("must be in [{lo}, {hi}]; got {value}"));
@@ -64,6 +82,14 @@ impl MeridianConfig {
                     }
                 }
                 _ => c.fail(path, format!("must be an http:// or https:// URL; got {:?}", ep.url)),
+            }
+            if let Some(hook) = &ep.hook {
+                if !is_host_port(hook) {
+                    c.fail(
+                        format!("upstream.endpoints[{i}].hook"),
+                        format!("must be host:port of the hook's policy channel; got {hook:?}"),
+                    );
+                }
             }
         }
         c.positive("upstream.connect_timeout_s", u.connect_timeout_s);
@@ -111,15 +137,31 @@ impl MeridianConfig {
         if !(tw.speed.is_finite() && tw.speed > 0.0) {
             c.fail("twin.speed", format!("must be a positive number; got {}", tw.speed));
         }
-        if !crate::sched::POLICY_NAMES.contains(&tw.policy.as_str()) {
-            c.fail(
-                "twin.policy",
-                format!("must be one of {:?}; got {:?}", crate::sched::POLICY_NAMES, tw.policy),
-            );
-        }
+        c.policy("twin.policy", &tw.policy);
         if tw.served_model.trim().is_empty() {
             c.fail("twin.served_model", "must not be empty");
         }
+
+        let h = &self.hook;
+        if h.listen.parse::<std::net::SocketAddr>().is_err() {
+            c.fail("hook.listen", format!("must be an address like 0.0.0.0:9470; got {:?}", h.listen));
+        }
+        if h.token_env.trim().is_empty() {
+            c.fail("hook.token_env", "must name an environment variable");
+        }
+        c.policy("hook.policy", &h.policy);
+        c.positive("hook.timeout_s", h.timeout_s);
+
+        let x = &self.exit;
+        c.range_u32("exit.rpdi_window", x.rpdi_window, 8, 1 << 16);
+        if !(x.rpdi_lambda.is_finite() && x.rpdi_lambda > 1.0) {
+            c.fail("exit.rpdi_lambda", format!("must be a ratio above 1; got {}", x.rpdi_lambda));
+        }
+        c.unit_interval("exit.eat_alpha", x.eat_alpha);
+        if !(x.eat_delta.is_finite() && x.eat_delta > 0.0) {
+            c.fail("exit.eat_delta", format!("must be a positive variance; got {}", x.eat_delta));
+        }
+        c.range_u32("exit.eat_probe_every_tokens", x.eat_probe_every_tokens, 1, 1 << 20);
 
         let t = &self.telemetry;
         if t.log_level.trim().is_empty() {
@@ -127,5 +169,13 @@ impl MeridianConfig {
         }
 
         if c.errors.is_empty() { Ok(()) } else { Err(c.errors) }
+    }
+}
+
+/// `host:port` with a non-empty host and a numeric port (names are resolved later).
+fn is_host_port(s: &str) -> bool {
+    match s.rsplit_once(':') {
+        Some((host, port)) => !host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok(),
+        None => false,
     }
 }

@@ -127,8 +127,9 @@ mod tests {
     use super::*;
 
     fn pool(n: usize) -> UpstreamPool {
-        let eps: Vec<EndpointConfig> =
-            (0..n).map(|i| EndpointConfig { url: format!("http://u{i}:8000"), name: None }).collect();
+        let eps: Vec<EndpointConfig> = (0..n)
+            .map(|i| EndpointConfig { url: format!("http://u{i}:8000"), name: None, hook: None })
+            .collect();
         UpstreamPool::new(&eps)
     }
 

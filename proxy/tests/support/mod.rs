@@ -44,7 +44,8 @@ pub fn registry() -> ModelRegistry {
 pub fn config_for(urls: &[String]) -> MeridianConfig {
     let mut cfg = MeridianConfig::default();
     cfg.server.listen = "127.0.0.1:0".into();
-    cfg.upstream.endpoints = urls.iter().map(|u| EndpointConfig { url: u.clone(), name: None }).collect();
+    cfg.upstream.endpoints =
+        urls.iter().map(|u| EndpointConfig { url: u.clone(), name: None, hook: None }).collect();
     cfg.upstream.health_interval_s = 0.2;
     cfg.upstream.first_byte_timeout_s = 5.0;
     cfg.upstream.idle_timeout_s = 5.0;

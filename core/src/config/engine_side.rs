@@ -1,0 +1,94 @@
+//! The sections read by the in-engine hook (`[hook]`) and by whoever gates the end of
+//! thinking on entropy (`[exit]`: the proxy from streamed logprobs, the hook from logits).
+
+use serde::Deserialize;
+
+use crate::signals::{EatConfig, RpdiConfig};
+
+/// The vLLM hook (`meridian-vllm-hook`) and its policy channel to the proxy.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HookConfig {
+    /// Address the hook's policy channel listens on, inside vLLM's engine-core process.
+    pub listen: String,
+    /// Environment variable holding the channel's shared secret, read on both sides.
+    pub token_env: String,
+    /// Scheduling policy the hook applies inside the engine (names as `twin.policy`).
+    pub policy: String,
+    /// Compute the entropy of every thinking row's logits inside the engine and feed the
+    /// `[exit]` signal with it.
+    pub entropy: bool,
+    /// Seconds the proxy waits for a channel reply before it treats the hook as absent
+    /// and falls back to what the HTTP API can do.
+    pub timeout_s: f64,
+}
+
+impl Default for HookConfig {
+    fn default() -> Self {
+        HookConfig {
+            listen: "127.0.0.1:9470".into(),
+            token_env: "MERIDIAN_HOOK_TOKEN".into(),
+            policy: "output-first".into(),
+            entropy: true,
+            timeout_s: 1.0,
+        }
+    }
+}
+
+/// Which signal ends thinking early.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitSignal {
+    /// Only budgets end thinking.
+    #[default]
+    Off,
+    /// Recent vs overall token entropy at sentence boundaries.
+    Rpdi,
+    /// Entropy after a probed end-of-thinking delimiter, EMA variance settles.
+    Eat,
+}
+
+/// Entropy-gated ends of thinking.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExitConfig {
+    pub signal: ExitSignal,
+    /// Never end thinking on a signal before this many thinking tokens.
+    pub min_think_tokens: u32,
+    /// RPDI: tokens in the recent window, and the ratio past which thinking ends.
+    pub rpdi_window: u32,
+    pub rpdi_lambda: f64,
+    /// EAT: EMA weight, variance threshold, samples before a stop may fire, and
+    /// thinking tokens between two probes.
+    pub eat_alpha: f64,
+    pub eat_delta: f64,
+    pub eat_warmup_steps: u32,
+    pub eat_probe_every_tokens: u32,
+}
+
+impl Default for ExitConfig {
+    fn default() -> Self {
+        let rpdi = RpdiConfig::default();
+        let eat = EatConfig::default();
+        ExitConfig {
+            signal: ExitSignal::Off,
+            min_think_tokens: 256,
+            rpdi_window: rpdi.window as u32,
+            rpdi_lambda: rpdi.lambda,
+            eat_alpha: eat.alpha,
+            eat_delta: eat.delta,
+            eat_warmup_steps: eat.warmup_steps,
+            eat_probe_every_tokens: 64,
+        }
+    }
+}
+
+impl ExitConfig {
+    pub fn rpdi(&self) -> RpdiConfig {
+        RpdiConfig { window: self.rpdi_window as usize, lambda: self.rpdi_lambda }
+    }
+
+    pub fn eat(&self) -> EatConfig {
+        EatConfig { alpha: self.eat_alpha, delta: self.eat_delta, warmup_steps: self.eat_warmup_steps }
+    }
+}

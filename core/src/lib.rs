@@ -2,9 +2,10 @@
 //! about networks: the per-request think/output phase state machine ([`phase`]), the
 //! per-family boundary definitions it runs on ([`models`]), the scheduling-policy
 //! interface engines call every step ([`sched`]), the reading of OpenAI-style streams
-//! ([`stream`]), and the typed, validated `meridian.toml` ([`config`]). It is pure Rust with no async runtime and no HTTP, so the
+//! ([`stream`]), the typed, validated `meridian.toml` ([`config`]) and the policy channel between the proxy and the engine hook ([`channel`]). It is pure Rust with no async runtime and no HTTP, so the
 //! proxy, the engine twin and the in-engine vLLM hook all share exactly the same logic.
 
+pub mod channel;
 pub mod config;
 pub mod models;
 pub mod phase;

@@ -1,0 +1,60 @@
+//! The hook's side of the policy channel: what this process has been told (shared by
+//! the scheduler and the logits processor living in it), and either the listener the
+//! proxy talks to or a follower of it.
+
+mod follower;
+mod server;
+
+use std::sync::{Arc, Mutex};
+
+use meridian_core::channel::{DirectiveTable, Hello, RequestDirectives, base_request_id};
+
+pub use follower::Follower;
+pub use server::ChannelServer;
+
+use crate::metrics::Counters;
+
+/// State every part of the hook in one process reads.
+#[derive(Default)]
+pub struct Shared {
+    pub counters: Counters,
+    pub directives: Mutex<DirectiveTable>,
+}
+
+impl Shared {
+    /// Directives for a request, by vLLM's request id or the proxy's.
+    pub fn directives_for(&self, request_id: &str) -> Option<RequestDirectives> {
+        let table = self.directives.lock().ok()?;
+        table.get(request_id).or_else(|| table.get(base_request_id(request_id))).cloned()
+    }
+}
+
+/// Where a follower connects for a listener bound to `listen` (a wildcard address means
+/// this host).
+pub fn connect_address(listen: &str) -> String {
+    match listen.rsplit_once(':') {
+        Some(("0.0.0.0", port)) => format!("127.0.0.1:{port}"),
+        Some(("[::]", port)) => format!("[::1]:{port}"),
+        _ => listen.to_owned(),
+    }
+}
+
+/// What the listener says about this hook.
+pub fn hello(policy: &str, entropy: bool, can_end_thinking: bool) -> Hello {
+    Hello {
+        protocol: meridian_core::channel::PROTOCOL_VERSION,
+        min_protocol: meridian_core::channel::PROTOCOL_VERSION,
+        hook_version: env!("CARGO_PKG_VERSION").to_owned(),
+        policy: policy.to_owned(),
+        entropy,
+        can_end_thinking,
+    }
+}
+
+/// The process's channel role, started at most once.
+pub enum Role {
+    Listener(ChannelServer),
+    Follower(Follower),
+}
+
+pub type SharedRef = Arc<Shared>;

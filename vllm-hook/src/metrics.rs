@@ -1,0 +1,172 @@
+//! The hook's counters. vLLM runs the scheduler and the logits processor in different
+//! processes (on CPU, and with tensor parallelism), so each process counts locally,
+//! workers hand their totals to the listening process at every sync, and `/metrics`
+//! there shows the sum. The exposition is written here rather than with a metrics
+//! library because the values are merged across processes, which those do not model.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// One counted sample: metric name plus its label set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    pub metric: &'static str,
+    pub labels: &'static str,
+}
+
+macro_rules! samples {
+    ($($id:ident = $metric:literal $labels:literal;)*) => {
+        /// Every counter the hook keeps.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[repr(usize)]
+        pub enum Counter { $($id),* }
+        const SAMPLES: &[Sample] = &[$(Sample { metric: $metric, labels: $labels }),*];
+        impl Counter {
+            pub const ALL: &'static [Counter] = &[$(Counter::$id),*];
+        }
+    };
+}
+
+samples! {
+    ScheduleSteps = "meridian_hook_schedule_steps_total" "";
+    Reorders = "meridian_hook_reorders_total" "";
+    PreemptOutput = "meridian_hook_preemptions_total" "tier=\"output-critical\"";
+    PreemptThink = "meridian_hook_preemptions_total" "tier=\"think-active\"";
+    PreemptPending = "meridian_hook_preemptions_total" "tier=\"pending\"";
+    ExitDirective = "meridian_hook_forced_exits_total" "reason=\"directive\"";
+    ExitBudget = "meridian_hook_forced_exits_total" "reason=\"budget\"";
+    ExitRpdi = "meridian_hook_forced_exits_total" "reason=\"rpdi\"";
+    EntropyRows = "meridian_hook_entropy_rows_total" "";
+    Directives = "meridian_hook_directives_total" "";
+    ChannelOk = "meridian_hook_channel_requests_total" "outcome=\"ok\"";
+    ChannelUnauthorized = "meridian_hook_channel_requests_total" "outcome=\"unauthorized\"";
+    ChannelVersion = "meridian_hook_channel_requests_total" "outcome=\"version\"";
+    ChannelBad = "meridian_hook_channel_requests_total" "outcome=\"bad_request\"";
+    ErrorSchedule = "meridian_hook_errors_total" "site=\"scheduler\"";
+    ErrorLogits = "meridian_hook_errors_total" "site=\"logits_processor\"";
+    ErrorChannel = "meridian_hook_errors_total" "site=\"channel\"";
+    ErrorSync = "meridian_hook_errors_total" "site=\"sync\"";
+}
+
+const HELP: &[(&str, &str)] = &[
+    ("meridian_hook_schedule_steps_total", "Scheduler steps the hook saw."),
+    ("meridian_hook_reorders_total", "Steps in which the hook changed the order of the running batch."),
+    ("meridian_hook_preemptions_total", "Requests vLLM preempted, by the KV tier of the victim (target for output-critical: 0)."),
+    ("meridian_hook_forced_exits_total", "Ends of thinking the hook forced, by reason."),
+    ("meridian_hook_entropy_rows_total", "Logits rows whose entropy the hook computed."),
+    ("meridian_hook_directives_total", "Directives received on the policy channel."),
+    ("meridian_hook_channel_requests_total", "Policy channel requests, by outcome."),
+    ("meridian_hook_errors_total", "Errors the hook caught and fell back from (stock vLLM behaviour), by site."),
+];
+
+/// Counts of this process.
+pub struct Counters {
+    values: Vec<AtomicU64>,
+    /// Totals reported by other processes, by worker name then sample key.
+    remote: Mutex<BTreeMap<String, BTreeMap<String, u64>>>,
+    kv_blocks: [AtomicU64; 3],
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            values: SAMPLES.iter().map(|_| AtomicU64::new(0)).collect(),
+            remote: Mutex::new(BTreeMap::new()),
+            kv_blocks: Default::default(),
+        }
+    }
+}
+
+/// KV tiers, cheapest to lose first.
+pub const KV_TIERS: [&str; 3] = ["think-complete", "think-active", "output-critical"];
+
+fn key(s: &Sample) -> String {
+    if s.labels.is_empty() { s.metric.to_owned() } else { format!("{}{{{}}}", s.metric, s.labels) }
+}
+
+impl Counters {
+    pub fn add(&self, c: Counter, n: u64) {
+        if let Some(v) = self.values.get(c as usize) {
+            v.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    pub fn get(&self, c: Counter) -> u64 {
+        self.values.get(c as usize).map_or(0, |v| v.load(Ordering::Relaxed))
+    }
+
+    /// Blocks held per KV tier (see [`KV_TIERS`]), as last measured by the scheduler.
+    pub fn set_kv_blocks(&self, blocks: [u64; 3]) {
+        for (slot, b) in self.kv_blocks.iter().zip(blocks) {
+            slot.store(b, Ordering::Relaxed);
+        }
+    }
+
+    /// This process's totals by sample key, for a sync to the listening process.
+    pub fn snapshot(&self) -> BTreeMap<String, u64> {
+        SAMPLES.iter().zip(&self.values).map(|(s, v)| (key(s), v.load(Ordering::Relaxed))).collect()
+    }
+
+    /// Records the totals another process reported (replacing its previous report).
+    pub fn record_remote(&self, worker: &str, totals: BTreeMap<String, u64>) {
+        if let Ok(mut remote) = self.remote.lock() {
+            remote.insert(worker.to_owned(), totals);
+        }
+    }
+
+    /// Prometheus text exposition of local plus remote totals.
+    pub fn render(&self) -> String {
+        let mut totals = self.snapshot();
+        if let Ok(remote) = self.remote.lock() {
+            for worker in remote.values() {
+                for (k, v) in worker {
+                    if let Some(t) = totals.get_mut(k) {
+                        *t += v;
+                    }
+                }
+            }
+        }
+        let mut out = String::with_capacity(2048);
+        for (metric, help) in HELP {
+            let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} counter");
+            for s in SAMPLES.iter().filter(|s| s.metric == *metric) {
+                let k = key(s);
+                let _ = writeln!(out, "{k} {}", totals.get(&k).copied().unwrap_or(0));
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP meridian_hook_kv_blocks KV blocks held by running requests, by tier.\n# TYPE meridian_hook_kv_blocks gauge"
+        );
+        for (tier, b) in KV_TIERS.iter().zip(&self.kv_blocks) {
+            let _ = writeln!(out, "meridian_hook_kv_blocks{{tier=\"{tier}\"}} {}", b.load(Ordering::Relaxed));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_counter_has_help_and_renders_summed_across_processes() {
+        let c = Counters::default();
+        for s in SAMPLES {
+            assert!(HELP.iter().any(|(m, _)| *m == s.metric), "{} has no HELP", s.metric);
+        }
+        assert_eq!(Counter::ALL.len(), SAMPLES.len());
+        c.add(Counter::ExitBudget, 2);
+        let mut worker = BTreeMap::new();
+        worker.insert("meridian_hook_forced_exits_total{reason=\"budget\"}".to_owned(), 3);
+        worker.insert("unknown_metric".to_owned(), 9);
+        c.record_remote("worker-1", worker.clone());
+        c.record_remote("worker-1", worker);
+        let text = c.render();
+        assert!(text.contains("meridian_hook_forced_exits_total{reason=\"budget\"} 5\n"), "{text}");
+        assert!(!text.contains("unknown_metric"));
+        assert!(text.contains("meridian_hook_preemptions_total{tier=\"output-critical\"} 0\n"));
+    }
+}

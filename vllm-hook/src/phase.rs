@@ -1,0 +1,157 @@
+//! Phase of one request, from its token ids alone: inside vLLM the hook never sees text,
+//! and the scheduler and the logits processor may live in different processes, so each
+//! tracks phases itself from the same rule.
+
+use meridian_core::Phase;
+
+/// Token-id sequences that open and close thinking for the served model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThinkMarkers {
+    pub start: Vec<u32>,
+    pub end: Vec<u32>,
+}
+
+impl ThinkMarkers {
+    /// `None` when no end sequence is known: phases cannot be told apart.
+    pub fn new(start: Vec<u32>, end: Vec<u32>) -> Option<Self> {
+        if end.is_empty() { None } else { Some(ThinkMarkers { start, end }) }
+    }
+}
+
+/// Follows one request's phase, one token at a time.
+#[derive(Debug, Clone)]
+pub struct PhaseTracker {
+    phase: Phase,
+    think_tokens: u32,
+    output_tokens: u32,
+    /// How much of the start / end sequence the latest tokens matched.
+    start_matched: usize,
+    end_matched: usize,
+}
+
+fn last_match(haystack: &[u32], needle: &[u32]) -> Option<usize> {
+    if needle.is_empty() || haystack.len() < needle.len() {
+        return None;
+    }
+    (0..=haystack.len() - needle.len()).rev().find(|&i| haystack[i..].starts_with(needle))
+}
+
+impl PhaseTracker {
+    /// The phase generation starts in, from the prompt: chat templates of thinking models
+    /// open the think block in the prompt (`<think>\n`), or close it right away when
+    /// thinking is switched off (`<think>\n\n</think>\n\n`).
+    pub fn new(markers: &ThinkMarkers, prompt: &[u32]) -> Self {
+        let start = last_match(prompt, &markers.start);
+        let end = last_match(prompt, &markers.end);
+        let phase = match (start, end) {
+            (Some(s), Some(e)) if e > s => Phase::Output,
+            (Some(_), _) => Phase::Think,
+            (None, Some(_)) => Phase::Output,
+            (None, None) => Phase::Pending,
+        };
+        PhaseTracker { phase, think_tokens: 0, output_tokens: 0, start_matched: 0, end_matched: 0 }
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    pub fn think_tokens(&self) -> u32 {
+        self.think_tokens
+    }
+
+    pub fn output_tokens(&self) -> u32 {
+        self.output_tokens
+    }
+
+    /// Takes the next generated token; returns true when it completed the end sequence.
+    pub fn push(&mut self, token: u32, markers: &ThinkMarkers) -> bool {
+        match self.phase {
+            Phase::Pending => {
+                // A model that opens its own think block does so with its first tokens;
+                // anything else means it answers directly.
+                if advance(&mut self.start_matched, token, &markers.start) {
+                    self.phase = Phase::Think;
+                } else if self.start_matched == 0 {
+                    self.phase = Phase::Output;
+                    self.output_tokens += 1;
+                }
+                false
+            }
+            Phase::Think => {
+                self.think_tokens += 1;
+                if advance(&mut self.end_matched, token, &markers.end) {
+                    self.phase = Phase::Output;
+                    return true;
+                }
+                false
+            }
+            Phase::Output => {
+                self.output_tokens += 1;
+                false
+            }
+        }
+    }
+}
+
+/// Steps a partial match of `seq`; true when `token` completes it.
+fn advance(matched: &mut usize, token: u32, seq: &[u32]) -> bool {
+    if seq.get(*matched) == Some(&token) {
+        *matched += 1;
+    } else {
+        *matched = usize::from(seq.first() == Some(&token));
+    }
+    if !seq.is_empty() && *matched == seq.len() {
+        *matched = 0;
+        return true;
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn markers() -> ThinkMarkers {
+        ThinkMarkers::new(vec![465], vec![466]).unwrap()
+    }
+
+    #[test]
+    fn prompt_decides_the_starting_phase() {
+        let m = markers();
+        assert_eq!(PhaseTracker::new(&m, &[1, 2, 465, 10]).phase(), Phase::Think);
+        assert_eq!(PhaseTracker::new(&m, &[1, 465, 10, 466, 10]).phase(), Phase::Output);
+        assert_eq!(PhaseTracker::new(&m, &[1, 465, 466, 465, 10]).phase(), Phase::Think, "last block open");
+        assert_eq!(PhaseTracker::new(&m, &[1, 2]).phase(), Phase::Pending);
+    }
+
+    #[test]
+    fn end_token_switches_to_output_and_counts_split() {
+        let m = markers();
+        let mut t = PhaseTracker::new(&m, &[465]);
+        assert!(!t.push(7, &m));
+        assert!(!t.push(8, &m));
+        assert!(t.push(466, &m));
+        t.push(9, &m);
+        assert_eq!((t.phase(), t.think_tokens(), t.output_tokens()), (Phase::Output, 3, 1));
+    }
+
+    #[test]
+    fn multi_token_end_sequence_may_restart_mid_match() {
+        let m = ThinkMarkers::new(vec![1, 2], vec![5, 6]).unwrap();
+        let mut t = PhaseTracker::new(&m, &[]);
+        for tok in [1, 2, 5, 5] {
+            assert!(!t.push(tok, &m));
+        }
+        assert!(t.push(6, &m), "5,5,6 still ends with 5,6");
+        assert_eq!(t.phase(), Phase::Output);
+    }
+
+    #[test]
+    fn model_that_answers_directly_is_output() {
+        let m = markers();
+        let mut t = PhaseTracker::new(&m, &[1]);
+        t.push(42, &m);
+        assert_eq!(t.phase(), Phase::Output);
+    }
+}

@@ -110,6 +110,14 @@ impl ExitController {
         self.slots.insert(slot, Slot { request_id, tracker, budget: budget.or(self.default_budget), rpdi, forcing: None });
     }
 
+    /// Re-derives a slot's starting phase once its prompt is known (Model Runner V2 only
+    /// gives it after `add`).
+    fn reset_prompt(&mut self, slot: usize, prompt: Vec<u32>) {
+        if let (Some(markers), Some(s)) = (self.markers.as_ref(), self.slots.get_mut(&slot)) {
+            s.tracker = PhaseTracker::new(markers, &prompt);
+        }
+    }
+
     fn remove(&mut self, slot: usize) {
         self.slots.remove(&slot);
     }

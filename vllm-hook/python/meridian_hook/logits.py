@@ -1,0 +1,204 @@
+"""``--logits-processors meridian_hook.logits:MeridianLogitsProcessor``: one class for
+both of vLLM's logits-processor interfaces (the V1 model runner, used on CPU, and Model
+Runner V2, the default on GPU). Each step it follows every request's phase from its
+tokens, computes the entropy of thinking rows when the ``[exit]`` signal needs it, and
+forces the end-of-thinking token for rows that must stop: told to by the proxy (policy
+channel), past their think budget, or past the entropy threshold.
+
+Per-request arguments arrive as ``vllm_xargs`` in the request body (vLLM's
+``SamplingParams.extra_args``): ``meridian_request_id`` (the proxy's ``X-Request-Id``,
+which directives name) and ``meridian_think_budget`` (tokens)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from vllm.v1.sample.logits_processor.interface import BatchUpdate, MoveDirectionality
+from vllm.v1.sample.logits_processor.interface import LogitsProcessor as V1LogitsProcessor
+
+try:  # Model Runner V2 (vLLM >= 0.32)
+    from vllm.v1.worker.gpu.sample.logits_processor.interface import (
+        LogitsProcessor as V2LogitsProcessor,
+    )
+except ImportError:  # pragma: no cover - older vLLM: V1 only
+    V2LogitsProcessor = None  # type: ignore[assignment,misc]
+
+from meridian_hook import _native
+from meridian_hook.runtime import in_engine_core, runtime
+
+log = logging.getLogger("meridian_hook")
+
+REQUEST_ID_ARG = "meridian_request_id"
+BUDGET_ARG = "meridian_think_budget"
+
+_bases: tuple[type, ...] = (V1LogitsProcessor,) if V2LogitsProcessor is None else (V1LogitsProcessor, V2LogitsProcessor)
+
+
+def _extra(params: Any) -> dict[str, Any]:
+    extra = getattr(params, "extra_args", None)
+    return extra if isinstance(extra, dict) else {}
+
+
+def _budget(params: Any) -> int | None:
+    value = _extra(params).get(BUDGET_ARG)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"vllm_xargs.{BUDGET_ARG} must be a positive integer; got {value!r}")
+    return value
+
+
+class MeridianLogitsProcessor(*_bases):  # type: ignore[misc]
+    """Forces ``</think>`` for the rows Meridian's policy says must stop thinking."""
+
+    def __init__(self, vllm_config: Any, *args: Any) -> None:
+        # V1: (vllm_config, device, is_pin_memory); V2: (vllm_config, req_states).
+        self._v2 = len(args) == 1
+        self._req_states = args[0] if self._v2 else None
+        self._ctl: _native.ExitController | None = None
+        self._seen: dict[int, int] = {}
+        self._outputs: dict[int, Any] = {}
+        self._pending_prompt: set[int] = set()
+        self._entropy = False
+        try:
+            self._rt = runtime()
+        except Exception:  # noqa: BLE001
+            log.exception("meridian hook: bad configuration; logits processor inactive")
+            return
+        with self._rt.guard("logits_processor"):
+            cfg = self._rt.config
+            start, end = self._rt.markers(vllm_config)
+            if not end:
+                return
+            x = cfg.exit
+            self._ctl = _native.ExitController(
+                start, end, x.signal, x.min_think_tokens, x.rpdi_window, x.rpdi_lambda, cfg.think_budget_tokens
+            )
+            self._entropy = cfg.hook.entropy and x.signal == "rpdi"
+        if not in_engine_core():
+            with self._rt.guard("sync"):
+                self._rt.start_follower()
+
+    @classmethod
+    def validate_params(cls, sampling_params: Any) -> None:
+        _budget(sampling_params)
+        rid = _extra(sampling_params).get(REQUEST_ID_ARG)
+        if rid is not None and not isinstance(rid, str):
+            raise ValueError(f"vllm_xargs.{REQUEST_ID_ARG} must be a string; got {rid!r}")
+
+    def is_argmax_invariant(self) -> bool:
+        # Forcing a token changes the argmax, so greedy requests must run it too.
+        return False
+
+    # ---- V1 interface -------------------------------------------------------------
+    def update_state(self, batch_update: BatchUpdate | None) -> None:
+        if self._ctl is None or not batch_update:
+            return
+        with self._rt.guard("logits_processor"):
+            ctl = self._ctl
+            for index, params, prompt, output in batch_update.added:
+                self._admit(index, params, list(prompt or ()))
+                self._outputs[index] = output
+            for index in batch_update.removed:
+                ctl.remove(index)
+                self._seen.pop(index, None)
+                self._outputs.pop(index, None)
+            for a, b, direction in batch_update.moved:
+                if direction == MoveDirectionality.SWAP:
+                    ctl.swapped(a, b)
+                    for d in (self._seen, self._outputs):
+                        va, vb = d.pop(a, None), d.pop(b, None)
+                        if va is not None:
+                            d[b] = va
+                        if vb is not None:
+                            d[a] = vb
+                else:
+                    ctl.moved(a, b)
+                    for d in (self._seen, self._outputs):
+                        va = d.pop(a, None)
+                        d.pop(b, None)
+                        if va is not None:
+                            d[b] = va
+
+    def _admit(self, slot: int, params: Any, prompt: list[int]) -> None:
+        assert self._ctl is not None
+        extra = _extra(params)
+        rid = extra.get(REQUEST_ID_ARG)
+        self._ctl.add(slot, prompt, rid if isinstance(rid, str) else None, _budget(params))
+        self._seen[slot] = 0
+
+    # ---- V2 interface -------------------------------------------------------------
+    def add_request(self, req_idx: int, sampling_params: Any) -> bool:
+        if self._ctl is None:
+            return False
+        with self._rt.guard("logits_processor"):
+            # The prompt is on the device and not yet written; read it at the first apply.
+            self._admit(req_idx, sampling_params, [])
+            self._pending_prompt.add(req_idx)
+            return True
+        return False
+
+    def apply_staged_writes(self) -> None:
+        return None
+
+    # ---- both ---------------------------------------------------------------------
+    def apply(self, logits: torch.Tensor, ctx: Any = None) -> torch.Tensor:
+        if self._ctl is None:
+            return logits
+        with self._rt.guard("logits_processor"):
+            if self._v2 and logits.shape[0] != len(ctx.idx_mapping_np):
+                # Speculative decoding gives a request several rows; not handled yet.
+                return logits
+            rows = self._rows_v2(ctx) if self._v2 else self._rows_v1(logits.shape[0])
+            if not rows:
+                return logits
+            thinking = self._ctl.observe(rows)
+            hs: list[float] = []
+            if thinking and self._entropy:
+                hs = self._row_entropies(logits, thinking)
+            for row, token in self._ctl.decide(hs):
+                logits[row].fill_(float("-inf"))
+                logits[row, token] = 0.0
+        return logits
+
+    def _rows_v1(self, n_rows: int) -> list[tuple[int, int, list[int]]]:
+        rows = []
+        for slot, out in self._outputs.items():
+            if slot >= n_rows:
+                continue
+            done = self._seen.get(slot, 0)
+            n = len(out)
+            rows.append((slot, slot, list(out[done:n]) if n > done else []))
+            self._seen[slot] = n
+        return rows
+
+    def _rows_v2(self, ctx: Any) -> list[tuple[int, int, list[int]]]:
+        rs = self._req_states
+        slots = [int(s) for s in ctx.idx_mapping_np]
+        prompt_len = rs.prompt_len.np
+        for slot in [s for s in slots if s in self._pending_prompt]:
+            self._pending_prompt.discard(slot)
+            prompt = rs.all_token_ids.gpu[slot, : int(prompt_len[slot])].tolist()
+            self._ctl.reset_prompt(slot, prompt)  # type: ignore[union-attr]
+        # Without speculative decoding a row is a request; the token fed at the row's
+        # position is the request's latest token (one small device read per step).
+        seq_lens = ctx.seq_lens_upper_bound_np
+        fresh: list[int] = []
+        for i, slot in enumerate(slots):
+            generated = int(seq_lens[i]) - int(prompt_len[slot])
+            if generated > self._seen.get(slot, 0):
+                fresh.append(i)
+            self._seen[slot] = max(generated, self._seen.get(slot, 0))
+        tokens = ctx.input_ids[fresh].tolist() if fresh else []
+        new_by_row = dict(zip(fresh, tokens))
+        return [(i, slot, [new_by_row[i]] if i in new_by_row else []) for i, slot in enumerate(slots)]
+
+    def _row_entropies(self, logits: torch.Tensor, rows: list[int]) -> list[float]:
+        sel = logits[rows].float()
+        if sel.device.type == "cpu":
+            sel = sel.contiguous()
+            return _native.entropy_rows_f32(sel.data_ptr(), sel.shape[0], sel.shape[1], None, 1.0)
+        logp = torch.log_softmax(sel, dim=-1)
+        return (-(logp.exp() * logp).nan_to_num().sum(dim=-1)).tolist()

@@ -1,0 +1,123 @@
+"""Entropy of next-token distributions for code outside the engine loop (probes,
+notebooks, tests): one :class:`EntropyProbe` per request keeps that request's EAT state
+(EMA and EMA variance of the entropies it is fed, arXiv 2509.26522)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from meridian_hook import _native
+
+log = logging.getLogger("meridian_hook")
+
+
+class KernelUnavailable(RuntimeError):
+    """The CUDA entropy kernel cannot run here (no GPU, no driver, or not built)."""
+
+
+@dataclass(frozen=True)
+class EntropySignal:
+    """One probe reading."""
+
+    #: Entropy (nats) of softmax(logits / temperature).
+    token_entropy: float
+    #: EAT's EMA of the entropies so far, and its EMA variance.
+    eat_ema: float
+    eat_variance: float
+    #: The variance settled below ``delta`` after the warm-up: thinking may stop.
+    stop: bool
+
+
+def _host_f32(logits: Any) -> tuple[Any, int, int, int]:
+    """A C-contiguous float32 host copy-or-view of 1-D or 2-D logits, kept alive by the
+    caller, with its (pointer, rows, vocab)."""
+    try:
+        import torch  # noqa: PLC0415
+
+        if isinstance(logits, torch.Tensor):
+            t = logits.detach().to(device="cpu", dtype=torch.float32).contiguous()
+            rows, vocab = (1, t.shape[0]) if t.dim() == 1 else (t.shape[0], t.shape[1])
+            if t.dim() not in (1, 2):
+                raise ValueError(f"logits must be 1-D or 2-D; got shape {tuple(t.shape)}")
+            return t, t.data_ptr(), rows, vocab
+    except ImportError:
+        pass
+    import numpy as np  # noqa: PLC0415
+
+    a = np.ascontiguousarray(logits, dtype=np.float32)
+    if a.ndim not in (1, 2):
+        raise ValueError(f"logits must be 1-D or 2-D; got shape {a.shape}")
+    rows, vocab = (1, a.shape[0]) if a.ndim == 1 else a.shape
+    return a, a.ctypes.data, int(rows), int(vocab)
+
+
+def _cuda_entropy(logits: Any, temperature: float) -> list[float]:
+    kernels = getattr(_native, "kernels", None)
+    if kernels is None:
+        raise KernelUnavailable("this build of meridian-vllm-hook has no CUDA kernels")
+    return kernels.entropy_tensor(logits, temperature)
+
+
+def entropies(logits: Any, temperature: float = 1.0, backend: str = "cpu") -> list[float]:
+    """Entropy (nats) of each row of ``logits`` (NumPy array or torch tensor, 1-D or
+    2-D). ``backend="cuda"`` uses the CUDA kernel and falls back to the CPU path, with a
+    warning, when it is unavailable."""
+    if not temperature > 0:
+        raise ValueError(f"temperature must be positive; got {temperature}")
+    if backend not in ("cpu", "cuda"):
+        raise ValueError(f'backend must be "cpu" or "cuda"; got {backend!r}')
+    if backend == "cuda":
+        try:
+            return _cuda_entropy(logits, temperature)
+        except KernelUnavailable as e:
+            log.warning("meridian: CUDA entropy unavailable (%s); using the CPU path", e)
+    buf, ptr, rows, vocab = _host_f32(logits)
+    out = _native.entropy_rows_f32(ptr, rows, vocab, None, temperature)
+    del buf
+    return out
+
+
+class EntropyProbe:
+    """Per-request entropy and EAT state. Not thread-safe: one per request."""
+
+    def __init__(
+        self,
+        *,
+        backend: str = "cpu",
+        temperature: float = 1.0,
+        ema_alpha: float = 0.2,
+        delta: float = 1e-4,
+        warmup_steps: int = 4,
+    ) -> None:
+        if backend not in ("cpu", "cuda"):
+            raise ValueError(f'backend must be "cpu" or "cuda"; got {backend!r}')
+        if not temperature > 0:
+            raise ValueError(f"temperature must be positive; got {temperature}")
+        self.backend = backend
+        self.temperature = temperature
+        self._eat = _native.Eat(ema_alpha, delta, warmup_steps)
+
+    def _feed(self, h: float) -> EntropySignal:
+        ema, var, stop = self._eat.update(h)
+        return EntropySignal(token_entropy=h, eat_ema=ema, eat_variance=var, stop=stop)
+
+    def compute(self, logits: Any) -> EntropySignal:
+        """Feeds one next-token distribution (1-D logits) and returns the reading."""
+        (h,) = entropies(logits, self.temperature, self.backend)
+        return self._feed(h)
+
+    @staticmethod
+    def compute_batch(probes: Sequence["EntropyProbe"], logits_batch: Any) -> list[EntropySignal]:
+        """Feeds row ``i`` of ``logits_batch`` to ``probes[i]`` in one pass over the batch
+        (the probes must share temperature and backend)."""
+        if not probes:
+            return []
+        first = probes[0]
+        if any(p.temperature != first.temperature or p.backend != first.backend for p in probes):
+            raise ValueError("compute_batch needs probes with one temperature and backend")
+        hs = entropies(logits_batch, first.temperature, first.backend)
+        if len(hs) != len(probes):
+            raise ValueError(f"{len(probes)} probes but {len(hs)} rows of logits")
+        return [p._feed(h) for p, h in zip(probes, hs)]

@@ -1,0 +1,104 @@
+"""What one vLLM process's hook shares: the config, the think delimiters of the served
+model, the policy channel role, and the rule that a hook error never takes the engine
+down (it is logged, counted, and the caller falls back to stock behaviour)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import threading
+import time
+from typing import Any, Iterator
+
+from meridian_hook import _native
+from meridian_hook.config import MeridianConfig, load_from_env
+
+log = logging.getLogger("meridian_hook")
+
+_lock = threading.Lock()
+_runtime: "HookRuntime | None" = None
+
+
+def in_engine_core() -> bool:
+    """vLLM names its engine-core process ``EngineCore`` (``EngineCore_DP<n>`` with data
+    parallelism); the scheduler runs there."""
+    return multiprocessing.current_process().name.startswith("EngineCore")
+
+
+class HookRuntime:
+    def __init__(self, config: MeridianConfig) -> None:
+        self.config = config
+        self._last_log: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def guard(self, site: str) -> Iterator[None]:
+        """Runs a hook step; on any error logs (at most every 10 s per site), counts
+        ``meridian_hook_errors_total{site}`` and swallows it, so vLLM carries on."""
+        try:
+            yield
+        except Exception:  # noqa: BLE001 - the point is to never crash the engine
+            with contextlib.suppress(Exception):
+                _native.count_error(site)
+            now = time.monotonic()
+            if now - self._last_log.get(site, -1e9) > 10.0:
+                self._last_log[site] = now
+                log.exception("meridian hook: %s failed; falling back to stock vLLM behaviour", site)
+
+    def markers(self, vllm_config: Any) -> tuple[list[int], list[int]]:
+        """Think delimiters as token ids: vLLM's reasoning config (set by
+        ``--reasoning-parser``) when present, else the Meridian model family of the served
+        model name, else none (phases unknown: the hook keeps vLLM's order)."""
+        rc = getattr(vllm_config, "reasoning_config", None)
+        if rc is not None and getattr(rc, "enabled", False):
+            start = list(rc.reasoning_start_token_ids or [])
+            end = list(rc.reasoning_end_token_ids or [])
+            if end:
+                return start, end
+        mc = getattr(vllm_config, "model_config", None)
+        names = [getattr(mc, "served_model_name", None), getattr(mc, "model", None)]
+        for name in names:
+            if isinstance(name, (list, tuple)):
+                name = name[0] if name else None
+            if name:
+                found = _native.family_markers(str(name))
+                if found:
+                    return list(found[1]), list(found[2])
+        log.warning(
+            "meridian hook: no think delimiter known for this model (start vLLM with "
+            "--reasoning-parser); phase-aware ordering and forced exits are off"
+        )
+        return [], []
+
+    def start_listener(self) -> str | None:
+        """Opens the policy channel in this process (the engine core)."""
+        h = self.config.hook
+        if not os.environ.get(h.token_env):
+            log.warning(
+                "meridian hook: %s is not set; the policy channel stays closed and the hook "
+                "runs on meridian.toml alone",
+                h.token_env,
+            )
+            return None
+        can_end = True
+        addr = _native.start_listener(h.listen, h.token_env, h.policy, h.entropy, can_end)
+        log.info("meridian hook: policy channel listening on %s", addr)
+        return addr
+
+    def start_follower(self) -> bool:
+        """Follows the engine core's channel from a worker process."""
+        h = self.config.hook
+        if not os.environ.get(h.token_env):
+            return False
+        return _native.start_follower(h.listen, h.token_env, f"worker-{os.getpid()}")
+
+
+def runtime() -> HookRuntime:
+    """The process's hook runtime, created from ``MERIDIAN_HOOK_CONFIG`` on first use.
+    A config error raises ``ValueError`` here, at start-up, never mid-request."""
+    global _runtime
+    with _lock:
+        if _runtime is None:
+            _runtime = HookRuntime(load_from_env())
+        return _runtime

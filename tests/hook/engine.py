@@ -86,6 +86,19 @@ class Engine:
         return out
 
 
+def reasoning_config() -> Any:
+    """What ``--reasoning-parser qwen3`` sets up, for the tiny vocabulary: the hook reads
+    the delimiters' token ids from it."""
+    from vllm.config.reasoning import ReasoningConfig
+
+    rc = ReasoningConfig(reasoning_start_str="<think>", reasoning_end_str="</think>")
+    rc._reasoning_start_token_ids = [THINK_START]
+    rc._reasoning_end_token_ids = [THINK_END]
+    rc._natural_reasoning_end_token_ids = [THINK_END]
+    rc._enabled = True
+    return rc
+
+
 def build(scheduler_cls: type, *, num_blocks: int, max_num_seqs: int = 8, budget: int = 256) -> Engine:
     init_none_hash(_hash)
     model = ModelConfig(model=_model_dir(), skip_tokenizer_init=True, max_model_len=4096, dtype="float32")
@@ -101,6 +114,7 @@ def build(scheduler_cls: type, *, num_blocks: int, max_num_seqs: int = 8, budget
     vllm_config = VllmConfig(
         model_config=model, scheduler_config=sched_cfg, cache_config=cache, device_config=DeviceConfig("cpu")
     )
+    vllm_config.reasoning_config = reasoning_config()
     kv = KVCacheConfig(
         num_blocks=num_blocks,
         kv_cache_tensors=[],

@@ -22,16 +22,11 @@ struct Tracked {
     think_ended_s: Option<f64>,
 }
 
-/// One running request as vLLM's scheduler sees it this step.
+/// One running request as vLLM's scheduler sees it this step: `(request_id,
+/// arrival_s, priority, prefill_remaining, new_tokens)`, the last being the output tokens
+/// generated since the previous call.
 #[derive(FromPyObject)]
-pub struct RunningRow {
-    request_id: String,
-    arrival_s: f64,
-    priority: i32,
-    prefill_remaining: u32,
-    /// Output tokens generated since the previous call.
-    new_tokens: Vec<u32>,
-}
+pub struct RunningRow(String, f64, i32, u32, Vec<u32>);
 
 #[pyclass(module = "meridian_hook._native")]
 pub struct SchedulerCore {
@@ -74,13 +69,13 @@ impl SchedulerCore {
         let now = self.started.elapsed().as_secs_f64();
         let mut views = Vec::with_capacity(rows.len());
         let mut index_of_seq = HashMap::with_capacity(rows.len());
-        for (i, row) in rows.iter().enumerate() {
-            let entry = self.requests.entry(row.request_id.clone()).or_insert_with(|| {
+        for (i, RunningRow(request_id, arrival_s, priority, prefill_remaining, new_tokens)) in rows.iter().enumerate() {
+            let entry = self.requests.entry(request_id.clone()).or_insert_with(|| {
                 self.next_seq += 1;
                 Tracked { tracker: None, seq: self.next_seq, think_ended_s: None }
             });
             if let (Some(tracker), Some(markers)) = (entry.tracker.as_mut(), self.markers.as_ref()) {
-                for &t in &row.new_tokens {
+                for &t in new_tokens {
                     if tracker.push(t, markers) {
                         entry.think_ended_s = Some(now);
                     }
@@ -88,14 +83,14 @@ impl SchedulerCore {
             }
             let (phase, think, output) =
                 entry.tracker.as_ref().map_or((Phase::Pending, 0, 0), |t| (t.phase(), t.think_tokens(), t.output_tokens()));
-            let priority = self.shared.directives_for(&row.request_id).and_then(|d| d.priority).unwrap_or(row.priority);
+            let priority = self.shared.directives_for(request_id).and_then(|d| d.priority).unwrap_or(*priority);
             index_of_seq.insert(entry.seq, i);
             views.push(RequestView {
                 seq: entry.seq,
-                arrival_s: row.arrival_s,
+                arrival_s: *arrival_s,
                 priority,
-                phase: if row.prefill_remaining > 0 { Phase::Pending } else { phase },
-                prefill_remaining: row.prefill_remaining,
+                phase: if *prefill_remaining > 0 { Phase::Pending } else { phase },
+                prefill_remaining: *prefill_remaining,
                 think_tokens: think,
                 output_tokens: output,
                 think_ended_s: entry.think_ended_s,
@@ -208,7 +203,7 @@ mod tests {
     use super::*;
 
     fn row(id: &str, arrival: f64, new_tokens: Vec<u32>) -> RunningRow {
-        RunningRow { request_id: id.into(), arrival_s: arrival, priority: 0, prefill_remaining: 0, new_tokens }
+        RunningRow(id.into(), arrival, 0, 0, new_tokens)
     }
 
     #[test]

@@ -1,0 +1,116 @@
+"""vLLM's real AsyncScheduler with the hook: who gets the step first, who is preempted
+when KV blocks run out, and that a hook failure leaves vLLM's own behaviour intact."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import metric, tier
+from engine import THINK_END, THINK_START, build
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+
+from meridian_hook.scheduler import MeridianScheduler
+
+PROMPT = [1] * 20 + [THINK_START]  # a chat template that opens the think block
+
+
+def ids(requests) -> list[str]:
+    return [r.request_id for r in requests]
+
+
+def test_answering_request_moves_ahead_of_earlier_thinkers():
+    e = build(MeridianScheduler, num_blocks=64)
+    e.add("thinker", PROMPT, arrival=1.0)
+    e.add("answerer", PROMPT, arrival=2.0)
+    e.step({})  # prefill both; each samples a thinking token
+    assert ids(e.scheduler.running) == ["thinker", "answerer"]
+    reorders = metric("meridian_hook_reorders_total")
+    e.step({"answerer": THINK_END})  # answerer closes its thought
+    e.step({})
+    assert ids(e.scheduler.running) == ["answerer", "thinker"], "output phase runs first"
+    assert metric("meridian_hook_reorders_total") > reorders
+    assert e.scheduler._meridian.phase("answerer") == "output"
+    assert e.scheduler._meridian.phase("thinker") == "think"
+
+
+def test_stock_scheduler_keeps_arrival_order():
+    e = build(AsyncScheduler, num_blocks=64)
+    e.add("thinker", PROMPT, arrival=1.0)
+    e.add("answerer", PROMPT, arrival=2.0)
+    e.step({})
+    e.step({"answerer": THINK_END})
+    e.step({})
+    assert ids(e.scheduler.running) == ["thinker", "answerer"]
+
+
+def run_until_preemption(scheduler_cls, steps: int = 200):
+    # 2 requests, 21-token prompts, 16-token blocks: each needs a new block every 16
+    # tokens, and 8 blocks cannot hold both for long.
+    e = build(scheduler_cls, num_blocks=8)
+    thinker = e.add("thinker", PROMPT, arrival=1.0)
+    answerer = e.add("answerer", PROMPT, arrival=2.0)
+    e.step({"answerer": THINK_END})
+    for _ in range(steps):
+        e.step({})
+        if thinker.num_preemptions or answerer.num_preemptions:
+            break
+    return thinker, answerer
+
+
+def test_under_kv_pressure_the_thinker_is_preempted_not_the_answerer():
+    before = (metric(tier("think-active")), metric(tier("output-critical")))
+    thinker, answerer = run_until_preemption(MeridianScheduler)
+    assert thinker.num_preemptions >= 1
+    assert answerer.num_preemptions == 0
+    assert metric(tier("think-active")) > before[0]
+    assert metric(tier("output-critical")) == before[1], "output-critical preemptions: target zero"
+
+
+def test_stock_vllm_preempts_the_later_arrival_even_while_it_answers():
+    thinker, answerer = run_until_preemption(AsyncScheduler)
+    assert answerer.num_preemptions >= 1 and thinker.num_preemptions == 0
+
+
+def test_kv_blocks_are_accounted_by_tier():
+    e = build(MeridianScheduler, num_blocks=64)
+    e.add("thinker", PROMPT, arrival=1.0)
+    e.add("answerer", PROMPT, arrival=2.0)
+    e.step({"answerer": THINK_END})
+    for _ in range(20):
+        e.step({})
+    assert metric('meridian_hook_kv_blocks{tier="think-active"}') >= 2
+    assert metric('meridian_hook_kv_blocks{tier="output-critical"}') >= 2
+
+
+def test_a_failing_hook_falls_back_to_stock_order(monkeypatch: pytest.MonkeyPatch):
+    e = build(MeridianScheduler, num_blocks=64)
+    e.add("thinker", PROMPT, arrival=1.0)
+    e.add("answerer", PROMPT, arrival=2.0)
+    e.step({"answerer": THINK_END})
+
+    class Broken:
+        def __getattr__(self, name):
+            raise RuntimeError("simulated hook bug")
+
+    errors = metric('meridian_hook_errors_total{site="scheduler"}')
+    monkeypatch.setattr(e.scheduler, "_meridian", Broken())
+    out = e.step({})
+    assert set(out.num_scheduled_tokens) == {"thinker", "answerer"}, "vLLM still schedules everyone"
+    assert metric('meridian_hook_errors_total{site="scheduler"}') > errors
+
+
+def test_bad_config_leaves_the_scheduler_stock(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    bad = tmp_path / "meridian.toml"
+    bad.write_text('[hook]\npolicy = "lifo"\n')
+    monkeypatch.setenv("MERIDIAN_HOOK_CONFIG", str(bad))
+    e = build(MeridianScheduler, num_blocks=64)
+    assert e.scheduler._meridian is None
+    e.add("a", PROMPT, arrival=1.0)
+    assert set(e.step({}).num_scheduled_tokens) == {"a"}
+
+
+def test_policy_comes_from_the_config(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    cfg = tmp_path / "meridian.toml"
+    cfg.write_text('[hook]\npolicy = "fcfs"\n')
+    monkeypatch.setenv("MERIDIAN_HOOK_CONFIG", str(cfg))
+    e = build(MeridianScheduler, num_blocks=64)
+    assert e.scheduler._meridian.policy_name == "fcfs"

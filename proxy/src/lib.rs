@@ -11,6 +11,7 @@
 pub mod cli;
 pub mod error;
 pub mod headers;
+pub mod hook;
 pub mod relay;
 pub mod request_id;
 pub mod routes;

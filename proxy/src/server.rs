@@ -45,6 +45,7 @@ impl Server {
             Duration::from_secs_f64(u.health_interval_s),
             u.unhealthy_after,
             state.metrics.clone(),
+            state.hook.clone(),
         )
         .await;
         let (stop, mut stopped) = tokio::sync::watch::channel(false);

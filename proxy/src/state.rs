@@ -1,5 +1,6 @@
 //! What every handler shares.
 
+use crate::hook::HookChannel;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,6 +19,8 @@ pub struct AppState {
     pub client: reqwest::Client,
     /// `Authorization` to send upstream, from `upstream.api_key_env`.
     pub upstream_auth: Option<HeaderValue>,
+    /// The policy channel to the engines' hooks.
+    pub hook: HookChannel,
 }
 
 /// Why the proxy could not be assembled from a valid config.
@@ -58,7 +61,9 @@ impl AppState {
             metrics.set_upstream_healthy(&up.name, true);
             metrics.set_upstream_in_flight(&up.name, 0);
         }
+        let hook = HookChannel::new(&config.hook, client.clone());
         Ok(AppState {
+            hook,
             config: Arc::new(config),
             models: Arc::new(models),
             pool,

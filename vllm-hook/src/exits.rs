@@ -51,7 +51,11 @@ impl ExitController {
             "off" => ExitSignal::Off,
             "rpdi" => ExitSignal::Rpdi,
             "eat" => ExitSignal::Eat,
-            other => return Err(HookError::Config(format!("exit.signal must be off, rpdi or eat; got {other:?}"))),
+            other => {
+                return Err(HookError::Config(format!(
+                    "exit.signal must be off, rpdi or eat; got {other:?}"
+                )));
+            }
         };
         Ok(ExitController {
             markers: ThinkMarkers::new(think_start, think_end),
@@ -107,7 +111,10 @@ impl ExitController {
         let Some(markers) = self.markers.as_ref() else { return };
         let rpdi = (self.signal == ExitSignal::Rpdi).then(|| Rpdi::new(self.rpdi));
         let tracker = PhaseTracker::new(markers, &prompt);
-        self.slots.insert(slot, Slot { request_id, tracker, budget: budget.or(self.default_budget), rpdi, forcing: None });
+        self.slots.insert(
+            slot,
+            Slot { request_id, tracker, budget: budget.or(self.default_budget), rpdi, forcing: None },
+        );
     }
 
     /// Re-derives a slot's starting phase once its prompt is known (Model Runner V2 only
@@ -239,9 +246,16 @@ mod tests {
     #[test]
     fn proxy_directive_ends_thinking_by_request_id() {
         let shared = Arc::new(Shared::default());
-        let mut c =
-            ExitController::create(vec![465], vec![466], "off", 0, RpdiConfig::default(), None, Arc::clone(&shared))
-                .unwrap();
+        let mut c = ExitController::create(
+            vec![465],
+            vec![466],
+            "off",
+            0,
+            RpdiConfig::default(),
+            None,
+            Arc::clone(&shared),
+        )
+        .unwrap();
         c.add(3, vec![465], Some("req-9".into()), None);
         c.observe(vec![(1, 3, vec![5])]);
         assert!(c.decide(vec![]).is_empty());
@@ -273,8 +287,16 @@ mod tests {
 
     #[test]
     fn multi_token_delimiter_is_forced_token_by_token() {
-        let mut c = ExitController::create(vec![1], vec![7, 8], "off", 0, RpdiConfig::default(), Some(1), Arc::default())
-            .unwrap();
+        let mut c = ExitController::create(
+            vec![1],
+            vec![7, 8],
+            "off",
+            0,
+            RpdiConfig::default(),
+            Some(1),
+            Arc::default(),
+        )
+        .unwrap();
         c.add(0, vec![1], None, None);
         c.observe(vec![(0, 0, vec![5])]);
         assert_eq!(c.decide(vec![]), vec![(0, 7)]);

@@ -40,7 +40,13 @@ fn secret_from_env(token_env: &str) -> Result<String, HookError> {
 /// address.
 #[pyfunction]
 #[pyo3(signature = (listen, token_env, policy, entropy, can_end_thinking))]
-fn start_listener(listen: &str, token_env: &str, policy: &str, entropy: bool, can_end_thinking: bool) -> PyResult<String> {
+fn start_listener(
+    listen: &str,
+    token_env: &str,
+    policy: &str,
+    entropy: bool,
+    can_end_thinking: bool,
+) -> PyResult<String> {
     let mut role = ROLE.lock().map_err(|_| PyValueError::new_err("hook state poisoned"))?;
     match role.as_ref() {
         Some(channel::Role::Listener(s)) => return Ok(s.addr.to_string()),
@@ -92,7 +98,8 @@ fn stop_channel() {
 /// Applies a directive given as channel JSON, as if it came over the channel.
 #[pyfunction]
 fn apply_directive(json: &str) -> PyResult<u64> {
-    let d: Directive = serde_json::from_str(json).map_err(|e| PyValueError::new_err(format!("bad directive: {e}")))?;
+    let d: Directive =
+        serde_json::from_str(json).map_err(|e| PyValueError::new_err(format!("bad directive: {e}")))?;
     let s = shared();
     let seq = s.directives.lock().map_err(|_| PyValueError::new_err("hook state poisoned"))?.apply(d);
     s.counters.add(metrics::Counter::Directives, 1);

@@ -53,12 +53,18 @@ samples! {
 const HELP: &[(&str, &str)] = &[
     ("meridian_hook_schedule_steps_total", "Scheduler steps the hook saw."),
     ("meridian_hook_reorders_total", "Steps in which the hook changed the order of the running batch."),
-    ("meridian_hook_preemptions_total", "Requests vLLM preempted, by the KV tier of the victim (target for output-critical: 0)."),
+    (
+        "meridian_hook_preemptions_total",
+        "Requests vLLM preempted, by the KV tier of the victim (target for output-critical: 0).",
+    ),
     ("meridian_hook_forced_exits_total", "Ends of thinking the hook forced, by reason."),
     ("meridian_hook_entropy_rows_total", "Logits rows whose entropy the hook computed."),
     ("meridian_hook_directives_total", "Directives received on the policy channel."),
     ("meridian_hook_channel_requests_total", "Policy channel requests, by outcome."),
-    ("meridian_hook_errors_total", "Errors the hook caught and fell back from (stock vLLM behaviour), by site."),
+    (
+        "meridian_hook_errors_total",
+        "Errors the hook caught and fell back from (stock vLLM behaviour), by site.",
+    ),
 ];
 
 /// Counts of this process.

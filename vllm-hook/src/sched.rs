@@ -40,7 +40,12 @@ pub struct SchedulerCore {
 }
 
 impl SchedulerCore {
-    pub fn create(policy: &str, start: Vec<u32>, end: Vec<u32>, shared: Arc<Shared>) -> Result<Self, HookError> {
+    pub fn create(
+        policy: &str,
+        start: Vec<u32>,
+        end: Vec<u32>,
+        shared: Arc<Shared>,
+    ) -> Result<Self, HookError> {
         let policy = policy_by_name(policy).ok_or_else(|| {
             HookError::Config(format!(
                 "hook.policy must be one of {:?} (optionally with parameters); got {policy:?}",
@@ -58,10 +63,7 @@ impl SchedulerCore {
     }
 
     fn phase_of(&self, request_id: &str) -> Phase {
-        self.requests
-            .get(request_id)
-            .and_then(|t| t.tracker.as_ref())
-            .map_or(Phase::Pending, |t| t.phase())
+        self.requests.get(request_id).and_then(|t| t.tracker.as_ref()).map_or(Phase::Pending, |t| t.phase())
     }
 
     /// The permutation of `rows` to run in (victim last).
@@ -69,7 +71,9 @@ impl SchedulerCore {
         let now = self.started.elapsed().as_secs_f64();
         let mut views = Vec::with_capacity(rows.len());
         let mut index_of_seq = HashMap::with_capacity(rows.len());
-        for (i, RunningRow(request_id, arrival_s, priority, prefill_remaining, new_tokens)) in rows.iter().enumerate() {
+        for (i, RunningRow(request_id, arrival_s, priority, prefill_remaining, new_tokens)) in
+            rows.iter().enumerate()
+        {
             let entry = self.requests.entry(request_id.clone()).or_insert_with(|| {
                 self.next_seq += 1;
                 Tracked { tracker: None, seq: self.next_seq, think_ended_s: None }
@@ -81,9 +85,12 @@ impl SchedulerCore {
                     }
                 }
             }
-            let (phase, think, output) =
-                entry.tracker.as_ref().map_or((Phase::Pending, 0, 0), |t| (t.phase(), t.think_tokens(), t.output_tokens()));
-            let priority = self.shared.directives_for(request_id).and_then(|d| d.priority).unwrap_or(*priority);
+            let (phase, think, output) = entry
+                .tracker
+                .as_ref()
+                .map_or((Phase::Pending, 0, 0), |t| (t.phase(), t.think_tokens(), t.output_tokens()));
+            let priority =
+                self.shared.directives_for(request_id).and_then(|d| d.priority).unwrap_or(*priority);
             index_of_seq.insert(entry.seq, i);
             views.push(RequestView {
                 seq: entry.seq,
@@ -212,8 +219,11 @@ mod tests {
         for id in ["early-thinker", "late-answerer", "mid-thinker"] {
             core.track(id.into(), vec![1, 465]);
         }
-        let rows =
-            vec![row("early-thinker", 1.0, vec![5]), row("late-answerer", 3.0, vec![466, 7]), row("mid-thinker", 2.0, vec![5])];
+        let rows = vec![
+            row("early-thinker", 1.0, vec![5]),
+            row("late-answerer", 3.0, vec![466, 7]),
+            row("mid-thinker", 2.0, vec![5]),
+        ];
         let order = core.order_rows(&rows);
         assert_eq!(order[0], 1, "the answering request gets the budget first");
         assert_ne!(*order.last().unwrap(), 1, "the answering request is never the victim");
@@ -246,6 +256,9 @@ mod tests {
 
     #[test]
     fn unknown_policy_is_a_config_error() {
-        assert!(matches!(SchedulerCore::create("lifo", vec![], vec![], Arc::default()), Err(HookError::Config(_))));
+        assert!(matches!(
+            SchedulerCore::create("lifo", vec![], vec![], Arc::default()),
+            Err(HookError::Config(_))
+        ));
     }
 }

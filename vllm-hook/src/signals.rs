@@ -17,7 +17,8 @@ use pyo3::types::PyDict;
 #[pyo3(signature = (path=None))]
 fn load_config<'py>(py: Python<'py>, path: Option<&str>) -> PyResult<Bound<'py, PyDict>> {
     let overrides = Override::from_env(std::env::vars());
-    let (cfg, _models) = core_load(path.map(Path::new), &overrides).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let (cfg, _models) =
+        core_load(path.map(Path::new), &overrides).map_err(|e| PyValueError::new_err(e.to_string()))?;
     let out = PyDict::new(py);
     let hook = PyDict::new(py);
     hook.set_item("listen", &cfg.hook.listen)?;
@@ -56,7 +57,8 @@ fn family_markers(served_model: &str) -> PyResult<Option<(String, Vec<u32>, Vec<
     let models = meridian_core::ModelRegistry::builtin().map_err(|e| PyValueError::new_err(e.to_string()))?;
     Ok(models.resolve(served_model).and_then(|f| {
         let tags = f.file.tags.as_ref()?;
-        (!tags.end_ids.is_empty()).then(|| (f.name().to_owned(), tags.start_ids.clone(), tags.end_ids.clone()))
+        (!tags.end_ids.is_empty())
+            .then(|| (f.name().to_owned(), tags.start_ids.clone(), tags.end_ids.clone()))
     }))
 }
 
@@ -90,7 +92,9 @@ fn entropy_rows_f32(
     // one writes during the call (the GIL is released only around pure reads).
     let data = unsafe { std::slice::from_raw_parts(data_ptr as *const f32, len) };
     Ok(py.detach(|| {
-        (0..rows).map(|r| signals::entropy_from_logits(&data[r * stride..r * stride + vocab], temperature)).collect()
+        (0..rows)
+            .map(|r| signals::entropy_from_logits(&data[r * stride..r * stride + vocab], temperature))
+            .collect()
     }))
 }
 
@@ -117,7 +121,9 @@ impl Eat {
             return Err(PyValueError::new_err(format!("exit.eat_alpha must be in (0, 1]; got {alpha}")));
         }
         if !(delta.is_finite() && delta > 0.0) {
-            return Err(PyValueError::new_err(format!("exit.eat_delta must be a positive variance; got {delta}")));
+            return Err(PyValueError::new_err(format!(
+                "exit.eat_delta must be a positive variance; got {delta}"
+            )));
         }
         Ok(Eat { inner: signals::Eat::new(EatConfig { alpha, delta, warmup_steps }) })
     }

@@ -5,10 +5,8 @@
 /// The proxy's request id inside a vLLM engine request id. Ids that do not have vLLM's
 /// shape come back unchanged, so a directive keyed by the engine's own id also works.
 pub fn base_request_id(engine_id: &str) -> &str {
-    let id = engine_id
-        .strip_prefix("chatcmpl-")
-        .or_else(|| engine_id.strip_prefix("cmpl-"))
-        .unwrap_or(engine_id);
+    let id =
+        engine_id.strip_prefix("chatcmpl-").or_else(|| engine_id.strip_prefix("cmpl-")).unwrap_or(engine_id);
     match id.rsplit_once('-') {
         Some((base, suffix))
             if !base.is_empty() && suffix.len() == 8 && suffix.bytes().all(|b| b.is_ascii_hexdigit()) =>

@@ -178,6 +178,10 @@ mod tests {
         for bad in [None, Some("Bearer s3cre"), Some("Bearer s3cret!"), Some("s3cret"), Some("Bearer ")] {
             assert_eq!(check_bearer(bad, "s3cret"), Err(ChannelError::Unauthorized), "{bad:?}");
         }
-        assert_eq!(check_bearer(Some("Bearer "), ""), Err(ChannelError::Unauthorized), "empty secret never matches");
+        assert_eq!(
+            check_bearer(Some("Bearer "), ""),
+            Err(ChannelError::Unauthorized),
+            "empty secret never matches"
+        );
     }
 }

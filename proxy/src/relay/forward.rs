@@ -21,6 +21,8 @@ pub struct UpstreamRequest<'a> {
     pub path_and_query: &'a str,
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// The body for upstreams whose hook is ready (see `routes::body::hook_body`).
+    pub hook_body: Option<Bytes>,
     pub request_id: &'a HeaderValue,
 }
 
@@ -51,8 +53,11 @@ pub async fn send_with_retries(
             headers.insert(axum::http::header::AUTHORIZATION, key.clone());
         }
         let url = format!("{}{}", upstream.base_url, req.path_and_query);
-        let send =
-            state.client.request(req.method.clone(), url).headers(headers).body(req.body.clone()).send();
+        let body = match &req.hook_body {
+            Some(b) if upstream.hook_ready() => b.clone(),
+            _ => req.body.clone(),
+        };
+        let send = state.client.request(req.method.clone(), url).headers(headers).body(body).send();
         let last_attempt = attempt + 1 == cfg.max_attempts;
         match tokio::time::timeout(first_byte_timeout, send).await {
             Err(_) => {

@@ -192,3 +192,63 @@ pub fn upstream_body(
         ProxyError::bad_request(format!("cannot re-encode the request: {e}"), None, "invalid_json")
     })
 }
+
+/// The body for an upstream whose Meridian hook is ready: without Meridian's extension,
+/// and with the request id and think budget in `vllm_xargs`, which vLLM hands the hook's
+/// logits processor as `SamplingParams.extra_args`. The hook then enforces the budget
+/// and can be told to end thinking by request id. A client's own
+/// `thinking_token_budget` stays and wins (vLLM applies it after the hook).
+pub fn hook_body(
+    body: &Bytes,
+    req: &GenerationRequest<'_>,
+    budget: Option<u32>,
+    request_id: &str,
+) -> Result<Bytes, ProxyError> {
+    let invalid = |msg: String| ProxyError::bad_request(msg, Some("vllm_xargs"), "invalid_json");
+    let mut map: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(body)
+        .map_err(|e| invalid(format!("request body is not a JSON object: {e}")))?;
+    map.remove("meridian");
+    let xargs = map.entry("vllm_xargs").or_insert_with(|| serde_json::Value::Object(Default::default()));
+    let serde_json::Value::Object(xargs) = xargs else {
+        return Err(invalid("vllm_xargs must be an object".into()));
+    };
+    xargs.insert("meridian_request_id".into(), request_id.into());
+    if let Some(b) = budget.filter(|_| req.client_budget.is_none()) {
+        xargs.insert("meridian_think_budget".into(), b.into());
+    }
+    serde_json::to_vec(&map)
+        .map(Bytes::from)
+        .map_err(|e| invalid(format!("cannot re-encode the request: {e}")))
+}
+
+#[cfg(test)]
+mod hook_body_tests {
+    use super::*;
+
+    #[test]
+    fn request_id_and_budget_travel_in_vllm_xargs() {
+        let body = Bytes::from_static(
+            br#"{"model":"m","meridian":{"think_budget_tokens":7},"vllm_xargs":{"own":1}}"#,
+        );
+        let req = GenerationRequest::parse(&body).unwrap();
+        let out = hook_body(&body, &req, Some(7), "req-1").unwrap();
+        assert_eq!(
+            &out[..],
+            br#"{"model":"m","vllm_xargs":{"own":1,"meridian_request_id":"req-1","meridian_think_budget":7}}"#
+        );
+    }
+
+    #[test]
+    fn client_budget_is_left_to_vllm_and_bad_xargs_are_refused() {
+        let body = Bytes::from_static(br#"{"model":"m","thinking_token_budget":5}"#);
+        let req = GenerationRequest::parse(&body).unwrap();
+        let out = hook_body(&body, &req, Some(5), "r").unwrap();
+        assert_eq!(
+            &out[..],
+            br#"{"model":"m","thinking_token_budget":5,"vllm_xargs":{"meridian_request_id":"r"}}"#
+        );
+        let bad = Bytes::from_static(br#"{"model":"m","vllm_xargs":[1]}"#);
+        let req = GenerationRequest::parse(&bad).unwrap();
+        assert!(hook_body(&bad, &req, None, "r").is_err());
+    }
+}

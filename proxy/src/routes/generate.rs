@@ -9,7 +9,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
 use futures::StreamExt;
 
-use super::body::{GenerationRequest, read_body, upstream_body};
+use super::body::{GenerationRequest, hook_body, read_body, upstream_body};
 use crate::error::ProxyError;
 use crate::headers::{client_response_headers, upstream_request_headers};
 use crate::relay::{RelayBody, RequestInfo, RequestObserver, UpstreamRequest, send_with_retries};
@@ -55,6 +55,11 @@ async fn relay_generation(
         .and_then(|e| e.think_budget_tokens)
         .or(gen_req.client_budget)
         .or_else(|| state.config.budget.for_family(family.as_deref().map(|f| f.name())));
+    let id_str = String::from_utf8_lossy(id.as_bytes()).into_owned();
+    let for_hook = match state.pool.all().iter().any(|u| u.hook_ready()) {
+        true => Some(hook_body(&body, &gen_req, think_budget, &id_str)?),
+        false => None,
+    };
     let body = upstream_body(&body, &gen_req, think_budget)?;
     let path = parts.uri.path_and_query().map_or(parts.uri.path(), |p| p.as_str());
     let (in_flight, resp) = send_with_retries(
@@ -64,6 +69,7 @@ async fn relay_generation(
             path_and_query: path,
             headers: upstream_request_headers(&parts.headers, state.config.upstream.forward_authorization),
             body: body.clone(),
+            hook_body: for_hook,
             request_id: id,
         },
     )
@@ -83,7 +89,7 @@ async fn relay_generation(
         route,
         family,
         initial_phase,
-        request_id: String::from_utf8_lossy(id.as_bytes()).into_owned(),
+        request_id: id_str,
         upstream: upstream_name.clone(),
         started,
         think_budget,

@@ -36,6 +36,7 @@ pub async fn passthrough(State(state): State<Arc<AppState>>, req: Request) -> Re
                     state.config.upstream.forward_authorization,
                 ),
                 body,
+                hook_body: None,
                 request_id: &id,
             },
         )

@@ -69,6 +69,7 @@ pub struct Metrics {
     open_streams: Family<PhaseLabels, Gauge>,
     upstream_in_flight: Family<UpstreamLabels, Gauge>,
     upstream_healthy: Family<UpstreamLabels, Gauge>,
+    hook_ready: Family<UpstreamLabels, Gauge>,
     upstream_retries: Counter,
     relayed_chunks: Counter,
     budget_reached: Family<FamilyLabels, Counter>,
@@ -93,6 +94,7 @@ impl Metrics {
         let open_streams = Family::<PhaseLabels, Gauge>::default();
         let upstream_in_flight = Family::<UpstreamLabels, Gauge>::default();
         let upstream_healthy = Family::<UpstreamLabels, Gauge>::default();
+        let hook_ready = Family::<UpstreamLabels, Gauge>::default();
         let upstream_retries = Counter::default();
         let relayed_chunks = Counter::default();
         let budget_reached = Family::<FamilyLabels, Counter>::default();
@@ -140,6 +142,11 @@ impl Metrics {
             upstream_healthy.clone(),
         );
         registry.register(
+            "meridian_upstream_hook_ready",
+            "1 while the upstream's Meridian hook answers the policy channel",
+            hook_ready.clone(),
+        );
+        registry.register(
             "meridian_upstream_retries",
             "Attempts moved to another upstream before the first byte",
             upstream_retries.clone(),
@@ -167,6 +174,7 @@ impl Metrics {
             open_streams,
             upstream_in_flight,
             upstream_healthy,
+            hook_ready,
             upstream_retries,
             relayed_chunks,
             budget_reached,
@@ -230,6 +238,12 @@ impl Metrics {
         self.upstream_healthy
             .get_or_create(&UpstreamLabels { upstream: upstream.to_owned() })
             .set(i64::from(healthy));
+    }
+
+    pub fn set_hook_ready(&self, upstream: &str, ready: bool) {
+        self.hook_ready
+            .get_or_create(&UpstreamLabels { upstream: upstream.to_owned() })
+            .set(i64::from(ready));
     }
 
     pub fn count_retry(&self) {

@@ -1,7 +1,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::UpstreamPool;
+use super::{Upstream, UpstreamPool};
+use crate::hook::HookChannel;
 use crate::telemetry::Metrics;
 
 /// Probes every upstream's health path on a fixed cadence until the returned handle is
@@ -14,23 +15,26 @@ pub async fn spawn_health_checks(
     interval: Duration,
     unhealthy_after: u32,
     metrics: Arc<Metrics>,
+    hook: HookChannel,
 ) -> tokio::task::JoinHandle<()> {
     let timeout = interval.min(Duration::from_secs(5));
     let round = {
         let (pool, client, path, metrics) = (pool.clone(), client.clone(), path.clone(), metrics.clone());
         move || {
             let (pool, client, path, metrics) = (pool.clone(), client.clone(), path.clone(), metrics.clone());
+            let hook = hook.clone();
             async move {
                 let checks = pool.all().iter().map(|u| {
                     let url = format!("{}{}", u.base_url, path);
                     let req = client.get(url).timeout(timeout).send();
-                    let (u, metrics) = (u.clone(), metrics.clone());
+                    let (u, metrics, hook) = (u.clone(), metrics.clone(), hook.clone());
                     async move {
                         match req.await {
                             Ok(resp) if resp.status().is_success() => u.record_success(&metrics),
                             Ok(resp) => u.record_failure(unhealthy_after, &metrics, resp.status().as_str()),
                             Err(e) => u.record_failure(unhealthy_after, &metrics, &e.to_string()),
                         }
+                        check_hook(&u, &hook, &metrics).await;
                     }
                 });
                 futures::future::join_all(checks).await;
@@ -53,4 +57,22 @@ pub async fn spawn_health_checks(
             round().await;
         }
     })
+}
+
+/// Asks an upstream's hook for its hello; requests use the hook only while it answers.
+async fn check_hook(u: &Upstream, hook: &HookChannel, metrics: &Metrics) {
+    let Some(addr) = u.hook.as_deref() else { return };
+    let result = hook.hello(addr).await;
+    let ready = result.is_ok();
+    metrics.set_hook_ready(&u.name, ready);
+    if u.set_hook_ready(ready) {
+        match result {
+            Ok(h) => {
+                tracing::info!(upstream = %u.name, hook = addr, policy = %h.policy, version = %h.hook_version, "hook ready")
+            }
+            Err(e) => {
+                tracing::warn!(upstream = %u.name, error = %e, "hook unavailable; using the HTTP API alone")
+            }
+        }
+    }
 }

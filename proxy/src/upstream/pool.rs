@@ -14,6 +14,10 @@ pub struct Upstream {
     in_flight: AtomicUsize,
     healthy: AtomicBool,
     consecutive_failures: AtomicU32,
+    /// `host:port` of the Meridian hook in this server's engine, if configured.
+    pub hook: Option<String>,
+    /// The hook answered the last protocol check.
+    hook_ready: AtomicBool,
 }
 
 impl Upstream {
@@ -28,7 +32,19 @@ impl Upstream {
             in_flight: AtomicUsize::new(0),
             healthy: AtomicBool::new(true),
             consecutive_failures: AtomicU32::new(0),
+            hook: cfg.hook.clone(),
+            hook_ready: AtomicBool::new(false),
         }
+    }
+
+    /// Whether requests to this upstream go through its hook (checked by the health loop).
+    pub fn hook_ready(&self) -> bool {
+        self.hook_ready.load(Ordering::Relaxed)
+    }
+
+    /// Records a hook check; returns whether readiness changed.
+    pub fn set_hook_ready(&self, ready: bool) -> bool {
+        self.hook_ready.swap(ready, Ordering::Relaxed) != ready
     }
 
     pub fn in_flight(&self) -> usize {

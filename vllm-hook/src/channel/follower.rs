@@ -23,21 +23,25 @@ pub struct Follower {
 
 impl Follower {
     /// Starts following the listener at `connect` (`host:port`).
-    pub fn start(connect: String, secret: String, worker: String, shared: Arc<Shared>) -> std::io::Result<Self> {
+    pub fn start(
+        connect: String,
+        secret: String,
+        worker: String,
+        shared: Arc<Shared>,
+    ) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new().name("meridian-follow".into()).spawn(move || {
-            let agent: ureq::Agent = ureq::Agent::config_builder()
-                .timeout_global(Some(Duration::from_secs(2)))
-                .build()
-                .into();
+            let agent: ureq::Agent =
+                ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(2))).build().into();
             let url = format!("http://{connect}{SYNC_PATH}");
             let auth = format!("Bearer {secret}");
             let version = PROTOCOL_VERSION.to_string();
             let mut failing = false;
             while !flag.load(Ordering::Relaxed) {
                 let after = shared.directives.lock().map(|t| t.seq()).unwrap_or(0);
-                let body = SyncRequest { after, worker: worker.clone(), counters: shared.counters.snapshot() };
+                let body =
+                    SyncRequest { after, worker: worker.clone(), counters: shared.counters.snapshot() };
                 let reply = agent
                     .post(&url)
                     .header("Authorization", &auth)
@@ -54,7 +58,9 @@ impl Follower {
                     }
                     Err(e) => {
                         if !failing {
-                            eprintln!("meridian-hook: cannot sync with the policy channel at {url}: {e}; retrying");
+                            eprintln!(
+                                "meridian-hook: cannot sync with the policy channel at {url}: {e}; retrying"
+                            );
                         }
                         failing = true;
                         shared.counters.add(Counter::ErrorSync, 1);

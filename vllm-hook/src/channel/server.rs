@@ -110,7 +110,8 @@ fn authenticated(
         return error(400, "protocol_version", e.to_string());
     }
     let mut body = Vec::new();
-    if request.as_reader().take(MAX_BODY + 1).read_to_end(&mut body).is_err() || body.len() as u64 > MAX_BODY {
+    if request.as_reader().take(MAX_BODY + 1).read_to_end(&mut body).is_err() || body.len() as u64 > MAX_BODY
+    {
         counters.add(Counter::ChannelBad, 1);
         return error(400, "bad_request", format!("body unreadable or over {MAX_BODY} bytes"));
     }
@@ -147,7 +148,8 @@ fn directives(body: &[u8], shared: &Shared) -> Result<Reply, ChannelError> {
 }
 
 fn sync(body: &[u8], shared: &Shared) -> Result<Reply, ChannelError> {
-    let req: SyncRequest = serde_json::from_slice(body).map_err(|e| ChannelError::BadMessage(e.to_string()))?;
+    let req: SyncRequest =
+        serde_json::from_slice(body).map_err(|e| ChannelError::BadMessage(e.to_string()))?;
     shared.counters.record_remote(&req.worker, req.counters);
     let reply = match shared.directives.lock() {
         Ok(table) => table.since(req.after),

@@ -1,0 +1,96 @@
+//! The proxy's end of the policy channel to Meridian's in-engine vLLM hook
+//! (`meridian_core::channel`): checks each hook's protocol in the health loop, and sends
+//! directives. An upstream whose hook does not answer is driven through its HTTP API
+//! alone (vLLM's `thinking_token_budget`), so a missing hook costs features, not requests.
+
+use std::time::Duration;
+
+use axum::http::HeaderValue;
+use meridian_core::channel::{
+    Accepted, DIRECTIVES_PATH, Directive, DirectiveBatch, HELLO_PATH, Hello, PROTOCOL_HEADER,
+    PROTOCOL_VERSION,
+};
+use meridian_core::config::HookConfig;
+
+/// Why a hook could not be reached or refused a message.
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    #[error("no channel secret: environment variable {0} is not set")]
+    NoSecret(String),
+    #[error("hook at {addr} unreachable: {reason}")]
+    Unreachable { addr: String, reason: String },
+    #[error("hook at {addr} answered {status}: {body}")]
+    Refused { addr: String, status: u16, body: String },
+    #[error("hook at {addr} speaks protocol {theirs}, this proxy {PROTOCOL_VERSION}")]
+    Version { addr: String, theirs: u32 },
+}
+
+/// Talks to the hooks of all upstreams with one shared secret.
+#[derive(Clone)]
+pub struct HookChannel {
+    client: reqwest::Client,
+    secret: Result<HeaderValue, String>,
+    timeout: Duration,
+}
+
+impl HookChannel {
+    pub fn new(cfg: &HookConfig, client: reqwest::Client) -> Self {
+        let secret = match std::env::var(&cfg.token_env) {
+            Ok(s) if !s.trim().is_empty() => HeaderValue::from_str(&format!("Bearer {}", s.trim()))
+                .map(|mut v| {
+                    v.set_sensitive(true);
+                    v
+                })
+                .map_err(|_| cfg.token_env.clone()),
+            _ => Err(cfg.token_env.clone()),
+        };
+        HookChannel { client, secret, timeout: Duration::from_secs_f64(cfg.timeout_s) }
+    }
+
+    fn request(
+        &self,
+        method: reqwest::Method,
+        addr: &str,
+        path: &str,
+    ) -> Result<reqwest::RequestBuilder, HookError> {
+        let auth = self.secret.clone().map_err(HookError::NoSecret)?;
+        Ok(self
+            .client
+            .request(method, format!("http://{addr}{path}"))
+            .timeout(self.timeout)
+            .header(reqwest::header::AUTHORIZATION, auth)
+            .header(PROTOCOL_HEADER, PROTOCOL_VERSION))
+    }
+
+    async fn call<T: serde::de::DeserializeOwned>(
+        &self,
+        addr: &str,
+        req: reqwest::RequestBuilder,
+    ) -> Result<T, HookError> {
+        let unreachable =
+            |e: reqwest::Error| HookError::Unreachable { addr: addr.to_owned(), reason: e.to_string() };
+        let resp = req.send().await.map_err(unreachable)?;
+        let status = resp.status();
+        if !status.is_success() {
+            let body = resp.text().await.unwrap_or_default();
+            return Err(HookError::Refused { addr: addr.to_owned(), status: status.as_u16(), body });
+        }
+        resp.json::<T>().await.map_err(unreachable)
+    }
+
+    /// Asks a hook what it is; fails unless it speaks this proxy's protocol.
+    pub async fn hello(&self, addr: &str) -> Result<Hello, HookError> {
+        let hello: Hello = self.call(addr, self.request(reqwest::Method::GET, addr, HELLO_PATH)?).await?;
+        if !(hello.min_protocol..=hello.protocol).contains(&PROTOCOL_VERSION) {
+            return Err(HookError::Version { addr: addr.to_owned(), theirs: hello.protocol });
+        }
+        Ok(hello)
+    }
+
+    /// Sends directives to a hook.
+    pub async fn send(&self, addr: &str, directives: Vec<Directive>) -> Result<Accepted, HookError> {
+        let req =
+            self.request(reqwest::Method::POST, addr, DIRECTIVES_PATH)?.json(&DirectiveBatch { directives });
+        self.call(addr, req).await
+    }
+}

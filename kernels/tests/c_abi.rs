@@ -19,14 +19,17 @@ fn entropy_on_the_cpu_through_the_abi() {
     let x = [1.0f32, 1.0, 1.0, 1.0, 0.0, f32::NEG_INFINITY, 0.0, f32::NEG_INFINITY];
     let mut out = [0f32; 2];
     // SAFETY: sizes match.
-    let rc = unsafe { meridian_kernels_entropy(x.as_ptr().cast(), 0, 2, 4, 1.0, out.as_mut_ptr(), CPU, 0, 1) };
+    let rc =
+        unsafe { meridian_kernels_entropy(x.as_ptr().cast(), 0, 2, 4, 1.0, out.as_mut_ptr(), CPU, 0, 1) };
     assert_eq!(rc, 0, "{}", last_error());
     assert_eq!(last_error(), "");
     assert!((f64::from(out[0]) - 4f64.ln()).abs() < 1e-6 && (f64::from(out[1]) - 2f64.ln()).abs() < 1e-6);
 
     let mut bounds = [0f32; 8];
     // SAFETY: sizes match.
-    let rc = unsafe { meridian_kernels_topk_entropy(x.as_ptr().cast(), 0, 2, 4, 2, 1.0, bounds.as_mut_ptr(), CPU, 0, 1) };
+    let rc = unsafe {
+        meridian_kernels_topk_entropy(x.as_ptr().cast(), 0, 2, 4, 2, 1.0, bounds.as_mut_ptr(), CPU, 0, 1)
+    };
     assert_eq!(rc, 0, "{}", last_error());
     // Row 1 has all its mass on 2 tokens: exact, residual 0.
     assert!((f64::from(bounds[4]) - 2f64.ln()).abs() < 1e-6 && bounds[7].abs() < 1e-6);
@@ -43,18 +46,33 @@ fn errors_have_distinct_codes_and_messages() {
         assert!(last_error().contains("logits"), "{}", last_error());
         assert_eq!(meridian_kernels_entropy(x.as_ptr().cast(), 0, 2, 4, 1.0, null_mut(), CPU, 0, 1), -2);
         assert!(last_error().contains("out"));
-        assert_eq!(meridian_kernels_entropy(x.as_ptr().cast(), 0, 0, 4, 1.0, out.as_mut_ptr(), CPU, 0, 1), -3);
+        assert_eq!(
+            meridian_kernels_entropy(x.as_ptr().cast(), 0, 0, 4, 1.0, out.as_mut_ptr(), CPU, 0, 1),
+            -3
+        );
         assert!(last_error().contains("shape"));
-        assert_eq!(meridian_kernels_entropy(x.as_ptr().cast(), 0, usize::MAX, 4, 1.0, out.as_mut_ptr(), CPU, 0, 1), -3);
-        assert_eq!(meridian_kernels_entropy(x.as_ptr().cast(), 7, 2, 4, 1.0, out.as_mut_ptr(), CPU, 0, 1), -4);
+        assert_eq!(
+            meridian_kernels_entropy(x.as_ptr().cast(), 0, usize::MAX, 4, 1.0, out.as_mut_ptr(), CPU, 0, 1),
+            -3
+        );
+        assert_eq!(
+            meridian_kernels_entropy(x.as_ptr().cast(), 7, 2, 4, 1.0, out.as_mut_ptr(), CPU, 0, 1),
+            -4
+        );
         assert!(last_error().contains("dtype"));
-        assert_eq!(meridian_kernels_entropy(x.as_ptr().cast(), 0, 2, 4, -1.0, out.as_mut_ptr(), CPU, 0, 1), -5);
+        assert_eq!(
+            meridian_kernels_entropy(x.as_ptr().cast(), 0, 2, 4, -1.0, out.as_mut_ptr(), CPU, 0, 1),
+            -5
+        );
         assert!(last_error().contains("temperature"));
         assert_eq!(meridian_kernels_entropy(x.as_ptr().cast(), 0, 2, 4, 1.0, out.as_mut_ptr(), 9, 0, 1), -5);
         assert!(last_error().contains("device"));
         let misaligned = x.as_ptr().cast::<u8>().add(1).cast();
         assert_eq!(meridian_kernels_entropy(misaligned, 0, 1, 4, 1.0, out.as_mut_ptr(), CPU, 0, 1), -5);
-        assert_eq!(meridian_kernels_topk_entropy(x.as_ptr().cast(), 0, 2, 4, 0, 1.0, out.as_mut_ptr(), CPU, 0, 1), -5);
+        assert_eq!(
+            meridian_kernels_topk_entropy(x.as_ptr().cast(), 0, 2, 4, 0, 1.0, out.as_mut_ptr(), CPU, 0, 1),
+            -5
+        );
         assert!(last_error().contains('k'));
         // A success clears the message.
         assert_eq!(meridian_kernels_entropy(x.as_ptr().cast(), 0, 2, 4, 1.0, out.as_mut_ptr(), CPU, 0, 1), 0);
@@ -70,21 +88,57 @@ fn eat_through_the_abi() {
     // SAFETY: all arrays hold 2 elements.
     let rc = unsafe {
         meridian_kernels_eat_update(
-            x.as_ptr(), active.as_ptr(), ema.as_mut_ptr(), var.as_mut_ptr(), steps.as_mut_ptr(), stop.as_mut_ptr(),
-            2, 0.5, 0.01, 2, CPU, 0,
+            x.as_ptr(),
+            active.as_ptr(),
+            ema.as_mut_ptr(),
+            var.as_mut_ptr(),
+            steps.as_mut_ptr(),
+            stop.as_mut_ptr(),
+            2,
+            0.5,
+            0.01,
+            2,
+            CPU,
+            0,
         )
     };
     assert_eq!(rc, 0, "{}", last_error());
     assert_eq!((ema, steps, stop), ([2.0, 0.0], [1, 0], [0, 9]));
     // SAFETY: the null `ema` is the point; the rest are valid.
     let rc = unsafe {
-        meridian_kernels_eat_update(x.as_ptr(), null(), null_mut(), var.as_mut_ptr(), steps.as_mut_ptr(), stop.as_mut_ptr(), 2, 0.5, 0.01, 2, CPU, 0)
+        meridian_kernels_eat_update(
+            x.as_ptr(),
+            null(),
+            null_mut(),
+            var.as_mut_ptr(),
+            steps.as_mut_ptr(),
+            stop.as_mut_ptr(),
+            2,
+            0.5,
+            0.01,
+            2,
+            CPU,
+            0,
+        )
     };
     assert_eq!(rc, -2);
     assert!(last_error().contains("ema"));
     // SAFETY: valid pointers; alpha is the point.
     let rc = unsafe {
-        meridian_kernels_eat_update(x.as_ptr(), null(), ema.as_mut_ptr(), var.as_mut_ptr(), steps.as_mut_ptr(), stop.as_mut_ptr(), 2, 0.0, 0.01, 2, CPU, 0)
+        meridian_kernels_eat_update(
+            x.as_ptr(),
+            null(),
+            ema.as_mut_ptr(),
+            var.as_mut_ptr(),
+            steps.as_mut_ptr(),
+            stop.as_mut_ptr(),
+            2,
+            0.0,
+            0.01,
+            2,
+            CPU,
+            0,
+        )
     };
     assert_eq!(rc, -5);
 }
@@ -100,7 +154,8 @@ fn cuda_calls_without_cuda_say_unavailable() {
     let x = [0f32; 4];
     let mut out = [0f32; 1];
     // SAFETY: with no CUDA, nothing is dereferenced.
-    let rc = unsafe { meridian_kernels_entropy(x.as_ptr().cast(), 0, 1, 4, 1.0, out.as_mut_ptr(), CUDA, 0, 0) };
+    let rc =
+        unsafe { meridian_kernels_entropy(x.as_ptr().cast(), 0, 1, 4, 1.0, out.as_mut_ptr(), CUDA, 0, 0) };
     assert_eq!(rc, -1);
     println!("CUDA unavailable here, as expected: {}", last_error());
 }
@@ -111,11 +166,8 @@ fn abi_version_and_header_agree_with_the_exports() {
     let header = include_str!("../include/meridian_kernels.h");
     assert!(header.contains(&format!("#define MERIDIAN_KERNELS_ABI_VERSION {ABI_VERSION}")));
     let src = include_str!("../src/ffi.rs");
-    let exported: Vec<&str> = src
-        .split("extern \"C\" fn ")
-        .skip(1)
-        .filter_map(|rest| rest.split('(').next())
-        .collect();
+    let exported: Vec<&str> =
+        src.split("extern \"C\" fn ").skip(1).filter_map(|rest| rest.split('(').next()).collect();
     assert!(exported.len() >= 6, "{exported:?}");
     for name in exported {
         assert!(header.contains(&format!("{name}(")), "{name} is exported but not declared in the header");

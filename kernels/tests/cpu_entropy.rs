@@ -6,8 +6,8 @@ mod common;
 use common::{big_row, logits_row, reference};
 use half::{bf16, f16};
 use meridian_core::signals::entropy_from_logits;
-use meridian_kernels::cpu::{self, CpuOptions, Logits};
 use meridian_kernels::KernelError;
+use meridian_kernels::cpu::{self, CpuOptions, Logits};
 use proptest::prelude::*;
 
 const ATOL: f64 = 1e-5;
@@ -126,7 +126,10 @@ fn bad_arguments_are_typed_errors() {
     assert!(matches!(cpu::entropy(Logits::F32(&x), 0, 6, 1.0, &mut out, &o), Err(KernelError::Shape(_))));
     assert!(matches!(cpu::entropy(Logits::F32(&x), 3, 2, 1.0, &mut out, &o), Err(KernelError::Shape(_))));
     for t in [0.0f32, -1.0, f32::NAN, f32::INFINITY] {
-        assert!(matches!(cpu::entropy(Logits::F32(&x), 2, 3, t, &mut out, &o), Err(KernelError::Argument(_))));
+        assert!(matches!(
+            cpu::entropy(Logits::F32(&x), 2, 3, t, &mut out, &o),
+            Err(KernelError::Argument(_))
+        ));
     }
     cpu::entropy(Logits::F32(&x), 2, 3, 1.0, &mut out, &o).expect("valid");
     assert!((f64::from(out[0]) - 3f64.ln()).abs() < ATOL);

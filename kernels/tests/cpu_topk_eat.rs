@@ -64,10 +64,12 @@ fn batched_eat_equals_core_eat_step_by_step() {
     let cfg = EatConfig { alpha: 0.3, delta: 1e-3, warmup_steps: 3 };
     let batch = 5;
     let mut reference: Vec<Eat> = (0..batch).map(|_| Eat::new(cfg)).collect();
-    let (mut ema, mut var, mut steps, mut stop) = (vec![0.0; batch], vec![0.0; batch], vec![0u32; batch], vec![7u8; batch]);
+    let (mut ema, mut var, mut steps, mut stop) =
+        (vec![0.0; batch], vec![0.0; batch], vec![0u32; batch], vec![7u8; batch]);
     let mut want_stop = vec![7u8; batch];
     for step in 0..40 {
-        let x: Vec<f32> = (0..batch).map(|i| 2.0 + ((step * (i + 1)) as f32 * 0.7).sin() / (1.0 + step as f32)).collect();
+        let x: Vec<f32> =
+            (0..batch).map(|i| 2.0 + ((step * (i + 1)) as f32 * 0.7).sin() / (1.0 + step as f32)).collect();
         // Row i takes a sample on steps where (step + i) % 3 != 0.
         let active: Vec<u8> = (0..batch).map(|i| u8::from((step + i) % 3 != 0)).collect();
         cpu::eat_update(&cfg, &x, Some(&active), &mut ema, &mut var, &mut steps, &mut stop).expect("eat");
@@ -81,14 +83,18 @@ fn batched_eat_equals_core_eat_step_by_step() {
             assert_eq!(stop[i], want_stop[i], "row {i} step {step}");
         }
     }
-    assert!(stop.iter().any(|&s| s == 1), "the settling series should stop some rows");
+    assert!(stop.contains(&1), "the settling series should stop some rows");
 }
 
 #[test]
 fn eat_rejects_bad_config_and_lengths() {
     let (mut e, mut v, mut s, mut st) = (vec![0.0; 2], vec![0.0; 2], vec![0u32; 2], vec![0u8; 2]);
     let good = EatConfig::default();
-    for cfg in [EatConfig { alpha: 0.0, ..good }, EatConfig { alpha: 1.5, ..good }, EatConfig { delta: f64::NAN, ..good }] {
+    for cfg in [
+        EatConfig { alpha: 0.0, ..good },
+        EatConfig { alpha: 1.5, ..good },
+        EatConfig { delta: f64::NAN, ..good },
+    ] {
         let r = cpu::eat_update(&cfg, &[1.0, 2.0], None, &mut e, &mut v, &mut s, &mut st);
         assert!(matches!(r, Err(KernelError::Argument(_))));
     }

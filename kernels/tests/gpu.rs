@@ -88,7 +88,15 @@ fn entropy_agrees_with_the_cpu_for_every_dtype_and_shape() {
                 let mut dout = st.alloc_zeros::<f32>(batch).expect("alloc");
                 // SAFETY: live allocations of the right sizes on this stream's device.
                 unsafe {
-                    cuda::entropy(ptr(&dx, &st), dtype, batch, vocab, t, ptr_mut(&mut dout, &st), st.cu_stream() as u64)
+                    cuda::entropy(
+                        ptr(&dx, &st),
+                        dtype,
+                        batch,
+                        vocab,
+                        t,
+                        ptr_mut(&mut dout, &st),
+                        st.cu_stream() as u64,
+                    )
                 }
                 .expect("cuda entropy");
                 let got = st.clone_dtoh(&dout).expect("download");
@@ -112,8 +120,18 @@ fn misaligned_rows_and_degenerate_rows() {
     let dx = st.clone_htod(&x).expect("upload");
     let mut dout = st.alloc_zeros::<f32>(3).expect("alloc");
     // SAFETY: 99 floats after the first one, 3 outputs.
-    unsafe { cuda::entropy(ptr(&dx, &st) + 4, DType::F32, 3, 33, 1.0, ptr_mut(&mut dout, &st), st.cu_stream() as u64) }
-        .expect("cuda entropy");
+    unsafe {
+        cuda::entropy(
+            ptr(&dx, &st) + 4,
+            DType::F32,
+            3,
+            33,
+            1.0,
+            ptr_mut(&mut dout, &st),
+            st.cu_stream() as u64,
+        )
+    }
+    .expect("cuda entropy");
     let got = st.clone_dtoh(&dout).expect("download");
     let mut want = vec![0f32; 3];
     cpu::entropy(Logits::F32(&x[1..]), 3, 33, 1.0, &mut want, &CpuOptions::default()).expect("cpu");
@@ -133,7 +151,16 @@ fn top_k_agrees_with_the_cpu() {
             let mut dout = st.alloc_zeros::<f32>(4 * batch).expect("alloc");
             // SAFETY: live allocations of the right sizes.
             unsafe {
-                cuda::topk_entropy(ptr(&dx, &st), dtype, batch, vocab, k, 1.0, ptr_mut(&mut dout, &st), st.cu_stream() as u64)
+                cuda::topk_entropy(
+                    ptr(&dx, &st),
+                    dtype,
+                    batch,
+                    vocab,
+                    k,
+                    1.0,
+                    ptr_mut(&mut dout, &st),
+                    st.cu_stream() as u64,
+                )
             }
             .expect("cuda topk");
             let got = st.clone_dtoh(&dout).expect("download");
@@ -155,13 +182,15 @@ fn eat_is_bit_identical_to_the_cpu() {
     let Some((_ctx, st)) = gpu("eat_is_bit_identical_to_the_cpu") else { return };
     let cfg = EatConfig { alpha: 0.2, delta: 1e-3, warmup_steps: 4 };
     let batch = 300;
-    let (mut ema, mut var, mut steps, mut stop) = (vec![0f64; batch], vec![0f64; batch], vec![0u32; batch], vec![0u8; batch]);
+    let (mut ema, mut var, mut steps, mut stop) =
+        (vec![0f64; batch], vec![0f64; batch], vec![0u32; batch], vec![0u8; batch]);
     let mut d_ema = st.clone_htod(&ema).expect("up");
     let mut d_var = st.clone_htod(&var).expect("up");
     let mut d_steps = st.clone_htod(&steps).expect("up");
     let mut d_stop = st.clone_htod(&stop).expect("up");
     for step in 0..30 {
-        let x: Vec<f32> = (0..batch).map(|i| 1.0 + ((i * 7 + step) as f32).sin() / (1.0 + step as f32)).collect();
+        let x: Vec<f32> =
+            (0..batch).map(|i| 1.0 + ((i * 7 + step) as f32).sin() / (1.0 + step as f32)).collect();
         let active: Vec<u8> = (0..batch).map(|i| u8::from((i + step) % 4 != 0)).collect();
         let (dx, da) = (st.clone_htod(&x).expect("up"), st.clone_htod(&active).expect("up"));
         let b = EatBuffers {
@@ -195,7 +224,10 @@ fn kernels_compile_with_nvrtc() {
             Err(e) => panic!("sm_{major}{minor}: {e}"),
             Ok(cubin) => {
                 for name in cuda::KERNELS {
-                    assert!(cubin.windows(name.len()).any(|w| w == name.as_bytes()), "{name} missing for sm_{major}{minor}");
+                    assert!(
+                        cubin.windows(name.len()).any(|w| w == name.as_bytes()),
+                        "{name} missing for sm_{major}{minor}"
+                    );
                 }
                 println!("sm_{major}{minor}: {} byte cubin", cubin.len());
             }
@@ -208,9 +240,7 @@ fn host_pointers_are_refused_on_the_cuda_path() {
     let x = [0f32; 8];
     let mut out = [0f32; 2];
     // SAFETY: host memory; the call must refuse it before any launch.
-    let r = unsafe {
-        cuda::entropy(x.as_ptr() as u64, DType::F32, 2, 4, 1.0, out.as_mut_ptr() as u64, 0)
-    };
+    let r = unsafe { cuda::entropy(x.as_ptr() as u64, DType::F32, 2, 4, 1.0, out.as_mut_ptr() as u64, 0) };
     match r {
         Err(KernelError::Unavailable { reason }) => println!("skipped: no CUDA device ({reason})"),
         Err(KernelError::Argument(msg)) => assert!(msg.contains("not CUDA device memory"), "{msg}"),

@@ -17,8 +17,8 @@ use meridian_core::signals::{EntropyBound, EntropyState, entropy_from_top_logpro
 use crate::dtype::{DType, elements};
 use crate::error::{KernelError, Result};
 
-pub use eat::eat_update;
 pub(crate) use eat::check_config as check_eat_config;
+pub use eat::eat_update;
 use topk::TopK;
 
 /// Row-major `[batch, vocab]` logits of one of the supported element types.
@@ -236,12 +236,24 @@ fn reduce_segment(seg: &Logits<'_>, temperature: f32, top: &mut TopK, simd: bool
         // seg.len() elements of the matching type.
         unsafe {
             return match (seg, topk) {
-                (Logits::F32(s), false) => avx2::reduce::<{ avx2::F32 }, false>(s.as_ptr().cast(), s.len(), temperature, top),
-                (Logits::F32(s), true) => avx2::reduce::<{ avx2::F32 }, true>(s.as_ptr().cast(), s.len(), temperature, top),
-                (Logits::Bf16(s), false) => avx2::reduce::<{ avx2::BF16 }, false>(s.as_ptr().cast(), s.len(), temperature, top),
-                (Logits::Bf16(s), true) => avx2::reduce::<{ avx2::BF16 }, true>(s.as_ptr().cast(), s.len(), temperature, top),
-                (Logits::F16(s), false) => avx2::reduce::<{ avx2::F16 }, false>(s.as_ptr().cast(), s.len(), temperature, top),
-                (Logits::F16(s), true) => avx2::reduce::<{ avx2::F16 }, true>(s.as_ptr().cast(), s.len(), temperature, top),
+                (Logits::F32(s), false) => {
+                    avx2::reduce::<{ avx2::F32 }, false>(s.as_ptr().cast(), s.len(), temperature, top)
+                }
+                (Logits::F32(s), true) => {
+                    avx2::reduce::<{ avx2::F32 }, true>(s.as_ptr().cast(), s.len(), temperature, top)
+                }
+                (Logits::Bf16(s), false) => {
+                    avx2::reduce::<{ avx2::BF16 }, false>(s.as_ptr().cast(), s.len(), temperature, top)
+                }
+                (Logits::Bf16(s), true) => {
+                    avx2::reduce::<{ avx2::BF16 }, true>(s.as_ptr().cast(), s.len(), temperature, top)
+                }
+                (Logits::F16(s), false) => {
+                    avx2::reduce::<{ avx2::F16 }, false>(s.as_ptr().cast(), s.len(), temperature, top)
+                }
+                (Logits::F16(s), true) => {
+                    avx2::reduce::<{ avx2::F16 }, true>(s.as_ptr().cast(), s.len(), temperature, top)
+                }
             };
         }
     }

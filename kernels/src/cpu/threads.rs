@@ -31,9 +31,6 @@ pub(crate) fn map<T: Send, F: Fn(usize) -> T + Sync>(items: usize, threads: usiz
             .collect();
         // A worker can only fail by panicking, which the scope re-raises; join's Err arm
         // is that same panic, so resume it rather than hide it.
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect()
+        handles.into_iter().flat_map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
     })
 }

@@ -18,7 +18,9 @@ pub(crate) fn driver() -> Result<()> {
         .get_or_init(|| {
             // SAFETY: only tries to dlopen the library.
             if !unsafe { sys::is_culib_present() } {
-                return Err("the CUDA driver library (libcuda.so) was not found: no NVIDIA driver here".into());
+                return Err(
+                    "the CUDA driver library (libcuda.so) was not found: no NVIDIA driver here".into()
+                );
             }
             result::init().map_err(|e| format!("cuInit failed: {e}"))?;
             match result::device::get_count() {
@@ -100,7 +102,8 @@ fn primary_context(ordinal: i32) -> Result<sys::CUcontext> {
     }
     let dev = result::device::get(ordinal).map_err(|e| cuda_err("cuDeviceGet", e))?;
     // SAFETY: dev is valid; the retain is never released on purpose.
-    let ctx = unsafe { result::primary_ctx::retain(dev) }.map_err(|e| cuda_err("cuDevicePrimaryCtxRetain", e))?;
+    let ctx =
+        unsafe { result::primary_ctx::retain(dev) }.map_err(|e| cuda_err("cuDevicePrimaryCtxRetain", e))?;
     map.insert(ordinal, Retained(ctx));
     Ok(ctx)
 }

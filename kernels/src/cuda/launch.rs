@@ -123,7 +123,8 @@ pub unsafe fn topk_entropy(
     let grid = grid_rows(batch)?;
     guard(|| {
         let entered = Entered::for_pointer(logits, "logits")?;
-        let (mut x, mut v, mut p, mut o, mut kk) = (logits, vocab as i64, ExpParams::new(temperature), out, k as i32);
+        let (mut x, mut v, mut p, mut o, mut kk) =
+            (logits, vocab as i64, ExpParams::new(temperature), out, k as i32);
         let mut params = [
             (&mut x as *mut u64).cast::<c_void>(),
             (&mut v as *mut i64).cast(),
@@ -157,7 +158,13 @@ pub struct EatBuffers {
 /// its type on one device, and `stream` valid there (or 0).
 pub unsafe fn eat_update(cfg: &EatConfig, b: &EatBuffers, batch: usize, stream: u64) -> Result<()> {
     crate::cpu::check_eat_config(cfg)?;
-    for (p, what, align) in [(b.x, "x", 4), (b.ema, "ema", 8), (b.variance, "variance", 8), (b.steps, "steps", 4), (b.stop, "stop", 1)] {
+    for (p, what, align) in [
+        (b.x, "x", 4),
+        (b.ema, "ema", 8),
+        (b.variance, "variance", 8),
+        (b.steps, "steps", 4),
+        (b.stop, "stop", 1),
+    ] {
         nonnull(p, what)?;
         aligned(p, align, what)?;
     }

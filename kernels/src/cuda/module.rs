@@ -14,8 +14,15 @@ pub(crate) const SOURCE: &str = include_str!("kernels.cu");
 /// Threads per block; must equal `BLOCK` in kernels.cu.
 pub(crate) const BLOCK: u32 = 512;
 /// Every kernel the source defines.
-pub const KERNELS: [&str; 7] =
-    ["mk_entropy_f32", "mk_entropy_bf16", "mk_entropy_f16", "mk_topk_f32", "mk_topk_bf16", "mk_topk_f16", "mk_eat_update"];
+pub const KERNELS: [&str; 7] = [
+    "mk_entropy_f32",
+    "mk_entropy_bf16",
+    "mk_entropy_f16",
+    "mk_topk_f32",
+    "mk_topk_bf16",
+    "mk_topk_f16",
+    "mk_eat_update",
+];
 
 /// A loaded module and its kernels, by name.
 pub(crate) struct Module {
@@ -98,9 +105,13 @@ unsafe fn cubin(prog: nvrtc_sys::nvrtcProgram) -> Result<Vec<c_char>> {
     let mut size = 0usize;
     // SAFETY: forwarded; size is a valid out-pointer and buf holds `size` bytes.
     unsafe {
-        nvrtc_sys::nvrtcGetCUBINSize(prog, &mut size).result().map_err(|e| nvrtc_err("nvrtcGetCUBINSize", e))?;
+        nvrtc_sys::nvrtcGetCUBINSize(prog, &mut size)
+            .result()
+            .map_err(|e| nvrtc_err("nvrtcGetCUBINSize", e))?;
         let mut buf: Vec<c_char> = vec![0; size];
-        nvrtc_sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr()).result().map_err(|e| nvrtc_err("nvrtcGetCUBIN", e))?;
+        nvrtc_sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr())
+            .result()
+            .map_err(|e| nvrtc_err("nvrtcGetCUBIN", e))?;
         Ok(buf)
     }
 }

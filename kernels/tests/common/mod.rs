@@ -7,7 +7,7 @@ use proptest::prelude::*;
 /// meridian-core): -inf and NaN skipped, +inf rows 0.
 pub fn reference(logits: &[f32], t: f32) -> f64 {
     let t = f64::from(t).max(1e-6);
-    if logits.iter().any(|l| *l == f32::INFINITY) {
+    if logits.contains(&f32::INFINITY) {
         return 0.0;
     }
     let xs: Vec<f64> = logits.iter().map(|l| f64::from(*l) / t).filter(|x| x.is_finite()).collect();
@@ -33,16 +33,15 @@ pub fn top_logprobs(logits: &[f32], k: usize, t: f32) -> Vec<f64> {
 pub fn logits_row(max_len: usize) -> impl Strategy<Value = Vec<f32>> {
     let uniform = (1..max_len).prop_flat_map(|n| (Just(n), -5.0f32..5.0)).prop_map(|(n, v)| vec![v; n]);
     let normal = proptest::collection::vec(-12.0f32..12.0, 1..max_len);
-    let peaked = (proptest::collection::vec(-3.0f32..3.0, 1..max_len), any::<prop::sample::Index>(), 10.0f32..60.0)
-        .prop_map(|(mut v, i, h)| {
-            let j = i.index(v.len());
-            v[j] += h;
-            v
-        });
-    let with_neg_inf = proptest::collection::vec(
-        prop_oneof![4 => -8.0f32..8.0, 1 => Just(f32::NEG_INFINITY)],
-        1..max_len,
-    );
+    let peaked =
+        (proptest::collection::vec(-3.0f32..3.0, 1..max_len), any::<prop::sample::Index>(), 10.0f32..60.0)
+            .prop_map(|(mut v, i, h)| {
+                let j = i.index(v.len());
+                v[j] += h;
+                v
+            });
+    let with_neg_inf =
+        proptest::collection::vec(prop_oneof![4 => -8.0f32..8.0, 1 => Just(f32::NEG_INFINITY)], 1..max_len);
     let magnitudes = proptest::collection::vec(
         prop_oneof![-3e4f32..3e4, -1e-30f32..1e-30, Just(-1e30f32), Just(3e4f32), 1e3f32..1.1e3],
         1..max_len,

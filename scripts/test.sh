@@ -19,6 +19,10 @@ step "cargo test (workspace)"
 cargo build --workspace --bins --locked
 cargo test --workspace --locked
 
+# meridian-kernels: the C ABI cdylib for tests/python/test_kernels_abi.py (ctypes).
+cargo build --locked -p meridian-kernels --lib
+export MERIDIAN_KERNELS_LIB="$PWD/target/debug/libmeridian_kernels.so"
+
 step "python test environment"
 req_hash=$(sha256sum tests/python/requirements.txt | cut -c1-12)
 PYVENV="$CACHE/pytest-venv-$req_hash"

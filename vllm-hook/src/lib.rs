@@ -141,5 +141,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(count_error, m)?)?;
     m.add_function(wrap_pyfunction!(render_metrics, m)?)?;
     signals::register(m)?;
+    // The entropy kernels (CUDA on the caller's stream, SIMD CPU) as `_native.kernels`.
+    let kernels = PyModule::new(m.py(), "kernels")?;
+    meridian_kernels::python::register(&kernels)?;
+    m.add_submodule(&kernels)?;
     Ok(())
 }

@@ -1,6 +1,7 @@
-//! Configuration and entropy functions exposed to Python: `load_config` (the same strict
-//! loader the proxy uses, errors naming the dotted field), per-row entropy of a logits
-//! buffer, top-k entropy bounds and the EAT state, all from `meridian-core`.
+//! Configuration and signal functions exposed to Python: `load_config` (the same strict
+//! loader the proxy uses, errors naming the dotted field), top-k entropy bounds and the
+//! EAT state, from `meridian-core`. Entropy over logits buffers is `meridian-kernels`
+//! (`_native.kernels`).
 
 use std::path::Path;
 
@@ -62,42 +63,6 @@ fn family_markers(served_model: &str) -> PyResult<Option<(String, Vec<u32>, Vec<
     }))
 }
 
-/// Entropy (nats) of `softmax(row / temperature)` for each row of a C-contiguous
-/// float32 buffer of `rows x vocab` at address `data_ptr`, rows `row_stride` floats apart.
-///
-/// The caller vouches that the buffer is host memory of that shape and stays alive for
-/// the call: the Python wrappers take it from a NumPy array or a CPU torch tensor they
-/// hold.
-#[pyfunction]
-#[pyo3(signature = (data_ptr, rows, vocab, row_stride=None, temperature=1.0))]
-fn entropy_rows_f32(
-    py: Python<'_>,
-    data_ptr: usize,
-    rows: usize,
-    vocab: usize,
-    row_stride: Option<usize>,
-    temperature: f32,
-) -> PyResult<Vec<f64>> {
-    let stride = row_stride.unwrap_or(vocab);
-    if data_ptr == 0 || stride < vocab || data_ptr % std::mem::align_of::<f32>() != 0 {
-        return Err(PyValueError::new_err(format!(
-            "bad logits buffer: pointer {data_ptr:#x}, rows {rows}, vocab {vocab}, stride {stride}"
-        )));
-    }
-    if rows == 0 || vocab == 0 {
-        return Ok(vec![0.0; rows]);
-    }
-    let len = (rows - 1) * stride + vocab;
-    // SAFETY: the wrapper guarantees `len` readable, aligned f32s at `data_ptr` that no
-    // one writes during the call (the GIL is released only around pure reads).
-    let data = unsafe { std::slice::from_raw_parts(data_ptr as *const f32, len) };
-    Ok(py.detach(|| {
-        (0..rows)
-            .map(|r| signals::entropy_from_logits(&data[r * stride..r * stride + vocab], temperature))
-            .collect()
-    }))
-}
-
 /// `(top_k, lower, upper, residual)`: what top-k logprobs say about the full entropy of
 /// a vocabulary of `vocab` tokens.
 #[pyfunction]
@@ -139,7 +104,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Eat>()?;
     m.add_function(wrap_pyfunction!(load_config, m)?)?;
     m.add_function(wrap_pyfunction!(family_markers, m)?)?;
-    m.add_function(wrap_pyfunction!(entropy_rows_f32, m)?)?;
     m.add_function(wrap_pyfunction!(entropy_bounds, m)?)?;
     Ok(())
 }

@@ -28,6 +28,17 @@ pub struct EatReading {
     pub stop: bool,
 }
 
+/// An [`Eat`]'s running state as plain numbers, for callers that keep many of them in
+/// flat arrays (the batched kernels in `meridian-kernels`) and step them with
+/// [`Eat::from_state`] and [`Eat::state`].
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct EatState {
+    pub ema: f64,
+    pub variance: f64,
+    /// Samples taken so far (0: the next sample initialises the EMA).
+    pub steps: u32,
+}
+
 #[derive(Debug, Clone)]
 pub struct Eat {
     cfg: EatConfig,
@@ -41,6 +52,16 @@ impl Eat {
         Eat { cfg, ema: 0.0, variance: 0.0, steps: 0 }
     }
 
+    /// Resumes from a saved state; `Eat::from_state(cfg, EatState::default())` equals
+    /// `Eat::new(cfg)`.
+    pub fn from_state(cfg: EatConfig, state: EatState) -> Self {
+        Eat { cfg, ema: state.ema, variance: state.variance, steps: state.steps }
+    }
+
+    pub fn state(&self) -> EatState {
+        EatState { ema: self.ema, variance: self.variance, steps: self.steps }
+    }
+
     pub fn update(&mut self, x: f64) -> EatReading {
         let a = self.cfg.alpha;
         if self.steps == 0 {
@@ -49,7 +70,7 @@ impl Eat {
             self.ema = a * x + (1.0 - a) * self.ema;
             self.variance = a * (x - self.ema).powi(2) + (1.0 - a) * self.variance;
         }
-        self.steps += 1;
+        self.steps = self.steps.saturating_add(1);
         EatReading {
             ema: self.ema,
             variance: self.variance,

@@ -4,34 +4,91 @@
 /// log-sum-exp in f64 (so huge and tiny magnitudes and `-inf` entries are safe).
 ///
 /// H = log Z - (1/Z) * sum_i e^{z_i - m} * (z_i - m), with m the running maximum and
-/// Z = sum_i e^{z_i - m}; both sums are rescaled whenever the maximum grows.
+/// Z = sum_i e^{z_i - m}; both sums are rescaled whenever the maximum grows. `-inf` and
+/// NaN entries are skipped; a `+inf` entry makes the result 0.
 pub fn entropy_from_logits(logits: &[f32], temperature: f32) -> f64 {
     let t = f64::from(temperature).max(1e-6);
-    let mut m = f64::NEG_INFINITY;
-    let (mut z, mut s) = (0.0f64, 0.0f64); // Z and sum e^{x-m} (x-m)
+    let mut state = EntropyState::EMPTY;
     for &l in logits {
-        let x = f64::from(l) / t;
+        state.push(f64::from(l) / t);
+    }
+    state.entropy()
+}
+
+/// The running state of [`entropy_from_logits`]'s one pass, over values x = logit /
+/// temperature: m, Z = sum e^{x-m} and sum e^{x-m} (x-m). Mergeable, so a row can be
+/// split across threads or SIMD lanes and the parts combined exactly (the batched
+/// kernels in `meridian-kernels` do).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EntropyState {
+    /// The running maximum m (`-inf` while empty).
+    pub max: f64,
+    /// Z = sum e^{x-m}.
+    pub sum_exp: f64,
+    /// sum e^{x-m} (x-m) (never positive).
+    pub sum_exp_dev: f64,
+}
+
+impl EntropyState {
+    pub const EMPTY: EntropyState = EntropyState { max: f64::NEG_INFINITY, sum_exp: 0.0, sum_exp_dev: 0.0 };
+
+    /// Adds one value x (already divided by the temperature); `-inf` and NaN are skipped.
+    pub fn push(&mut self, x: f64) {
         if x == f64::NEG_INFINITY || x.is_nan() {
-            continue;
+            return;
         }
-        if x > m {
-            // Rescale to the new maximum: e^{x_i - m'} = e^{x_i - m} e^{m - m'}, and
-            // (x_i - m') = (x_i - m) + (m - m').
-            let shift = if m == f64::NEG_INFINITY { 0.0 } else { m - x };
-            let scale = shift.exp();
-            s = scale * (s + shift * z);
-            z *= scale;
-            m = x;
+        if x > self.max {
+            self.rebase(x);
         }
-        let d = x - m;
+        let d = x - self.max;
         let e = d.exp();
-        z += e;
-        s += e * d;
+        self.sum_exp += e;
+        self.sum_exp_dev += e * d;
     }
-    if z == 0.0 {
-        return 0.0;
+
+    /// Moves the reference to `m2` >= m: e^{x_i - m2} = e^{x_i - m} e^{m - m2}, and
+    /// (x_i - m2) = (x_i - m) + (m - m2).
+    fn rebase(&mut self, m2: f64) {
+        let shift = if self.max == f64::NEG_INFINITY { 0.0 } else { self.max - m2 };
+        let scale = shift.exp();
+        self.sum_exp_dev = scale * (self.sum_exp_dev + shift * self.sum_exp);
+        self.sum_exp *= scale;
+        self.max = m2;
     }
-    (z.ln() - s / z).max(0.0)
+
+    /// The state over both parts' values.
+    pub fn merge(mut self, mut other: EntropyState) -> EntropyState {
+        if other.max == f64::NEG_INFINITY {
+            return self;
+        }
+        if self.max == f64::NEG_INFINITY {
+            return other;
+        }
+        if self.max < other.max {
+            self.rebase(other.max);
+        } else if other.max < self.max {
+            other.rebase(self.max);
+        }
+        EntropyState {
+            max: self.max,
+            sum_exp: self.sum_exp + other.sum_exp,
+            sum_exp_dev: self.sum_exp_dev + other.sum_exp_dev,
+        }
+    }
+
+    /// log sum_i e^{x_i}: the log-normaliser, so log p_i = x_i - log_sum_exp().
+    pub fn log_sum_exp(&self) -> f64 {
+        self.max + self.sum_exp.ln()
+    }
+
+    /// The entropy in nats (0 for an empty state).
+    pub fn entropy(&self) -> f64 {
+        let z = self.sum_exp;
+        if z == 0.0 {
+            return 0.0;
+        }
+        (z.ln() - self.sum_exp_dev / z).max(0.0)
+    }
 }
 
 /// What top-k logprobs say about the full entropy.
@@ -118,6 +175,21 @@ mod tests {
             let got = entropy_from_logits(&logits, t);
             let want = reference(&logits, f64::from(t));
             proptest::prop_assert!((got - want).abs() < 1e-9 * want.max(1.0), "{} vs {}", got, want);
+        }
+    }
+
+    #[test]
+    fn merged_states_equal_one_pass() {
+        let logits = [-1e30f32, 3.0, 2.5, f32::NEG_INFINITY, -5.0, 7.0, f32::NAN, 6.5];
+        let whole = entropy_from_logits(&logits, 0.7);
+        for cut in 0..=logits.len() {
+            let part = |xs: &[f32]| {
+                let mut st = EntropyState::EMPTY;
+                xs.iter().for_each(|l| st.push(f64::from(*l) / f64::from(0.7f32)));
+                st
+            };
+            let merged = part(&logits[..cut]).merge(part(&logits[cut..]));
+            assert!((merged.entropy() - whole).abs() < 1e-12, "cut {cut}");
         }
     }
 

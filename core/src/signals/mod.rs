@@ -10,6 +10,6 @@ mod entropy;
 mod rpdi;
 
 pub use budget::ThinkBudget;
-pub use eat::{Eat, EatConfig, EatReading};
-pub use entropy::{EntropyBound, entropy_from_logits, entropy_from_top_logprobs};
+pub use eat::{Eat, EatConfig, EatReading, EatState};
+pub use entropy::{EntropyBound, EntropyState, entropy_from_logits, entropy_from_top_logprobs};
 pub use rpdi::{Rpdi, RpdiConfig, is_sentence_boundary};

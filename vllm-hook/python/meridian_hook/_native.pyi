@@ -1,6 +1,35 @@
 """Typed surface of the Rust extension ``meridian_hook._native``."""
 
+from types import ModuleType
 from typing import Any
+
+class _Kernels(ModuleType):
+    """`meridian-kernels` (see kernels/README.md): pointers in, results written to
+    caller-owned buffers, CUDA work on the caller's stream."""
+
+    class KernelUnavailableError(RuntimeError): ...
+    MAX_TOP_K: int
+    @staticmethod
+    def entropy(
+        data_ptr: int, dtype: str, shape: tuple[int, int], stream: int, out_ptr: int,
+        temperature: float = 1.0, device: str = "cuda", threads: int = 0,
+    ) -> None: ...
+    @staticmethod
+    def topk_entropy(
+        data_ptr: int, dtype: str, shape: tuple[int, int], k: int, stream: int, out_ptr: int,
+        temperature: float = 1.0, device: str = "cuda", threads: int = 0,
+    ) -> None: ...
+    @staticmethod
+    def eat_update(
+        x_ptr: int, active_ptr: int, ema_ptr: int, variance_ptr: int, steps_ptr: int, stop_ptr: int,
+        batch: int, alpha: float, delta: float, warmup_steps: int, stream: int, device: str = "cuda",
+    ) -> None: ...
+    @staticmethod
+    def cuda_unavailable_reason() -> str | None: ...
+    @staticmethod
+    def abi_version() -> int: ...
+
+kernels: _Kernels
 
 __version__: str
 PROTOCOL_VERSION: int
@@ -55,9 +84,6 @@ class Eat:
 
 def load_config(path: str | None = None) -> dict[str, Any]: ...
 def family_markers(served_model: str) -> tuple[str, list[int], list[int]] | None: ...
-def entropy_rows_f32(
-    data_ptr: int, rows: int, vocab: int, row_stride: int | None = None, temperature: float = 1.0
-) -> list[float]: ...
 def entropy_bounds(logprobs: list[float], vocab: int) -> tuple[float, float, float, float]: ...
 def start_listener(listen: str, token_env: str, policy: str, entropy: bool, can_end_thinking: bool) -> str: ...
 def start_follower(listen: str, token_env: str, worker: str) -> bool: ...

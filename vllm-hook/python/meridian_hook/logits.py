@@ -26,6 +26,7 @@ except ImportError:  # pragma: no cover - older vLLM: V1 only
     V2LogitsProcessor = None  # type: ignore[assignment,misc]
 
 from meridian_hook import _native
+from meridian_hook.probe import entropies
 from meridian_hook.runtime import in_engine_core, runtime
 
 log = logging.getLogger("meridian_hook")
@@ -196,9 +197,6 @@ class MeridianLogitsProcessor(*_bases):  # type: ignore[misc]
         return [(i, slot, [new_by_row[i]] if i in new_by_row else []) for i, slot in enumerate(slots)]
 
     def _row_entropies(self, logits: torch.Tensor, rows: list[int]) -> list[float]:
-        sel = logits[rows].float()
-        if sel.device.type == "cpu":
-            sel = sel.contiguous()
-            return _native.entropy_rows_f32(sel.data_ptr(), sel.shape[0], sel.shape[1], None, 1.0)
-        logp = torch.log_softmax(sel, dim=-1)
-        return (-(logp.exp() * logp).nan_to_num().sum(dim=-1)).tolist()
+        sel = logits[rows]
+        backend = "cuda" if sel.device.type == "cuda" else "cpu"
+        return entropies(sel, 1.0, backend)

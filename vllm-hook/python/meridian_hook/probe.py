@@ -13,8 +13,8 @@ from meridian_hook import _native
 log = logging.getLogger("meridian_hook")
 
 
-class KernelUnavailable(RuntimeError):
-    """The CUDA entropy kernel cannot run here (no GPU, no driver, or not built)."""
+#: Raised by the CUDA entropy kernel when it cannot run here (no GPU, no driver).
+KernelUnavailable = _native.kernels.KernelUnavailableError
 
 
 @dataclass(frozen=True)
@@ -30,18 +30,14 @@ class EntropySignal:
     stop: bool
 
 
-def _host_f32(logits: Any) -> tuple[Any, int, int, int]:
-    """A C-contiguous float32 host copy-or-view of 1-D or 2-D logits, kept alive by the
-    caller, with its (pointer, rows, vocab)."""
+def _host_f32(logits: Any) -> tuple[Any, int, int]:
+    """A C-contiguous float32 host view or copy of 1-D or 2-D logits (the caller keeps
+    it alive while the kernel reads it), with its rows and vocabulary size."""
     try:
         import torch  # noqa: PLC0415
 
         if isinstance(logits, torch.Tensor):
-            t = logits.detach().to(device="cpu", dtype=torch.float32).contiguous()
-            rows, vocab = (1, t.shape[0]) if t.dim() == 1 else (t.shape[0], t.shape[1])
-            if t.dim() not in (1, 2):
-                raise ValueError(f"logits must be 1-D or 2-D; got shape {tuple(t.shape)}")
-            return t, t.data_ptr(), rows, vocab
+            logits = logits.detach().to(device="cpu", dtype=torch.float32).numpy()
     except ImportError:
         pass
     import numpy as np  # noqa: PLC0415
@@ -50,20 +46,48 @@ def _host_f32(logits: Any) -> tuple[Any, int, int, int]:
     if a.ndim not in (1, 2):
         raise ValueError(f"logits must be 1-D or 2-D; got shape {a.shape}")
     rows, vocab = (1, a.shape[0]) if a.ndim == 1 else a.shape
-    return a, a.ctypes.data, int(rows), int(vocab)
+    return a, int(rows), int(vocab)
+
+
+def _cpu_entropy(logits: Any, temperature: float) -> list[float]:
+    import numpy as np  # noqa: PLC0415
+
+    a, rows, vocab = _host_f32(logits)
+    out = np.empty(rows, dtype=np.float32)
+    _native.kernels.entropy(a.ctypes.data, "float32", (rows, vocab), 0, out.ctypes.data, temperature, device="cpu")
+    return [float(x) for x in out]
 
 
 def _cuda_entropy(logits: Any, temperature: float) -> list[float]:
-    kernels = getattr(_native, "kernels", None)
-    if kernels is None:
-        raise KernelUnavailable("this build of meridian-vllm-hook has no CUDA kernels")
-    return kernels.entropy_tensor(logits, temperature)
+    """The CUDA kernel on the tensor's own device and current stream, reading it in
+    place (fp32, bf16 or fp16)."""
+    try:
+        import torch  # noqa: PLC0415
+    except ImportError as e:
+        raise KernelUnavailable(f"torch is not installed: {e}") from e
+    t = logits if isinstance(logits, torch.Tensor) else torch.as_tensor(logits)
+    if not torch.cuda.is_available():
+        raise KernelUnavailable("torch sees no CUDA device")
+    t = t.detach()
+    if t.device.type != "cuda":
+        t = t.to("cuda")
+    if t.dim() == 1:
+        t = t.unsqueeze(0)
+    if t.dim() != 2:
+        raise ValueError(f"logits must be 1-D or 2-D; got shape {tuple(t.shape)}")
+    t = t.contiguous()
+    out = torch.empty(t.shape[0], dtype=torch.float32, device=t.device)
+    stream = torch.cuda.current_stream(t.device).cuda_stream
+    _native.kernels.entropy(
+        t.data_ptr(), str(t.dtype), tuple(t.shape), stream, out.data_ptr(), temperature, device=f"cuda:{t.device.index}"
+    )
+    return out.tolist()
 
 
 def entropies(logits: Any, temperature: float = 1.0, backend: str = "cpu") -> list[float]:
-    """Entropy (nats) of each row of ``logits`` (NumPy array or torch tensor, 1-D or
-    2-D). ``backend="cuda"`` uses the CUDA kernel and falls back to the CPU path, with a
-    warning, when it is unavailable."""
+    """Entropy (nats) of softmax(row / temperature) for each row of ``logits`` (NumPy
+    array or torch tensor, 1-D or 2-D), by ``meridian-kernels``. ``backend="cuda"`` runs
+    the CUDA kernel and falls back to the CPU path, with a warning, when it cannot."""
     if not temperature > 0:
         raise ValueError(f"temperature must be positive; got {temperature}")
     if backend not in ("cpu", "cuda"):
@@ -73,10 +97,7 @@ def entropies(logits: Any, temperature: float = 1.0, backend: str = "cpu") -> li
             return _cuda_entropy(logits, temperature)
         except KernelUnavailable as e:
             log.warning("meridian: CUDA entropy unavailable (%s); using the CPU path", e)
-    buf, ptr, rows, vocab = _host_f32(logits)
-    out = _native.entropy_rows_f32(ptr, rows, vocab, None, temperature)
-    del buf
-    return out
+    return _cpu_entropy(logits, temperature)
 
 
 class EntropyProbe:

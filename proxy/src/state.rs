@@ -60,6 +60,7 @@ impl AppState {
         for up in pool.all() {
             metrics.set_upstream_healthy(&up.name, true);
             metrics.set_upstream_in_flight(&up.name, 0);
+            metrics.set_hook_ready(&up.name, false);
         }
         let hook = HookChannel::new(&config.hook, client.clone());
         Ok(AppState {

@@ -28,11 +28,31 @@ for profile in h100-qwen3-8b l40s-qwen3-8b; do
     --policies fcfs,output-first,reasoning-first,slo-driven,output-first:think_decode_cap=16 --report "$out" > /dev/null
 done
 cat >> "$out" <<'MD'
+## Under KV pressure: long reasoning on the L40S profile
+
+The same comparison with `loadtest/twin/workloads/long-reasoning.toml` (thinking ~3000
+tokens, answers ~400): on the L40S profile's ~161k tokens of KV cache the engine has to
+preempt at 90% load and above. `output-first:output_prefill_cap=100000` is output-first
+without the prefill cap, for comparison.
+
+MD
+target/release/meridian-sim ab --profile l40s-qwen3-8b --workload loadtest/twin/workloads/long-reasoning.toml \
+  --num-prompts 600 --loads 0.7,0.9,1 \
+  --policies fcfs,output-first,reasoning-first,slo-driven,output-first:output_prefill_cap=100000 --report "$out" > /dev/null
+cat >> "$out" <<'MD'
 ## Reading
 
-- No preemption happens at any of these loads: the KV cache holds every running request
-  (up to 256 sequences of ~700 tokens against 160k-350k tokens of cache), so choosing
-  victims by phase changes nothing here.
+- With the default mix no preemption happens at any load: the KV cache holds every
+  running request (up to 256 sequences of ~700 tokens against 160k-350k tokens of cache).
+- Under KV pressure (long reasoning, L40S) output-first keeps its promise on the tier that
+  matters — no answering request is ever preempted (stock vLLM preempts a few) — at equal
+  throughput. Its first version capped prefill at 512 tokens per step while anyone
+  answered, and there that thrashed: preempted thinkers recomputed their thousands of
+  tokens of context 512 at a time while holding KV, preemptions went up sevenfold and p99
+  step time doubled. The cap is now lifted for 5 s after any preemption; at 90% load the
+  result then equals stock on every latency, and at 100% its p99 TTOT is still worse
+  than stock's. Which victim it picks among non-answering requests also changed: the
+  latest arrival (least work to recompute, as vLLM), not the thinker with most progress.
 - Every running request decodes in every step, so ordering alone changes nothing either;
   the difference comes from capping prefill while someone answers: at 90% load on the
   H100 profile, p99 think-to-output gap and p99 output ITL fall by ~17% and ~10% at equal
@@ -46,6 +66,12 @@ cat >> "$out" <<'MD'
   `output-first:think_decode_cap=16` rows let at most 16 thinking requests decode per
   step — but costs throughput far beyond the 5% bound.
 - The issue's targets (3x lower p99 TTOT, 30% lower p99 output ITL, throughput within
-  5%) are not met by these policies.
+  5%) are not met, and with this engine model they cannot be by ordering alone: in a
+  continuous batch every running request decodes every step, so TTOT is one step for
+  every policy unless the request is preempted or the step is stretched by a prefill
+  chunk; stock's p99 TTOT is only ~2.5x its median step. A 3x cut at equal throughput
+  needs steps that are shorter for answering requests than for the batch, i.e.
+  splitting answers and reasoning across engines or batches (what the think-decode cap
+  buys at a large throughput cost), which is the next thing to try.
 MD
 echo "wrote $out"

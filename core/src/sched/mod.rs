@@ -108,6 +108,7 @@ pub fn policy_by_name(spec: &str) -> Option<Box<dyn SchedulingPolicy>> {
                     "max_think_wait_s" => p.max_think_wait_s = v,
                     "output_prefill_cap" => p.output_prefill_cap = cap(v),
                     "think_decode_cap" => p.think_decode_cap = cap(v),
+                    "pressure_hold_s" => p.pressure_hold_s = v,
                     _ => return None,
                 }
             }

@@ -4,22 +4,31 @@ use crate::Phase;
 /// Output-first dispatch: tokens a user is waiting to read go first, reasoning fills the
 /// rest of each step's budget.
 ///
-/// - Running order: output phase, then requests that just left thinking (protected), then
-///   prefill, then thinking; arrival order within each class.
+/// - Running order: output phase and requests that just left thinking (protected) first,
+///   then everyone else in arrival order (as vLLM).
 /// - Waiting order: preempted output-phase requests first, then think requests that have
 ///   waited longer than `max_think_wait_s` (the starvation bound), then arrival order.
-/// - Victim: a thinking request if there is one (the most recently arrived), then prefill,
-///   then output; a request that left thinking less than `protect_after_think_s` ago
-///   counts as output.
+/// - Victim: the most recently arrived request that is not answering (thinking or still
+///   in prefill: the one with the least work to recompute, as vLLM's own choice), and an
+///   answering one only when no other is left; a request that left thinking less than
+///   `protect_after_think_s` ago counts as answering. Preferring long-running thinkers
+///   over fresh prefills as victims was measured to thrash under KV pressure: every new
+///   arrival evicted thousands of tokens of someone's reasoning.
 /// - While any request is answering, a step computes at most `output_prefill_cap` prompt
 ///   tokens (so a long prefill chunk cannot stall the answer stream) and lets at most
-///   `think_decode_cap` thinking requests decode (None: all of them).
+///   `think_decode_cap` thinking requests decode (None: all of them). The prefill cap is
+///   lifted for `pressure_hold_s` after any preemption: under KV pressure, preempted
+///   requests must recompute their context quickly, and capping that recompute was
+///   measured to multiply preemptions (thrash) and double the tail of every step.
 #[derive(Debug, Clone)]
 pub struct OutputFirst {
     pub protect_after_think_s: f64,
     pub max_think_wait_s: f64,
     pub output_prefill_cap: Option<u32>,
     pub think_decode_cap: Option<u32>,
+    /// Seconds after a preemption during which the prefill cap is lifted.
+    pub pressure_hold_s: f64,
+    last_preemption_s: Option<f64>,
 }
 
 impl Default for OutputFirst {
@@ -29,6 +38,8 @@ impl Default for OutputFirst {
             max_think_wait_s: 30.0,
             output_prefill_cap: Some(512),
             think_decode_cap: None,
+            pressure_hold_s: 5.0,
+            last_preemption_s: None,
         }
     }
 }
@@ -52,6 +63,10 @@ impl OutputFirst {
         }
     }
 
+    fn answering(&self, r: &RequestView, now_s: f64) -> bool {
+        self.class(r, now_s) == Class::Output
+    }
+
     fn starving(&self, r: &RequestView, now_s: f64) -> bool {
         r.phase == Phase::Think && r.queued_s.is_some_and(|q| now_s - q > self.max_think_wait_s)
     }
@@ -63,7 +78,7 @@ impl SchedulingPolicy for OutputFirst {
     }
 
     fn order_running(&mut self, running: &mut Vec<RequestView>, now_s: f64) {
-        running.sort_by(|a, b| self.class(a, now_s).cmp(&self.class(b, now_s)).then(by_arrival(a, b)));
+        running.sort_by(|a, b| self.answering(b, now_s).cmp(&self.answering(a, now_s)).then(by_arrival(a, b)));
     }
 
     fn order_waiting(&mut self, waiting: &mut Vec<RequestView>, now_s: f64) {
@@ -76,17 +91,19 @@ impl SchedulingPolicy for OutputFirst {
     }
 
     fn pick_victim(&mut self, running: &[RequestView], now_s: f64) -> usize {
+        self.last_preemption_s = Some(now_s);
         running
             .iter()
             .enumerate()
-            .max_by(|(_, a), (_, b)| self.class(a, now_s).cmp(&self.class(b, now_s)).then(by_arrival(a, b)))
+            .max_by(|(_, a), (_, b)| self.answering(b, now_s).cmp(&self.answering(a, now_s)).then(by_arrival(a, b)))
             .map_or(0, |(i, _)| i)
     }
 
     fn step_limits(&mut self, running: &[RequestView], now_s: f64) -> StepLimits {
         if running.iter().any(|r| self.class(r, now_s) == Class::Output) {
+            let under_pressure = self.last_preemption_s.is_some_and(|t| now_s - t < self.pressure_hold_s);
             StepLimits {
-                max_prefill_tokens: self.output_prefill_cap,
+                max_prefill_tokens: if under_pressure { None } else { self.output_prefill_cap },
                 max_think_decodes: self.think_decode_cap,
             }
         } else {
@@ -126,7 +143,7 @@ mod tests {
 
     proptest! {
         /// An output-phase (or just-finished-thinking) request is never the victim while a
-        /// thinking one could be.
+        /// thinking (or prefilling) one could be; among those, the latest arrival goes.
         #[test]
         fn output_is_never_preempted_while_a_think_victim_exists(
             reqs in proptest::collection::vec((0u8..3, 0.0f64..100.0, proptest::option::of(0.0f64..100.0)), 1..30),
@@ -138,9 +155,9 @@ mod tests {
                 .collect();
             let v = &views[p.pick_victim(&views, now)];
             let protected = |r: &RequestView| p.class(r, now) == Class::Output;
-            if views.iter().any(|r| r.phase == Phase::Think && !protected(r)) {
-                prop_assert_eq!(v.phase, Phase::Think);
+            if views.iter().any(|r| !protected(r)) {
                 prop_assert!(!protected(v));
+                prop_assert!(views.iter().filter(|r| !protected(r)).all(|r| by_arrival(r, v).is_le()));
             }
         }
 
@@ -176,7 +193,17 @@ mod tests {
     }
 
     #[test]
-    fn running_order_puts_output_first_and_thinking_last() {
+    fn prefill_cap_is_lifted_for_a_while_after_a_preemption() {
+        let mut p = OutputFirst::default();
+        let mixed = vec![view(0, Phase::Think, 0.0, None, None), view(1, Phase::Output, 0.0, None, None)];
+        assert_eq!(p.step_limits(&mixed, 1.0).max_prefill_tokens, Some(512));
+        p.pick_victim(&mixed, 2.0);
+        assert_eq!(p.step_limits(&mixed, 3.0).max_prefill_tokens, None, "recompute runs at full speed");
+        assert_eq!(p.step_limits(&mixed, 7.5).max_prefill_tokens, Some(512));
+    }
+
+    #[test]
+    fn running_order_puts_output_first_then_arrival_order() {
         let mut p = OutputFirst::default();
         let mut v = vec![
             view(0, Phase::Think, 0.0, None, None),
@@ -186,6 +213,6 @@ mod tests {
         ];
         p.order_running(&mut v, 10.0);
         // 3 left thinking 0.2 s ago: protected like output, but it arrived later than 2.
-        assert_eq!(v.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![2, 3, 1, 0]);
+        assert_eq!(v.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![2, 3, 0, 1]);
     }
 }

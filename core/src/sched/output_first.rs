@@ -28,7 +28,8 @@ pub struct OutputFirst {
     pub think_decode_cap: Option<u32>,
     /// Seconds after a preemption during which the prefill cap is lifted.
     pub pressure_hold_s: f64,
-    last_preemption_s: Option<f64>,
+    /// When the policy last chose a victim (its only state; `None` to start).
+    pub last_preemption_s: Option<f64>,
 }
 
 impl Default for OutputFirst {

@@ -99,7 +99,9 @@ def reasoning_config() -> Any:
     return rc
 
 
-def build(scheduler_cls: type, *, num_blocks: int, max_num_seqs: int = 8, budget: int = 256) -> Engine:
+def build(
+    scheduler_cls: type, *, num_blocks: int, max_num_seqs: int = 8, budget: int = 256, prefix_caching: bool = False
+) -> Engine:
     init_none_hash(_hash)
     model = ModelConfig(model=_model_dir(), skip_tokenizer_init=True, max_model_len=4096, dtype="float32")
     sched_cfg = SchedulerConfig(
@@ -109,7 +111,7 @@ def build(scheduler_cls: type, *, num_blocks: int, max_num_seqs: int = 8, budget
         enable_chunked_prefill=True,
         is_encoder_decoder=False,
     )
-    cache = CacheConfig(block_size=BLOCK, gpu_memory_utilization=0.9, cache_dtype="auto", enable_prefix_caching=False)
+    cache = CacheConfig(block_size=BLOCK, gpu_memory_utilization=0.9, cache_dtype="auto", enable_prefix_caching=prefix_caching)
     cache.num_gpu_blocks = num_blocks
     vllm_config = VllmConfig(
         model_config=model, scheduler_config=sched_cfg, cache_config=cache, device_config=DeviceConfig("cpu")

@@ -114,3 +114,53 @@ def test_policy_comes_from_the_config(tmp_path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("MERIDIAN_HOOK_CONFIG", str(cfg))
     e = build(MeridianScheduler, num_blocks=64)
     assert e.scheduler._meridian.policy_name == "fcfs"
+
+
+def eviction_order(e) -> list[int]:
+    """Block ids of vLLM's free queue, first evicted first."""
+    queue = e.scheduler.kv_cache_manager.block_pool.free_block_queue
+    return [b.block_id for b in queue.get_all_free_blocks()]
+
+
+def finish_two_requests(scheduler_cls):
+    """X (a 48-token prompt, answers at once) finishes first, then A thinks for 40
+    tokens, answers for 10 and finishes. Returns the engine, X's prompt blocks and A's
+    blocks from the end of its prompt on."""
+    e = build(scheduler_cls, num_blocks=32, prefix_caching=True)
+    x = e.add("x", list(range(10, 58)), arrival=1.0, max_tokens=2)
+    a = e.add("a", list(range(100, 120)) + [THINK_START], arrival=2.0, max_tokens=51)
+    e.step({})
+    x_prompt = list(e.scheduler.kv_cache_manager.get_block_ids("x")[0][:3])
+    a_blocks = []
+    for i in range(60):
+        if "a" in e.scheduler.requests:
+            a_blocks = list(e.scheduler.kv_cache_manager.get_block_ids("a")[0])
+        e.step({"a": THINK_END} if i == 40 else {})
+        if "a" not in e.scheduler.requests:
+            break
+    assert x.is_finished() and a.is_finished()
+    return e, x_prompt, a_blocks[21 // 16 :]
+
+
+def test_finished_thoughts_are_evicted_before_other_requests_prompts():
+    demoted = metric("meridian_hook_kv_demoted_blocks_total")
+    e, x_prompt, a_thought = finish_two_requests(MeridianScheduler)
+    order = eviction_order(e)
+    pool = e.scheduler.kv_cache_manager.block_pool
+    cached_thought = [b for b in a_thought if pool.blocks[b].block_hash is not None]
+    assert cached_thought, "A's full thought blocks are in the prefix cache"
+    x_cached = [b for b in x_prompt if pool.blocks[b].block_hash is not None]
+    assert len(x_cached) == 3, "X's prompt blocks are cached too"
+    assert max(order.index(b) for b in cached_thought) < min(order.index(b) for b in x_cached), (
+        "the think-complete tier goes before anyone's reusable prompt"
+    )
+    assert metric("meridian_hook_kv_demoted_blocks_total") >= demoted + len(cached_thought)
+
+
+def test_stock_vllm_keeps_finished_thoughts_behind_older_prompts():
+    e, x_prompt, a_thought = finish_two_requests(AsyncScheduler)
+    order = eviction_order(e)
+    pool = e.scheduler.kv_cache_manager.block_pool
+    cached_thought = [b for b in a_thought if pool.blocks[b].block_hash is not None]
+    x_cached = [b for b in x_prompt if pool.blocks[b].block_hash is not None]
+    assert min(order.index(b) for b in cached_thought) > max(order.index(b) for b in x_cached), "plain LRU"

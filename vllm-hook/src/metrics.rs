@@ -39,6 +39,7 @@ samples! {
     ExitBudget = "meridian_hook_forced_exits_total" "reason=\"budget\"";
     ExitRpdi = "meridian_hook_forced_exits_total" "reason=\"rpdi\"";
     EntropyRows = "meridian_hook_entropy_rows_total" "";
+    KvDemoted = "meridian_hook_kv_demoted_blocks_total" "";
     Directives = "meridian_hook_directives_total" "";
     ChannelOk = "meridian_hook_channel_requests_total" "outcome=\"ok\"";
     ChannelUnauthorized = "meridian_hook_channel_requests_total" "outcome=\"unauthorized\"";
@@ -59,6 +60,7 @@ const HELP: &[(&str, &str)] = &[
     ),
     ("meridian_hook_forced_exits_total", "Ends of thinking the hook forced, by reason."),
     ("meridian_hook_entropy_rows_total", "Logits rows whose entropy the hook computed."),
+    ("meridian_hook_kv_demoted_blocks_total", "Cached KV blocks of finished thoughts moved to the front of vLLM's eviction queue."),
     ("meridian_hook_directives_total", "Directives received on the policy channel."),
     ("meridian_hook_channel_requests_total", "Policy channel requests, by outcome."),
     (

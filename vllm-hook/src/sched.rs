@@ -184,6 +184,17 @@ impl SchedulerCore {
         tiers
     }
 
+    /// Whether a request generated thinking tokens (its blocks from the end of the prompt
+    /// on hold a thought that chat templates drop from the next turn's history).
+    fn thought(&self, request_id: &str) -> bool {
+        self.requests.get(request_id).and_then(|t| t.tracker.as_ref()).is_some_and(|t| t.think_tokens() > 0)
+    }
+
+    /// Counts KV blocks moved to the front of the eviction queue (the think-complete tier).
+    fn demoted(&self, blocks: u64) {
+        self.shared.counters.add(Counter::KvDemoted, blocks);
+    }
+
     /// Forgets requests vLLM no longer holds.
     fn retain(&mut self, live: Vec<String>) {
         let live: std::collections::HashSet<String> = live.into_iter().collect();

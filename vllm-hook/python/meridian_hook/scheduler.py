@@ -94,3 +94,31 @@ class MeridianScheduler(AsyncScheduler):
                 tier = self._meridian.preempted(request.request_id)
                 log.debug("meridian hook: vLLM preempted %s (%s)", request.request_id, tier)
         return super()._preempt_request(request, *args, **kwargs)
+
+    def _free_blocks(self, request: Any) -> Any:
+        # A finished request's blocks go back to vLLM's free queue as prefix cache, least
+        # recently used evicted first. Blocks from the end of the prompt on hold its
+        # thought; chat templates drop the thought from the next turn's history, and a
+        # block's cache key chains over every token before it, so no later request can
+        # hit them. Meridian's KV tiers evict that think-complete tier first: the blocks
+        # move to the front of the queue, ahead of other requests' reusable prompts.
+        tail: list[Any] = []
+        core = self._meridian
+        if core is not None:
+            with self._meridian_rt.guard("scheduler"):
+                if core.thought(request.request_id):
+                    block_size = int(self.cache_config.block_size)
+                    first = request.num_prompt_tokens // block_size
+                    groups = self.kv_cache_manager.get_blocks(request.request_id).blocks
+                    tail = [b for group in groups for b in group[first:]]
+        out = super()._free_blocks(request)
+        if tail:
+            with self._meridian_rt.guard("scheduler"):
+                pool = self.kv_cache_manager.block_pool
+                queue = pool.free_block_queue
+                moved = [b for b in tail if b.ref_cnt == 0 and not b.is_null and b.block_hash is not None]
+                for b in moved:
+                    queue.remove(b)
+                queue.prepend_n(moved)
+                core.demoted(len(moved))
+        return out

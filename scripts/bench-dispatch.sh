@@ -20,12 +20,14 @@ while anyone is answering); `reasoning-first` (after PASCAL: thinking first, ans
 paced to a 25 tokens/s reader with a 50-token lead, answers ahead of their reader
 preempted first); `slo-driven` (output-first while the smoothed step time, which is every
 answer's inter-token latency, is above a 50 ms target, reasoning-first once it is below
-70% of it). Plots are still to come (issue 4).
+70% of it). Each table is followed by its plots (p99 think-to-output gap, p99 output
+ITL and token throughput against load, one line per policy).
 
 MD
 for profile in h100-qwen3-8b l40s-qwen3-8b; do
   target/release/meridian-sim ab --profile "$profile" --num-prompts 1500 \
-    --policies fcfs,output-first,reasoning-first,slo-driven,output-first:think_decode_cap=16 --report "$out" > /dev/null
+    --policies fcfs,output-first,reasoning-first,slo-driven,output-first:think_decode_cap=16 --report "$out" \
+    --plots "docs/src/benchmarks/dispatch-$profile" > /dev/null
 done
 cat >> "$out" <<'MD'
 ## Under KV pressure: long reasoning on the L40S profile
@@ -38,7 +40,8 @@ without the prefill cap, for comparison.
 MD
 target/release/meridian-sim ab --profile l40s-qwen3-8b --workload loadtest/twin/workloads/long-reasoning.toml \
   --num-prompts 600 --loads 0.7,0.9,1 \
-  --policies fcfs,output-first,reasoning-first,slo-driven,output-first:output_prefill_cap=100000 --report "$out" > /dev/null
+  --policies fcfs,output-first,reasoning-first,slo-driven,output-first:output_prefill_cap=100000 --report "$out" \
+  --plots docs/src/benchmarks/dispatch-l40s-long-reasoning > /dev/null
 cat >> "$out" <<'MD'
 ## Reading
 

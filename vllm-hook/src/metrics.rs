@@ -60,7 +60,10 @@ const HELP: &[(&str, &str)] = &[
     ),
     ("meridian_hook_forced_exits_total", "Ends of thinking the hook forced, by reason."),
     ("meridian_hook_entropy_rows_total", "Logits rows whose entropy the hook computed."),
-    ("meridian_hook_kv_demoted_blocks_total", "Cached KV blocks of finished thoughts moved to the front of vLLM's eviction queue."),
+    (
+        "meridian_hook_kv_demoted_blocks_total",
+        "Cached KV blocks of finished thoughts moved to the front of vLLM's eviction queue.",
+    ),
     ("meridian_hook_directives_total", "Directives received on the policy channel."),
     ("meridian_hook_channel_requests_total", "Policy channel requests, by outcome."),
     (

@@ -79,7 +79,8 @@ impl SchedulingPolicy for OutputFirst {
     }
 
     fn order_running(&mut self, running: &mut Vec<RequestView>, now_s: f64) {
-        running.sort_by(|a, b| self.answering(b, now_s).cmp(&self.answering(a, now_s)).then(by_arrival(a, b)));
+        running
+            .sort_by(|a, b| self.answering(b, now_s).cmp(&self.answering(a, now_s)).then(by_arrival(a, b)));
     }
 
     fn order_waiting(&mut self, waiting: &mut Vec<RequestView>, now_s: f64) {
@@ -96,7 +97,9 @@ impl SchedulingPolicy for OutputFirst {
         running
             .iter()
             .enumerate()
-            .max_by(|(_, a), (_, b)| self.answering(b, now_s).cmp(&self.answering(a, now_s)).then(by_arrival(a, b)))
+            .max_by(|(_, a), (_, b)| {
+                self.answering(b, now_s).cmp(&self.answering(a, now_s)).then(by_arrival(a, b))
+            })
             .map_or(0, |(i, _)| i)
     }
 

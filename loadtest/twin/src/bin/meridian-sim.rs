@@ -90,6 +90,10 @@ enum Command {
         /// Append the report to this markdown file.
         #[arg(long)]
         report: Option<PathBuf>,
+        /// Write load-vs-latency plots as `<PLOTS>-ttot-p99.svg`, `-itl-p99.svg` and
+        /// `-throughput.svg`; with --report, the report links them (paths relative to it).
+        #[arg(long)]
+        plots: Option<PathBuf>,
         #[command(flatten)]
         engine: EngineArgs,
     },
@@ -171,7 +175,16 @@ async fn main() -> Result<(), String> {
                 res.steps_per_second()
             );
         }
-        Command::Ab { policies, loads, num_prompts, slo_ttot_ms, slo_output_itl_ms, report, engine } => {
+        Command::Ab {
+            policies,
+            loads,
+            num_prompts,
+            slo_ttot_ms,
+            slo_output_itl_ms,
+            report,
+            plots,
+            engine,
+        } => {
             let (profile, seed) = (&engine.profile, engine.seed);
             let slo = ab::JointSlo { ttot_ms: slo_ttot_ms, mean_output_itl_ms: slo_output_itl_ms };
             let (cap, cells) = ab::compare(
@@ -183,13 +196,26 @@ async fn main() -> Result<(), String> {
                 seed,
                 slo,
             )?;
-            let md = format!(
+            let mut md = format!(
                 "### {profile}\n\n`meridian-sim ab --profile {profile} --policies {} --loads {} --num-prompts {num_prompts} --seed {seed}{}`\n\n{}\n",
                 policies.join(","),
                 loads.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(","),
                 engine.workload.as_ref().map(|w| format!(" --workload {}", w.display())).unwrap_or_default(),
                 ab::markdown(cap, &cells, slo)
             );
+            if let Some(stem) = &plots {
+                let base = report.as_ref().and_then(|r| r.parent()).map(std::path::Path::to_path_buf);
+                for (suffix, svg) in ab::plots(&cells) {
+                    let path = PathBuf::from(format!("{}-{suffix}.svg", stem.display()));
+                    std::fs::write(&path, svg).map_err(|e| format!("{}: {e}", path.display()))?;
+                    let link = base
+                        .as_ref()
+                        .and_then(|b| path.strip_prefix(b).ok())
+                        .map_or_else(|| path.display().to_string(), |p| p.display().to_string());
+                    md.push_str(&format!("![{profile}: {suffix}]({link})\n"));
+                }
+                md.push('\n');
+            }
             println!("{md}");
             if let Some(path) = report {
                 use std::io::Write;

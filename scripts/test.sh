@@ -19,6 +19,7 @@ export MERIDIAN_TOKENIZERS_DIR
 step "cargo test (workspace)"
 cargo build --workspace --bins --locked
 cargo test --workspace --locked
+cargo clippy --workspace --all-targets --locked -- -D warnings
 
 # meridian-kernels: the C ABI cdylib for tests/python/test_kernels_abi.py (ctypes).
 cargo build --locked -p meridian-kernels --lib

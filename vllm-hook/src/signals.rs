@@ -53,8 +53,11 @@ fn load_config<'py>(py: Python<'py>, path: Option<&str>) -> PyResult<Bound<'py, 
 
 /// The think delimiters of the model family `served_model` resolves to, as token ids
 /// `(start, end)`; `None` when no family matches or it publishes no ids.
+/// A family name with its think start and end token ids.
+type FamilyMarkers = (String, Vec<u32>, Vec<u32>);
+
 #[pyfunction]
-fn family_markers(served_model: &str) -> PyResult<Option<(String, Vec<u32>, Vec<u32>)>> {
+fn family_markers(served_model: &str) -> PyResult<Option<FamilyMarkers>> {
     let models = meridian_core::ModelRegistry::builtin().map_err(|e| PyValueError::new_err(e.to_string()))?;
     Ok(models.resolve(served_model).and_then(|f| {
         let tags = f.file.tags.as_ref()?;

@@ -135,6 +135,38 @@ pub fn markdown(cap: f64, cells: &[Cell], slo: JointSlo) -> String {
     md
 }
 
+/// Load-vs-metric plots of a comparison, one line per policy: `(file suffix, svg)` for
+/// p99 think-to-output gap, p99 output ITL and token throughput.
+pub fn plots(cells: &[Cell]) -> Vec<(&'static str, String)> {
+    let mut policies: Vec<&str> = Vec::new();
+    for c in cells {
+        if !policies.contains(&c.policy.as_str()) {
+            policies.push(&c.policy);
+        }
+    }
+    let series = |f: fn(&Cell) -> f64| -> Vec<meridian_plot::Series> {
+        policies
+            .iter()
+            .map(|p| meridian_plot::Series {
+                name: (*p).to_owned(),
+                points: cells.iter().filter(|c| c.policy == *p).map(|c| (c.load * 100.0, f(c))).collect(),
+            })
+            .collect()
+    };
+    let load = "load (% of stock capacity)";
+    vec![
+        ("ttot-p99", meridian_plot::plot("p99 think-to-output gap", load, "ms", &series(|c| c.ttot_p99_ms))),
+        (
+            "itl-p99",
+            meridian_plot::plot("p99 output inter-token latency", load, "ms", &series(|c| c.itl_p99_ms)),
+        ),
+        (
+            "throughput",
+            meridian_plot::plot("token throughput", load, "tokens/s", &series(|c| c.tokens_per_s)),
+        ),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,33 +190,4 @@ mod tests {
         assert!(compare(cfg, spec, &["nope".to_owned()], &[0.5], 10, 1, slo).is_err());
         assert!(markdown(cap, &cells, slo).contains("| 90% | output-first |"));
     }
-}
-
-/// Load-vs-metric plots of a comparison, one line per policy: `(file suffix, svg)` for
-/// p99 think-to-output gap, p99 output ITL and token throughput.
-pub fn plots(cells: &[Cell]) -> Vec<(&'static str, String)> {
-    let mut policies: Vec<&str> = Vec::new();
-    for c in cells {
-        if !policies.contains(&c.policy.as_str()) {
-            policies.push(&c.policy);
-        }
-    }
-    let series = |f: fn(&Cell) -> f64| -> Vec<crate::plot::Series> {
-        policies
-            .iter()
-            .map(|p| crate::plot::Series {
-                name: (*p).to_owned(),
-                points: cells.iter().filter(|c| c.policy == *p).map(|c| (c.load * 100.0, f(c))).collect(),
-            })
-            .collect()
-    };
-    let load = "load (% of stock capacity)";
-    vec![
-        ("ttot-p99", crate::plot::plot("p99 think-to-output gap", load, "ms", &series(|c| c.ttot_p99_ms))),
-        (
-            "itl-p99",
-            crate::plot::plot("p99 output inter-token latency", load, "ms", &series(|c| c.itl_p99_ms)),
-        ),
-        ("throughput", crate::plot::plot("token throughput", load, "tokens/s", &series(|c| c.tokens_per_s))),
-    ]
 }

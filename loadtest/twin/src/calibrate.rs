@@ -212,8 +212,9 @@ fn solve3(mut m: [[f64; 4]; 3]) -> Option<[f64; 3]> {
         for row in 0..3 {
             if row != col {
                 let f = m[row][col] / m[col][col];
-                for k in col..4 {
-                    m[row][k] -= f * m[col][k];
+                let pivot_row = m[col];
+                for (cell, p) in m[row].iter_mut().zip(pivot_row).skip(col) {
+                    *cell -= f * p;
                 }
             }
         }

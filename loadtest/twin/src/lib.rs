@@ -14,7 +14,6 @@ pub mod cost;
 pub mod engine;
 pub mod experiment;
 pub mod kv;
-pub mod plot;
 pub mod server;
 pub mod workload;
 

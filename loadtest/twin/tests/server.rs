@@ -94,7 +94,7 @@ async fn request_id_and_errors_follow_vllm() {
         .unwrap();
     let v: Value = resp.json().await.unwrap();
     assert_eq!(v["id"], "chatcmpl-abc");
-    assert_eq!(v["choices"][0]["message"]["reasoning"].as_str().unwrap().is_empty(), false);
+    assert!(!v["choices"][0]["message"]["reasoning"].as_str().unwrap().is_empty());
     let resp = client()
         .post(format!("{}/v1/chat/completions", t.url()))
         .json(&json!({"model": "other", "messages": []}))

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use meridian_sim::plot::{Series, escape, plot};
+use meridian_plot::{Series, escape, plot};
 
 use crate::record::RequestRecord;
 use crate::stats::RunSummary;

@@ -13,7 +13,8 @@ pub fn table(runs: &[&RunSummary]) -> String {
     row("output token throughput (tok/s)", &|r| format!("{:.1}", r.output_token_throughput));
     row("total token throughput (tok/s)", &|r| format!("{:.1}", r.total_token_throughput));
     row("think / output tokens", &|r| format!("{} / {}", r.think_tokens, r.output_tokens));
-    let metrics: [(&str, fn(&RunSummary) -> &Summary); 7] = [
+    type Pick = fn(&RunSummary) -> &Summary;
+    let metrics: [(&str, Pick); 7] = [
         ("TTFT", |r| &r.ttft),
         ("TTFO (first output token)", |r| &r.ttfo),
         ("think-to-output gap", |r| &r.think_to_output),

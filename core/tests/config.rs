@@ -45,6 +45,12 @@ health_interval_s = -1.0
 url = "http://vllm:8000/v1"
 [[upstream.endpoints]]
 url = "ftp://x"
+[[upstream.endpoints]]
+url = "http://a:8000"
+models = []
+[[upstream.endpoints]]
+url = "http://b:8000"
+models = ["ok", " "]
 [models]
 default_family = "nope"
 "#,
@@ -56,6 +62,8 @@ default_family = "nope"
         "upstream.health_interval_s must be a positive number of seconds; got -1",
         "upstream.endpoints[0].url must be the server's base URL without /v1",
         "upstream.endpoints[1].url must be an http:// or https:// URL",
+        "upstream.endpoints[2].models must list at least one served model name",
+        "upstream.endpoints[3].models[1] must not be empty",
         "models.default_family names unknown family \"nope\"",
     ] {
         assert!(err.contains(expected), "missing {expected:?} in:\n{err}");

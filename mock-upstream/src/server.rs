@@ -47,6 +47,10 @@ struct MockState {
     options: MockOptions,
     requests: Mutex<Vec<RecordedRequest>>,
     healthy: AtomicBool,
+    /// What `/v1/models` lists now (starts as `options.models`).
+    models: Mutex<Vec<String>>,
+    /// `/v1/models` answers 500 while set.
+    models_failing: AtomicBool,
 }
 
 /// A running mock server; stops when dropped.
@@ -66,9 +70,11 @@ impl MockUpstream {
         let addr = listener.local_addr()?;
         let state = Arc::new(MockState {
             fixtures,
+            models: Mutex::new(options.models.clone()),
             options,
             requests: Mutex::new(Vec::new()),
             healthy: AtomicBool::new(true),
+            models_failing: AtomicBool::new(false),
         });
         let app = router(state.clone());
         let (stop, stopped) = oneshot::channel::<()>();
@@ -104,6 +110,16 @@ impl MockUpstream {
 
     pub fn set_healthy(&self, healthy: bool) {
         self.state.healthy.store(healthy, Ordering::SeqCst);
+    }
+
+    /// Replaces the model ids `/v1/models` lists.
+    pub fn set_models(&self, models: Vec<String>) {
+        *self.state.models.lock().unwrap_or_else(|e| e.into_inner()) = models;
+    }
+
+    /// Makes `/v1/models` answer 500 (a server without the route, or a broken one).
+    pub fn set_models_failing(&self, failing: bool) {
+        self.state.models_failing.store(failing, Ordering::SeqCst);
     }
 
     /// Waits until `pred` holds for the recorded requests, or the timeout passes.
@@ -318,9 +334,11 @@ fn aggregate(fixture: &Fixture, chat: bool) -> Value {
 }
 
 async fn models(State(state): State<Arc<MockState>>) -> Response {
-    let data: Vec<Value> = state
-        .options
-        .models
+    if state.models_failing.load(Ordering::SeqCst) {
+        return error_response(StatusCode::INTERNAL_SERVER_ERROR, "mock models failure");
+    }
+    let models = state.models.lock().map(|m| m.clone()).unwrap_or_default();
+    let data: Vec<Value> = models
         .iter()
         .map(
             |m| json!({"id": m, "object": "model", "created": 0, "owned_by": "vllm", "max_model_len": 32768}),

@@ -9,7 +9,7 @@ use tokio::net::TcpListener;
 
 use crate::routes;
 use crate::state::AppState;
-use crate::upstream::spawn_health_checks;
+use crate::upstream::HealthChecks;
 
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
@@ -38,15 +38,17 @@ impl Server {
         let state = Arc::new(state);
         let local_addr = listener.local_addr()?;
         let u = &state.config.upstream;
-        let health = spawn_health_checks(
-            state.pool.clone(),
-            state.client.clone(),
-            u.health_path.clone(),
-            Duration::from_secs_f64(u.health_interval_s),
-            u.unhealthy_after,
-            state.metrics.clone(),
-            state.hook.clone(),
-        )
+        let health = HealthChecks {
+            pool: state.pool.clone(),
+            client: state.client.clone(),
+            path: u.health_path.clone(),
+            interval: Duration::from_secs_f64(u.health_interval_s),
+            unhealthy_after: u.unhealthy_after,
+            metrics: state.metrics.clone(),
+            hook: state.hook.clone(),
+            auth: state.upstream_auth.clone(),
+        }
+        .spawn()
         .await;
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
         let grace = Duration::from_secs_f64(state.config.server.shutdown_grace_s);

@@ -22,6 +22,7 @@ OPTIONAL_FIELDS = {
     "upstream.endpoints[].url": "required",
     "upstream.endpoints[].name": "host:port of the URL",
     "upstream.endpoints[].hook": "unset",
+    "upstream.endpoints[].models": "unset",
     "upstream.api_key_env": "unset",
     "models.dir": "unset",
     "models.aliases.*": "empty",

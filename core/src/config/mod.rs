@@ -107,6 +107,9 @@ pub struct EndpointConfig {
     /// `host:port` of the Meridian hook's policy channel in this server's engine, if it
     /// runs one (see `[hook]`).
     pub hook: Option<String>,
+    /// Served model names this server takes requests for. Unset: learned from its
+    /// `GET /v1/models` every health round.
+    pub models: Option<Vec<String>>,
 }
 
 /// Where model family boundaries come from.

@@ -91,6 +91,19 @@ impl MeridianConfig {
                     );
                 }
             }
+            if let Some(models) = &ep.models {
+                if models.is_empty() {
+                    c.fail(
+                        format!("upstream.endpoints[{i}].models"),
+                        "must list at least one served model name (leave it unset to learn them from /v1/models)",
+                    );
+                }
+                for (j, m) in models.iter().enumerate() {
+                    if m.trim().is_empty() {
+                        c.fail(format!("upstream.endpoints[{i}].models[{j}]"), "must not be empty");
+                    }
+                }
+            }
         }
         c.positive("upstream.connect_timeout_s", u.connect_timeout_s);
         c.positive("upstream.first_byte_timeout_s", u.first_byte_timeout_s);

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use crate::error::ProxyError;
 use crate::request_id::REQUEST_ID;
 use crate::state::AppState;
-use crate::upstream::{InFlight, Upstream};
+use crate::upstream::{InFlight, NoPick, Upstream};
 
 /// What to send, minus the upstream it goes to.
 pub struct UpstreamRequest<'a> {
@@ -24,6 +24,8 @@ pub struct UpstreamRequest<'a> {
     /// The body for upstreams whose hook is ready (see `routes::body::hook_body`).
     pub hook_body: Option<Bytes>,
     pub request_id: &'a HeaderValue,
+    /// The requested model: only upstreams serving it are chosen (`None`: any upstream).
+    pub model: Option<&'a str>,
 }
 
 fn is_retryable_status(status: reqwest::StatusCode) -> bool {
@@ -39,8 +41,12 @@ pub async fn send_with_retries(
     let mut tried: Vec<Arc<Upstream>> = Vec::new();
     let mut last_error = ProxyError::NoHealthyUpstream;
     for attempt in 0..cfg.max_attempts {
-        let Some(guard) = state.pool.pick(&tried, &state.metrics) else {
-            break;
+        let guard = match state.pool.pick(req.model, &tried, &state.metrics) {
+            Ok(g) => g,
+            Err(NoPick::ModelNotServed) if attempt == 0 => {
+                return Err(ProxyError::model_not_found(req.model.unwrap_or_default()));
+            }
+            Err(_) => break,
         };
         let upstream = guard.upstream().clone();
         tried.push(upstream.clone());

@@ -71,6 +71,7 @@ async fn relay_generation(
             body: body.clone(),
             hook_body: for_hook,
             request_id: id,
+            model: Some(&gen_req.model),
         },
     )
     .await?;

@@ -38,6 +38,7 @@ pub async fn passthrough(State(state): State<Arc<AppState>>, req: Request) -> Re
                 body,
                 hook_body: None,
                 request_id: &id,
+                model: None,
             },
         )
         .await?;

@@ -1,5 +1,5 @@
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
 
 use meridian_core::config::EndpointConfig;
 
@@ -18,6 +18,11 @@ pub struct Upstream {
     pub hook: Option<String>,
     /// The hook answered the last protocol check.
     hook_ready: AtomicBool,
+    /// Served model names: from the config (fixed), else the last good `/v1/models`
+    /// answer; `None` until known.
+    models: RwLock<Option<Arc<[String]>>>,
+    /// The names came from the config; discovery leaves them alone.
+    models_configured: bool,
 }
 
 impl Upstream {
@@ -34,7 +39,38 @@ impl Upstream {
             consecutive_failures: AtomicU32::new(0),
             hook: cfg.hook.clone(),
             hook_ready: AtomicBool::new(false),
+            models: RwLock::new(cfg.models.as_deref().map(Arc::from)),
+            models_configured: cfg.models.is_some(),
         }
+    }
+
+    /// The served model names, when known (configured or discovered).
+    pub fn models(&self) -> Option<Arc<[String]>> {
+        self.models.read().map(|m| m.clone()).unwrap_or_else(|e| e.into_inner().clone())
+    }
+
+    /// Whether the names come from `upstream.endpoints[].models` rather than discovery.
+    pub fn models_configured(&self) -> bool {
+        self.models_configured
+    }
+
+    /// Whether this upstream serves `model`: `None` while its list is unknown.
+    pub fn serves(&self, model: &str) -> Option<bool> {
+        self.models().map(|list| list.iter().any(|m| m == model))
+    }
+
+    /// Records a list learned from `/v1/models`; ignored when the config fixes the list.
+    /// Returns whether the list changed.
+    pub fn set_discovered_models(&self, list: Vec<String>) -> bool {
+        if self.models_configured {
+            return false;
+        }
+        let mut slot = self.models.write().unwrap_or_else(|e| e.into_inner());
+        if slot.as_deref() == Some(list.as_slice()) {
+            return false;
+        }
+        *slot = Some(Arc::from(list));
+        true
     }
 
     /// Whether requests to this upstream go through its hook (checked by the health loop).
@@ -96,6 +132,16 @@ impl Drop for InFlight {
     }
 }
 
+/// Why no upstream was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoPick {
+    /// No upstream that may serve the request is in rotation (or all were tried).
+    NoHealthy,
+    /// Upstreams are in rotation, but every one of them (and every other) is known not
+    /// to serve the requested model.
+    ModelNotServed,
+}
+
 /// All upstreams, with least-loaded choice among the healthy ones.
 #[derive(Debug)]
 pub struct UpstreamPool {
@@ -119,22 +165,57 @@ impl UpstreamPool {
         self.upstreams.iter().any(|u| u.is_healthy())
     }
 
-    /// The healthy upstream with the fewest requests in flight, skipping `tried`. Ties go
-    /// round-robin so equal servers share the load.
-    pub fn pick(&self, tried: &[Arc<Upstream>], metrics: &Arc<Metrics>) -> Option<InFlight> {
+    /// The healthy upstream with the fewest requests in flight among those that serve
+    /// `model` (any upstream when `model` is `None`), skipping `tried`. An upstream whose
+    /// model list is not known yet may serve anything. Ties go round-robin so equal
+    /// servers share the load.
+    pub fn pick(
+        &self,
+        model: Option<&str>,
+        tried: &[Arc<Upstream>],
+        metrics: &Arc<Metrics>,
+    ) -> Result<InFlight, NoPick> {
         let n = self.upstreams.len();
         if n == 0 {
-            return None;
+            return Err(NoPick::NoHealthy);
         }
+        let may_serve = |u: &Upstream| model.is_none_or(|m| u.serves(m) != Some(false));
         let start = self.rotation.fetch_add(1, Ordering::Relaxed) % n;
         let chosen = (0..n)
             .map(|i| &self.upstreams[(start + i) % n])
-            .filter(|u| u.is_healthy() && !tried.iter().any(|t| Arc::ptr_eq(t, u)))
-            .min_by_key(|u| u.in_flight())?
-            .clone();
+            .filter(|u| u.is_healthy() && !tried.iter().any(|t| Arc::ptr_eq(t, u)) && may_serve(u))
+            .min_by_key(|u| u.in_flight());
+        let Some(chosen) = chosen.cloned() else {
+            let someone_serves = self.upstreams.iter().any(|u| may_serve(u));
+            return Err(if !someone_serves && self.any_healthy() {
+                NoPick::ModelNotServed
+            } else {
+                NoPick::NoHealthy
+            });
+        };
         let now = chosen.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         metrics.set_upstream_in_flight(&chosen.name, now);
-        Some(InFlight { upstream: chosen, metrics: metrics.clone() })
+        Ok(InFlight { upstream: chosen, metrics: metrics.clone() })
+    }
+
+    /// The union of the known model lists, in pool order without duplicates, and whether
+    /// every upstream's list is known.
+    pub fn known_models(&self) -> (Vec<String>, bool) {
+        let mut out: Vec<String> = Vec::new();
+        let mut all_known = true;
+        for u in &self.upstreams {
+            match u.models() {
+                Some(list) => {
+                    for m in list.iter() {
+                        if !out.contains(m) {
+                            out.push(m.clone());
+                        }
+                    }
+                }
+                None => all_known = false,
+            }
+        }
+        (out, all_known)
     }
 }
 
@@ -142,9 +223,50 @@ impl UpstreamPool {
 mod tests {
     use super::*;
 
+    fn with_models(lists: &[Option<&[&str]>]) -> UpstreamPool {
+        let eps: Vec<EndpointConfig> = lists
+            .iter()
+            .enumerate()
+            .map(|(i, l)| EndpointConfig {
+                url: format!("http://u{i}:8000"),
+                name: None,
+                hook: None,
+                models: l.map(|l| l.iter().map(|s| (*s).to_owned()).collect()),
+            })
+            .collect();
+        UpstreamPool::new(&eps)
+    }
+
+    #[test]
+    fn routes_by_model_and_treats_unknown_lists_as_eligible() {
+        let m = Arc::new(Metrics::new());
+        let p = with_models(&[Some(&["a"]), Some(&["b", "c"]), None]);
+        for _ in 0..4 {
+            let g = p.pick(Some("a"), &[], &m).unwrap();
+            assert_ne!(g.upstream().name, "u1:8000", "u1 does not serve a");
+        }
+        // The unknown upstream (u2) is eligible for anything; with it out, "z" has no home.
+        assert_eq!(p.pick(Some("z"), &[], &m).unwrap().upstream().name, "u2:8000");
+        p.all()[2].set_discovered_models(vec!["d".into()]);
+        assert_eq!(p.pick(Some("z"), &[], &m).unwrap_err(), NoPick::ModelNotServed);
+        assert_eq!(p.pick(Some("c"), &[], &m).unwrap().upstream().name, "u1:8000");
+        // Configured lists ignore discovery.
+        assert!(!p.all()[0].set_discovered_models(vec!["x".into()]));
+        assert_eq!(p.all()[0].serves("a"), Some(true));
+        // The model's only server down: 503, not 404.
+        p.all()[1].record_failure(1, &m, "test");
+        assert_eq!(p.pick(Some("c"), &[], &m).unwrap_err(), NoPick::NoHealthy);
+        assert_eq!(p.known_models(), (vec!["a".into(), "b".into(), "c".into(), "d".into()], true));
+    }
+
     fn pool(n: usize) -> UpstreamPool {
         let eps: Vec<EndpointConfig> = (0..n)
-            .map(|i| EndpointConfig { url: format!("http://u{i}:8000"), name: None, hook: None })
+            .map(|i| EndpointConfig {
+                url: format!("http://u{i}:8000"),
+                name: None,
+                hook: None,
+                models: None,
+            })
             .collect();
         UpstreamPool::new(&eps)
     }
@@ -153,16 +275,16 @@ mod tests {
     fn picks_least_loaded_and_releases_on_drop() {
         let m = Arc::new(Metrics::new());
         let p = pool(3);
-        let a = p.pick(&[], &m).unwrap();
-        let b = p.pick(&[], &m).unwrap();
-        let c = p.pick(&[], &m).unwrap();
+        let a = p.pick(None, &[], &m).unwrap();
+        let b = p.pick(None, &[], &m).unwrap();
+        let c = p.pick(None, &[], &m).unwrap();
         let names: std::collections::BTreeSet<_> =
             [&a, &b, &c].iter().map(|g| g.upstream().name.clone()).collect();
         assert_eq!(names.len(), 3, "each upstream gets one");
         let freed = b.upstream().clone();
         drop(b);
         assert_eq!(freed.in_flight(), 0);
-        assert!(Arc::ptr_eq(p.pick(&[], &m).unwrap().upstream(), &freed));
+        assert!(Arc::ptr_eq(p.pick(None, &[], &m).unwrap().upstream(), &freed));
     }
 
     #[test]
@@ -171,11 +293,11 @@ mod tests {
         let p = pool(2);
         p.all()[0].record_failure(1, &m, "test");
         for _ in 0..4 {
-            assert_eq!(p.pick(&[], &m).unwrap().upstream().name, "u1:8000");
+            assert_eq!(p.pick(None, &[], &m).unwrap().upstream().name, "u1:8000");
         }
-        assert!(p.pick(&[p.all()[1].clone()], &m).is_none());
+        assert!(p.pick(None, &[p.all()[1].clone()], &m).is_err());
         p.all()[0].record_success(&m);
         assert!(p.any_healthy());
-        assert_eq!(p.pick(&[p.all()[1].clone()], &m).unwrap().upstream().name, "u0:8000");
+        assert_eq!(p.pick(None, &[p.all()[1].clone()], &m).unwrap().upstream().name, "u0:8000");
     }
 }

@@ -58,22 +58,17 @@ impl HealthChecks {
 
     async fn check(&self, u: &Arc<Upstream>) {
         let url = format!("{}{}", u.base_url, self.path);
-        let healthy = match self.client.get(url).timeout(self.timeout()).send().await {
+        match self.client.get(url).timeout(self.timeout()).send().await {
             Ok(resp) if resp.status().is_success() => {
+                // Models first, so an engine coming (back) into rotation does so with its
+                // list already known and takes no request for another model meanwhile.
+                if !u.models_configured() {
+                    self.discover_models(u).await;
+                }
                 u.record_success(&self.metrics);
-                true
             }
-            Ok(resp) => {
-                u.record_failure(self.unhealthy_after, &self.metrics, resp.status().as_str());
-                false
-            }
-            Err(e) => {
-                u.record_failure(self.unhealthy_after, &self.metrics, &e.to_string());
-                false
-            }
-        };
-        if healthy && !u.models_configured() {
-            self.discover_models(u).await;
+            Ok(resp) => u.record_failure(self.unhealthy_after, &self.metrics, resp.status().as_str()),
+            Err(e) => u.record_failure(self.unhealthy_after, &self.metrics, &e.to_string()),
         }
         check_hook(u, &self.hook, &self.metrics).await;
     }

@@ -51,6 +51,8 @@ struct MockState {
     models: Mutex<Vec<String>>,
     /// `/v1/models` answers 500 while set.
     models_failing: AtomicBool,
+    /// What `/metrics` reports as vLLM's `num_requests_waiting` and `kv_cache_usage_perc`.
+    engine_load: Mutex<(f64, f64)>,
 }
 
 /// A running mock server; stops when dropped.
@@ -75,6 +77,7 @@ impl MockUpstream {
             requests: Mutex::new(Vec::new()),
             healthy: AtomicBool::new(true),
             models_failing: AtomicBool::new(false),
+            engine_load: Mutex::new((0.0, 0.0)),
         });
         let app = router(state.clone());
         let (stop, stopped) = oneshot::channel::<()>();
@@ -122,6 +125,12 @@ impl MockUpstream {
         self.state.models_failing.store(failing, Ordering::SeqCst);
     }
 
+    /// Sets the load `/metrics` reports, as vLLM's `vllm:num_requests_waiting` and
+    /// `vllm:kv_cache_usage_perc` (0-1).
+    pub fn set_engine_load(&self, waiting: f64, kv_usage: f64) {
+        *self.state.engine_load.lock().unwrap_or_else(|e| e.into_inner()) = (waiting, kv_usage);
+    }
+
     /// Waits until `pred` holds for the recorded requests, or the timeout passes.
     pub async fn wait_for(&self, timeout: Duration, pred: impl Fn(&[RecordedRequest]) -> bool) -> bool {
         let deadline = Instant::now() + timeout;
@@ -143,6 +152,7 @@ fn router(state: Arc<MockState>) -> Router {
         .route("/v1/completions", post(generate))
         .route("/v1/models", get(models))
         .route("/health", get(health))
+        .route("/metrics", get(engine_metrics))
         .route("/mock/requests", get(recorded))
         .fallback(echo)
         .with_state(state)
@@ -345,6 +355,22 @@ async fn models(State(state): State<Arc<MockState>>) -> Response {
         )
         .collect();
     axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+/// vLLM's load gauges in Prometheus text, labelled as vLLM labels them.
+async fn engine_metrics(State(state): State<Arc<MockState>>) -> Response {
+    let (waiting, kv) = *state.engine_load.lock().unwrap_or_else(|e| e.into_inner());
+    let model = state.models.lock().ok().and_then(|m| m.first().cloned()).unwrap_or_default();
+    let labels = format!("engine=\"0\",model_name={model:?}");
+    let text = format!(
+        "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n\
+         # TYPE vllm:num_requests_waiting gauge\n\
+         vllm:num_requests_waiting{{{labels}}} {waiting}\n\
+         # HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n\
+         # TYPE vllm:kv_cache_usage_perc gauge\n\
+         vllm:kv_cache_usage_perc{{{labels}}} {kv}\n"
+    );
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
 }
 
 async fn health(State(state): State<Arc<MockState>>) -> StatusCode {

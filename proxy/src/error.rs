@@ -20,6 +20,10 @@ pub enum ProxyError {
     ModelNotFound(String),
     #[error("no healthy upstream is available")]
     NoHealthyUpstream,
+    #[error("every upstream for this model stayed busy for {after_s}s while the request waited; retry later")]
+    AdmissionTimeout { after_s: f64 },
+    #[error("the proxy's admission queue is full; retry later")]
+    AdmissionQueueFull,
     #[error("upstream {upstream} did not answer within {after_s}s")]
     UpstreamTimeout { upstream: String, after_s: f64 },
     #[error("upstream {upstream} failed: {reason}")]
@@ -45,7 +49,9 @@ impl ProxyError {
             ProxyError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             ProxyError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::NotFound(_) | ProxyError::ModelNotFound(_) => StatusCode::NOT_FOUND,
-            ProxyError::NoHealthyUpstream => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::NoHealthyUpstream
+            | ProxyError::AdmissionTimeout { .. }
+            | ProxyError::AdmissionQueueFull => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             ProxyError::UpstreamFailed { .. } => StatusCode::BAD_GATEWAY,
         }
@@ -58,6 +64,8 @@ impl ProxyError {
             ProxyError::NotFound(_) => ("invalid_request_error", None, "not_found"),
             ProxyError::ModelNotFound(_) => ("invalid_request_error", Some("model"), "model_not_found"),
             ProxyError::NoHealthyUpstream => ("server_error", None, "no_healthy_upstream"),
+            ProxyError::AdmissionTimeout { .. } => ("server_error", None, "admission_timeout"),
+            ProxyError::AdmissionQueueFull => ("server_error", None, "admission_queue_full"),
             ProxyError::UpstreamTimeout { .. } => ("server_error", None, "upstream_timeout"),
             ProxyError::UpstreamFailed { .. } => ("server_error", None, "upstream_error"),
         }
@@ -82,6 +90,8 @@ impl ProxyError {
             }
             ProxyError::ModelNotFound(_) => "model_not_found",
             ProxyError::NoHealthyUpstream => "no_upstream",
+            ProxyError::AdmissionTimeout { .. } => "admission_timeout",
+            ProxyError::AdmissionQueueFull => "admission_queue_full",
             ProxyError::UpstreamTimeout { .. } => "upstream_timeout",
             ProxyError::UpstreamFailed { .. } => "upstream_error",
         }

@@ -30,6 +30,9 @@ OPTIONAL_FIELDS = {
     "budget.think_tokens": "unset",
     "budget.per_family.*": "empty",
     "twin.workload": "unset",
+    "admission.max_streams": "unset",
+    "admission.max_waiting": "unset",
+    "admission.max_kv_usage": "unset",
 }
 
 

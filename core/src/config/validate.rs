@@ -176,6 +176,22 @@ impl MeridianConfig {
         }
         c.range_u32("exit.eat_probe_every_tokens", x.eat_probe_every_tokens, 1, 1 << 20);
 
+        let a = &self.admission;
+        if a.max_streams == Some(0) {
+            c.fail("admission.max_streams", "must be at least 1 (leave it unset for no cap)");
+        }
+        if let Some(kv) = a.max_kv_usage {
+            c.unit_interval("admission.max_kv_usage", kv);
+        }
+        c.positive("admission.queue_timeout_s", a.queue_timeout_s);
+        c.range_u32("admission.max_queued", a.max_queued, 1, 1_000_000);
+        if a.enabled && a.max_streams.is_none() && a.max_waiting.is_none() && a.max_kv_usage.is_none() {
+            c.fail(
+                "admission.enabled",
+                "is true but no saturation signal is set: set max_streams, max_waiting or max_kv_usage",
+            );
+        }
+
         let t = &self.telemetry;
         if t.log_level.trim().is_empty() {
             c.fail("telemetry.log_level", "must not be empty");

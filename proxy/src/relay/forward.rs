@@ -26,6 +26,8 @@ pub struct UpstreamRequest<'a> {
     pub request_id: &'a HeaderValue,
     /// The requested model: only upstreams serving it are chosen (`None`: any upstream).
     pub model: Option<&'a str>,
+    /// The upstream of the first attempt, already chosen (by admission control).
+    pub first: Option<InFlight>,
 }
 
 fn is_retryable_status(status: reqwest::StatusCode) -> bool {
@@ -34,14 +36,18 @@ fn is_retryable_status(status: reqwest::StatusCode) -> bool {
 
 pub async fn send_with_retries(
     state: &AppState,
-    req: UpstreamRequest<'_>,
+    mut req: UpstreamRequest<'_>,
 ) -> Result<(InFlight, reqwest::Response), ProxyError> {
     let cfg = &state.config.upstream;
     let first_byte_timeout = Duration::from_secs_f64(cfg.first_byte_timeout_s);
     let mut tried: Vec<Arc<Upstream>> = Vec::new();
     let mut last_error = ProxyError::NoHealthyUpstream;
     for attempt in 0..cfg.max_attempts {
-        let guard = match state.pool.pick(req.model, &tried, &state.metrics) {
+        let picked = match req.first.take() {
+            Some(g) => Ok(g),
+            None => state.pool.pick(req.model, &tried, &state.metrics),
+        };
+        let guard = match picked {
             Ok(g) => g,
             Err(NoPick::ModelNotServed) if attempt == 0 => {
                 return Err(ProxyError::model_not_found(req.model.unwrap_or_default()));

@@ -39,6 +39,7 @@ pub async fn passthrough(State(state): State<Arc<AppState>>, req: Request) -> Re
                 hook_body: None,
                 request_id: &id,
                 model: None,
+                first: None,
             },
         )
         .await?;

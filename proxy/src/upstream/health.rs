@@ -5,6 +5,7 @@ use axum::http::HeaderValue;
 use serde_json::Value;
 
 use super::{Upstream, UpstreamPool};
+use crate::admission::parse_engine_metrics;
 use crate::hook::HookChannel;
 use crate::telemetry::Metrics;
 
@@ -21,6 +22,8 @@ pub struct HealthChecks {
     pub hook: HookChannel,
     /// `Authorization` for the upstreams' API routes (`/v1/models`).
     pub auth: Option<HeaderValue>,
+    /// Scrape each engine's `/metrics` for its load gauges (admission control needs them).
+    pub engine_metrics: bool,
 }
 
 impl HealthChecks {
@@ -54,6 +57,8 @@ impl HealthChecks {
     async fn round(&self) {
         let checks = self.pool.all().iter().map(|u| self.check(u));
         futures::future::join_all(checks).await;
+        // Health and engine load changed: queued requests may go now.
+        self.pool.capacity_changed();
     }
 
     async fn check(&self, u: &Arc<Upstream>) {
@@ -64,6 +69,9 @@ impl HealthChecks {
                 // list already known and takes no request for another model meanwhile.
                 if !u.models_configured() {
                     self.discover_models(u).await;
+                }
+                if self.engine_metrics {
+                    self.scrape_engine(u).await;
                 }
                 u.record_success(&self.metrics);
             }
@@ -95,6 +103,19 @@ impl HealthChecks {
                 tracing::debug!(upstream = %u.name, %error, known = u.models().is_some(), "model discovery failed");
             }
         }
+    }
+}
+
+impl HealthChecks {
+    /// The engine's own load gauges from its `/metrics`; unknown when that fails.
+    async fn scrape_engine(&self, u: &Upstream) {
+        let req = self.client.get(format!("{}/metrics", u.base_url)).timeout(self.timeout());
+        let text = async { req.send().await.ok()?.error_for_status().ok()?.text().await.ok() }.await;
+        let load = text.as_deref().map(parse_engine_metrics).unwrap_or_default();
+        if text.is_none() {
+            tracing::debug!(upstream = %u.name, "engine metrics scrape failed");
+        }
+        u.set_engine_load(load.waiting, load.kv_usage);
     }
 }
 

@@ -1,5 +1,7 @@
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
+
+use tokio::sync::Notify;
 
 use meridian_core::config::EndpointConfig;
 
@@ -23,6 +25,10 @@ pub struct Upstream {
     models: RwLock<Option<Arc<[String]>>>,
     /// The names came from the config; discovery leaves them alone.
     models_configured: bool,
+    /// The engine's `vllm:num_requests_waiting` and `vllm:kv_cache_usage_perc` from its
+    /// last `/metrics` scrape, as f64 bits; NaN while unknown.
+    engine_waiting: AtomicU64,
+    engine_kv_usage: AtomicU64,
 }
 
 impl Upstream {
@@ -41,7 +47,21 @@ impl Upstream {
             hook_ready: AtomicBool::new(false),
             models: RwLock::new(cfg.models.as_deref().map(Arc::from)),
             models_configured: cfg.models.is_some(),
+            engine_waiting: AtomicU64::new(f64::NAN.to_bits()),
+            engine_kv_usage: AtomicU64::new(f64::NAN.to_bits()),
         }
+    }
+
+    /// Records the engine's own load gauges (`None`: unknown, e.g. the scrape failed).
+    pub fn set_engine_load(&self, waiting: Option<f64>, kv_usage: Option<f64>) {
+        self.engine_waiting.store(waiting.unwrap_or(f64::NAN).to_bits(), Ordering::Relaxed);
+        self.engine_kv_usage.store(kv_usage.unwrap_or(f64::NAN).to_bits(), Ordering::Relaxed);
+    }
+
+    /// The engine's requests waiting and KV cache usage (0-1), as last scraped.
+    pub fn engine_load(&self) -> (Option<f64>, Option<f64>) {
+        let read = |a: &AtomicU64| Some(f64::from_bits(a.load(Ordering::Relaxed))).filter(|v| !v.is_nan());
+        (read(&self.engine_waiting), read(&self.engine_kv_usage))
     }
 
     /// The served model names, when known (configured or discovered).
@@ -117,6 +137,7 @@ impl Upstream {
 pub struct InFlight {
     upstream: Arc<Upstream>,
     metrics: Arc<Metrics>,
+    released: Arc<Notify>,
 }
 
 impl InFlight {
@@ -129,6 +150,7 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         let now = self.upstream.in_flight.fetch_sub(1, Ordering::Relaxed) - 1;
         self.metrics.set_upstream_in_flight(&self.upstream.name, now);
+        self.released.notify_one();
     }
 }
 
@@ -140,6 +162,9 @@ pub enum NoPick {
     /// Upstreams are in rotation, but every one of them (and every other) is known not
     /// to serve the requested model.
     ModelNotServed,
+    /// Upstreams in rotation serve the model, but the caller's condition (admission's
+    /// "not saturated") excluded every one of them.
+    Saturated,
 }
 
 /// All upstreams, with least-loaded choice among the healthy ones.
@@ -147,6 +172,8 @@ pub enum NoPick {
 pub struct UpstreamPool {
     upstreams: Vec<Arc<Upstream>>,
     rotation: AtomicUsize,
+    /// Signalled when capacity may have freed up: a request ended, a health round ran.
+    released: Arc<Notify>,
 }
 
 impl UpstreamPool {
@@ -154,7 +181,18 @@ impl UpstreamPool {
         UpstreamPool {
             upstreams: endpoints.iter().map(|e| Arc::new(Upstream::new(e))).collect(),
             rotation: AtomicUsize::new(0),
+            released: Arc::new(Notify::new()),
         }
+    }
+
+    /// Wakes whoever waits for capacity (admission control).
+    pub fn capacity_changed(&self) {
+        self.released.notify_one();
+    }
+
+    /// Completes when capacity may have freed up since the last call (one waiter).
+    pub async fn capacity_notified(&self) {
+        self.released.notified().await;
     }
 
     pub fn all(&self) -> &[Arc<Upstream>] {
@@ -175,17 +213,39 @@ impl UpstreamPool {
         tried: &[Arc<Upstream>],
         metrics: &Arc<Metrics>,
     ) -> Result<InFlight, NoPick> {
+        self.pick_where(model, tried, metrics, |_| true)
+    }
+
+    /// [`pick`](Self::pick) among the upstreams that also satisfy `ok`; when `ok` rules
+    /// out every candidate, [`NoPick::Saturated`].
+    pub fn pick_where(
+        &self,
+        model: Option<&str>,
+        tried: &[Arc<Upstream>],
+        metrics: &Arc<Metrics>,
+        ok: impl Fn(&Upstream) -> bool,
+    ) -> Result<InFlight, NoPick> {
         let n = self.upstreams.len();
         if n == 0 {
             return Err(NoPick::NoHealthy);
         }
         let may_serve = |u: &Upstream| model.is_none_or(|m| u.serves(m) != Some(false));
         let start = self.rotation.fetch_add(1, Ordering::Relaxed) % n;
-        let chosen = (0..n)
+        let candidates = (0..n)
             .map(|i| &self.upstreams[(start + i) % n])
-            .filter(|u| u.is_healthy() && !tried.iter().any(|t| Arc::ptr_eq(t, u)) && may_serve(u))
-            .min_by_key(|u| u.in_flight());
+            .filter(|u| u.is_healthy() && !tried.iter().any(|t| Arc::ptr_eq(t, u)) && may_serve(u));
+        let mut any_candidate = false;
+        let mut chosen: Option<&Arc<Upstream>> = None;
+        for u in candidates {
+            any_candidate = true;
+            if ok(u) && chosen.is_none_or(|c| u.in_flight() < c.in_flight()) {
+                chosen = Some(u);
+            }
+        }
         let Some(chosen) = chosen.cloned() else {
+            if any_candidate {
+                return Err(NoPick::Saturated);
+            }
             let someone_serves = self.upstreams.iter().any(|u| may_serve(u));
             return Err(if !someone_serves && self.any_healthy() {
                 NoPick::ModelNotServed
@@ -195,7 +255,7 @@ impl UpstreamPool {
         };
         let now = chosen.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         metrics.set_upstream_in_flight(&chosen.name, now);
-        Ok(InFlight { upstream: chosen, metrics: metrics.clone() })
+        Ok(InFlight { upstream: chosen, metrics: metrics.clone(), released: self.released.clone() })
     }
 
     /// The union of the known model lists, in pool order without duplicates, and whether

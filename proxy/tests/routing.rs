@@ -160,3 +160,56 @@ async fn configured_models_override_discovery() {
     // A's own metadata for the names it lists, a bare entry for the configured alias.
     assert_eq!(listed(&p).await, vec!["alias", "model-a", "model-b"]);
 }
+
+/// A stream the mock stops and keeps open, `answering` (after its first visible token) or
+/// not (after its first event, before any token): it stays in that phase until dropped.
+async fn open_stream(rig: &Rig, answering: bool) -> reqwest::Response {
+    let fixture = rig.mocks[0].fixture("qwen3-reasoning").unwrap();
+    let ends = fixture.event_ends();
+    let text = String::from_utf8_lossy(&fixture.body).into_owned();
+    let cut = if answering {
+        let first_content =
+            text.match_indices("\"content\":\"").find(|(i, m)| !text[i + m.len()..].starts_with('"'));
+        let at = first_content.unwrap().0;
+        *ends.iter().find(|e| **e > at).unwrap()
+    } else {
+        ends[0]
+    };
+    let b = serde_json::json!({"model": "Qwen/Qwen3-8B", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+    let resp = rig
+        .client
+        .post(rig.url("/v1/chat/completions"))
+        .header("x-mock-hang-after-bytes", cut.to_string())
+        .json(&b)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    resp
+}
+
+#[tokio::test]
+async fn among_servers_of_a_model_the_one_with_fewest_answering_streams_wins() {
+    let rig = Rig::with(2, |c| c.upstream.idle_timeout_s = 30.0).await;
+    let pool = rig.proxy.state.pool.clone();
+    let answering = open_stream(&rig, true).await;
+    eventually("one stream answering", || pool.all().iter().map(|u| u.output_streams()).sum::<usize>() == 1)
+        .await;
+    let x = pool.all().iter().position(|u| u.output_streams() == 1).unwrap();
+    let y = 1 - x;
+    // Two thinking streams: both go to Y, the one without an answering stream, although
+    // the second finds Y busier (2 in flight against X's 1).
+    let _t1 = open_stream(&rig, false).await;
+    let _t2 = open_stream(&rig, false).await;
+    assert_eq!((pool.all()[x].in_flight(), pool.all()[y].in_flight()), (1, 2));
+    assert_eq!(rig.mocks[y].requests().len(), 2);
+    let got = receive(rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[])).await;
+    assert_eq!(got.status, 200);
+    assert_eq!((rig.mocks[x].requests().len(), rig.mocks[y].requests().len()), (1, 3));
+    // The answer ends: X has the fewest in flight again and takes the next one.
+    drop(answering);
+    eventually("answer closed", || pool.all()[x].output_streams() == 0 && pool.all()[x].in_flight() == 0)
+        .await;
+    assert_eq!(receive(rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[])).await.status, 200);
+    assert_eq!(rig.mocks[x].requests().len(), 2);
+}

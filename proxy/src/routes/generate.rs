@@ -102,6 +102,7 @@ async fn relay_generation(
         upstream: upstream_name.clone(),
         started,
         think_budget,
+        upstream_ref: Some(in_flight.upstream().clone()),
     };
 
     if status.is_success() && is_sse {

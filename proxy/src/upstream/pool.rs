@@ -3,6 +3,7 @@ use std::sync::{Arc, RwLock};
 
 use tokio::sync::Notify;
 
+use meridian_core::Phase;
 use meridian_core::config::EndpointConfig;
 
 use crate::telemetry::Metrics;
@@ -29,6 +30,8 @@ pub struct Upstream {
     /// last `/metrics` scrape, as f64 bits; NaN while unknown.
     engine_waiting: AtomicU64,
     engine_kv_usage: AtomicU64,
+    /// Streams through this proxy currently in the output phase (the observer keeps it).
+    output_streams: AtomicUsize,
 }
 
 impl Upstream {
@@ -49,6 +52,28 @@ impl Upstream {
             models_configured: cfg.models.is_some(),
             engine_waiting: AtomicU64::new(f64::NAN.to_bits()),
             engine_kv_usage: AtomicU64::new(f64::NAN.to_bits()),
+            output_streams: AtomicUsize::new(0),
+        }
+    }
+
+    /// Streams to this upstream that are answering (output phase) right now.
+    pub fn output_streams(&self) -> usize {
+        self.output_streams.load(Ordering::Relaxed)
+    }
+
+    /// Moves one stream of this upstream between phases (`None`: not open).
+    pub fn move_stream(&self, from: Option<Phase>, to: Option<Phase>) {
+        match (from == Some(Phase::Output), to == Some(Phase::Output)) {
+            (false, true) => {
+                self.output_streams.fetch_add(1, Ordering::Relaxed);
+            }
+            (true, false) => {
+                // Never below zero, whatever order the updates arrive in.
+                let _ = self
+                    .output_streams
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| Some(n.saturating_sub(1)));
+            }
+            _ => {}
         }
     }
 
@@ -203,10 +228,12 @@ impl UpstreamPool {
         self.upstreams.iter().any(|u| u.is_healthy())
     }
 
-    /// The healthy upstream with the fewest requests in flight among those that serve
-    /// `model` (any upstream when `model` is `None`), skipping `tried`. An upstream whose
-    /// model list is not known yet may serve anything. Ties go round-robin so equal
-    /// servers share the load.
+    /// Among the healthy upstreams that serve `model` (any upstream when `model` is
+    /// `None`), skipping `tried`: the one with the fewest streams in the output phase
+    /// (the latency-sensitive ones: a new request's prefill and thinking slow their
+    /// answers least there), then the fewest requests in flight. An upstream whose model
+    /// list is not known yet may serve anything. Ties go round-robin so equal servers
+    /// share the load.
     pub fn pick(
         &self,
         model: Option<&str>,
@@ -238,7 +265,8 @@ impl UpstreamPool {
         let mut chosen: Option<&Arc<Upstream>> = None;
         for u in candidates {
             any_candidate = true;
-            if ok(u) && chosen.is_none_or(|c| u.in_flight() < c.in_flight()) {
+            let load = |u: &Upstream| (u.output_streams(), u.in_flight());
+            if ok(u) && chosen.is_none_or(|c| load(u) < load(c)) {
                 chosen = Some(u);
             }
         }
@@ -317,6 +345,28 @@ mod tests {
         p.all()[1].record_failure(1, &m, "test");
         assert_eq!(p.pick(Some("c"), &[], &m).unwrap_err(), NoPick::NoHealthy);
         assert_eq!(p.known_models(), (vec!["a".into(), "b".into(), "c".into(), "d".into()], true));
+    }
+
+    #[test]
+    fn prefers_the_upstream_with_fewest_answering_streams_then_least_in_flight() {
+        let m = Arc::new(Metrics::new());
+        let p = pool(2);
+        let (u0, u1) = (p.all()[0].clone(), p.all()[1].clone());
+        // u0: one request, thinking; u1: one request, answering.
+        let _a = p.pick(None, &[], &m).unwrap();
+        let _b = p.pick(None, &[], &m).unwrap();
+        u1.move_stream(Some(Phase::Think), Some(Phase::Output));
+        assert_eq!(p.pick(None, &[], &m).unwrap().upstream().name, "u0:8000");
+        // Two thinking on u0 against one answering on u1: still u0.
+        let _c = p.pick(None, &[], &m).unwrap();
+        assert_eq!(u0.in_flight(), 2);
+        assert_eq!(p.pick(None, &[], &m).unwrap().upstream().name, "u0:8000");
+        // The answer ends: least in flight decides again.
+        u1.move_stream(Some(Phase::Output), None);
+        assert_eq!(u1.output_streams(), 0);
+        assert_eq!(p.pick(None, &[], &m).unwrap().upstream().name, "u1:8000");
+        u1.move_stream(Some(Phase::Output), None);
+        assert_eq!(u1.output_streams(), 0, "never below zero");
     }
 
     fn pool(n: usize) -> UpstreamPool {

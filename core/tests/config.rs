@@ -45,8 +45,19 @@ health_interval_s = -1.0
 url = "http://vllm:8000/v1"
 [[upstream.endpoints]]
 url = "ftp://x"
+[[upstream.endpoints]]
+url = "http://a:8000"
+models = []
+[[upstream.endpoints]]
+url = "http://b:8000"
+models = ["ok", " "]
 [models]
 default_family = "nope"
+[admission]
+enabled = true
+max_kv_usage = 1.5
+queue_timeout_s = 0
+max_queued = 0
 "#,
     )
     .unwrap_err();
@@ -56,10 +67,24 @@ default_family = "nope"
         "upstream.health_interval_s must be a positive number of seconds; got -1",
         "upstream.endpoints[0].url must be the server's base URL without /v1",
         "upstream.endpoints[1].url must be an http:// or https:// URL",
+        "upstream.endpoints[2].models must list at least one served model name",
+        "upstream.endpoints[3].models[1] must not be empty",
         "models.default_family names unknown family \"nope\"",
+        "admission.max_kv_usage must be in (0, 1]; got 1.5",
+        "admission.queue_timeout_s must be a positive number of seconds; got 0",
+        "admission.max_queued must be in [1, 1000000]; got 0",
     ] {
         assert!(err.contains(expected), "missing {expected:?} in:\n{err}");
     }
+}
+
+#[test]
+fn admission_needs_a_saturation_signal_when_enabled() {
+    let err = validate("[admission]\nenabled = true\n").unwrap_err();
+    assert!(err.contains("admission.enabled is true but no saturation signal is set"), "{err}");
+    assert!(validate("[admission]\nmax_streams = 0\n").unwrap_err().contains("admission.max_streams"));
+    let ok = validate("[admission]\nenabled = true\nmax_waiting = 0\n").unwrap();
+    assert_eq!(ok.admission.max_waiting, Some(0));
 }
 
 #[test]

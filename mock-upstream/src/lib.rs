@@ -15,6 +15,9 @@
 //! | `x-mock-hang-after-bytes: N` | stop sending after N bytes but keep the connection open |
 //! | `x-mock-status: CODE` | answer with this status and an OpenAI-style error |
 //!
+//! `/metrics` reports vLLM's `vllm:num_requests_waiting` and `vllm:kv_cache_usage_perc`
+//! gauges, 0 unless set with [`MockUpstream::set_engine_load`].
+//!
 //! Every request is recorded (headers, body, and whether its client went away before the
 //! end), so tests can check what the proxy sent upstream and that it cancelled.
 

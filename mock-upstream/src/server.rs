@@ -47,6 +47,12 @@ struct MockState {
     options: MockOptions,
     requests: Mutex<Vec<RecordedRequest>>,
     healthy: AtomicBool,
+    /// What `/v1/models` lists now (starts as `options.models`).
+    models: Mutex<Vec<String>>,
+    /// `/v1/models` answers 500 while set.
+    models_failing: AtomicBool,
+    /// What `/metrics` reports as vLLM's `num_requests_waiting` and `kv_cache_usage_perc`.
+    engine_load: Mutex<(f64, f64)>,
 }
 
 /// A running mock server; stops when dropped.
@@ -66,9 +72,12 @@ impl MockUpstream {
         let addr = listener.local_addr()?;
         let state = Arc::new(MockState {
             fixtures,
+            models: Mutex::new(options.models.clone()),
             options,
             requests: Mutex::new(Vec::new()),
             healthy: AtomicBool::new(true),
+            models_failing: AtomicBool::new(false),
+            engine_load: Mutex::new((0.0, 0.0)),
         });
         let app = router(state.clone());
         let (stop, stopped) = oneshot::channel::<()>();
@@ -106,6 +115,22 @@ impl MockUpstream {
         self.state.healthy.store(healthy, Ordering::SeqCst);
     }
 
+    /// Replaces the model ids `/v1/models` lists.
+    pub fn set_models(&self, models: Vec<String>) {
+        *self.state.models.lock().unwrap_or_else(|e| e.into_inner()) = models;
+    }
+
+    /// Makes `/v1/models` answer 500 (a server without the route, or a broken one).
+    pub fn set_models_failing(&self, failing: bool) {
+        self.state.models_failing.store(failing, Ordering::SeqCst);
+    }
+
+    /// Sets the load `/metrics` reports, as vLLM's `vllm:num_requests_waiting` and
+    /// `vllm:kv_cache_usage_perc` (0-1).
+    pub fn set_engine_load(&self, waiting: f64, kv_usage: f64) {
+        *self.state.engine_load.lock().unwrap_or_else(|e| e.into_inner()) = (waiting, kv_usage);
+    }
+
     /// Waits until `pred` holds for the recorded requests, or the timeout passes.
     pub async fn wait_for(&self, timeout: Duration, pred: impl Fn(&[RecordedRequest]) -> bool) -> bool {
         let deadline = Instant::now() + timeout;
@@ -127,6 +152,7 @@ fn router(state: Arc<MockState>) -> Router {
         .route("/v1/completions", post(generate))
         .route("/v1/models", get(models))
         .route("/health", get(health))
+        .route("/metrics", get(engine_metrics))
         .route("/mock/requests", get(recorded))
         .fallback(echo)
         .with_state(state)
@@ -318,15 +344,33 @@ fn aggregate(fixture: &Fixture, chat: bool) -> Value {
 }
 
 async fn models(State(state): State<Arc<MockState>>) -> Response {
-    let data: Vec<Value> = state
-        .options
-        .models
+    if state.models_failing.load(Ordering::SeqCst) {
+        return error_response(StatusCode::INTERNAL_SERVER_ERROR, "mock models failure");
+    }
+    let models = state.models.lock().map(|m| m.clone()).unwrap_or_default();
+    let data: Vec<Value> = models
         .iter()
         .map(
             |m| json!({"id": m, "object": "model", "created": 0, "owned_by": "vllm", "max_model_len": 32768}),
         )
         .collect();
     axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+/// vLLM's load gauges in Prometheus text, labelled as vLLM labels them.
+async fn engine_metrics(State(state): State<Arc<MockState>>) -> Response {
+    let (waiting, kv) = *state.engine_load.lock().unwrap_or_else(|e| e.into_inner());
+    let model = state.models.lock().ok().and_then(|m| m.first().cloned()).unwrap_or_default();
+    let labels = format!("engine=\"0\",model_name={model:?}");
+    let text = format!(
+        "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n\
+         # TYPE vllm:num_requests_waiting gauge\n\
+         vllm:num_requests_waiting{{{labels}}} {waiting}\n\
+         # HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n\
+         # TYPE vllm:kv_cache_usage_perc gauge\n\
+         vllm:kv_cache_usage_perc{{{labels}}} {kv}\n"
+    );
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
 }
 
 async fn health(State(state): State<Arc<MockState>>) -> StatusCode {

@@ -16,8 +16,14 @@ pub enum ProxyError {
     PayloadTooLarge { limit: u64 },
     #[error("no route {0}")]
     NotFound(String),
+    #[error("The model `{0}` does not exist or is not served here.")]
+    ModelNotFound(String),
     #[error("no healthy upstream is available")]
     NoHealthyUpstream,
+    #[error("every upstream for this model stayed busy for {after_s}s while the request waited; retry later")]
+    AdmissionTimeout { after_s: f64 },
+    #[error("the proxy's admission queue is full; retry later")]
+    AdmissionQueueFull,
     #[error("upstream {upstream} did not answer within {after_s}s")]
     UpstreamTimeout { upstream: String, after_s: f64 },
     #[error("upstream {upstream} failed: {reason}")]
@@ -25,6 +31,15 @@ pub enum ProxyError {
 }
 
 impl ProxyError {
+    /// 404 for a model no upstream serves; the name is the client's own, shortened.
+    pub fn model_not_found(model: &str) -> Self {
+        let mut name: String = model.chars().take(200).collect();
+        if name.len() < model.len() {
+            name.push('…');
+        }
+        ProxyError::ModelNotFound(name)
+    }
+
     pub fn bad_request(message: impl Into<String>, param: Option<&'static str>, code: &'static str) -> Self {
         ProxyError::BadRequest { message: message.into(), param, code }
     }
@@ -33,8 +48,10 @@ impl ProxyError {
         match self {
             ProxyError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             ProxyError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ProxyError::NotFound(_) => StatusCode::NOT_FOUND,
-            ProxyError::NoHealthyUpstream => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::NotFound(_) | ProxyError::ModelNotFound(_) => StatusCode::NOT_FOUND,
+            ProxyError::NoHealthyUpstream
+            | ProxyError::AdmissionTimeout { .. }
+            | ProxyError::AdmissionQueueFull => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             ProxyError::UpstreamFailed { .. } => StatusCode::BAD_GATEWAY,
         }
@@ -45,7 +62,10 @@ impl ProxyError {
             ProxyError::BadRequest { param, code, .. } => ("invalid_request_error", *param, code),
             ProxyError::PayloadTooLarge { .. } => ("invalid_request_error", None, "request_too_large"),
             ProxyError::NotFound(_) => ("invalid_request_error", None, "not_found"),
+            ProxyError::ModelNotFound(_) => ("invalid_request_error", Some("model"), "model_not_found"),
             ProxyError::NoHealthyUpstream => ("server_error", None, "no_healthy_upstream"),
+            ProxyError::AdmissionTimeout { .. } => ("server_error", None, "admission_timeout"),
+            ProxyError::AdmissionQueueFull => ("server_error", None, "admission_queue_full"),
             ProxyError::UpstreamTimeout { .. } => ("server_error", None, "upstream_timeout"),
             ProxyError::UpstreamFailed { .. } => ("server_error", None, "upstream_error"),
         }
@@ -68,7 +88,10 @@ impl ProxyError {
             ProxyError::BadRequest { .. } | ProxyError::PayloadTooLarge { .. } | ProxyError::NotFound(_) => {
                 "bad_request"
             }
+            ProxyError::ModelNotFound(_) => "model_not_found",
             ProxyError::NoHealthyUpstream => "no_upstream",
+            ProxyError::AdmissionTimeout { .. } => "admission_timeout",
+            ProxyError::AdmissionQueueFull => "admission_queue_full",
             ProxyError::UpstreamTimeout { .. } => "upstream_timeout",
             ProxyError::UpstreamFailed { .. } => "upstream_error",
         }

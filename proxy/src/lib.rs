@@ -8,6 +8,7 @@
 //! upstream and streams the answer back, [`upstream`] keeps the pool healthy and balanced,
 //! and [`telemetry`] exports what was measured.
 
+pub mod admission;
 pub mod cli;
 pub mod error;
 pub mod headers;

@@ -56,6 +56,7 @@ async fn serve(args: ConfigArgs) -> Result<(), String> {
             url: twin.url(),
             name: Some("twin".into()),
             hook: None,
+            models: None,
         }];
         Some(twin)
     } else {

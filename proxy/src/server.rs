@@ -9,7 +9,7 @@ use tokio::net::TcpListener;
 
 use crate::routes;
 use crate::state::AppState;
-use crate::upstream::spawn_health_checks;
+use crate::upstream::HealthChecks;
 
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
@@ -30,6 +30,8 @@ pub struct Server {
     stop: tokio::sync::watch::Sender<bool>,
     serving: tokio::task::JoinHandle<std::io::Result<()>>,
     health: tokio::task::JoinHandle<()>,
+    /// Admission control's release loop, when admission is on.
+    pump: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Server {
@@ -38,16 +40,20 @@ impl Server {
         let state = Arc::new(state);
         let local_addr = listener.local_addr()?;
         let u = &state.config.upstream;
-        let health = spawn_health_checks(
-            state.pool.clone(),
-            state.client.clone(),
-            u.health_path.clone(),
-            Duration::from_secs_f64(u.health_interval_s),
-            u.unhealthy_after,
-            state.metrics.clone(),
-            state.hook.clone(),
-        )
+        let health = HealthChecks {
+            pool: state.pool.clone(),
+            client: state.client.clone(),
+            path: u.health_path.clone(),
+            interval: Duration::from_secs_f64(u.health_interval_s),
+            unhealthy_after: u.unhealthy_after,
+            metrics: state.metrics.clone(),
+            hook: state.hook.clone(),
+            auth: state.upstream_auth.clone(),
+            engine_metrics: state.admission.enabled() && state.admission.limits().reads_engine_metrics(),
+        }
+        .spawn()
         .await;
+        let pump = state.admission.enabled().then(|| state.admission.clone().spawn_pump());
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
         let grace = Duration::from_secs_f64(state.config.server.shutdown_grace_s);
         let app = router(state.clone());
@@ -69,13 +75,16 @@ impl Server {
                 } => Ok(()),
             }
         });
-        Ok(Server { local_addr, state, stop, serving, health })
+        Ok(Server { local_addr, state, stop, serving, health, pump })
     }
 
     /// Stops accepting, lets open streams finish within the grace period, then returns.
     pub async fn shutdown(mut self) -> std::io::Result<()> {
         let _ = self.stop.send(true);
         self.health.abort();
+        if let Some(p) = &self.pump {
+            p.abort();
+        }
         (&mut self.serving).await.unwrap_or(Ok(()))
     }
 
@@ -88,6 +97,9 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.health.abort();
+        if let Some(p) = &self.pump {
+            p.abort();
+        }
         self.serving.abort();
     }
 }

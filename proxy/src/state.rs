@@ -8,6 +8,7 @@ use axum::http::HeaderValue;
 use meridian_core::models::ModelFamily;
 use meridian_core::{MeridianConfig, ModelRegistry};
 
+use crate::admission::Admission;
 use crate::telemetry::Metrics;
 use crate::upstream::UpstreamPool;
 
@@ -21,6 +22,8 @@ pub struct AppState {
     pub upstream_auth: Option<HeaderValue>,
     /// The policy channel to the engines' hooks.
     pub hook: HookChannel,
+    /// Admission control (`[admission]`).
+    pub admission: Arc<Admission>,
 }
 
 /// Why the proxy could not be assembled from a valid config.
@@ -63,7 +66,9 @@ impl AppState {
             metrics.set_hook_ready(&up.name, false);
         }
         let hook = HookChannel::new(&config.hook, client.clone());
+        let admission = Arc::new(Admission::new(&config.admission, pool.clone(), metrics.clone()));
         Ok(AppState {
+            admission,
             hook,
             config: Arc::new(config),
             models: Arc::new(models),

@@ -22,6 +22,7 @@ OPTIONAL_FIELDS = {
     "upstream.endpoints[].url": "required",
     "upstream.endpoints[].name": "host:port of the URL",
     "upstream.endpoints[].hook": "unset",
+    "upstream.endpoints[].models": "unset",
     "upstream.api_key_env": "unset",
     "models.dir": "unset",
     "models.aliases.*": "empty",
@@ -29,6 +30,9 @@ OPTIONAL_FIELDS = {
     "budget.think_tokens": "unset",
     "budget.per_family.*": "empty",
     "twin.workload": "unset",
+    "admission.max_streams": "unset",
+    "admission.max_waiting": "unset",
+    "admission.max_kv_usage": "unset",
 }
 
 

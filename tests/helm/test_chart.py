@@ -248,6 +248,16 @@ def test_external_upstreams_with_a_hook_get_the_token():
     assert r.maybe("ConfigMap", "meridian-hook") is None  # no engine of ours to configure
 
 
+def test_several_models_share_one_proxy():
+    """The proxy routes by model name: engines of different models in one release, their
+    names learned from /v1/models; an external server may pin its list."""
+    r = render({"vllm": {"models": [{"name": "a", "model": "Qwen/Qwen3-8B"}, {"name": "b", "model": "openai/gpt-oss-20b"}]},
+                "externalUpstreams": [{"url": "http://x:8000", "models": ["extra", "extra-lora"]}]})
+    eps = proxy_toml(r)["upstream"]["endpoints"]
+    assert [e["name"] for e in eps[:2]] == ["a-0", "b-0"]
+    assert [e.get("models") for e in eps] == [None, None, ["extra", "extra-lora"]]
+
+
 def test_config_checksum_follows_the_config(example):
     _, values, r = example
     dep = r.get("Deployment", PROXY)
@@ -323,8 +333,17 @@ def test_vllm_serves_the_model_with_its_flags():
     values = example_values("multi-replica")
     model = values["vllm"]["models"][0]
     r = render(values)
-    deps = engines(r)
-    assert [d["metadata"]["name"] for d in deps] == ["meridian-vllm-r1-qwen-32b-0", "meridian-vllm-r1-qwen-32b-1"]
+    all_engines = {d["metadata"]["name"]: d for d in engines(r)}
+    assert sorted(all_engines) == [
+        "meridian-vllm-gpt-oss-20b-0", "meridian-vllm-r1-qwen-32b-0", "meridian-vllm-r1-qwen-32b-1"]
+    # The second model: its own engine, flags and GPU count.
+    other = container(all_engines["meridian-vllm-gpt-oss-20b-0"], "vllm")
+    other_pairs = dict(zip(other["args"][1::2], other["args"][2::2]))
+    assert other["args"][0] == "openai/gpt-oss-20b"
+    assert other_pairs["--served-model-name"] == "gpt-oss-20b"
+    assert other_pairs["--reasoning-parser"] == "openai_gptoss"
+    assert other["resources"]["limits"]["nvidia.com/gpu"] == 1
+    deps = [d for name, d in sorted(all_engines.items()) if "r1-qwen-32b" in name]
     for dep in deps:
         c = container(dep, "vllm")
         assert c["command"] == ["vllm", "serve"]
@@ -506,10 +525,6 @@ def test_every_alert_has_a_runbook_section():
 @pytest.mark.parametrize(
     "values,message",
     [
-        (
-            {"vllm": {"models": [{"name": "a", "model": "Qwen/Qwen3-8B"}, {"name": "b", "model": "openai/gpt-oss-20b"}]}},
-            "install one release per model",
-        ),
         ({"vllm": {"models": [{"name": "a", "model": "m"}, {"name": "a", "model": "m"}]}}, "used twice"),
         ({"proxy": {"terminationGracePeriodSeconds": 30}}, "terminationGracePeriodSeconds"),
         ({"proxy": {"podDisruptionBudget": {"enabled": True, "minAvailable": 1, "maxUnavailable": 1}}}, "not both"),

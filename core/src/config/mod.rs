@@ -28,6 +28,7 @@ pub struct MeridianConfig {
     pub budget: BudgetConfig,
     pub hook: HookConfig,
     pub exit: ExitConfig,
+    pub admission: AdmissionConfig,
 }
 
 /// The proxy's listener and request limits.
@@ -107,6 +108,41 @@ pub struct EndpointConfig {
     /// `host:port` of the Meridian hook's policy channel in this server's engine, if it
     /// runs one (see `[hook]`).
     pub hook: Option<String>,
+    /// Served model names this server takes requests for. Unset: learned from its
+    /// `GET /v1/models` every health round.
+    pub models: Option<Vec<String>>,
+}
+
+/// Admission control: new requests wait in the proxy while their upstreams are saturated,
+/// and are released highest class first (output-phase starts, interactive, batch).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdmissionConfig {
+    /// Off: every request goes upstream at once (vLLM queues it).
+    pub enabled: bool,
+    /// Requests open through this proxy per upstream at which it counts as saturated.
+    pub max_streams: Option<u32>,
+    /// Saturated while the engine's `vllm:num_requests_waiting` is above this.
+    pub max_waiting: Option<u32>,
+    /// Saturated while the engine's `vllm:kv_cache_usage_perc` (0-1) is above this.
+    pub max_kv_usage: Option<f64>,
+    /// Longest a request waits in the proxy's queue before it gets 503.
+    pub queue_timeout_s: f64,
+    /// Requests the queue holds; beyond it new ones get 503 at once.
+    pub max_queued: u32,
+}
+
+impl Default for AdmissionConfig {
+    fn default() -> Self {
+        AdmissionConfig {
+            enabled: false,
+            max_streams: None,
+            max_waiting: None,
+            max_kv_usage: None,
+            queue_timeout_s: 30.0,
+            max_queued: 1024,
+        }
+    }
 }
 
 /// Where model family boundaries come from.

@@ -91,6 +91,19 @@ impl MeridianConfig {
                     );
                 }
             }
+            if let Some(models) = &ep.models {
+                if models.is_empty() {
+                    c.fail(
+                        format!("upstream.endpoints[{i}].models"),
+                        "must list at least one served model name (leave it unset to learn them from /v1/models)",
+                    );
+                }
+                for (j, m) in models.iter().enumerate() {
+                    if m.trim().is_empty() {
+                        c.fail(format!("upstream.endpoints[{i}].models[{j}]"), "must not be empty");
+                    }
+                }
+            }
         }
         c.positive("upstream.connect_timeout_s", u.connect_timeout_s);
         c.positive("upstream.first_byte_timeout_s", u.first_byte_timeout_s);
@@ -162,6 +175,22 @@ impl MeridianConfig {
             c.fail("exit.eat_delta", format!("must be a positive variance; got {}", x.eat_delta));
         }
         c.range_u32("exit.eat_probe_every_tokens", x.eat_probe_every_tokens, 1, 1 << 20);
+
+        let a = &self.admission;
+        if a.max_streams == Some(0) {
+            c.fail("admission.max_streams", "must be at least 1 (leave it unset for no cap)");
+        }
+        if let Some(kv) = a.max_kv_usage {
+            c.unit_interval("admission.max_kv_usage", kv);
+        }
+        c.positive("admission.queue_timeout_s", a.queue_timeout_s);
+        c.range_u32("admission.max_queued", a.max_queued, 1, 1_000_000);
+        if a.enabled && a.max_streams.is_none() && a.max_waiting.is_none() && a.max_kv_usage.is_none() {
+            c.fail(
+                "admission.enabled",
+                "is true but no saturation signal is set: set max_streams, max_waiting or max_kv_usage",
+            );
+        }
 
         let t = &self.telemetry;
         if t.log_level.trim().is_empty() {

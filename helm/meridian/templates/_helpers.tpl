@@ -230,13 +230,6 @@ runbook_url: {{ printf "%s/operations.html#%s" (trimSuffix "/" .) $.anchor }}
 {{- if le (float64 .Values.proxy.terminationGracePeriodSeconds) $need -}}
 {{- fail (printf "proxy.terminationGracePeriodSeconds (%v) must exceed config.server.shutdown_grace_s plus proxy.preStopSleepSeconds (%v), or open streams are killed mid-way on every rollout" .Values.proxy.terminationGracePeriodSeconds $need) -}}
 {{- end -}}
-{{- $served := dict -}}
-{{- range .Values.vllm.models -}}
-{{- $_ := set $served (default .model .servedModelName) true -}}
-{{- end -}}
-{{- if gt (len $served) 1 -}}
-{{- fail (printf "vllm.models serves %d different models (%s) behind one proxy, but the proxy balances over all its upstreams without routing by model name: install one release per model" (len $served) (keys $served | sortAlpha | join ", ")) -}}
-{{- end -}}
 {{- $names := dict -}}
 {{- range .Values.vllm.models -}}
 {{- if hasKey $names .name -}}

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use crate::error::ProxyError;
 use crate::request_id::REQUEST_ID;
 use crate::state::AppState;
-use crate::upstream::{InFlight, Upstream};
+use crate::upstream::{InFlight, NoPick, Upstream};
 
 /// What to send, minus the upstream it goes to.
 pub struct UpstreamRequest<'a> {
@@ -24,6 +24,10 @@ pub struct UpstreamRequest<'a> {
     /// The body for upstreams whose hook is ready (see `routes::body::hook_body`).
     pub hook_body: Option<Bytes>,
     pub request_id: &'a HeaderValue,
+    /// The requested model: only upstreams serving it are chosen (`None`: any upstream).
+    pub model: Option<&'a str>,
+    /// The upstream of the first attempt, already chosen (by admission control).
+    pub first: Option<InFlight>,
 }
 
 fn is_retryable_status(status: reqwest::StatusCode) -> bool {
@@ -32,15 +36,23 @@ fn is_retryable_status(status: reqwest::StatusCode) -> bool {
 
 pub async fn send_with_retries(
     state: &AppState,
-    req: UpstreamRequest<'_>,
+    mut req: UpstreamRequest<'_>,
 ) -> Result<(InFlight, reqwest::Response), ProxyError> {
     let cfg = &state.config.upstream;
     let first_byte_timeout = Duration::from_secs_f64(cfg.first_byte_timeout_s);
     let mut tried: Vec<Arc<Upstream>> = Vec::new();
     let mut last_error = ProxyError::NoHealthyUpstream;
     for attempt in 0..cfg.max_attempts {
-        let Some(guard) = state.pool.pick(&tried, &state.metrics) else {
-            break;
+        let picked = match req.first.take() {
+            Some(g) => Ok(g),
+            None => state.pool.pick(req.model, &tried, &state.metrics),
+        };
+        let guard = match picked {
+            Ok(g) => g,
+            Err(NoPick::ModelNotServed) if attempt == 0 => {
+                return Err(ProxyError::model_not_found(req.model.unwrap_or_default()));
+            }
+            Err(_) => break,
         };
         let upstream = guard.upstream().clone();
         tried.push(upstream.clone());

@@ -9,6 +9,7 @@ use meridian_core::models::ModelFamily;
 use meridian_core::{Delta, Phase, PhaseEvent, PhaseRouter};
 
 use crate::telemetry::{Metrics, RequestTimings};
+use crate::upstream::Upstream;
 use meridian_core::stream::{ChoiceDelta, Usage, parse_payload};
 
 /// More choices than this (`n` > 16) are relayed but not tracked: bounded memory
@@ -27,6 +28,8 @@ pub struct RequestInfo {
     pub started: Instant,
     /// The think budget applied to this request, if any.
     pub think_budget: Option<u32>,
+    /// The upstream serving it, whose per-phase stream counts this stream moves in.
+    pub upstream_ref: Option<Arc<Upstream>>,
 }
 
 impl RequestInfo {
@@ -40,6 +43,7 @@ impl RequestInfo {
             upstream: String::new(),
             started: Instant::now(),
             think_budget: None,
+            upstream_ref: None,
         }
     }
 }
@@ -63,6 +67,9 @@ impl RequestObserver {
     pub fn new(metrics: Arc<Metrics>, info: RequestInfo, streaming: bool) -> Self {
         let open_as = streaming.then_some(Phase::Pending);
         metrics.move_stream(None, open_as);
+        if let Some(u) = &info.upstream_ref {
+            u.move_stream(None, open_as);
+        }
         RequestObserver {
             metrics,
             info,
@@ -148,6 +155,9 @@ impl RequestObserver {
         if self.open_as.is_some() {
             let now = Some(self.current_phase());
             self.metrics.move_stream(self.open_as, now);
+            if let Some(u) = &self.info.upstream_ref {
+                u.move_stream(self.open_as, now);
+            }
             self.open_as = now;
         }
     }
@@ -193,6 +203,9 @@ impl RequestObserver {
 impl Drop for RequestObserver {
     fn drop(&mut self) {
         self.metrics.move_stream(self.open_as, None);
+        if let Some(u) = &self.info.upstream_ref {
+            u.move_stream(self.open_as, None);
+        }
         let since = |t: Option<Instant>| t.map(|t| t.duration_since(self.info.started));
         let (think_tokens, output_tokens) = self.token_counts();
         // TTOT: from the last chunk of thinking to the first visible output.

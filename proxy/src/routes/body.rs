@@ -63,6 +63,17 @@ pub struct MeridianExtension {
     /// End thinking after this many tokens.
     #[serde(default)]
     pub think_budget_tokens: Option<u32>,
+    /// Admission class the client asks for (`"interactive"`, the default, or `"batch"`).
+    #[serde(default)]
+    pub class: Option<ClientClass>,
+}
+
+/// The admission classes a client may choose.
+#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientClass {
+    Interactive,
+    Batch,
 }
 
 #[derive(Deserialize)]
@@ -89,14 +100,17 @@ impl<'a> GenerationRequest<'a> {
             return Err(ProxyError::bad_request("request body must be a JSON object", None, "invalid_json"));
         }
         let view: RequestView<'a> = serde_json::from_slice(body).map_err(|e| {
-            let message =
-                if e.to_string().contains("think_budget_tokens") || e.to_string().contains("unknown field") {
-                    format!("bad meridian extension: {e}")
-                } else if e.is_syntax() || e.is_eof() {
-                    format!("request body is not valid JSON: {e}")
-                } else {
-                    format!("request body must be a JSON object with the OpenAI request fields: {e}")
-                };
+            let text = e.to_string();
+            let message = if ["think_budget_tokens", "unknown field", "unknown variant"]
+                .iter()
+                .any(|w| text.contains(w))
+            {
+                format!("bad meridian extension: {e}")
+            } else if e.is_syntax() || e.is_eof() {
+                format!("request body is not valid JSON: {e}")
+            } else {
+                format!("request body must be a JSON object with the OpenAI request fields: {e}")
+            };
             ProxyError::bad_request(message, None, "invalid_json")
         })?;
         let raw = view.model.ok_or_else(|| {
@@ -166,6 +180,19 @@ mod tests {
         .unwrap();
         assert_eq!(r.model, "a\"b");
         assert_eq!(r.initial_phase, Some(Phase::Output));
+    }
+
+    #[test]
+    fn class_is_read_from_the_extension() {
+        let r = GenerationRequest::parse(br#"{"model":"m","meridian":{"class":"batch"}}"#).unwrap();
+        assert_eq!(r.extension.and_then(|e| e.class), Some(ClientClass::Batch));
+        assert_eq!(code(r#"{"model":"m","meridian":{"class":"output"}}"#), "invalid_json");
+        let Err(ProxyError::BadRequest { message, .. }) =
+            GenerationRequest::parse(br#"{"model":"m","meridian":{"class":"urgent"}}"#)
+        else {
+            panic!("accepted")
+        };
+        assert!(message.starts_with("bad meridian extension"), "{message}");
     }
 }
 

@@ -9,7 +9,10 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
 use futures::StreamExt;
 
-use super::body::{GenerationRequest, hook_body, read_body, upstream_body};
+use meridian_core::Phase;
+
+use super::body::{ClientClass, GenerationRequest, hook_body, read_body, upstream_body};
+use crate::admission::Class;
 use crate::error::ProxyError;
 use crate::headers::{client_response_headers, upstream_request_headers};
 use crate::relay::{RelayBody, RequestInfo, RequestObserver, UpstreamRequest, send_with_retries};
@@ -62,6 +65,10 @@ async fn relay_generation(
     };
     let body = upstream_body(&body, &gen_req, think_budget)?;
     let path = parts.uri.path_and_query().map_or(parts.uri.path(), |p| p.as_str());
+    let first = match state.admission.enabled() {
+        true => Some(state.admission.admit(&gen_req.model, admission_class(&gen_req)).await?),
+        false => None,
+    };
     let (in_flight, resp) = send_with_retries(
         state,
         UpstreamRequest {
@@ -71,6 +78,8 @@ async fn relay_generation(
             body: body.clone(),
             hook_body: for_hook,
             request_id: id,
+            model: Some(&gen_req.model),
+            first,
         },
     )
     .await?;
@@ -93,6 +102,7 @@ async fn relay_generation(
         upstream: upstream_name.clone(),
         started,
         think_budget,
+        upstream_ref: Some(in_flight.upstream().clone()),
     };
 
     if status.is_success() && is_sse {
@@ -130,6 +140,17 @@ async fn relay_generation(
     drop(observer);
     drop(in_flight);
     Ok(build(status, headers, Body::from(bytes)))
+}
+
+/// Output-phase starts first (a user waits for visible text), batch last.
+fn admission_class(req: &GenerationRequest<'_>) -> Class {
+    if req.initial_phase == Some(Phase::Output) {
+        Class::Output
+    } else if req.extension.and_then(|e| e.class) == Some(ClientClass::Batch) {
+        Class::Batch
+    } else {
+        Class::Interactive
+    }
 }
 
 fn build(status: StatusCode, headers: HeaderMap, body: Body) -> Response {

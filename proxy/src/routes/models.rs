@@ -1,4 +1,7 @@
-//! `GET /v1/models`: the union of what the healthy upstreams serve.
+//! `GET /v1/models`: the union of what the healthy upstreams serve. Each one's own answer
+//! (with its metadata) when it gives one; else the names the pool knows for it (its
+//! configured `models`, or the last list the health loop learned). An upstream with a
+//! configured list contributes exactly those names: the proxy routes nothing else there.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -13,6 +16,7 @@ use crate::error::ProxyError;
 use crate::headers::upstream_request_headers;
 use crate::request_id::{REQUEST_ID, request_id};
 use crate::state::AppState;
+use crate::upstream::{Upstream, model_ids};
 
 pub async fn list_models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     let id = request_id(&headers);
@@ -30,8 +34,12 @@ pub async fn list_models(State(state): State<Arc<AppState>>, headers: HeaderMap)
     let lists = futures::future::join_all(healthy.iter().map(|u| {
         let req = state.client.get(format!("{}/v1/models", u.base_url)).headers(fwd.clone()).timeout(timeout);
         async move {
-            let resp = req.send().await.ok()?.error_for_status().ok()?;
-            resp.json::<Value>().await.ok()
+            let live =
+                async { req.send().await.ok()?.error_for_status().ok()?.json::<Value>().await.ok() }.await;
+            if let Some(ids) = live.as_ref().and_then(model_ids) {
+                u.set_discovered_models(ids);
+            }
+            entries(u, live)
         }
     }))
     .await;
@@ -41,10 +49,10 @@ pub async fn list_models(State(state): State<Arc<AppState>>, headers: HeaderMap)
     let mut answered = 0;
     for list in lists.into_iter().flatten() {
         answered += 1;
-        for model in list.get("data").and_then(Value::as_array).into_iter().flatten() {
+        for model in list {
             let Some(mid) = model.get("id").and_then(Value::as_str) else { continue };
             if seen.insert(mid.to_owned()) {
-                data.push(model.clone());
+                data.push(model);
             }
         }
     }
@@ -58,4 +66,28 @@ pub async fn list_models(State(state): State<Arc<AppState>>, headers: HeaderMap)
     }
     state.metrics.count_request("models", "ok");
     ([(REQUEST_ID, id)], axum::Json(json!({"object": "list", "data": data}))).into_response()
+}
+
+/// One upstream's model objects: its live answer (filtered to its configured names, if
+/// any), else synthesised from the names the pool knows; `None` when nothing is known.
+fn entries(u: &Upstream, live: Option<Value>) -> Option<Vec<Value>> {
+    let live: Option<Vec<Value>> = live.and_then(|v| v.get("data")?.as_array().cloned());
+    let known = u.models();
+    let bare = |id: &str| json!({"id": id, "object": "model", "created": 0, "owned_by": "meridian"});
+    match (live, known) {
+        (Some(live), Some(names)) if u.models_configured() => {
+            let id = |m: &Value| m.get("id").and_then(Value::as_str).map(str::to_owned);
+            let mut out: Vec<Value> =
+                live.into_iter().filter(|m| id(m).is_some_and(|i| names.contains(&i))).collect();
+            for name in names.iter() {
+                if !out.iter().any(|m| id(m).as_deref() == Some(name)) {
+                    out.push(bare(name));
+                }
+            }
+            Some(out)
+        }
+        (Some(live), _) => Some(live),
+        (None, Some(names)) => Some(names.iter().map(|n| bare(n)).collect()),
+        (None, None) => None,
+    }
 }

@@ -38,6 +38,8 @@ pub async fn passthrough(State(state): State<Arc<AppState>>, req: Request) -> Re
                 body,
                 hook_body: None,
                 request_id: &id,
+                model: None,
+                first: None,
             },
         )
         .await?;

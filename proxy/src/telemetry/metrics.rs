@@ -27,6 +27,14 @@ struct PhaseLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClassLabels {
+    class: &'static str,
+}
+
+/// The admission classes, so every class has a sample from the start.
+const ADMISSION_CLASSES: [&str; 3] = ["output", "interactive", "batch"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct UpstreamLabels {
     upstream: String,
 }
@@ -73,6 +81,11 @@ pub struct Metrics {
     upstream_retries: Counter,
     relayed_chunks: Counter,
     budget_reached: Family<FamilyLabels, Counter>,
+    admission_queued: Family<ClassLabels, Gauge>,
+    admission_wait: HistogramFamily<ClassLabels>,
+    admission_admitted: Family<ClassLabels, Counter>,
+    admission_timed_out: Family<ClassLabels, Counter>,
+    admission_rejected: Family<ClassLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -162,7 +175,52 @@ impl Metrics {
             budget_reached.clone(),
         );
 
+        let admission_queued = Family::<ClassLabels, Gauge>::default();
+        let admission_wait =
+            HistogramFamily::<ClassLabels>::new_with_constructor(latency_histogram as fn() -> Histogram);
+        let admission_admitted = Family::<ClassLabels, Counter>::default();
+        let admission_timed_out = Family::<ClassLabels, Counter>::default();
+        let admission_rejected = Family::<ClassLabels, Counter>::default();
+        for class in ADMISSION_CLASSES {
+            let l = ClassLabels { class };
+            let _ = admission_queued.get_or_create(&l);
+            let _ = admission_wait.get_or_create(&l);
+            let _ = admission_admitted.get_or_create(&l);
+            let _ = admission_timed_out.get_or_create(&l);
+            let _ = admission_rejected.get_or_create(&l);
+        }
+        registry.register(
+            "meridian_admission_queued",
+            "Requests waiting in the proxy's admission queue, by class",
+            admission_queued.clone(),
+        );
+        registry.register(
+            "meridian_admission_wait_seconds",
+            "Time admitted requests spent in the admission queue (0 when let through at once)",
+            admission_wait.clone(),
+        );
+        registry.register(
+            "meridian_admission_admitted",
+            "Requests let through by admission control, by class",
+            admission_admitted.clone(),
+        );
+        registry.register(
+            "meridian_admission_timed_out",
+            "Requests that waited admission.queue_timeout_s and got 503, by class",
+            admission_timed_out.clone(),
+        );
+        registry.register(
+            "meridian_admission_rejected",
+            "Requests refused because the admission queue was full, by class",
+            admission_rejected.clone(),
+        );
+
         Metrics {
+            admission_queued,
+            admission_wait,
+            admission_admitted,
+            admission_timed_out,
+            admission_rejected,
             registry,
             requests,
             ttft,
@@ -252,6 +310,25 @@ impl Metrics {
 
     pub fn count_budget_reached(&self, family: &str) {
         self.budget_reached.get_or_create(&FamilyLabels { family: family.to_owned() }).inc();
+    }
+
+    pub fn set_admission_queued(&self, class: &'static str, n: usize) {
+        self.admission_queued.get_or_create(&ClassLabels { class }).set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// A request let through after `waited` in the queue.
+    pub fn record_admission(&self, class: &'static str, waited: Duration) {
+        let l = ClassLabels { class };
+        self.admission_wait.get_or_create(&l).observe(waited.as_secs_f64());
+        self.admission_admitted.get_or_create(&l).inc();
+    }
+
+    pub fn count_admission_timed_out(&self, class: &'static str) {
+        self.admission_timed_out.get_or_create(&ClassLabels { class }).inc();
+    }
+
+    pub fn count_admission_rejected(&self, class: &'static str) {
+        self.admission_rejected.get_or_create(&ClassLabels { class }).inc();
     }
 
     pub fn count_chunk(&self) {

@@ -1,62 +1,128 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::http::HeaderValue;
+use serde_json::Value;
+
 use super::{Upstream, UpstreamPool};
+use crate::admission::parse_engine_metrics;
 use crate::hook::HookChannel;
 use crate::telemetry::Metrics;
 
-/// Probes every upstream's health path on a fixed cadence until the returned handle is
-/// aborted. The first round runs before this returns, so readiness is accurate from the
-/// first request on.
-pub async fn spawn_health_checks(
-    pool: Arc<UpstreamPool>,
-    client: reqwest::Client,
-    path: String,
-    interval: Duration,
-    unhealthy_after: u32,
-    metrics: Arc<Metrics>,
-    hook: HookChannel,
-) -> tokio::task::JoinHandle<()> {
-    let timeout = interval.min(Duration::from_secs(5));
-    let round = {
-        let (pool, client, path, metrics) = (pool.clone(), client.clone(), path.clone(), metrics.clone());
-        move || {
-            let (pool, client, path, metrics) = (pool.clone(), client.clone(), path.clone(), metrics.clone());
-            let hook = hook.clone();
-            async move {
-                let checks = pool.all().iter().map(|u| {
-                    let url = format!("{}{}", u.base_url, path);
-                    let req = client.get(url).timeout(timeout).send();
-                    let (u, metrics, hook) = (u.clone(), metrics.clone(), hook.clone());
-                    async move {
-                        match req.await {
-                            Ok(resp) if resp.status().is_success() => u.record_success(&metrics),
-                            Ok(resp) => u.record_failure(unhealthy_after, &metrics, resp.status().as_str()),
-                            Err(e) => u.record_failure(unhealthy_after, &metrics, &e.to_string()),
-                        }
-                        check_hook(&u, &hook, &metrics).await;
-                    }
-                });
-                futures::future::join_all(checks).await;
+/// What the health loop needs.
+#[derive(Clone)]
+pub struct HealthChecks {
+    pub pool: Arc<UpstreamPool>,
+    pub client: reqwest::Client,
+    /// `upstream.health_path`.
+    pub path: String,
+    pub interval: Duration,
+    pub unhealthy_after: u32,
+    pub metrics: Arc<Metrics>,
+    pub hook: HookChannel,
+    /// `Authorization` for the upstreams' API routes (`/v1/models`).
+    pub auth: Option<HeaderValue>,
+    /// Scrape each engine's `/metrics` for its load gauges (admission control needs them).
+    pub engine_metrics: bool,
+}
+
+impl HealthChecks {
+    /// Probes every upstream's health path on a fixed cadence until the returned handle is
+    /// aborted, and learns the served models of those whose list is not configured. The
+    /// first round runs before this returns, so readiness (and routing by model) is
+    /// accurate from the first request on.
+    pub async fn spawn(self) -> tokio::task::JoinHandle<()> {
+        // The first round decides readiness; failing it once is enough to start unhealthy.
+        for _ in 0..self.unhealthy_after {
+            self.round().await;
+            if self.pool.all().iter().all(|u| u.is_healthy()) {
+                break;
             }
         }
-    };
-    // The first round decides readiness; failing it once is enough to start unhealthy.
-    for _ in 0..unhealthy_after {
-        round().await;
-        if pool.all().iter().all(|u| u.is_healthy()) {
-            break;
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(self.interval);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticker.tick().await;
+            loop {
+                ticker.tick().await;
+                self.round().await;
+            }
+        })
+    }
+
+    fn timeout(&self) -> Duration {
+        self.interval.min(Duration::from_secs(5))
+    }
+
+    async fn round(&self) {
+        let checks = self.pool.all().iter().map(|u| self.check(u));
+        futures::future::join_all(checks).await;
+        // Health and engine load changed: queued requests may go now.
+        self.pool.capacity_changed();
+    }
+
+    async fn check(&self, u: &Arc<Upstream>) {
+        let url = format!("{}{}", u.base_url, self.path);
+        match self.client.get(url).timeout(self.timeout()).send().await {
+            Ok(resp) if resp.status().is_success() => {
+                // Models first, so an engine coming (back) into rotation does so with its
+                // list already known and takes no request for another model meanwhile.
+                if !u.models_configured() {
+                    self.discover_models(u).await;
+                }
+                if self.engine_metrics {
+                    self.scrape_engine(u).await;
+                }
+                u.record_success(&self.metrics);
+            }
+            Ok(resp) => u.record_failure(self.unhealthy_after, &self.metrics, resp.status().as_str()),
+            Err(e) => u.record_failure(self.unhealthy_after, &self.metrics, &e.to_string()),
+        }
+        check_hook(u, &self.hook, &self.metrics).await;
+    }
+
+    /// `GET /v1/models`; on any failure the last good list stays.
+    async fn discover_models(&self, u: &Upstream) {
+        let mut req = self.client.get(format!("{}/v1/models", u.base_url)).timeout(self.timeout());
+        if let Some(auth) = &self.auth {
+            req = req.header(axum::http::header::AUTHORIZATION, auth.clone());
+        }
+        let listed = async {
+            let resp = req.send().await.map_err(|e| e.to_string())?;
+            let resp = resp.error_for_status().map_err(|e| e.to_string())?;
+            let v: Value = resp.json().await.map_err(|e| e.to_string())?;
+            model_ids(&v).ok_or_else(|| "no data[].id in the answer".to_owned())
+        };
+        match listed.await {
+            Ok(list) => {
+                if u.set_discovered_models(list.clone()) {
+                    tracing::info!(upstream = %u.name, models = ?list, "upstream serves these models");
+                }
+            }
+            Err(error) => {
+                tracing::debug!(upstream = %u.name, %error, known = u.models().is_some(), "model discovery failed");
+            }
         }
     }
-    tokio::spawn(async move {
-        let mut ticker = tokio::time::interval(interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        ticker.tick().await;
-        loop {
-            ticker.tick().await;
-            round().await;
+}
+
+impl HealthChecks {
+    /// The engine's own load gauges from its `/metrics`; unknown when that fails.
+    async fn scrape_engine(&self, u: &Upstream) {
+        let req = self.client.get(format!("{}/metrics", u.base_url)).timeout(self.timeout());
+        let text = async { req.send().await.ok()?.error_for_status().ok()?.text().await.ok() }.await;
+        let load = text.as_deref().map(parse_engine_metrics).unwrap_or_default();
+        if text.is_none() {
+            tracing::debug!(upstream = %u.name, "engine metrics scrape failed");
         }
-    })
+        u.set_engine_load(load.waiting, load.kv_usage);
+    }
+}
+
+/// The ids of an OpenAI model list (`{"data": [{"id": ...}, ...]}`).
+pub fn model_ids(list: &Value) -> Option<Vec<String>> {
+    let data = list.get("data")?.as_array()?;
+    Some(data.iter().filter_map(|m| m.get("id")?.as_str().map(str::to_owned)).collect())
 }
 
 /// Asks an upstream's hook for its hello; requests use the hook only while it answers.

@@ -4,5 +4,5 @@
 mod health;
 mod pool;
 
-pub use health::spawn_health_checks;
-pub use pool::{InFlight, Upstream, UpstreamPool};
+pub use health::{HealthChecks, model_ids};
+pub use pool::{InFlight, NoPick, Upstream, UpstreamPool};

@@ -1,6 +1,9 @@
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
 
+use tokio::sync::Notify;
+
+use meridian_core::Phase;
 use meridian_core::config::EndpointConfig;
 
 use crate::telemetry::Metrics;
@@ -18,6 +21,17 @@ pub struct Upstream {
     pub hook: Option<String>,
     /// The hook answered the last protocol check.
     hook_ready: AtomicBool,
+    /// Served model names: from the config (fixed), else the last good `/v1/models`
+    /// answer; `None` until known.
+    models: RwLock<Option<Arc<[String]>>>,
+    /// The names came from the config; discovery leaves them alone.
+    models_configured: bool,
+    /// The engine's `vllm:num_requests_waiting` and `vllm:kv_cache_usage_perc` from its
+    /// last `/metrics` scrape, as f64 bits; NaN while unknown.
+    engine_waiting: AtomicU64,
+    engine_kv_usage: AtomicU64,
+    /// Streams through this proxy currently in the output phase (the observer keeps it).
+    output_streams: AtomicUsize,
 }
 
 impl Upstream {
@@ -34,7 +48,74 @@ impl Upstream {
             consecutive_failures: AtomicU32::new(0),
             hook: cfg.hook.clone(),
             hook_ready: AtomicBool::new(false),
+            models: RwLock::new(cfg.models.as_deref().map(Arc::from)),
+            models_configured: cfg.models.is_some(),
+            engine_waiting: AtomicU64::new(f64::NAN.to_bits()),
+            engine_kv_usage: AtomicU64::new(f64::NAN.to_bits()),
+            output_streams: AtomicUsize::new(0),
         }
+    }
+
+    /// Streams to this upstream that are answering (output phase) right now.
+    pub fn output_streams(&self) -> usize {
+        self.output_streams.load(Ordering::Relaxed)
+    }
+
+    /// Moves one stream of this upstream between phases (`None`: not open).
+    pub fn move_stream(&self, from: Option<Phase>, to: Option<Phase>) {
+        match (from == Some(Phase::Output), to == Some(Phase::Output)) {
+            (false, true) => {
+                self.output_streams.fetch_add(1, Ordering::Relaxed);
+            }
+            (true, false) => {
+                // Never below zero, whatever order the updates arrive in.
+                let _ = self
+                    .output_streams
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| Some(n.saturating_sub(1)));
+            }
+            _ => {}
+        }
+    }
+
+    /// Records the engine's own load gauges (`None`: unknown, e.g. the scrape failed).
+    pub fn set_engine_load(&self, waiting: Option<f64>, kv_usage: Option<f64>) {
+        self.engine_waiting.store(waiting.unwrap_or(f64::NAN).to_bits(), Ordering::Relaxed);
+        self.engine_kv_usage.store(kv_usage.unwrap_or(f64::NAN).to_bits(), Ordering::Relaxed);
+    }
+
+    /// The engine's requests waiting and KV cache usage (0-1), as last scraped.
+    pub fn engine_load(&self) -> (Option<f64>, Option<f64>) {
+        let read = |a: &AtomicU64| Some(f64::from_bits(a.load(Ordering::Relaxed))).filter(|v| !v.is_nan());
+        (read(&self.engine_waiting), read(&self.engine_kv_usage))
+    }
+
+    /// The served model names, when known (configured or discovered).
+    pub fn models(&self) -> Option<Arc<[String]>> {
+        self.models.read().map(|m| m.clone()).unwrap_or_else(|e| e.into_inner().clone())
+    }
+
+    /// Whether the names come from `upstream.endpoints[].models` rather than discovery.
+    pub fn models_configured(&self) -> bool {
+        self.models_configured
+    }
+
+    /// Whether this upstream serves `model`: `None` while its list is unknown.
+    pub fn serves(&self, model: &str) -> Option<bool> {
+        self.models().map(|list| list.iter().any(|m| m == model))
+    }
+
+    /// Records a list learned from `/v1/models`; ignored when the config fixes the list.
+    /// Returns whether the list changed.
+    pub fn set_discovered_models(&self, list: Vec<String>) -> bool {
+        if self.models_configured {
+            return false;
+        }
+        let mut slot = self.models.write().unwrap_or_else(|e| e.into_inner());
+        if slot.as_deref() == Some(list.as_slice()) {
+            return false;
+        }
+        *slot = Some(Arc::from(list));
+        true
     }
 
     /// Whether requests to this upstream go through its hook (checked by the health loop).
@@ -81,6 +162,7 @@ impl Upstream {
 pub struct InFlight {
     upstream: Arc<Upstream>,
     metrics: Arc<Metrics>,
+    released: Arc<Notify>,
 }
 
 impl InFlight {
@@ -93,7 +175,21 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         let now = self.upstream.in_flight.fetch_sub(1, Ordering::Relaxed) - 1;
         self.metrics.set_upstream_in_flight(&self.upstream.name, now);
+        self.released.notify_one();
     }
+}
+
+/// Why no upstream was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoPick {
+    /// No upstream that may serve the request is in rotation (or all were tried).
+    NoHealthy,
+    /// Upstreams are in rotation, but every one of them (and every other) is known not
+    /// to serve the requested model.
+    ModelNotServed,
+    /// Upstreams in rotation serve the model, but the caller's condition (admission's
+    /// "not saturated") excluded every one of them.
+    Saturated,
 }
 
 /// All upstreams, with least-loaded choice among the healthy ones.
@@ -101,6 +197,8 @@ impl Drop for InFlight {
 pub struct UpstreamPool {
     upstreams: Vec<Arc<Upstream>>,
     rotation: AtomicUsize,
+    /// Signalled when capacity may have freed up: a request ended, a health round ran.
+    released: Arc<Notify>,
 }
 
 impl UpstreamPool {
@@ -108,7 +206,18 @@ impl UpstreamPool {
         UpstreamPool {
             upstreams: endpoints.iter().map(|e| Arc::new(Upstream::new(e))).collect(),
             rotation: AtomicUsize::new(0),
+            released: Arc::new(Notify::new()),
         }
+    }
+
+    /// Wakes whoever waits for capacity (admission control).
+    pub fn capacity_changed(&self) {
+        self.released.notify_one();
+    }
+
+    /// Completes when capacity may have freed up since the last call (one waiter).
+    pub async fn capacity_notified(&self) {
+        self.released.notified().await;
     }
 
     pub fn all(&self) -> &[Arc<Upstream>] {
@@ -119,22 +228,82 @@ impl UpstreamPool {
         self.upstreams.iter().any(|u| u.is_healthy())
     }
 
-    /// The healthy upstream with the fewest requests in flight, skipping `tried`. Ties go
-    /// round-robin so equal servers share the load.
-    pub fn pick(&self, tried: &[Arc<Upstream>], metrics: &Arc<Metrics>) -> Option<InFlight> {
+    /// Among the healthy upstreams that serve `model` (any upstream when `model` is
+    /// `None`), skipping `tried`: the one with the fewest streams in the output phase
+    /// (the latency-sensitive ones: a new request's prefill and thinking slow their
+    /// answers least there), then the fewest requests in flight. An upstream whose model
+    /// list is not known yet may serve anything. Ties go round-robin so equal servers
+    /// share the load.
+    pub fn pick(
+        &self,
+        model: Option<&str>,
+        tried: &[Arc<Upstream>],
+        metrics: &Arc<Metrics>,
+    ) -> Result<InFlight, NoPick> {
+        self.pick_where(model, tried, metrics, |_| true)
+    }
+
+    /// [`pick`](Self::pick) among the upstreams that also satisfy `ok`; when `ok` rules
+    /// out every candidate, [`NoPick::Saturated`].
+    pub fn pick_where(
+        &self,
+        model: Option<&str>,
+        tried: &[Arc<Upstream>],
+        metrics: &Arc<Metrics>,
+        ok: impl Fn(&Upstream) -> bool,
+    ) -> Result<InFlight, NoPick> {
         let n = self.upstreams.len();
         if n == 0 {
-            return None;
+            return Err(NoPick::NoHealthy);
         }
+        let may_serve = |u: &Upstream| model.is_none_or(|m| u.serves(m) != Some(false));
         let start = self.rotation.fetch_add(1, Ordering::Relaxed) % n;
-        let chosen = (0..n)
+        let candidates = (0..n)
             .map(|i| &self.upstreams[(start + i) % n])
-            .filter(|u| u.is_healthy() && !tried.iter().any(|t| Arc::ptr_eq(t, u)))
-            .min_by_key(|u| u.in_flight())?
-            .clone();
+            .filter(|u| u.is_healthy() && !tried.iter().any(|t| Arc::ptr_eq(t, u)) && may_serve(u));
+        let mut any_candidate = false;
+        let mut chosen: Option<&Arc<Upstream>> = None;
+        for u in candidates {
+            any_candidate = true;
+            let load = |u: &Upstream| (u.output_streams(), u.in_flight());
+            if ok(u) && chosen.is_none_or(|c| load(u) < load(c)) {
+                chosen = Some(u);
+            }
+        }
+        let Some(chosen) = chosen.cloned() else {
+            if any_candidate {
+                return Err(NoPick::Saturated);
+            }
+            let someone_serves = self.upstreams.iter().any(|u| may_serve(u));
+            return Err(if !someone_serves && self.any_healthy() {
+                NoPick::ModelNotServed
+            } else {
+                NoPick::NoHealthy
+            });
+        };
         let now = chosen.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         metrics.set_upstream_in_flight(&chosen.name, now);
-        Some(InFlight { upstream: chosen, metrics: metrics.clone() })
+        Ok(InFlight { upstream: chosen, metrics: metrics.clone(), released: self.released.clone() })
+    }
+
+    /// The union of the known model lists, in pool order without duplicates, and whether
+    /// every upstream's list is known.
+    pub fn known_models(&self) -> (Vec<String>, bool) {
+        let mut out: Vec<String> = Vec::new();
+        let mut all_known = true;
+        for u in &self.upstreams {
+            match u.models() {
+                Some(list) => {
+                    for m in list.iter() {
+                        if !out.contains(m) {
+                            out.push(m.clone());
+                        }
+                    }
+                }
+                None => all_known = false,
+            }
+        }
+        (out, all_known)
     }
 }
 
@@ -142,9 +311,72 @@ impl UpstreamPool {
 mod tests {
     use super::*;
 
+    fn with_models(lists: &[Option<&[&str]>]) -> UpstreamPool {
+        let eps: Vec<EndpointConfig> = lists
+            .iter()
+            .enumerate()
+            .map(|(i, l)| EndpointConfig {
+                url: format!("http://u{i}:8000"),
+                name: None,
+                hook: None,
+                models: l.map(|l| l.iter().map(|s| (*s).to_owned()).collect()),
+            })
+            .collect();
+        UpstreamPool::new(&eps)
+    }
+
+    #[test]
+    fn routes_by_model_and_treats_unknown_lists_as_eligible() {
+        let m = Arc::new(Metrics::new());
+        let p = with_models(&[Some(&["a"]), Some(&["b", "c"]), None]);
+        for _ in 0..4 {
+            let g = p.pick(Some("a"), &[], &m).unwrap();
+            assert_ne!(g.upstream().name, "u1:8000", "u1 does not serve a");
+        }
+        // The unknown upstream (u2) is eligible for anything; with it out, "z" has no home.
+        assert_eq!(p.pick(Some("z"), &[], &m).unwrap().upstream().name, "u2:8000");
+        p.all()[2].set_discovered_models(vec!["d".into()]);
+        assert_eq!(p.pick(Some("z"), &[], &m).unwrap_err(), NoPick::ModelNotServed);
+        assert_eq!(p.pick(Some("c"), &[], &m).unwrap().upstream().name, "u1:8000");
+        // Configured lists ignore discovery.
+        assert!(!p.all()[0].set_discovered_models(vec!["x".into()]));
+        assert_eq!(p.all()[0].serves("a"), Some(true));
+        // The model's only server down: 503, not 404.
+        p.all()[1].record_failure(1, &m, "test");
+        assert_eq!(p.pick(Some("c"), &[], &m).unwrap_err(), NoPick::NoHealthy);
+        assert_eq!(p.known_models(), (vec!["a".into(), "b".into(), "c".into(), "d".into()], true));
+    }
+
+    #[test]
+    fn prefers_the_upstream_with_fewest_answering_streams_then_least_in_flight() {
+        let m = Arc::new(Metrics::new());
+        let p = pool(2);
+        let (u0, u1) = (p.all()[0].clone(), p.all()[1].clone());
+        // u0: one request, thinking; u1: one request, answering.
+        let _a = p.pick(None, &[], &m).unwrap();
+        let _b = p.pick(None, &[], &m).unwrap();
+        u1.move_stream(Some(Phase::Think), Some(Phase::Output));
+        assert_eq!(p.pick(None, &[], &m).unwrap().upstream().name, "u0:8000");
+        // Two thinking on u0 against one answering on u1: still u0.
+        let _c = p.pick(None, &[], &m).unwrap();
+        assert_eq!(u0.in_flight(), 2);
+        assert_eq!(p.pick(None, &[], &m).unwrap().upstream().name, "u0:8000");
+        // The answer ends: least in flight decides again.
+        u1.move_stream(Some(Phase::Output), None);
+        assert_eq!(u1.output_streams(), 0);
+        assert_eq!(p.pick(None, &[], &m).unwrap().upstream().name, "u1:8000");
+        u1.move_stream(Some(Phase::Output), None);
+        assert_eq!(u1.output_streams(), 0, "never below zero");
+    }
+
     fn pool(n: usize) -> UpstreamPool {
         let eps: Vec<EndpointConfig> = (0..n)
-            .map(|i| EndpointConfig { url: format!("http://u{i}:8000"), name: None, hook: None })
+            .map(|i| EndpointConfig {
+                url: format!("http://u{i}:8000"),
+                name: None,
+                hook: None,
+                models: None,
+            })
             .collect();
         UpstreamPool::new(&eps)
     }
@@ -153,16 +385,16 @@ mod tests {
     fn picks_least_loaded_and_releases_on_drop() {
         let m = Arc::new(Metrics::new());
         let p = pool(3);
-        let a = p.pick(&[], &m).unwrap();
-        let b = p.pick(&[], &m).unwrap();
-        let c = p.pick(&[], &m).unwrap();
+        let a = p.pick(None, &[], &m).unwrap();
+        let b = p.pick(None, &[], &m).unwrap();
+        let c = p.pick(None, &[], &m).unwrap();
         let names: std::collections::BTreeSet<_> =
             [&a, &b, &c].iter().map(|g| g.upstream().name.clone()).collect();
         assert_eq!(names.len(), 3, "each upstream gets one");
         let freed = b.upstream().clone();
         drop(b);
         assert_eq!(freed.in_flight(), 0);
-        assert!(Arc::ptr_eq(p.pick(&[], &m).unwrap().upstream(), &freed));
+        assert!(Arc::ptr_eq(p.pick(None, &[], &m).unwrap().upstream(), &freed));
     }
 
     #[test]
@@ -171,11 +403,11 @@ mod tests {
         let p = pool(2);
         p.all()[0].record_failure(1, &m, "test");
         for _ in 0..4 {
-            assert_eq!(p.pick(&[], &m).unwrap().upstream().name, "u1:8000");
+            assert_eq!(p.pick(None, &[], &m).unwrap().upstream().name, "u1:8000");
         }
-        assert!(p.pick(&[p.all()[1].clone()], &m).is_none());
+        assert!(p.pick(None, &[p.all()[1].clone()], &m).is_err());
         p.all()[0].record_success(&m);
         assert!(p.any_healthy());
-        assert_eq!(p.pick(&[p.all()[1].clone()], &m).unwrap().upstream().name, "u0:8000");
+        assert_eq!(p.pick(None, &[p.all()[1].clone()], &m).unwrap().upstream().name, "u0:8000");
     }
 }

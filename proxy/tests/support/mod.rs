@@ -44,8 +44,10 @@ pub fn registry() -> ModelRegistry {
 pub fn config_for(urls: &[String]) -> MeridianConfig {
     let mut cfg = MeridianConfig::default();
     cfg.server.listen = "127.0.0.1:0".into();
-    cfg.upstream.endpoints =
-        urls.iter().map(|u| EndpointConfig { url: u.clone(), name: None, hook: None }).collect();
+    cfg.upstream.endpoints = urls
+        .iter()
+        .map(|u| EndpointConfig { url: u.clone(), name: None, hook: None, models: None })
+        .collect();
     cfg.upstream.health_interval_s = 0.2;
     cfg.upstream.first_byte_timeout_s = 5.0;
     cfg.upstream.idle_timeout_s = 5.0;
@@ -60,7 +62,7 @@ impl Rig {
     pub async fn with(n_upstreams: usize, tweak: impl FnOnce(&mut MeridianConfig)) -> Rig {
         let mut mocks = Vec::new();
         for _ in 0..n_upstreams {
-            mocks.push(MockUpstream::start(MockOptions::default()).await.unwrap());
+            mocks.push(MockUpstream::start(mock_options()).await.unwrap());
         }
         let urls: Vec<String> = mocks.iter().map(|m| m.url()).collect();
         let mut cfg = config_for(&urls);
@@ -104,6 +106,15 @@ impl Rig {
         }
         req
     }
+}
+
+/// The model names the fixtures were recorded from, which the tests request.
+pub const FIXTURE_MODELS: [&str; 4] =
+    ["Qwen/Qwen3-8B", "Qwen/Qwen3-4B-Thinking-2507", "openai/gpt-oss-20b", "tiny-qwen3"];
+
+/// A mock that lists every fixture model (the proxy routes by model name).
+pub fn mock_options() -> MockOptions {
+    MockOptions { models: FIXTURE_MODELS.iter().map(|m| (*m).to_owned()).collect(), ..MockOptions::default() }
 }
 
 pub async fn start_proxy(cfg: MeridianConfig) -> Server {

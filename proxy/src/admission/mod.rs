@@ -1,0 +1,248 @@
+//! Admission control: while every upstream that serves a request's model is saturated, a
+//! new request waits here, in the proxy, instead of in vLLM's queue, and waiters are let
+//! through highest class first (output-phase starts, then interactive, then batch), so
+//! the latency-sensitive work is the first to get an engine when one frees up. Streams
+//! already running are never held back: admission acts only before a request is sent.
+//!
+//! An upstream is saturated while the requests open to it through this proxy reach
+//! `admission.max_streams`, or its engine's own gauges (scraped from its `/metrics` by
+//! the health loop) exceed `max_waiting` / `max_kv_usage`. The queue policy is plain code
+//! in [`queue`]; this module wires it to the pool, the clock and the metrics.
+
+pub mod engine_metrics;
+pub mod queue;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use meridian_core::config::AdmissionConfig;
+use tokio::sync::oneshot;
+
+pub use engine_metrics::{EngineLoad, parse as parse_engine_metrics};
+pub use queue::{Class, ClassQueue, Ticket};
+
+use crate::error::ProxyError;
+use crate::telemetry::Metrics;
+use crate::upstream::{InFlight, NoPick, Upstream, UpstreamPool};
+
+/// When an upstream counts as saturated.
+#[derive(Debug, Clone, Default)]
+pub struct Limits {
+    pub max_streams: Option<usize>,
+    pub max_waiting: Option<f64>,
+    pub max_kv_usage: Option<f64>,
+}
+
+impl Limits {
+    pub fn from_config(cfg: &AdmissionConfig) -> Self {
+        Limits {
+            max_streams: cfg.max_streams.map(|n| n as usize),
+            max_waiting: cfg.max_waiting.map(f64::from),
+            max_kv_usage: cfg.max_kv_usage,
+        }
+    }
+
+    /// Whether `u` should take no new request now. Unknown engine gauges (no scrape yet,
+    /// or the last one failed) do not saturate.
+    pub fn saturated(&self, u: &Upstream) -> bool {
+        let (waiting, kv) = u.engine_load();
+        self.max_streams.is_some_and(|m| u.in_flight() >= m)
+            || matches!((self.max_waiting, waiting), (Some(m), Some(w)) if w > m)
+            || matches!((self.max_kv_usage, kv), (Some(m), Some(k)) if k > m)
+    }
+
+    /// Whether the engines' `/metrics` must be scraped.
+    pub fn reads_engine_metrics(&self) -> bool {
+        self.max_waiting.is_some() || self.max_kv_usage.is_some()
+    }
+}
+
+/// Why a queued request was let go without an upstream.
+#[derive(Debug)]
+enum Refused {
+    NoPick(NoPick),
+    QueueFull,
+}
+
+struct Waiter {
+    model: String,
+    tx: oneshot::Sender<Result<InFlight, Refused>>,
+}
+
+pub struct Admission {
+    enabled: bool,
+    limits: Limits,
+    timeout: Duration,
+    queue: Mutex<ClassQueue<Waiter>>,
+    pool: Arc<UpstreamPool>,
+    metrics: Arc<Metrics>,
+}
+
+impl Admission {
+    pub fn new(cfg: &AdmissionConfig, pool: Arc<UpstreamPool>, metrics: Arc<Metrics>) -> Self {
+        Admission {
+            enabled: cfg.enabled,
+            limits: Limits::from_config(cfg),
+            timeout: Duration::from_secs_f64(cfg.queue_timeout_s),
+            queue: Mutex::new(ClassQueue::new(cfg.max_queued as usize)),
+            pool,
+            metrics,
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ClassQueue<Waiter>> {
+        // The queue stays consistent whatever panicked while holding it.
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn pick(&self, model: &str) -> Result<InFlight, NoPick> {
+        self.pool.pick_where(Some(model), &[], &self.metrics, |u| !self.limits.saturated(u))
+    }
+
+    fn publish(&self, q: &ClassQueue<Waiter>) {
+        for class in Class::ALL {
+            self.metrics.set_admission_queued(class.as_str(), q.count(class));
+        }
+    }
+
+    /// Waits until an upstream serving `model` has room, then returns the request's
+    /// in-flight guard on it. Fails with 503 after `queue_timeout_s`, at once when the
+    /// queue is full, and like an unqueued request when no upstream can serve the model.
+    /// A caller that goes away (its future is dropped) leaves the queue.
+    pub async fn admit(self: &Arc<Self>, model: &str, class: Class) -> Result<InFlight, ProxyError> {
+        let started = Instant::now();
+        let (tx, rx) = oneshot::channel();
+        let (ticket, evicted) = {
+            let mut q = self.lock();
+            // Nobody ahead: straight through when there is room.
+            if q.is_empty() {
+                match self.pick(model) {
+                    Ok(guard) => {
+                        self.metrics.record_admission(class.as_str(), Duration::ZERO);
+                        return Ok(guard);
+                    }
+                    Err(NoPick::Saturated) => {}
+                    Err(e) => return Err(no_pick_error(e, model)),
+                }
+            }
+            let pushed = q.push(class, Waiter { model: model.to_owned(), tx });
+            self.publish(&q);
+            match pushed {
+                Ok(queued) => queued,
+                Err(_) => {
+                    self.metrics.count_admission_rejected(class.as_str());
+                    return Err(ProxyError::AdmissionQueueFull);
+                }
+            }
+        };
+        if let Some(((evicted_class, _), w)) = evicted {
+            self.metrics.count_admission_rejected(evicted_class.as_str());
+            let _ = w.tx.send(Err(Refused::QueueFull));
+        }
+        // Someone ahead may be waiting for another model's upstreams while ours has room.
+        self.pool.capacity_changed();
+        let leave = LeaveOnDrop { admission: self, ticket };
+        let mut rx = rx;
+        let outcome = match tokio::time::timeout(self.timeout, &mut rx).await {
+            Ok(Ok(r)) => Some(r),
+            // Dropped unanswered: only if the queue lost it, which it does not; fail safe.
+            Ok(Err(_)) => Some(Err(Refused::NoPick(NoPick::NoHealthy))),
+            // A grant may have raced the deadline; the queue says who won.
+            Err(_) => match self.remove(ticket) {
+                true => None,
+                false => rx.try_recv().ok(),
+            },
+        };
+        drop(leave);
+        match outcome {
+            Some(Ok(guard)) => {
+                self.metrics.record_admission(class.as_str(), started.elapsed());
+                Ok(guard)
+            }
+            Some(Err(Refused::QueueFull)) => Err(ProxyError::AdmissionQueueFull),
+            Some(Err(Refused::NoPick(e))) => Err(no_pick_error(e, model)),
+            None => {
+                self.metrics.count_admission_timed_out(class.as_str());
+                Err(ProxyError::AdmissionTimeout { after_s: self.timeout.as_secs_f64() })
+            }
+        }
+    }
+
+    /// Takes a waiter out; whether it was still queued.
+    fn remove(&self, ticket: Ticket) -> bool {
+        let mut q = self.lock();
+        let removed = q.remove(ticket).is_some();
+        if removed {
+            self.publish(&q);
+        }
+        removed
+    }
+
+    /// Lets through, in class order, every waiter whose model has an upstream with room.
+    pub fn pump(&self) {
+        let granted = {
+            let mut q = self.lock();
+            if q.is_empty() {
+                return;
+            }
+            let mut full: Vec<String> = Vec::new();
+            let granted = q.release(|w| {
+                if full.contains(&w.model) {
+                    return None;
+                }
+                match self.pick(&w.model) {
+                    Ok(guard) => Some(Ok(guard)),
+                    Err(NoPick::Saturated) => {
+                        full.push(w.model.clone());
+                        None
+                    }
+                    Err(e) => Some(Err(Refused::NoPick(e))),
+                }
+            });
+            self.publish(&q);
+            granted
+        };
+        // A waiter that left meanwhile hands its guard back by dropping it, which wakes
+        // the next pump.
+        for (_, w, result) in granted {
+            let _ = w.tx.send(result);
+        }
+    }
+
+    /// Runs [`pump`](Self::pump) whenever capacity may have freed up, until aborted.
+    pub fn spawn_pump(self: Arc<Self>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            loop {
+                self.pool.capacity_notified().await;
+                self.pump();
+            }
+        })
+    }
+}
+
+fn no_pick_error(e: NoPick, model: &str) -> ProxyError {
+    match e {
+        NoPick::ModelNotServed => ProxyError::model_not_found(model),
+        NoPick::NoHealthy | NoPick::Saturated => ProxyError::NoHealthyUpstream,
+    }
+}
+
+/// Removes a waiter whose request went away while it was queued.
+struct LeaveOnDrop<'a> {
+    admission: &'a Admission,
+    ticket: Ticket,
+}
+
+impl Drop for LeaveOnDrop<'_> {
+    fn drop(&mut self) {
+        self.admission.remove(self.ticket);
+    }
+}

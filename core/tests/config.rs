@@ -158,3 +158,24 @@ fn missing_file_is_a_clear_error() {
     let err = load_config(Some(std::path::Path::new("/nonexistent/meridian.toml")), &[]).unwrap_err();
     assert!(err.to_string().starts_with("cannot read /nonexistent/meridian.toml"), "{err}");
 }
+
+#[test]
+fn priorities_must_keep_output_before_interactive_before_batch() {
+    let err = validate("[priority]\nenabled = true\noutput = 5\nbatch = -1\n").unwrap_err();
+    assert!(err.contains("priority.output must not be above priority.interactive"), "{err}");
+    assert!(err.contains("priority.batch must not be below priority.interactive"), "{err}");
+    assert!(validate("[priority]\nenabled = true\noutput = -1\ninteractive = -1\nbatch = 3\n").is_ok());
+}
+
+#[test]
+fn hook_and_exit_sections_are_checked_by_dotted_path() {
+    let err = validate(
+        "[hook]\nlisten = \"nowhere\"\npolicy = \"lifo\"\n[exit]\neat_alpha = 0.0\nrpdi_lambda = 0.5\n",
+    )
+    .unwrap_err();
+    for path in ["hook.listen", "hook.policy", "exit.eat_alpha", "exit.rpdi_lambda"] {
+        assert!(err.contains(path), "{path} missing from: {err}");
+    }
+    let err = validate("[[upstream.endpoints]]\nurl = \"http://a:8000\"\nhook = \"a\"\n").unwrap_err();
+    assert!(err.contains("upstream.endpoints[0].hook"), "{err}");
+}

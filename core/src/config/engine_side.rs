@@ -1,5 +1,6 @@
-//! The sections read by the in-engine hook (`[hook]`) and by whoever gates the end of
-//! thinking on entropy (`[exit]`: the proxy from streamed logprobs, the hook from logits).
+//! The sections about what engines are told: the in-engine hook (`[hook]`), the end of
+//! thinking gated on entropy (`[exit]`: the hook from logits, later the proxy from
+//! streamed logprobs), and the vLLM priorities the proxy sends (`[priority]`).
 
 use serde::Deserialize;
 
@@ -90,5 +91,25 @@ impl ExitConfig {
 
     pub fn eat(&self) -> EatConfig {
         EatConfig { alpha: self.eat_alpha, delta: self.eat_delta, warmup_steps: self.eat_warmup_steps }
+    }
+}
+
+/// vLLM request priorities the proxy sends as `X-Vllm-Priority`, by admission class
+/// (vLLM's convention: lower runs first). vLLM refuses a priority other than 0 unless it
+/// runs with `--scheduling-policy priority`, hence off by default.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PriorityConfig {
+    pub enabled: bool,
+    /// Requests that start in the output phase (thinking switched off).
+    pub output: i32,
+    pub interactive: i32,
+    /// Requests marked `"meridian": {"class": "batch"}`.
+    pub batch: i32,
+}
+
+impl Default for PriorityConfig {
+    fn default() -> Self {
+        PriorityConfig { enabled: false, output: -10, interactive: 0, batch: 10 }
     }
 }

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-pub use engine_side::{ExitConfig, ExitSignal, HookConfig};
+pub use engine_side::{ExitConfig, ExitSignal, HookConfig, PriorityConfig};
 pub use load::{ConfigError, Override, load_config, parse_config};
 pub use validate::FieldError;
 
@@ -28,6 +28,7 @@ pub struct MeridianConfig {
     pub budget: BudgetConfig,
     pub hook: HookConfig,
     pub exit: ExitConfig,
+    pub priority: PriorityConfig,
     pub admission: AdmissionConfig,
 }
 

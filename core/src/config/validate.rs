@@ -192,6 +192,26 @@ impl MeridianConfig {
             );
         }
 
+        let pr = &self.priority;
+        if pr.output > pr.interactive {
+            c.fail(
+                "priority.output",
+                format!(
+                    "must not be above priority.interactive ({}): lower runs first; got {}",
+                    pr.interactive, pr.output
+                ),
+            );
+        }
+        if pr.interactive > pr.batch {
+            c.fail(
+                "priority.batch",
+                format!(
+                    "must not be below priority.interactive ({}): lower runs first; got {}",
+                    pr.interactive, pr.batch
+                ),
+            );
+        }
+
         let t = &self.telemetry;
         if t.log_level.trim().is_empty() {
             c.fail("telemetry.log_level", "must not be empty");

@@ -51,6 +51,9 @@ struct RequestView<'a> {
     chat_template_kwargs: Option<TemplateKwargs>,
     #[serde(default)]
     thinking_token_budget: Option<u32>,
+    /// vLLM's own per-request priority, if the client set one.
+    #[serde(default)]
+    priority: Option<i64>,
     /// Meridian's own extension fields; removed before the request goes upstream.
     #[serde(default)]
     meridian: Option<MeridianExtension>,
@@ -90,6 +93,8 @@ pub struct GenerationRequest<'a> {
     pub initial_phase: Option<Phase>,
     /// The client's own `thinking_token_budget`.
     pub client_budget: Option<u32>,
+    /// The client set vLLM's `priority` field itself.
+    pub client_priority: bool,
     pub extension: Option<MeridianExtension>,
 }
 
@@ -133,6 +138,7 @@ impl<'a> GenerationRequest<'a> {
             model,
             initial_phase: thinking_off.then_some(Phase::Output),
             client_budget: view.thinking_token_budget,
+            client_priority: view.priority.is_some(),
             extension: view.meridian,
         })
     }

@@ -65,16 +65,27 @@ async fn relay_generation(
     };
     let body = upstream_body(&body, &gen_req, think_budget)?;
     let path = parts.uri.path_and_query().map_or(parts.uri.path(), |p| p.as_str());
+    let class = admission_class(&gen_req);
     let first = match state.admission.enabled() {
-        true => Some(state.admission.admit(&gen_req.model, admission_class(&gen_req)).await?),
+        true => Some(state.admission.admit(&gen_req.model, class).await?),
         false => None,
     };
+    let mut headers = upstream_request_headers(&parts.headers, state.config.upstream.forward_authorization);
+    let pr = &state.config.priority;
+    if pr.enabled && !gen_req.client_priority && !headers.contains_key(VLLM_PRIORITY) {
+        let value = match class {
+            Class::Output => pr.output,
+            Class::Interactive => pr.interactive,
+            Class::Batch => pr.batch,
+        };
+        headers.insert(VLLM_PRIORITY, HeaderValue::from(value));
+    }
     let (in_flight, resp) = send_with_retries(
         state,
         UpstreamRequest {
             method: Method::POST,
             path_and_query: path,
-            headers: upstream_request_headers(&parts.headers, state.config.upstream.forward_authorization),
+            headers,
             body: body.clone(),
             hook_body: for_hook,
             request_id: id,
@@ -141,6 +152,9 @@ async fn relay_generation(
     drop(in_flight);
     Ok(build(status, headers, Body::from(bytes)))
 }
+
+/// vLLM's per-request priority header (lower runs first).
+const VLLM_PRIORITY: &str = "x-vllm-priority";
 
 /// Output-phase starts first (a user waits for visible text), batch last.
 fn admission_class(req: &GenerationRequest<'_>) -> Class {

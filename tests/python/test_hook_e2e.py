@@ -242,3 +242,17 @@ def test_under_kv_pressure_the_thinking_request_is_preempted_not_the_answering_o
     output_pre = hook_metric(hook, 'meridian_hook_preemptions_total{tier="output-critical"}') - output_before
     assert think_pre >= 1, f"no preemption happened; KV was not under pressure\n{log.read_text()[-3000:]}"
     assert output_pre == 0, "an answering request was preempted while a thinking one could go"
+
+
+def test_thinking_time_budget_through_the_proxy_ends_thinking_live(proxy_with_hook, hooked_vllm):
+    """The proxy's own clock: after `think_budget_s` of thinking it tells the hook, over
+    the channel, to end thinking for that request id."""
+    proxy, ids = proxy_with_hook
+    _, hook, _ = hooked_vllm
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="x", max_retries=0)
+    before = hook_metric(hook, 'meridian_hook_forced_exits_total{reason="directive"}')
+    stream = chat(client, ids, max_tokens=240, request_id="hook-seconds", meridian={"think_budget_s": 0.3})
+    tokens = tokens_by_phase(stream)
+    end = assert_switch_at(tokens, ids["</think>"])
+    assert end < 200, f"thinking ran {end} tokens despite a 0.3 s budget"
+    assert hook_metric(hook, 'meridian_hook_forced_exits_total{reason="directive"}') == before + 1

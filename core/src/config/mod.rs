@@ -191,6 +191,9 @@ pub struct BudgetConfig {
     pub think_tokens: Option<u32>,
     /// Per model family, overriding `think_tokens`.
     pub per_family: BTreeMap<String, u32>,
+    /// Seconds of thinking for requests that set none; enforced by telling the
+    /// upstream's hook to end thinking (upstreams without a ready hook: not enforced).
+    pub think_seconds: Option<f64>,
 }
 
 impl BudgetConfig {

@@ -138,6 +138,11 @@ impl MeridianConfig {
         if b.think_tokens == Some(0) {
             c.fail("budget.think_tokens", "must be at least 1 (leave it unset for no budget)");
         }
+        if let Some(s) = b.think_seconds {
+            if !(s.is_finite() && s > 0.0) {
+                c.fail("budget.think_seconds", format!("must be a positive number of seconds; got {s}"));
+            }
+        }
         for (family, n) in &b.per_family {
             if models.get(family).is_none() {
                 c.fail(format!("budget.per_family.{family}"), format!("names unknown family {family:?}"));

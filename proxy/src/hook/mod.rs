@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use meridian_core::channel::Action;
+
 use axum::http::HeaderValue;
 use meridian_core::channel::{
     Accepted, DIRECTIVES_PATH, Directive, DirectiveBatch, HELLO_PATH, Hello, PROTOCOL_HEADER,
@@ -92,5 +94,37 @@ impl HookChannel {
         let req =
             self.request(reqwest::Method::POST, addr, DIRECTIVES_PATH)?.json(&DirectiveBatch { directives });
         self.call(addr, req).await
+    }
+}
+
+/// A time budget the proxy enforces by telling the upstream's hook to end thinking.
+#[derive(Clone)]
+pub struct ThinkDeadline {
+    /// Thinking time allowed.
+    pub after: Duration,
+    pub channel: HookChannel,
+    /// The hook's `host:port`.
+    pub addr: String,
+}
+
+impl ThinkDeadline {
+    /// Sends `end_thinking` for `request_id` in the background (the relay never waits on
+    /// the channel); a failure is logged, and the stream simply thinks on.
+    pub fn fire(&self, request_id: &str) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        let (channel, addr) = (self.channel.clone(), self.addr.clone());
+        let directive = Directive { request_id: request_id.to_owned(), action: Action::EndThinking };
+        rt.spawn(async move {
+            if let Err(e) = channel.send(&addr, vec![directive]).await {
+                tracing::warn!(error = %e, "could not tell the hook to end thinking");
+            }
+        });
+    }
+}
+
+impl std::fmt::Debug for ThinkDeadline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The channel holds the secret; show only where and when.
+        f.debug_struct("ThinkDeadline").field("after", &self.after).field("addr", &self.addr).finish()
     }
 }

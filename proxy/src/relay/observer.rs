@@ -30,6 +30,8 @@ pub struct RequestInfo {
     pub think_budget: Option<u32>,
     /// The upstream serving it, whose per-phase stream counts this stream moves in.
     pub upstream_ref: Option<Arc<Upstream>>,
+    /// A thinking-time budget, enforced through the upstream's hook.
+    pub think_deadline: Option<crate::hook::ThinkDeadline>,
 }
 
 impl RequestInfo {
@@ -44,6 +46,7 @@ impl RequestInfo {
             started: Instant::now(),
             think_budget: None,
             upstream_ref: None,
+            think_deadline: None,
         }
     }
 }
@@ -56,6 +59,9 @@ pub struct RequestObserver {
     /// Arrival of the last chunk that carried thinking (a think token or the end marker).
     last_think: Option<Instant>,
     first_output: Option<Instant>,
+    /// Arrival of the first thinking token.
+    think_started: Option<Instant>,
+    deadline_fired: bool,
     usage: Option<Usage>,
     /// The phase this request is counted under in `meridian_open_streams`.
     open_as: Option<Phase>,
@@ -77,6 +83,8 @@ impl RequestObserver {
             first_token: None,
             last_think: None,
             first_output: None,
+            think_started: None,
+            deadline_fired: false,
             usage: None,
             open_as,
             // Until told otherwise, a request that goes away was abandoned by its client.
@@ -90,6 +98,21 @@ impl RequestObserver {
             self.usage = Some(usage);
         }
         self.update_open_phase();
+        self.check_deadline(at);
+    }
+
+    /// Past the thinking-time budget and still thinking: tell the hook, once.
+    fn check_deadline(&mut self, at: Instant) {
+        let (Some(deadline), Some(started)) = (&self.info.think_deadline, self.think_started) else { return };
+        if self.deadline_fired
+            || self.open_as != Some(Phase::Think)
+            || at.duration_since(started) < deadline.after
+        {
+            return;
+        }
+        self.deadline_fired = true;
+        deadline.fire(&self.info.request_id);
+        self.metrics.count_budget_reached(self.info.family.as_ref().map_or("unknown", |f| f.name()));
     }
 
     fn on_choice(&mut self, c: ChoiceDelta<'_>, at: Instant) {
@@ -121,6 +144,7 @@ impl RequestObserver {
         });
         if router.think_tokens() > think_before && self.first_output.is_none() {
             self.last_think = Some(at);
+            self.think_started.get_or_insert(at);
         }
         self.on_events(&events, at);
     }

@@ -66,6 +66,9 @@ pub struct MeridianExtension {
     /// End thinking after this many tokens.
     #[serde(default)]
     pub think_budget_tokens: Option<u32>,
+    /// End thinking after this many seconds of it (through the upstream's hook).
+    #[serde(default)]
+    pub think_budget_s: Option<f64>,
     /// Admission class the client asks for (`"interactive"`, the default, or `"batch"`).
     #[serde(default)]
     pub class: Option<ClientClass>,
@@ -106,7 +109,7 @@ impl<'a> GenerationRequest<'a> {
         }
         let view: RequestView<'a> = serde_json::from_slice(body).map_err(|e| {
             let text = e.to_string();
-            let message = if ["think_budget_tokens", "unknown field", "unknown variant"]
+            let message = if ["think_budget_tokens", "think_budget_s", "unknown field", "unknown variant"]
                 .iter()
                 .any(|w| text.contains(w))
             {
@@ -127,6 +130,13 @@ impl<'a> GenerationRequest<'a> {
             return Err(ProxyError::bad_request("model must not be empty", Some("model"), "invalid_model"));
         }
         let thinking_off = view.chat_template_kwargs.and_then(|k| k.enable_thinking) == Some(false);
+        if view.meridian.and_then(|m| m.think_budget_s).is_some_and(|s| !(s.is_finite() && s > 0.0)) {
+            return Err(ProxyError::bad_request(
+                "meridian.think_budget_s must be a positive number of seconds",
+                Some("meridian.think_budget_s"),
+                "invalid_budget",
+            ));
+        }
         if view.meridian.and_then(|m| m.think_budget_tokens) == Some(0) {
             return Err(ProxyError::bad_request(
                 "meridian.think_budget_tokens must be at least 1",

@@ -114,6 +114,7 @@ async fn relay_generation(
         started,
         think_budget,
         upstream_ref: Some(in_flight.upstream().clone()),
+        think_deadline: think_deadline(state, &gen_req, in_flight.upstream()),
     };
 
     if status.is_success() && is_sse {
@@ -151,6 +152,22 @@ async fn relay_generation(
     drop(observer);
     drop(in_flight);
     Ok(build(status, headers, Body::from(bytes)))
+}
+
+/// The thinking-time budget of a request (its own, else the config's), when the upstream
+/// it went to has a ready hook to enforce it.
+fn think_deadline(
+    state: &AppState,
+    req: &GenerationRequest<'_>,
+    upstream: &crate::upstream::Upstream,
+) -> Option<crate::hook::ThinkDeadline> {
+    let seconds = req.extension.and_then(|e| e.think_budget_s).or(state.config.budget.think_seconds)?;
+    let addr = upstream.hook.as_ref().filter(|_| upstream.hook_ready())?;
+    Some(crate::hook::ThinkDeadline {
+        after: Duration::from_secs_f64(seconds),
+        channel: state.hook.clone(),
+        addr: addr.clone(),
+    })
 }
 
 /// vLLM's per-request priority header (lower runs first).

@@ -1,0 +1,169 @@
+//! The proxy's side of the policy channel, against a stand-in hook that speaks the
+//! protocol (the real hook inside vLLM is tested end to end in tests/python): the hello
+//! check decides whether requests go through the hook, budgets travel in `vllm_xargs`,
+//! and a thinking-time budget makes the proxy send `end_thinking` for that request.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Json;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use meridian_core::channel::{DirectiveBatch, Hello, PROTOCOL_VERSION};
+use serde_json::{Value, json};
+use support::*;
+
+#[derive(Clone, Default)]
+struct FakeHook {
+    directives: Arc<Mutex<Vec<Value>>>,
+}
+
+const SECRET: &str = "test-secret";
+
+fn authorized(h: &HeaderMap) -> bool {
+    h.get("authorization").and_then(|v| v.to_str().ok()) == Some(&format!("Bearer {SECRET}"))
+        && h.get("meridian-protocol").and_then(|v| v.to_str().ok()) == Some("1")
+}
+
+async fn start_fake_hook() -> (String, FakeHook) {
+    let hook = FakeHook::default();
+    let recorded = hook.clone();
+    let app = axum::Router::new()
+        .route(
+            "/meridian/v1/hello",
+            get(|headers: HeaderMap| async move {
+                if !authorized(&headers) {
+                    return Err(StatusCode::UNAUTHORIZED);
+                }
+                Ok(Json(Hello {
+                    protocol: PROTOCOL_VERSION,
+                    min_protocol: PROTOCOL_VERSION,
+                    hook_version: "test".into(),
+                    policy: "output-first".into(),
+                    entropy: false,
+                    can_end_thinking: true,
+                }))
+            }),
+        )
+        .route(
+            "/meridian/v1/directives",
+            post(move |headers: HeaderMap, Json(batch): Json<DirectiveBatch>| {
+                let recorded = recorded.clone();
+                async move {
+                    if !authorized(&headers) {
+                        return Err(StatusCode::UNAUTHORIZED);
+                    }
+                    let n = batch.directives.len();
+                    for d in batch.directives {
+                        recorded.directives.lock().unwrap().push(serde_json::to_value(d).unwrap());
+                    }
+                    Ok(Json(json!({"accepted": n, "seq": 1})))
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (addr, hook)
+}
+
+/// A proxy whose one upstream has a hook at `hook_addr`, its secret in env var `var`.
+async fn rig_with_hook(hook_addr: &str, var: &'static str, secret: &str) -> Rig {
+    // SAFETY: each test uses its own variable name, set before anything reads it.
+    unsafe { std::env::set_var(var, secret) };
+    let addr = hook_addr.to_owned();
+    Rig::with(1, move |cfg| {
+        cfg.upstream.endpoints[0].hook = Some(addr);
+        cfg.upstream.health_interval_s = 0.2;
+        cfg.hook.token_env = var.into();
+    })
+    .await
+}
+
+async fn hook_ready(rig: &Rig) -> f64 {
+    let text = rig.scrape();
+    text.lines()
+        .find(|l| l.starts_with("meridian_upstream_hook_ready{"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(-1.0)
+}
+
+async fn wait_ready(rig: &Rig, want: f64) {
+    for _ in 0..50 {
+        if hook_ready(rig).await == want {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("meridian_upstream_hook_ready never became {want}");
+}
+
+#[tokio::test]
+async fn budgets_go_through_a_ready_hook_in_vllm_xargs() {
+    let (addr, _hook) = start_fake_hook().await;
+    let rig = rig_with_hook(&addr, "MERIDIAN_TEST_HOOK_SECRET_A", SECRET).await;
+    wait_ready(&rig, 1.0).await;
+    let body = json!({"model": "Qwen/Qwen3-8B", "stream": true, "messages": [], "meridian": {"think_budget_tokens": 5}});
+    let req = rig.client.post(rig.url("/v1/chat/completions")).json(&body);
+    let got =
+        receive(req.header("x-mock-fixture", "qwen3-reasoning").header("x-request-id", "via-hook")).await;
+    assert_eq!(got.status, 200);
+    let sent: Value = serde_json::from_str(&rig.mocks[0].requests()[0].body).unwrap();
+    assert_eq!(sent["vllm_xargs"], json!({"meridian_request_id": "via-hook", "meridian_think_budget": 5}));
+    assert!(sent.get("thinking_token_budget").is_none(), "the hook enforces it, not vLLM's field");
+    assert!(sent.get("meridian").is_none());
+}
+
+#[tokio::test]
+async fn a_hook_that_refuses_the_secret_is_not_used() {
+    let (addr, _hook) = start_fake_hook().await;
+    let rig = rig_with_hook(&addr, "MERIDIAN_TEST_HOOK_SECRET_B", "wrong-secret").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(hook_ready(&rig).await, 0.0);
+    let body = json!({"model": "Qwen/Qwen3-8B", "stream": true, "messages": [], "meridian": {"think_budget_tokens": 5}});
+    let req = rig.client.post(rig.url("/v1/chat/completions")).json(&body);
+    assert_eq!(receive(req.header("x-mock-fixture", "qwen3-reasoning")).await.status, 200);
+    let sent: Value = serde_json::from_str(&rig.mocks[0].requests()[0].body).unwrap();
+    assert_eq!(sent["thinking_token_budget"], 5, "falls back to vLLM's own budget field");
+    assert!(sent.get("vllm_xargs").is_none());
+}
+
+#[tokio::test]
+async fn thinking_time_budget_sends_end_thinking_for_that_request() {
+    let (addr, hook) = start_fake_hook().await;
+    let rig = rig_with_hook(&addr, "MERIDIAN_TEST_HOOK_SECRET_C", SECRET).await;
+    wait_ready(&rig, 1.0).await;
+    let body = json!({"model": "Qwen/Qwen3-8B", "stream": true, "messages": [], "meridian": {"think_budget_s": 0.1}});
+    let req =
+        rig.client.post(rig.url("/v1/chat/completions")).json(&body).header("x-request-id", "slow-thinker");
+    let got =
+        receive(req.header("x-mock-fixture", "qwen3-reasoning").header("x-mock-interval-ms", "40")).await;
+    assert_eq!(got.status, 200);
+    for _ in 0..20 {
+        if !hook.directives.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let sent = hook.directives.lock().unwrap().clone();
+    assert_eq!(sent, vec![json!({"request_id": "slow-thinker", "action": "end_thinking"})], "once, by id");
+
+    // A request that stops thinking before its budget is never told to.
+    let quick = json!({"model": "Qwen/Qwen3-8B", "stream": true, "messages": [], "meridian": {"think_budget_s": 30.0}});
+    let req = rig.client.post(rig.url("/v1/chat/completions")).json(&quick).header("x-request-id", "quick");
+    assert_eq!(receive(req.header("x-mock-fixture", "qwen3-reasoning")).await.status, 200);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(hook.directives.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn bad_time_budget_is_a_client_error() {
+    let rig = Rig::new(1).await;
+    let body = json!({"model": "Qwen/Qwen3-8B", "messages": [], "meridian": {"think_budget_s": -1}});
+    let got = receive(rig.client.post(rig.url("/v1/chat/completions")).json(&body)).await;
+    assert_eq!(got.status, 400);
+    assert!(got.text().contains("meridian.think_budget_s"), "{}", got.text());
+}

@@ -53,6 +53,8 @@ struct MockState {
     models_failing: AtomicBool,
     /// What `/metrics` reports as vLLM's `num_requests_waiting` and `kv_cache_usage_perc`.
     engine_load: Mutex<(f64, f64)>,
+    /// Top logprobs of the one token a probe request (`continue_final_message`) gets.
+    probe_logprobs: Mutex<Option<Vec<f64>>>,
 }
 
 /// A running mock server; stops when dropped.
@@ -78,6 +80,7 @@ impl MockUpstream {
             healthy: AtomicBool::new(true),
             models_failing: AtomicBool::new(false),
             engine_load: Mutex::new((0.0, 0.0)),
+            probe_logprobs: Mutex::new(None),
         });
         let app = router(state.clone());
         let (stop, stopped) = oneshot::channel::<()>();
@@ -129,6 +132,12 @@ impl MockUpstream {
     /// `vllm:kv_cache_usage_perc` (0-1).
     pub fn set_engine_load(&self, waiting: f64, kv_usage: f64) {
         *self.state.engine_load.lock().unwrap_or_else(|e| e.into_inner()) = (waiting, kv_usage);
+    }
+
+    /// Makes one-token continuation requests (`"continue_final_message": true`, what an
+    /// EAT probe sends) answer with these top logprobs; `None`: replay fixtures as usual.
+    pub fn set_probe_logprobs(&self, logprobs: Option<Vec<f64>>) {
+        *self.state.probe_logprobs.lock().unwrap_or_else(|e| e.into_inner()) = logprobs;
     }
 
     /// Waits until `pred` holds for the recorded requests, or the timeout passes.
@@ -216,12 +225,17 @@ async fn generate(State(state): State<Arc<MockState>>, headers: HeaderMap, req: 
         let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         return error_response(status, "mock error status");
     }
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let probe = state.probe_logprobs.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if let Some(logprobs) = probe.filter(|_| request["continue_final_message"] == Value::Bool(true)) {
+        completion.done = true;
+        return axum::Json(probe_reply(&logprobs)).into_response();
+    }
     let name = plan.fixture.clone().unwrap_or_else(|| state.options.default_fixture.clone());
     let Some(fixture) = state.fixtures.get(&name).cloned() else {
         completion.done = true;
         return error_response(StatusCode::NOT_FOUND, &format!("no fixture {name:?}"));
     };
-    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     if request.get("stream").and_then(Value::as_bool) != Some(true) {
         completion.done = true;
         let chat = path.ends_with("/chat/completions");
@@ -297,6 +311,19 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// A one-token chat completion whose token carries these top logprobs.
+fn probe_reply(logprobs: &[f64]) -> Value {
+    let top: Vec<Value> =
+        logprobs.iter().enumerate().map(|(i, l)| json!({"token": format!("t{i}"), "logprob": l})).collect();
+    json!({
+        "id": "chatcmpl-probe",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "t0"}, "finish_reason": "length",
+            "logprobs": {"content": [{"token": "t0", "logprob": logprobs.first().copied().unwrap_or(0.0), "top_logprobs": top}]}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11}
+    })
 }
 
 /// Builds the non-streaming response a server would have sent for this stream.

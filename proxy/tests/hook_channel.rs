@@ -71,6 +71,15 @@ async fn start_fake_hook() -> (String, FakeHook) {
 
 /// A proxy whose one upstream has a hook at `hook_addr`, its secret in env var `var`.
 async fn rig_with_hook(hook_addr: &str, var: &'static str, secret: &str) -> Rig {
+    rig_with_hook_and(hook_addr, var, secret, |_| {}).await
+}
+
+async fn rig_with_hook_and(
+    hook_addr: &str,
+    var: &'static str,
+    secret: &str,
+    tweak: impl FnOnce(&mut meridian_core::MeridianConfig),
+) -> Rig {
     // SAFETY: each test uses its own variable name, set before anything reads it.
     unsafe { std::env::set_var(var, secret) };
     let addr = hook_addr.to_owned();
@@ -78,6 +87,7 @@ async fn rig_with_hook(hook_addr: &str, var: &'static str, secret: &str) -> Rig 
         cfg.upstream.endpoints[0].hook = Some(addr);
         cfg.upstream.health_interval_s = 0.2;
         cfg.hook.token_env = var.into();
+        tweak(cfg);
     })
     .await
 }
@@ -166,4 +176,54 @@ async fn bad_time_budget_is_a_client_error() {
     let got = receive(rig.client.post(rig.url("/v1/chat/completions")).json(&body)).await;
     assert_eq!(got.status, 400);
     assert!(got.text().contains("meridian.think_budget_s"), "{}", got.text());
+}
+
+#[tokio::test]
+async fn eat_probes_end_thinking_once_the_entropy_settles() {
+    let (addr, hook) = start_fake_hook().await;
+    let rig = rig_with_hook_and(&addr, "MERIDIAN_TEST_HOOK_SECRET_D", SECRET, |cfg| {
+        cfg.exit.signal = meridian_core::config::ExitSignal::Eat;
+        cfg.exit.min_think_tokens = 1;
+        cfg.exit.eat_probe_every_tokens = 1;
+        cfg.exit.eat_warmup_steps = 2;
+        cfg.exit.eat_delta = 1e-3;
+    })
+    .await;
+    wait_ready(&rig, 1.0).await;
+    // Every probe sees the same two-way split: the variance settles at once.
+    let half = 0.5f64.ln();
+    rig.mocks[0].set_probe_logprobs(Some(vec![half, half]));
+    let body =
+        json!({"model": "Qwen/Qwen3-8B", "stream": true, "messages": [{"role": "user", "content": "q"}]});
+    let req = rig.client.post(rig.url("/v1/chat/completions")).json(&body).header("x-request-id", "eat-1");
+    let got =
+        receive(req.header("x-mock-fixture", "qwen3-reasoning").header("x-mock-interval-ms", "60")).await;
+    assert_eq!(got.status, 200);
+    for _ in 0..20 {
+        if !hook.directives.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        hook.directives.lock().unwrap().clone(),
+        vec![json!({"request_id": "eat-1", "action": "end_thinking"})]
+    );
+    let probes: Vec<Value> = rig.mocks[0]
+        .requests()
+        .iter()
+        .filter_map(|r| serde_json::from_str::<Value>(&r.body).ok())
+        .filter(|b| b["continue_final_message"] == json!(true))
+        .collect();
+    assert!(probes.len() >= 3, "warm-up of 2, then the stop: {} probes", probes.len());
+    let p = &probes[0];
+    assert_eq!(
+        (p["max_tokens"].clone(), p["top_logprobs"].clone(), p["add_generation_prompt"].clone()),
+        (json!(1), json!(20), json!(false))
+    );
+    let prefill = p["messages"][1]["content"].as_str().unwrap();
+    assert!(prefill.starts_with("<think>\n") && prefill.ends_with("\n</think>\n\n"), "{prefill:?}");
+    assert!(p.get("stream").is_none());
+    let text = rig.scrape();
+    assert!(text.contains("meridian_entropy_exits_total{signal=\"eat\"} 1"), "{text}");
 }

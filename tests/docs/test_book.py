@@ -28,6 +28,7 @@ OPTIONAL_FIELDS = {
     "models.aliases.*": "empty",
     "models.default_family": "unset",
     "budget.think_tokens": "unset",
+    "budget.think_seconds": "unset",
     "budget.per_family.*": "empty",
     "twin.workload": "unset",
     "admission.max_streams": "unset",

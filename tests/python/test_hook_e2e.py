@@ -256,3 +256,37 @@ def test_thinking_time_budget_through_the_proxy_ends_thinking_live(proxy_with_ho
     end = assert_switch_at(tokens, ids["</think>"])
     assert end < 200, f"thinking ran {end} tokens despite a 0.3 s budget"
     assert hook_metric(hook, 'meridian_hook_forced_exits_total{reason="directive"}') == before + 1
+
+
+def test_eat_probes_through_the_proxy_end_thinking(hooked_vllm, tiny_model):  # noqa: F811
+    """EAT in the proxy against the real engine: probe requests (the thought so far closed
+    by </think>, one token, top logprobs) are answered by vLLM, and once the variance
+    settles (a generous delta here) the proxy has the hook end thinking."""
+    url, hook, _ = hooked_vllm
+    endpoints = f'[{{url = "{url}", hook = "{hook}"}}]'
+    p = Process(
+        [binary("meridian"), "serve", "--listen", "127.0.0.1:0", "--set", f"upstream.endpoints={endpoints}",
+         "--set", "upstream.health_interval_s=0.5", "--set", 'exit.signal="eat"',
+         "--set", "exit.min_think_tokens=8", "--set", "exit.eat_probe_every_tokens=8",
+         "--set", "exit.eat_warmup_steps=2", "--set", "exit.eat_delta=100.0"],
+        env={"MERIDIAN_LOG_LEVEL": "warn", "MERIDIAN_HOOK_TOKEN": TOKEN},
+        name="meridian (eat)",
+    )
+    try:
+        wait_ready(p.url)
+        deadline = time.time() + 15
+        while metric(requests.get(f"{p.url}/metrics", timeout=5).text, "meridian_upstream_hook_ready") != 1:
+            assert time.time() < deadline, "the proxy never saw the hook"
+            time.sleep(0.2)
+        ids = json.loads((tiny_model / "meridian-ids.json").read_text())
+        client = openai.OpenAI(base_url=f"{p.url}/v1", api_key="x", max_retries=0)
+        before = hook_metric(hook, 'meridian_hook_forced_exits_total{reason="directive"}')
+        tokens = tokens_by_phase(chat(client, ids, max_tokens=240, request_id="hook-eat"))
+        end = assert_switch_at(tokens, ids["</think>"])
+        assert end < 200
+        text = requests.get(f"{p.url}/metrics", timeout=5).text
+        assert metric(text, "meridian_eat_probes_total", outcome="ok") >= 3, text
+        assert metric(text, "meridian_entropy_exits_total", signal="eat") == 1
+        assert hook_metric(hook, 'meridian_hook_forced_exits_total{reason="directive"}') == before + 1
+    finally:
+        p.stop()

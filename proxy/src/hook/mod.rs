@@ -97,20 +97,18 @@ impl HookChannel {
     }
 }
 
-/// A time budget the proxy enforces by telling the upstream's hook to end thinking.
+/// One upstream's hook, as the target of directives about its requests.
 #[derive(Clone)]
-pub struct ThinkDeadline {
-    /// Thinking time allowed.
-    pub after: Duration,
+pub struct HookTarget {
     pub channel: HookChannel,
     /// The hook's `host:port`.
     pub addr: String,
 }
 
-impl ThinkDeadline {
+impl HookTarget {
     /// Sends `end_thinking` for `request_id` in the background (the relay never waits on
     /// the channel); a failure is logged, and the stream simply thinks on.
-    pub fn fire(&self, request_id: &str) {
+    pub fn end_thinking(&self, request_id: &str) {
         let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
         let (channel, addr) = (self.channel.clone(), self.addr.clone());
         let directive = Directive { request_id: request_id.to_owned(), action: Action::EndThinking };
@@ -122,9 +120,17 @@ impl ThinkDeadline {
     }
 }
 
-impl std::fmt::Debug for ThinkDeadline {
+impl std::fmt::Debug for HookTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The channel holds the secret; show only where and when.
-        f.debug_struct("ThinkDeadline").field("after", &self.after).field("addr", &self.addr).finish()
+        // The channel holds the secret; show only where.
+        f.debug_struct("HookTarget").field("addr", &self.addr).finish()
     }
+}
+
+/// A time budget the proxy enforces by telling the upstream's hook to end thinking.
+#[derive(Clone, Debug)]
+pub struct ThinkDeadline {
+    /// Thinking time allowed.
+    pub after: Duration,
+    pub hook: HookTarget,
 }

@@ -62,6 +62,8 @@ pub struct RequestObserver {
     /// Arrival of the first thinking token.
     think_started: Option<Instant>,
     deadline_fired: bool,
+    /// EAT probing of this stream, with the reasoning text so far (kept only then).
+    eat: Option<(crate::exits::EatProber, String)>,
     usage: Option<Usage>,
     /// The phase this request is counted under in `meridian_open_streams`.
     open_as: Option<Phase>,
@@ -85,11 +87,18 @@ impl RequestObserver {
             first_output: None,
             think_started: None,
             deadline_fired: false,
+            eat: None,
             usage: None,
             open_as,
             // Until told otherwise, a request that goes away was abandoned by its client.
             outcome: "client_disconnected",
         }
+    }
+
+    /// Probes this stream for EAT (see [`crate::exits`]).
+    pub fn with_eat(mut self, prober: crate::exits::EatProber) -> Self {
+        self.eat = Some((prober, String::new()));
+        self
     }
 
     /// Feeds one `data:` payload (or a whole non-streaming body) that arrived at `at`.
@@ -111,7 +120,7 @@ impl RequestObserver {
             return;
         }
         self.deadline_fired = true;
-        deadline.fire(&self.info.request_id);
+        deadline.hook.end_thinking(&self.info.request_id);
         self.metrics.count_budget_reached(self.info.family.as_ref().map_or("unknown", |f| f.name()));
     }
 
@@ -145,6 +154,10 @@ impl RequestObserver {
         if router.think_tokens() > think_before && self.first_output.is_none() {
             self.last_think = Some(at);
             self.think_started.get_or_insert(at);
+            if let (Some((prober, text)), 0) = (self.eat.as_mut(), c.index) {
+                text.push_str(c.reasoning.as_deref().unwrap_or_default());
+                prober.on_thinking(router.think_tokens(), text);
+            }
         }
         self.on_events(&events, at);
     }

@@ -105,6 +105,7 @@ async fn relay_generation(
         .is_some_and(|v| v.starts_with("text/event-stream"));
     let upstream_name = in_flight.upstream().name.clone();
     let metrics = state.metrics.clone();
+    let eat_family = family.clone();
     let info = RequestInfo {
         route,
         family,
@@ -120,7 +121,10 @@ async fn relay_generation(
     if status.is_success() && is_sse {
         // The relay may append an error event, so the upstream's length cannot stand.
         headers.remove(header::CONTENT_LENGTH);
-        let observer = RequestObserver::new(metrics.clone(), info, true);
+        let mut observer = RequestObserver::new(metrics.clone(), info, true);
+        if let Some(prober) = eat_prober(state, route, &body, id, &in_flight, eat_family.as_deref()) {
+            observer = observer.with_eat(prober);
+        }
         let idle = Duration::from_secs_f64(state.config.upstream.idle_timeout_s);
         let relay = RelayBody::new(resp.bytes_stream().boxed(), idle, observer, metrics, in_flight);
         return Ok(build(status, headers, Body::from_stream(relay)));
@@ -154,6 +158,37 @@ async fn relay_generation(
     Ok(build(status, headers, Body::from(bytes)))
 }
 
+/// EAT probing for a streamed chat whose upstream has a ready hook (the only way to act
+/// on the signal) and whose model family names its think delimiters.
+fn eat_prober(
+    state: &AppState,
+    route: &'static str,
+    body: &bytes::Bytes,
+    id: &HeaderValue,
+    in_flight: &crate::upstream::InFlight,
+    family: Option<&meridian_core::ModelFamily>,
+) -> Option<crate::exits::EatProber> {
+    let cfg = &state.config.exit;
+    if cfg.signal != meridian_core::config::ExitSignal::Eat || route != "chat_completions" {
+        return None;
+    }
+    let upstream = in_flight.upstream();
+    let addr = upstream.hook.as_ref().filter(|_| upstream.hook_ready())?;
+    let tags = family?.file.tags.as_ref()?;
+    let target = crate::exits::ProbeTarget {
+        client: state.client.clone(),
+        base_url: upstream.base_url.clone(),
+        auth: state.upstream_auth.clone(),
+        body: body.clone(),
+        request_id: String::from_utf8_lossy(id.as_bytes()).into_owned(),
+        think_open: tags.start.first()?.clone(),
+        think_close: tags.end.first()?.clone(),
+        end: crate::hook::HookTarget { channel: state.hook.clone(), addr: addr.clone() },
+        metrics: state.metrics.clone(),
+    };
+    crate::exits::EatProber::start(cfg, target)
+}
+
 /// The thinking-time budget of a request (its own, else the config's), when the upstream
 /// it went to has a ready hook to enforce it.
 fn think_deadline(
@@ -165,8 +200,7 @@ fn think_deadline(
     let addr = upstream.hook.as_ref().filter(|_| upstream.hook_ready())?;
     Some(crate::hook::ThinkDeadline {
         after: Duration::from_secs_f64(seconds),
-        channel: state.hook.clone(),
-        addr: addr.clone(),
+        hook: crate::hook::HookTarget { channel: state.hook.clone(), addr: addr.clone() },
     })
 }
 

@@ -27,6 +27,16 @@ struct PhaseLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SignalLabels {
+    signal: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ClassLabels {
     class: &'static str,
 }
@@ -86,6 +96,8 @@ pub struct Metrics {
     admission_admitted: Family<ClassLabels, Counter>,
     admission_timed_out: Family<ClassLabels, Counter>,
     admission_rejected: Family<ClassLabels, Counter>,
+    eat_probes: Family<OutcomeLabels, Counter>,
+    entropy_exits: Family<SignalLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -215,7 +227,26 @@ impl Metrics {
             admission_rejected.clone(),
         );
 
+        let eat_probes = Family::<OutcomeLabels, Counter>::default();
+        let entropy_exits = Family::<SignalLabels, Counter>::default();
+        for outcome in ["ok", "failed"] {
+            let _ = eat_probes.get_or_create(&OutcomeLabels { outcome });
+        }
+        let _ = entropy_exits.get_or_create(&SignalLabels { signal: "eat" });
+        registry.register(
+            "meridian_eat_probes",
+            "EAT probe requests the proxy sent, by outcome",
+            eat_probes.clone(),
+        );
+        registry.register(
+            "meridian_entropy_exits",
+            "Ends of thinking the proxy asked a hook for on an entropy signal, by signal",
+            entropy_exits.clone(),
+        );
+
         Metrics {
+            eat_probes,
+            entropy_exits,
             admission_queued,
             admission_wait,
             admission_admitted,
@@ -306,6 +337,14 @@ impl Metrics {
 
     pub fn count_retry(&self) {
         self.upstream_retries.inc();
+    }
+
+    pub fn count_eat_probe(&self, outcome: &'static str) {
+        self.eat_probes.get_or_create(&OutcomeLabels { outcome }).inc();
+    }
+
+    pub fn count_entropy_exit(&self, signal: &'static str) {
+        self.entropy_exits.get_or_create(&SignalLabels { signal }).inc();
     }
 
     pub fn count_budget_reached(&self, family: &str) {

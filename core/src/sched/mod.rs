@@ -109,6 +109,7 @@ pub fn policy_by_name(spec: &str) -> Option<Box<dyn SchedulingPolicy>> {
                     "output_prefill_cap" => p.output_prefill_cap = cap(v),
                     "think_decode_cap" => p.think_decode_cap = cap(v),
                     "pressure_hold_s" => p.pressure_hold_s = v,
+                    "express" => p.express = v != 0.0,
                     _ => return None,
                 }
             }

@@ -167,8 +167,32 @@ pub fn plots(cells: &[Cell]) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// Splits a comma-separated policy list in which a policy's own `key=value` parameters
+/// are also comma-separated: a segment with `=` but no `:` belongs to the policy before it.
+pub fn split_policies(list: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for seg in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        match out.last_mut() {
+            Some(prev) if seg.contains('=') && !seg.contains(':') => {
+                prev.push(',');
+                prev.push_str(seg);
+            }
+            _ => out.push(seg.to_owned()),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn policy_lists_keep_parameters_with_their_policy() {
+        assert_eq!(
+            super::split_policies("fcfs, output-first:express=1,output_prefill_cap=128,reasoning-first"),
+            vec!["fcfs", "output-first:express=1,output_prefill_cap=128", "reasoning-first"]
+        );
+    }
+
     use super::*;
     use crate::workload::LengthDist;
 

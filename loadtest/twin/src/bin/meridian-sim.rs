@@ -76,8 +76,10 @@ enum Command {
     /// Compare scheduling policies on the same workload at loads relative to the stock
     /// engine's capacity; prints (and optionally writes) a markdown report.
     Ab {
-        #[arg(long, value_delimiter = ',', default_value = "fcfs,output-first")]
-        policies: Vec<String>,
+        /// Policies, comma-separated; a policy's own parameters may follow it
+        /// (`fcfs,output-first:express=1,output_prefill_cap=128`).
+        #[arg(long, default_value = "fcfs,output-first", value_parser = parse_policies)]
+        policies: PolicyList,
         /// Loads as fractions of the stock engine's capacity.
         #[arg(long, value_delimiter = ',', default_value = "0.5,0.7,0.9,1.0")]
         loads: Vec<f64>,
@@ -176,7 +178,7 @@ async fn main() -> Result<(), String> {
             );
         }
         Command::Ab {
-            policies,
+            policies: PolicyList(policies),
             loads,
             num_prompts,
             slo_ttot_ms,
@@ -242,4 +244,12 @@ async fn main() -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// `--policies`: a list that keeps each policy's parameters with it.
+#[derive(Debug, Clone)]
+struct PolicyList(Vec<String>);
+
+fn parse_policies(s: &str) -> Result<PolicyList, String> {
+    Ok(PolicyList(ab::split_policies(s)))
 }

@@ -164,3 +164,29 @@ def test_stock_vllm_keeps_finished_thoughts_behind_older_prompts():
     cached_thought = [b for b in a_thought if pool.blocks[b].block_hash is not None]
     x_cached = [b for b in x_prompt if pool.blocks[b].block_hash is not None]
     assert min(order.index(b) for b in cached_thought) > max(order.index(b) for b in x_cached), "plain LRU"
+
+
+def test_express_step_runs_only_the_request_awaiting_its_first_visible_token():
+    e = build(MeridianScheduler, num_blocks=64)
+    e.add("thinker", PROMPT, arrival=1.0)
+    e.add("answerer", PROMPT, arrival=2.0)
+    e.step({})
+    e.step({"answerer": THINK_END})  # the thought ends; its first visible token is next
+    e.add("newcomer", PROMPT, arrival=3.0)
+    express = metric("meridian_hook_express_steps_total")
+    out = e.step({})
+    assert set(out.num_scheduled_tokens) == {"answerer"}, "a short step for the first visible token"
+    assert metric("meridian_hook_express_steps_total") == express + 1
+    assert {r.request_id for r in e.scheduler.running} == {"thinker", "answerer"}, "the thinker only sat out"
+    out = e.step({})
+    assert set(out.num_scheduled_tokens) == {"thinker", "answerer", "newcomer"}, "back to full steps"
+
+
+def test_stock_vllm_runs_everyone_in_that_step():
+    e = build(AsyncScheduler, num_blocks=64)
+    e.add("thinker", PROMPT, arrival=1.0)
+    e.add("answerer", PROMPT, arrival=2.0)
+    e.step({})
+    e.step({"answerer": THINK_END})
+    e.add("newcomer", PROMPT, arrival=3.0)
+    assert set(e.step({}).num_scheduled_tokens) == {"thinker", "answerer", "newcomer"}

@@ -32,6 +32,7 @@ macro_rules! samples {
 samples! {
     ScheduleSteps = "meridian_hook_schedule_steps_total" "";
     Reorders = "meridian_hook_reorders_total" "";
+    ExpressSteps = "meridian_hook_express_steps_total" "";
     PreemptOutput = "meridian_hook_preemptions_total" "tier=\"output-critical\"";
     PreemptThink = "meridian_hook_preemptions_total" "tier=\"think-active\"";
     PreemptPending = "meridian_hook_preemptions_total" "tier=\"pending\"";
@@ -54,6 +55,10 @@ samples! {
 const HELP: &[(&str, &str)] = &[
     ("meridian_hook_schedule_steps_total", "Scheduler steps the hook saw."),
     ("meridian_hook_reorders_total", "Steps in which the hook changed the order of the running batch."),
+    (
+        "meridian_hook_express_steps_total",
+        "Steps run for answering requests only, so a just-finished thought's first visible token comes fast.",
+    ),
     (
         "meridian_hook_preemptions_total",
         "Requests vLLM preempted, by the KV tier of the victim (target for output-critical: 0).",

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use meridian_core::Phase;
-use meridian_core::sched::{RequestView, SchedulingPolicy, policy_by_name};
+use meridian_core::sched::{RequestView, SchedulingPolicy, StepLimits, policy_by_name};
 use pyo3::prelude::*;
 
 use crate::channel::Shared;
@@ -68,6 +68,11 @@ impl SchedulerCore {
 
     /// The permutation of `rows` to run in (victim last).
     pub fn order_rows(&mut self, rows: &[RunningRow]) -> Vec<usize> {
+        self.plan_rows(rows).0
+    }
+
+    /// The order (victim last) and the policy's limits for the coming step.
+    pub fn plan_rows(&mut self, rows: &[RunningRow]) -> (Vec<usize>, StepLimits) {
         let now = self.started.elapsed().as_secs_f64();
         let mut views = Vec::with_capacity(rows.len());
         let mut index_of_seq = HashMap::with_capacity(rows.len());
@@ -106,6 +111,7 @@ impl SchedulerCore {
         }
         let policy = self.policy.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
         policy.order_running(&mut views, now);
+        let limits = policy.step_limits(&views, now);
         if !views.is_empty() {
             let victim = policy.pick_victim(&views, now).min(views.len() - 1);
             let v = views.remove(victim);
@@ -116,7 +122,7 @@ impl SchedulerCore {
         if order.iter().enumerate().any(|(pos, &i)| pos != i) {
             self.shared.counters.add(Counter::Reorders, 1);
         }
-        order
+        (order, limits)
     }
 }
 
@@ -144,6 +150,16 @@ impl SchedulerCore {
     /// per running request, in vLLM's order. Returns the order to run them in.
     fn order(&mut self, rows: Vec<RunningRow>) -> Vec<usize> {
         self.order_rows(&rows)
+    }
+
+    /// Like `order`, plus the policy's limits for the step: `(order, max_prefill_tokens,
+    /// max_think_decodes)`, `None` meaning no limit.
+    fn plan(&mut self, rows: Vec<RunningRow>) -> (Vec<usize>, Option<u32>, Option<u32>) {
+        let (order, limits) = self.plan_rows(&rows);
+        if limits.max_think_decodes == Some(0) && limits.max_prefill_tokens == Some(0) {
+            self.shared.counters.add(Counter::ExpressSteps, 1);
+        }
+        (order, limits.max_prefill_tokens, limits.max_think_decodes)
     }
 
     /// `"pending"`, `"think"` or `"output"`.

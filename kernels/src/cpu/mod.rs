@@ -177,8 +177,10 @@ pub fn topk_entropy(
     let t = effective_temperature(temperature);
     let rows = reduce_rows(&logits, batch, vocab, temperature, k, opts);
     for (o, (state, top)) in out.iter_mut().zip(rows) {
-        let lse = state.log_sum_exp();
-        let lps: Vec<f64> = top.values().iter().map(|&v| f64::from(v) / t - lse).collect();
+        // (x - max) - ln Z rather than x - (max + ln Z): for huge magnitudes (|x| ~ 1e30)
+        // the latter cancels every digit of the logprob away.
+        let ln_z = state.sum_exp.ln();
+        let lps: Vec<f64> = top.values().iter().map(|&v| (f64::from(v) / t - state.max) - ln_z).collect();
         *o = entropy_from_top_logprobs(&lps, vocab);
     }
     Ok(())

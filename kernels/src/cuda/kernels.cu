@@ -325,12 +325,13 @@ __device__ __forceinline__ void topk_row(const unsigned char* x, long long vocab
         if (threadIdx.x == sm_win) ++next;
     }
     if (threadIdx.x != 0) return;
-    // log p_i = x_i/T - log Z; then entropy_from_top_logprobs (meridian-core), in float64.
-    double lse = (r.max == f32_inf()) ? f64_nan() : (double)r.max * p.inv_t + log(r.z);
+    // log p_i = (x_i - max)/T - log Z, then entropy_from_top_logprobs (meridian-core), in
+    // float64. Not x_i/T - (max/T + log Z): for |x| ~ 1e30 that cancels every digit.
+    double lz = (r.max == f32_inf()) ? f64_nan() : log(r.z);
     double s = 0.0, total = 0.0, pmin = 1.0;
     int kk = 0;
     for (int i = 0; i < k; ++i) {
-        double l = (double)sm_top[i] * p.inv_t - lse;
+        double l = ((double)sm_top[i] - (double)r.max) * p.inv_t - lz;
         if (!is_fin(l)) continue;
         double pr = exp(l);
         if (pr > 0.0) s -= pr * log(pr);

@@ -25,8 +25,9 @@ pub fn top_logprobs(logits: &[f32], k: usize, t: f32) -> Vec<f64> {
     let mut xs: Vec<f64> = logits.iter().map(|l| f64::from(*l) / t).filter(|x| x.is_finite()).collect();
     xs.sort_by(|a, b| b.total_cmp(a));
     let m = xs.first().copied().unwrap_or(f64::NEG_INFINITY);
-    let lse = m + xs.iter().map(|x| (x - m).exp()).sum::<f64>().ln();
-    xs.iter().take(k).map(|x| x - lse).collect()
+    let ln_z = xs.iter().map(|x| (x - m).exp()).sum::<f64>().ln();
+    // (x - m) - ln Z: x - (m + ln Z) would cancel every digit away for |x| ~ 1e30.
+    xs.iter().take(k).map(|x| (x - m) - ln_z).collect()
 }
 
 /// Rows of every shape the kernels must handle.

@@ -44,6 +44,10 @@ class SchedulerCore:
     def knows(self, request_id: str) -> bool: ...
     def order(self, rows: list[tuple[str, float, int, int, list[int]]]) -> list[int]:
         """rows: (request_id, arrival_time, priority, prefill_remaining, new_output_tokens)."""
+    def plan(
+        self, rows: list[tuple[str, float, int, int, list[int]]]
+    ) -> tuple[list[int], int | None, int | None]:
+        """Like ``order``, plus the step's (max_prefill_tokens, max_think_decodes)."""
     def phase(self, request_id: str) -> str: ...
     def preempted(self, request_id: str) -> str:
         """Counts a preemption; returns the victim's KV tier."""

@@ -2,7 +2,11 @@
 ``AsyncScheduler`` with Meridian's policy applied before every step. vLLM schedules its
 running list in order and, out of KV blocks, preempts the last entry; the hook orders
 that list (answering requests first, thinking ones filling the rest of the token budget)
-and puts the policy's victim last. Every failure falls back to vLLM's own order."""
+and puts the policy's victim last. It also carries out the policy's step limits: in an
+express step (a request has just finished thinking and awaits its first visible token)
+thinking and prefilling requests sit the step out and no new request is admitted, so
+the step is short; otherwise long prompts are fed in chunks of at most the policy's
+prefill cap while someone is answering. Every failure falls back to vLLM's own order."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import logging
 from typing import Any
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.interface import PauseState
 
 from meridian_hook import _native
 from meridian_hook.runtime import runtime
@@ -46,15 +51,63 @@ class MeridianScheduler(AsyncScheduler):
             rt.start_listener()
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        limits: tuple[int | None, int | None] = (None, None)
         if self._meridian is not None:
             with self._meridian_rt.guard("scheduler"):
-                self._meridian_reorder(self._meridian)
-        return super().schedule(*args, **kwargs)
+                limits = self._meridian_reorder(self._meridian)
+        held: list[Any] = []
+        restore: list[Any] = []
+        try:
+            if self._meridian is not None and limits != (None, None):
+                with self._meridian_rt.guard("scheduler"):
+                    held, restore = self._meridian_apply_limits(self._meridian, *limits)
+            return super().schedule(*args, **kwargs)
+        finally:
+            for undo in reversed(restore):
+                undo()
+            if held:
+                # Still RUNNING: they only sat this step out, at the back of the list.
+                present = set(map(id, self.running))
+                self.running.extend(r for r in held if id(r) not in present)
 
-    def _meridian_reorder(self, core: _native.SchedulerCore) -> None:
+    def _meridian_apply_limits(
+        self, core: _native.SchedulerCore, prefill_cap: int | None, think_cap: int | None
+    ) -> tuple[list[Any], list[Any]]:
+        """Holds requests out of this step's running list and narrows admission as the
+        policy's limits say; returns the held requests and the undo actions."""
+        held: list[Any] = []
+        restore: list[Any] = []
+        kept = []
+        thinking = 0
+        for req in self.running:
+            prefilling = req.num_computed_tokens < req.num_prompt_tokens
+            if prefilling and prefill_cap == 0:
+                held.append(req)
+                continue
+            if not prefilling and think_cap is not None and core.phase(req.request_id) == "think":
+                if thinking >= think_cap:
+                    held.append(req)
+                    continue
+                thinking += 1
+            kept.append(req)
+        if held:
+            self.running[:] = kept
+        if prefill_cap == 0 and self._pause_state == PauseState.UNPAUSED:
+            # Admits nothing new this step (requests holding KV blocks still may).
+            self._pause_state = PauseState.PAUSED_NEW
+            restore.append(lambda: setattr(self, "_pause_state", PauseState.UNPAUSED))
+        elif prefill_cap:
+            cfg = self.scheduler_config
+            before = cfg.long_prefill_token_threshold
+            if before == 0 or before > prefill_cap:
+                cfg.long_prefill_token_threshold = prefill_cap
+                restore.append(lambda: setattr(cfg, "long_prefill_token_threshold", before))
+        return held, restore
+
+    def _meridian_reorder(self, core: _native.SchedulerCore) -> tuple[int | None, int | None]:
         running = self.running
         if not running:
-            return
+            return (None, None)
         seen = self._meridian_seen
         rows = []
         for req in running:
@@ -69,12 +122,13 @@ class MeridianScheduler(AsyncScheduler):
             seen[rid] = n
             prefill = max(0, req.num_prompt_tokens - req.num_computed_tokens)
             rows.append((rid, float(req.arrival_time), int(req.priority), prefill, new))
-        order = core.order(rows)
+        order, prefill_cap, think_cap = core.plan(rows)
         if len(order) == len(running) and order != list(range(len(running))):
             running[:] = [running[i] for i in order]
         self._meridian_steps += 1
         if self._meridian_steps % _HOUSEKEEPING_EVERY == 0:
             self._meridian_housekeeping(core)
+        return (prefill_cap, think_cap)
 
     def _meridian_housekeeping(self, core: _native.SchedulerCore) -> None:
         live = list(self.requests.keys())

@@ -82,8 +82,8 @@ cat >> "$out" <<'MD'
   spends most of its time in reasoning-first here (steps are well under 50 ms).
 - These are simulations: the cost model's step times come from datasheets and the
   model's shape (docs: the engine twin), calibrated against a real vLLM only on CPU. The
-  same policy code runs inside vLLM through the hook (ordering, victims, KV tiers); the
-  hook does not yet carry out step limits (express steps, prefill cap), so on a real
-  engine today the hook gives the ordering and preemption parts of these results.
+  same policy code runs inside vLLM through the hook (ordering, victims, KV tiers,
+  express steps; the prefill cap as vLLM's per-request chunk limit), tested in vLLM's
+  own scheduler on CPU; GPU measurements of the real engine are still to be taken.
 MD
 echo "wrote $out"

@@ -181,11 +181,13 @@ def test_think_budget_through_the_hook_switches_the_stream(proxy_with_hook, hook
     _, hook, _ = hooked_vllm
     client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="x", max_retries=0)
     before = hook_metric(hook, 'meridian_hook_forced_exits_total{reason="budget"}')
+    express_before = hook_metric(hook, "meridian_hook_express_steps_total")
     budget = 6
     stream = chat(client, ids, max_tokens=40, request_id="hook-budget", meridian={"think_budget_tokens": budget})
     tokens = tokens_by_phase(stream)
     assert_switch_at(tokens, ids["</think>"], at=budget)
     assert len(tokens) == 40, "one stream: thought, forced end, answer up to max_tokens"
+    assert hook_metric(hook, "meridian_hook_express_steps_total") > express_before, "an express step for the answer"
     assert hook_metric(hook, 'meridian_hook_forced_exits_total{reason="budget"}') == before + 1
 
 

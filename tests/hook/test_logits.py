@@ -112,13 +112,16 @@ def test_v1_rpdi_exit_on_rising_entropy(tmp_path, monkeypatch: pytest.MonkeyPatc
 class FakeV2State:
     """The parts of Model Runner V2's request state the processor reads, on CPU."""
 
-    def __init__(self, prompts: dict[int, list[int]]):
+    def __init__(self, prompts: dict[int, list[int]], resumed: dict[int, list[int]] | None = None):
         width = 64
         self.prompt_len = SimpleNamespace(np=np.zeros(8, dtype=np.int32))
+        self.prefill_len = SimpleNamespace(np=np.zeros(8, dtype=np.int32))
         self.all_token_ids = SimpleNamespace(gpu=torch.zeros(8, width, dtype=torch.int32))
         for slot, p in prompts.items():
+            out = (resumed or {}).get(slot, [])
             self.prompt_len.np[slot] = len(p)
-            self.all_token_ids.gpu[slot, : len(p)] = torch.tensor(p)
+            self.prefill_len.np[slot] = len(p) + len(out)
+            self.all_token_ids.gpu[slot, : len(p) + len(out)] = torch.tensor(p + out)
 
 
 def v2_ctx(slots: list[int], seq_lens: list[int], last_tokens: list[int]) -> SimpleNamespace:
@@ -142,3 +145,16 @@ def test_v2_budget_forces_end_token_in_the_row_of_the_slot():
     assert forced == {1: THINK_END}, "slot 3 sits in row 1 this step"
     after = lp.apply(torch.zeros(2, VOCAB), v2_ctx([3, 5], [plen + 3, plen + 3], [THINK_END, 9]))
     assert forced_rows(after) == {}, "slot 3 answers now"
+
+
+def test_v2_request_resumed_after_preemption_keeps_its_phase():
+    # Slot 2 had thought, ended its thought and answered 3 tokens before it was preempted.
+    state = FakeV2State({2: PROMPT}, resumed={2: [5, 5, THINK_END, 9, 9, 9]})
+    lp = MeridianLogitsProcessor(CONFIG, state)
+    lp.add_request(2, params(meridian_think_budget=1))
+    filled = len(PROMPT) + 6
+    # Refill chunk: the row does not sample, nothing is forced.
+    assert forced_rows(lp.apply(torch.zeros(1, VOCAB), v2_ctx([2], [filled - 2], [1]))) == {}
+    # Back to decoding: an answering request, never forced, whatever its budget.
+    assert forced_rows(lp.apply(torch.zeros(1, VOCAB), v2_ctx([2], [filled], [9]))) == {}
+    assert forced_rows(lp.apply(torch.zeros(1, VOCAB), v2_ctx([2], [filled + 1], [9]))) == {}

@@ -20,8 +20,11 @@ struct Slot {
     tracker: PhaseTracker,
     budget: Option<u32>,
     rpdi: Option<Rpdi>,
-    /// Position in the end sequence being forced, once a forced exit started.
-    forcing: Option<usize>,
+    /// A forced exit was decided: force the next token of the end sequence each step
+    /// (from what the tracker has matched) until the tracker has seen all of it. Kept
+    /// as a wish rather than a position so a forced token that was thrown away (a
+    /// prefill row) is simply forced again.
+    exit_wanted: bool,
 }
 
 #[pyclass(module = "meridian_hook._native")]
@@ -32,6 +35,9 @@ pub struct ExitController {
     min_think_tokens: u32,
     rpdi: RpdiConfig,
     default_budget: Option<u32>,
+    /// Act on the proxy's `end_thinking` directives. Off with tensor parallelism: each
+    /// rank samples itself and would see a directive at a different step.
+    use_directives: bool,
     /// Rows seen thinking in the last `observe`, with their slots.
     thinking: Vec<(usize, usize)>,
     shared: Arc<Shared>,
@@ -64,17 +70,18 @@ impl ExitController {
             min_think_tokens,
             rpdi,
             default_budget,
+            use_directives: true,
             thinking: Vec::new(),
             shared,
         })
     }
 
     fn force(&mut self, row: usize, slot_idx: usize, reason: Counter) -> Option<(usize, u32)> {
-        let first = *self.markers.as_ref()?.end.first()?;
         let slot = self.slots.get_mut(&slot_idx)?;
-        slot.forcing = Some(1);
+        slot.exit_wanted = true;
         self.shared.counters.add(reason, 1);
-        Some((row, first))
+        let next = *self.markers.as_ref()?.end.get(slot.tracker.end_matched())?;
+        Some((row, next))
     }
 }
 
@@ -83,7 +90,8 @@ impl ExitController {
     /// `signal`: `off`, `rpdi` or `eat` (`eat` needs probe requests, which the proxy
     /// drives; inside the engine it behaves as `off`).
     #[new]
-    #[pyo3(signature = (think_start, think_end, signal="off", min_think_tokens=256, rpdi_window=512, rpdi_lambda=2.0, default_budget=None))]
+    #[pyo3(signature = (think_start, think_end, signal="off", min_think_tokens=256, rpdi_window=512, rpdi_lambda=2.0, default_budget=None, use_directives=true))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         think_start: Vec<u32>,
         think_end: Vec<u32>,
@@ -92,9 +100,10 @@ impl ExitController {
         rpdi_window: usize,
         rpdi_lambda: f64,
         default_budget: Option<u32>,
+        use_directives: bool,
     ) -> PyResult<Self> {
         let rpdi = RpdiConfig { window: rpdi_window, lambda: rpdi_lambda };
-        Ok(ExitController::create(
+        let mut c = ExitController::create(
             think_start,
             think_end,
             signal,
@@ -102,7 +111,9 @@ impl ExitController {
             rpdi,
             default_budget,
             crate::shared(),
-        )?)
+        )?;
+        c.use_directives = use_directives;
+        Ok(c)
     }
 
     /// A request entered batch slot `slot` (slots are reused: all state is reset).
@@ -113,7 +124,7 @@ impl ExitController {
         let tracker = PhaseTracker::new(markers, &prompt);
         self.slots.insert(
             slot,
-            Slot { request_id, tracker, budget: budget.or(self.default_budget), rpdi, forcing: None },
+            Slot { request_id, tracker, budget: budget.or(self.default_budget), rpdi, exit_wanted: false },
         );
     }
 
@@ -122,6 +133,18 @@ impl ExitController {
     fn reset_prompt(&mut self, slot: usize, prompt: Vec<u32>) {
         if let (Some(markers), Some(s)) = (self.markers.as_ref(), self.slots.get_mut(&slot)) {
             s.tracker = PhaseTracker::new(markers, &prompt);
+        }
+    }
+
+    /// Feeds a slot tokens it generated before it (re)entered the batch (a request
+    /// resumed after preemption), without deciding anything.
+    fn replay(&mut self, slot: usize, tokens: Vec<u32>) {
+        if let (Some(markers), Some(s)) = (self.markers.as_ref(), self.slots.get_mut(&slot)) {
+            for t in tokens {
+                if s.tracker.push(t, markers) {
+                    s.exit_wanted = false;
+                }
+            }
         }
     }
 
@@ -158,7 +181,7 @@ impl ExitController {
             let Some(slot) = self.slots.get_mut(&slot_idx) else { continue };
             for t in tokens {
                 if slot.tracker.push(t, markers) {
-                    slot.forcing = None;
+                    slot.exit_wanted = false;
                 }
             }
             if slot.tracker.phase() == Phase::Think {
@@ -177,16 +200,19 @@ impl ExitController {
         let mut forced = Vec::new();
         for (i, &(row, slot_idx)) in thinking.iter().enumerate() {
             let Some(slot) = self.slots.get_mut(&slot_idx) else { continue };
-            if let Some(pos) = slot.forcing {
-                // Multi-token delimiters: keep forcing until the tracker saw all of it.
-                if let Some(&t) = end.get(pos) {
-                    slot.forcing = Some(pos + 1);
+            if slot.exit_wanted {
+                // Until the tracker has seen the whole delimiter (multi-token ones, or a
+                // forced token a prefill row threw away).
+                if let Some(&t) = end.get(slot.tracker.end_matched()) {
                     forced.push((row, t));
                 }
                 continue;
             }
             let think = slot.tracker.think_tokens();
-            let directives = slot.request_id.as_deref().and_then(|id| self.shared.directives_for(id));
+            let directives = match self.use_directives {
+                true => slot.request_id.as_deref().and_then(|id| self.shared.directives_for(id)),
+                false => None,
+            };
             let budget = directives.as_ref().and_then(|d| d.think_budget).or(slot.budget);
             let mut reason = None;
             if directives.as_ref().is_some_and(|d| d.end_thinking) {
@@ -283,6 +309,27 @@ mod tests {
         }
         assert!(fired, "recent mean 3.0 over a long-run mean near 0.5 exceeds lambda 1.5");
         assert_eq!(c.shared.counters.get(Counter::ExitRpdi), 1);
+    }
+
+    #[test]
+    fn a_forced_token_that_was_thrown_away_is_forced_again() {
+        let mut c = controller("off", Some(1));
+        c.add(0, vec![465], None, None);
+        c.observe(vec![(0, 0, vec![5])]);
+        assert_eq!(c.decide(vec![]), vec![(0, 466)]);
+        c.observe(vec![(0, 0, vec![])]); // the engine discarded that sample
+        assert_eq!(c.decide(vec![]), vec![(0, 466)], "still wanted");
+        assert_eq!(c.shared.counters.get(Counter::ExitBudget), 1, "counted once");
+    }
+
+    #[test]
+    fn replayed_tokens_restore_a_resumed_requests_phase() {
+        let mut c = controller("off", Some(3));
+        c.add(0, vec![465], None, None);
+        c.replay(0, vec![5, 466, 9, 9]);
+        assert_eq!(c.phase(0), Some("output"));
+        assert!(c.observe(vec![(0, 0, vec![9])]).is_empty());
+        assert!(c.decide(vec![]).is_empty(), "an answering request is never forced");
     }
 
     #[test]

@@ -78,6 +78,12 @@ fn start_follower(listen: &str, token_env: &str, worker: String) -> PyResult<boo
     Ok(true)
 }
 
+/// Records whether this engine can end thinking on request (see `Shared`).
+#[pyfunction]
+fn set_can_end_thinking(can: bool) {
+    shared().can_end_thinking.store(can, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// `"listener"`, `"follower"` or `None`.
 #[pyfunction]
 fn channel_role() -> Option<&'static str> {
@@ -136,6 +142,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(start_listener, m)?)?;
     m.add_function(wrap_pyfunction!(start_follower, m)?)?;
     m.add_function(wrap_pyfunction!(channel_role, m)?)?;
+    m.add_function(wrap_pyfunction!(set_can_end_thinking, m)?)?;
     m.add_function(wrap_pyfunction!(stop_channel, m)?)?;
     m.add_function(wrap_pyfunction!(apply_directive, m)?)?;
     m.add_function(wrap_pyfunction!(count_error, m)?)?;

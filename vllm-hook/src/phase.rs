@@ -64,6 +64,11 @@ impl PhaseTracker {
         self.output_tokens
     }
 
+    /// How many tokens of the end sequence the latest thinking tokens already match.
+    pub fn end_matched(&self) -> usize {
+        self.end_matched
+    }
+
     /// Takes the next generated token; returns true when it completed the end sequence.
     pub fn push(&mut self, token: u32, markers: &ThinkMarkers) -> bool {
         match self.phase {

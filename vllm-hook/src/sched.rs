@@ -168,7 +168,9 @@ impl SchedulerCore {
     }
 
     /// Records that vLLM preempted a request; returns the KV tier it was in.
-    fn preempted(&self, request_id: &str) -> &'static str {
+    fn preempted(&mut self, request_id: &str) -> &'static str {
+        let now = self.started.elapsed().as_secs_f64();
+        self.policy.get_mut().unwrap_or_else(|p| p.into_inner()).on_preempted(now);
         let (counter, tier) = match self.phase_of(request_id) {
             Phase::Output => (Counter::PreemptOutput, "output-critical"),
             Phase::Think => (Counter::PreemptThink, "think-active"),

@@ -71,6 +71,10 @@ pub trait SchedulingPolicy: Send {
     /// Index into `running` of the request to preempt when KV blocks run out.
     fn pick_victim(&mut self, running: &[RequestView], now_s: f64) -> usize;
 
+    /// The engine preempted a request (KV blocks ran out). Engines call it after a
+    /// preemption actually happens; `pick_victim` may also be asked just to rank.
+    fn on_preempted(&mut self, _now_s: f64) {}
+
     /// Limits for the coming step, given the running requests (in the policy's order).
     /// The stock engine has none.
     fn step_limits(&mut self, _running: &[RequestView], _now_s: f64) -> StepLimits {

@@ -101,8 +101,11 @@ impl SchedulingPolicy for OutputFirst {
         waiting.sort_by(|a, b| rank(a).cmp(&rank(b)).then(by_arrival(a, b)));
     }
 
-    fn pick_victim(&mut self, running: &[RequestView], now_s: f64) -> usize {
+    fn on_preempted(&mut self, now_s: f64) {
         self.last_preemption_s = Some(now_s);
+    }
+
+    fn pick_victim(&mut self, running: &[RequestView], now_s: f64) -> usize {
         running
             .iter()
             .enumerate()
@@ -234,6 +237,8 @@ mod tests {
         let mixed = vec![view(0, Phase::Think, 0.0, None, None), view(1, Phase::Output, 0.0, None, None)];
         assert_eq!(p.step_limits(&mixed, 1.0).max_prefill_tokens, Some(128));
         p.pick_victim(&mixed, 2.0);
+        assert_eq!(p.step_limits(&mixed, 2.5).max_prefill_tokens, Some(128), "ranking alone is no pressure");
+        p.on_preempted(2.0);
         assert_eq!(p.step_limits(&mixed, 3.0).max_prefill_tokens, None, "recompute runs at full speed");
         assert_eq!(p.step_limits(&mixed, 7.5).max_prefill_tokens, Some(128));
     }

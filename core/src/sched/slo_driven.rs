@@ -78,6 +78,12 @@ impl SchedulingPolicy for SloDriven {
         self.current().pick_victim(running, now_s)
     }
 
+    fn on_preempted(&mut self, now_s: f64) {
+        // Pressure is remembered whichever mode is on, for when output-first takes over.
+        self.output_first.on_preempted(now_s);
+        self.reasoning_first.on_preempted(now_s);
+    }
+
     fn step_limits(&mut self, running: &[RequestView], now_s: f64) -> StepLimits {
         self.current().step_limits(running, now_s)
     }

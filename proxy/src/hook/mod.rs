@@ -109,12 +109,22 @@ impl HookTarget {
     /// Sends `end_thinking` for `request_id` in the background (the relay never waits on
     /// the channel); a failure is logged, and the stream simply thinks on.
     pub fn end_thinking(&self, request_id: &str) {
+        self.send_in_background(request_id, Action::EndThinking);
+    }
+
+    /// Tells the hook the request is over, so a later request reusing its id (ids come
+    /// from clients) does not inherit what this one was told.
+    pub fn forget(&self, request_id: &str) {
+        self.send_in_background(request_id, Action::Forget);
+    }
+
+    fn send_in_background(&self, request_id: &str, action: Action) {
         let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
         let (channel, addr) = (self.channel.clone(), self.addr.clone());
-        let directive = Directive { request_id: request_id.to_owned(), action: Action::EndThinking };
+        let directive = Directive { request_id: request_id.to_owned(), action };
         rt.spawn(async move {
             if let Err(e) = channel.send(&addr, vec![directive]).await {
-                tracing::warn!(error = %e, "could not tell the hook to end thinking");
+                tracing::warn!(error = %e, "policy channel: directive not delivered");
             }
         });
     }

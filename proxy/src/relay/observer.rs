@@ -64,6 +64,8 @@ pub struct RequestObserver {
     deadline_fired: bool,
     /// EAT probing of this stream, with the reasoning text so far (kept only then).
     eat: Option<(crate::exits::EatProber, String)>,
+    /// The hook told (or that may be told) about this request, to forget it at the end.
+    forget_on_drop: Option<crate::hook::HookTarget>,
     usage: Option<Usage>,
     /// The phase this request is counted under in `meridian_open_streams`.
     open_as: Option<Phase>,
@@ -88,6 +90,7 @@ impl RequestObserver {
             think_started: None,
             deadline_fired: false,
             eat: None,
+            forget_on_drop: None,
             usage: None,
             open_as,
             // Until told otherwise, a request that goes away was abandoned by its client.
@@ -96,8 +99,9 @@ impl RequestObserver {
     }
 
     /// Probes this stream for EAT (see [`crate::exits`]).
-    pub fn with_eat(mut self, prober: crate::exits::EatProber) -> Self {
+    pub fn with_eat(mut self, prober: crate::exits::EatProber, hook: crate::hook::HookTarget) -> Self {
         self.eat = Some((prober, String::new()));
+        self.forget_on_drop = Some(hook);
         self
     }
 
@@ -239,6 +243,11 @@ impl RequestObserver {
 
 impl Drop for RequestObserver {
     fn drop(&mut self) {
+        let hook =
+            self.forget_on_drop.take().or_else(|| self.info.think_deadline.as_ref().map(|d| d.hook.clone()));
+        if let Some(hook) = hook {
+            hook.forget(&self.info.request_id);
+        }
         self.metrics.move_stream(self.open_as, None);
         if let Some(u) = &self.info.upstream_ref {
             u.move_stream(self.open_as, None);

@@ -122,8 +122,8 @@ async fn relay_generation(
         // The relay may append an error event, so the upstream's length cannot stand.
         headers.remove(header::CONTENT_LENGTH);
         let mut observer = RequestObserver::new(metrics.clone(), info, true);
-        if let Some(prober) = eat_prober(state, route, &body, id, &in_flight, eat_family.as_deref()) {
-            observer = observer.with_eat(prober);
+        if let Some((prober, hook)) = eat_prober(state, route, &body, id, &in_flight, eat_family.as_deref()) {
+            observer = observer.with_eat(prober, hook);
         }
         let idle = Duration::from_secs_f64(state.config.upstream.idle_timeout_s);
         let relay = RelayBody::new(resp.bytes_stream().boxed(), idle, observer, metrics, in_flight);
@@ -167,7 +167,7 @@ fn eat_prober(
     id: &HeaderValue,
     in_flight: &crate::upstream::InFlight,
     family: Option<&meridian_core::ModelFamily>,
-) -> Option<crate::exits::EatProber> {
+) -> Option<(crate::exits::EatProber, crate::hook::HookTarget)> {
     let cfg = &state.config.exit;
     if cfg.signal != meridian_core::config::ExitSignal::Eat || route != "chat_completions" {
         return None;
@@ -175,6 +175,7 @@ fn eat_prober(
     let upstream = in_flight.upstream();
     let addr = upstream.hook.as_ref().filter(|_| upstream.hook_ready())?;
     let tags = family?.file.tags.as_ref()?;
+    let hook = crate::hook::HookTarget { channel: state.hook.clone(), addr: addr.clone() };
     let target = crate::exits::ProbeTarget {
         client: state.client.clone(),
         base_url: upstream.base_url.clone(),
@@ -183,10 +184,10 @@ fn eat_prober(
         request_id: String::from_utf8_lossy(id.as_bytes()).into_owned(),
         think_open: tags.start.first()?.clone(),
         think_close: tags.end.first()?.clone(),
-        end: crate::hook::HookTarget { channel: state.hook.clone(), addr: addr.clone() },
+        end: hook.clone(),
         metrics: state.metrics.clone(),
     };
-    crate::exits::EatProber::start(cfg, target)
+    Some((crate::exits::EatProber::start(cfg, target)?, hook))
 }
 
 /// The thinking-time budget of a request (its own, else the config's), when the upstream

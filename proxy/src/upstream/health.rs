@@ -129,10 +129,15 @@ pub fn model_ids(list: &Value) -> Option<Vec<String>> {
 async fn check_hook(u: &Upstream, hook: &HookChannel, metrics: &Metrics) {
     let Some(addr) = u.hook.as_deref() else { return };
     let result = hook.hello(addr).await;
-    let ready = result.is_ok();
+    // A hook that cannot end thinking (no logits processor, unknown delimiter, several
+    // sampling ranks) would leave budgets unenforced: vLLM's own field is used instead.
+    let ready = result.as_ref().is_ok_and(|h| h.can_end_thinking);
     metrics.set_hook_ready(&u.name, ready);
     if u.set_hook_ready(ready) {
         match result {
+            Ok(h) if !h.can_end_thinking => {
+                tracing::warn!(upstream = %u.name, hook = addr, "hook cannot end thinking; budgets use vLLM's own field")
+            }
             Ok(h) => {
                 tracing::info!(upstream = %u.name, hook = addr, policy = %h.policy, version = %h.hook_version, "hook ready")
             }

@@ -46,8 +46,8 @@ def _budget(params: Any) -> int | None:
     value = _extra(params).get(BUDGET_ARG)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"vllm_xargs.{BUDGET_ARG} must be a positive integer; got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**32:
+        raise ValueError(f"vllm_xargs.{BUDGET_ARG} must be an integer in [1, 2**32); got {value!r}")
     return value
 
 
@@ -74,8 +74,17 @@ class MeridianLogitsProcessor(*_bases):  # type: ignore[misc]
             if not end:
                 return
             x = cfg.exit
+            pc = getattr(vllm_config, "parallel_config", None)
+            single_rank = int(getattr(pc, "tensor_parallel_size", 1) or 1) == 1
             self._ctl = _native.ExitController(
-                start, end, x.signal, x.min_think_tokens, x.rpdi_window, x.rpdi_lambda, cfg.think_budget_tokens
+                start,
+                end,
+                x.signal,
+                x.min_think_tokens,
+                x.rpdi_window,
+                x.rpdi_lambda,
+                cfg.think_budget_tokens,
+                use_directives=single_rank,
             )
             self._entropy = cfg.hook.entropy and x.signal == "rpdi"
         if not in_engine_core():
@@ -179,22 +188,33 @@ class MeridianLogitsProcessor(*_bases):  # type: ignore[misc]
         rs = self._req_states
         slots = [int(s) for s in ctx.idx_mapping_np]
         prompt_len = rs.prompt_len.np
+        prefill_len = rs.prefill_len.np
         for slot in [s for s in slots if s in self._pending_prompt]:
             self._pending_prompt.discard(slot)
-            prompt = rs.all_token_ids.gpu[slot, : int(prompt_len[slot])].tolist()
-            self._ctl.reset_prompt(slot, prompt)  # type: ignore[union-attr]
+            # The prompt, plus the output so far for a request resumed after preemption.
+            plen, filled = int(prompt_len[slot]), int(prefill_len[slot])
+            tokens = rs.all_token_ids.gpu[slot, :filled].tolist()
+            self._ctl.reset_prompt(slot, tokens[:plen])  # type: ignore[union-attr]
+            self._ctl.replay(slot, tokens[plen:])  # type: ignore[union-attr]
+            self._seen[slot] = filled - plen
         # Without speculative decoding a row is a request; the token fed at the row's
-        # position is the request's latest token (one small device read per step).
+        # position is the request's latest token (one small device read per step). Rows
+        # still (re)filling their prompt do not sample: they are left out.
         seq_lens = ctx.seq_lens_upper_bound_np
         fresh: list[int] = []
+        sampling: list[int] = []
         for i, slot in enumerate(slots):
-            generated = int(seq_lens[i]) - int(prompt_len[slot])
-            if generated > self._seen.get(slot, 0):
+            seq_len = int(seq_lens[i])
+            if seq_len < int(prefill_len[slot]):
+                continue
+            sampling.append(i)
+            generated = seq_len - int(prompt_len[slot])
+            if seq_len > int(prefill_len[slot]) and generated > self._seen.get(slot, 0):
                 fresh.append(i)
-            self._seen[slot] = max(generated, self._seen.get(slot, 0))
+                self._seen[slot] = generated
         tokens = ctx.input_ids[fresh].tolist() if fresh else []
         new_by_row = dict(zip(fresh, tokens))
-        return [(i, slot, [new_by_row[i]] if i in new_by_row else []) for i, slot in enumerate(slots)]
+        return [(i, slots[i], [new_by_row[i]] if i in new_by_row else []) for i in sampling]
 
     def _row_entropies(self, logits: torch.Tensor, rows: list[int]) -> list[float]:
         sel = logits[rows]

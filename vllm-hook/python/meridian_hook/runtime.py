@@ -81,10 +81,23 @@ class HookRuntime:
                 h.token_env,
             )
             return None
-        can_end = True
-        addr = _native.start_listener(h.listen, h.token_env, h.policy, h.entropy, can_end)
+        # The scheduler reports later whether this engine can end thinking (it knows the
+        # delimiters, the logits processor and the parallel layout); until then: no.
+        addr = _native.start_listener(h.listen, h.token_env, h.policy, h.entropy, False)
         log.info("meridian hook: policy channel listening on %s", addr)
         return addr
+
+    def can_end_thinking(self, vllm_config: Any, markers_known: bool) -> bool:
+        """Whether directives to end thinking can take effect here: the delimiter is
+        known, the Meridian logits processor is configured, and a single rank samples
+        (with tensor parallelism every rank samples itself and would see a directive at
+        a different step, so directives are ignored there; budgets still apply)."""
+        mc = getattr(vllm_config, "model_config", None)
+        procs = [str(p) for p in (getattr(mc, "logits_processors", None) or [])]
+        configured = any("meridian_hook.logits" in p for p in procs)
+        pc = getattr(vllm_config, "parallel_config", None)
+        single_rank = int(getattr(pc, "tensor_parallel_size", 1) or 1) == 1
+        return markers_known and configured and single_rank
 
     def start_follower(self) -> bool:
         """Follows the engine core's channel from a worker process."""

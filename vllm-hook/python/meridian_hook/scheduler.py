@@ -30,6 +30,7 @@ class MeridianScheduler(AsyncScheduler):
         super().__init__(*args, **kwargs)
         self._meridian: _native.SchedulerCore | None = None
         self._meridian_seen: dict[str, int] = {}
+        self._meridian_held: list[Any] = []
         self._meridian_steps = 0
         rt = None
         try:
@@ -38,6 +39,7 @@ class MeridianScheduler(AsyncScheduler):
             log.exception("meridian hook: bad configuration; the scheduler runs as stock vLLM")
             return
         self._meridian_rt = rt
+        end: list[int] = []
         with rt.guard("scheduler"):
             start, end = rt.markers(self.vllm_config)
             self._meridian = _native.SchedulerCore(rt.config.hook.policy, start, end)
@@ -49,34 +51,36 @@ class MeridianScheduler(AsyncScheduler):
             log.info("meridian hook: scheduler policy %s", self._meridian.policy_name)
         with rt.guard("channel"):
             rt.start_listener()
+            _native.set_can_end_thinking(rt.can_end_thinking(self.vllm_config, bool(end)))
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         limits: tuple[int | None, int | None] = (None, None)
         if self._meridian is not None:
             with self._meridian_rt.guard("scheduler"):
                 limits = self._meridian_reorder(self._meridian)
-        held: list[Any] = []
         restore: list[Any] = []
+        self._meridian_held = []
         try:
             if self._meridian is not None and limits != (None, None):
                 with self._meridian_rt.guard("scheduler"):
-                    held, restore = self._meridian_apply_limits(self._meridian, *limits)
+                    self._meridian_apply_limits(self._meridian, *limits, restore)
             return super().schedule(*args, **kwargs)
         finally:
             for undo in reversed(restore):
-                undo()
+                with self._meridian_rt.guard("scheduler"):
+                    undo()
+            held, self._meridian_held = self._meridian_held, []
             if held:
                 # Still RUNNING: they only sat this step out, at the back of the list.
                 present = set(map(id, self.running))
                 self.running.extend(r for r in held if id(r) not in present)
 
     def _meridian_apply_limits(
-        self, core: _native.SchedulerCore, prefill_cap: int | None, think_cap: int | None
-    ) -> tuple[list[Any], list[Any]]:
+        self, core: _native.SchedulerCore, prefill_cap: int | None, think_cap: int | None, restore: list[Any]
+    ) -> None:
         """Holds requests out of this step's running list and narrows admission as the
-        policy's limits say; returns the held requests and the undo actions."""
+        policy's limits say, appending the undo actions to ``restore``."""
         held: list[Any] = []
-        restore: list[Any] = []
         kept = []
         thinking = 0
         for req in self.running:
@@ -90,8 +94,18 @@ class MeridianScheduler(AsyncScheduler):
                     continue
                 thinking += 1
             kept.append(req)
-        if held:
+        free = self.kv_cache_manager.block_pool.get_num_free_blocks()
+        if held and free >= len(kept):
+            # Only with a block to spare for every kept request: otherwise vLLM would
+            # have to preempt, and with the thinkers held out its victim (the last
+            # running request) would be an answering one.
+            self._meridian_held = held
             self.running[:] = kept
+            if hasattr(self, "max_num_active_reqs"):
+                # Held requests still occupy their slots: admit no more than before.
+                cap = self.max_num_active_reqs
+                self.max_num_active_reqs = max(0, cap - len(held))
+                restore.append(lambda: setattr(self, "max_num_active_reqs", cap))
         if prefill_cap == 0 and self._pause_state == PauseState.UNPAUSED:
             # Admits nothing new this step (requests holding KV blocks still may).
             self._pause_state = PauseState.PAUSED_NEW
@@ -102,7 +116,6 @@ class MeridianScheduler(AsyncScheduler):
             if before == 0 or before > prefill_cap:
                 cfg.long_prefill_token_threshold = prefill_cap
                 restore.append(lambda: setattr(cfg, "long_prefill_token_threshold", before))
-        return held, restore
 
     def _meridian_reorder(self, core: _native.SchedulerCore) -> tuple[int | None, int | None]:
         running = self.running
@@ -121,7 +134,8 @@ class MeridianScheduler(AsyncScheduler):
             new = [out[i] for i in range(done, n)] if n > done else []
             seen[rid] = n
             prefill = max(0, req.num_prompt_tokens - req.num_computed_tokens)
-            rows.append((rid, float(req.arrival_time), int(req.priority), prefill, new))
+            priority = min(max(int(req.priority), -(2**31)), 2**31 - 1)
+            rows.append((rid, float(req.arrival_time), priority, prefill, new))
         order, prefill_cap, think_cap = core.plan(rows)
         if len(order) == len(running) and order != list(range(len(running))):
             running[:] = [running[i] for i in order]
@@ -170,7 +184,14 @@ class MeridianScheduler(AsyncScheduler):
             with self._meridian_rt.guard("scheduler"):
                 pool = self.kv_cache_manager.block_pool
                 queue = pool.free_block_queue
-                moved = [b for b in tail if b.ref_cnt == 0 and not b.is_null and b.block_hash is not None]
+                moved = [
+                    b
+                    for b in tail
+                    if b.ref_cnt == 0
+                    and not b.is_null
+                    and b.block_hash is not None
+                    and getattr(b, "pool", None) in (None, pool)
+                ]
                 for b in moved:
                     queue.remove(b)
                 queue.prepend_n(moved)

@@ -5,6 +5,7 @@
 mod follower;
 mod server;
 
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use meridian_core::channel::{DirectiveTable, Hello, RequestDirectives, base_request_id};
@@ -19,6 +20,10 @@ use crate::metrics::Counters;
 pub struct Shared {
     pub counters: Counters,
     pub directives: Mutex<DirectiveTable>,
+    /// Whether this engine can act on `end_thinking` (its scheduler says so once it
+    /// knows the delimiters, that the logits processor is configured, and that one rank
+    /// samples); the hello reply reports it.
+    pub can_end_thinking: AtomicBool,
 }
 
 impl Shared {

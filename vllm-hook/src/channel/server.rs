@@ -116,7 +116,11 @@ fn authenticated(
         return error(400, "bad_request", format!("body unreadable or over {MAX_BODY} bytes"));
     }
     let result = match (method, path) {
-        (Method::Get, channel::HELLO_PATH) => Ok(json(200, hello)),
+        (Method::Get, channel::HELLO_PATH) => {
+            let mut hello = hello.clone();
+            hello.can_end_thinking = shared.can_end_thinking.load(std::sync::atomic::Ordering::Relaxed);
+            Ok(json(200, &hello))
+        }
         (Method::Post, channel::DIRECTIVES_PATH) => directives(&body, shared),
         (Method::Post, channel::SYNC_PATH) => sync(&body, shared),
         _ => Err(ChannelError::BadMessage(format!("{method} not allowed on {path}"))),

@@ -304,6 +304,7 @@ impl Engine {
             let candidates: Vec<_> = self.running[i..].iter().map(|s| self.requests[s].view()).collect();
             let v = self.policy.pick_victim(&candidates, now).min(candidates.len() - 1);
             let victim = self.running.remove(i + v);
+            self.policy.on_preempted(now);
             self.preempt(victim);
             report.preempted.push(victim);
             if victim == seq {

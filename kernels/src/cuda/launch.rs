@@ -23,6 +23,25 @@ fn aligned(ptr: u64, align: u64, what: &'static str) -> Result<()> {
     Ok(())
 }
 
+/// The checks every per-row launch makes before touching the device: pointers set and
+/// aligned, a sane shape and temperature; returns the grid (one block per row).
+fn check_rows(
+    logits: u64,
+    dtype: DType,
+    batch: usize,
+    vocab: usize,
+    temperature: f32,
+    out: u64,
+) -> Result<u32> {
+    nonnull(logits, "logits")?;
+    nonnull(out, "out")?;
+    elements(batch, vocab)?;
+    crate::cpu::check_temperature(temperature)?;
+    aligned(logits, dtype.size_bytes() as u64, "logits")?;
+    aligned(out, 4, "out")?;
+    grid_rows(batch)
+}
+
 fn grid_rows(batch: usize) -> Result<u32> {
     u32::try_from(batch)
         .ok()
@@ -75,13 +94,7 @@ pub unsafe fn entropy(
     out: u64,
     stream: u64,
 ) -> Result<()> {
-    nonnull(logits, "logits")?;
-    nonnull(out, "out")?;
-    elements(batch, vocab)?;
-    crate::cpu::check_temperature(temperature)?;
-    aligned(logits, dtype.size_bytes() as u64, "logits")?;
-    aligned(out, 4, "out")?;
-    let grid = grid_rows(batch)?;
+    let grid = check_rows(logits, dtype, batch, vocab, temperature, out)?;
     guard(|| {
         let entered = Entered::for_pointer(logits, "logits")?;
         let (mut x, mut v, mut p, mut o) = (logits, vocab as i64, ExpParams::new(temperature), out);
@@ -113,14 +126,8 @@ pub unsafe fn topk_entropy(
     out: u64,
     stream: u64,
 ) -> Result<()> {
-    nonnull(logits, "logits")?;
-    nonnull(out, "out")?;
-    elements(batch, vocab)?;
-    crate::cpu::check_temperature(temperature)?;
+    let grid = check_rows(logits, dtype, batch, vocab, temperature, out)?;
     crate::cpu::check_k(k, vocab)?;
-    aligned(logits, dtype.size_bytes() as u64, "logits")?;
-    aligned(out, 4, "out")?;
-    let grid = grid_rows(batch)?;
     guard(|| {
         let entered = Entered::for_pointer(logits, "logits")?;
         let (mut x, mut v, mut p, mut o, mut kk) =

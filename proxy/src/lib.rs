@@ -10,6 +10,7 @@
 
 pub mod admission;
 pub mod cli;
+pub mod continuation;
 pub mod error;
 pub mod exits;
 pub mod headers;

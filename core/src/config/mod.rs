@@ -183,17 +183,37 @@ pub enum LogFormat {
     Json,
 }
 
-/// Think budgets the proxy applies (through vLLM's `thinking_token_budget`).
+/// Think budgets the proxy applies.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct BudgetConfig {
+    /// How thinking is ended on upstreams without a ready hook.
+    pub forcing: Forcing,
     /// Budget for requests that set none; unset: no budget.
     pub think_tokens: Option<u32>,
     /// Per model family, overriding `think_tokens`.
     pub per_family: BTreeMap<String, u32>,
-    /// Seconds of thinking for requests that set none; enforced by telling the
-    /// upstream's hook to end thinking (upstreams without a ready hook: not enforced).
+    /// Seconds of thinking for requests that set none: the hook is told to end thinking,
+    /// or (without one) the proxy continues the stream past the delimiter.
     pub think_seconds: Option<f64>,
+}
+
+/// How the proxy ends thinking on an upstream whose hook is not ready. (With a ready
+/// hook, the hook always does it: no second request, no second prefill.)
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Forcing {
+    /// Token budgets through vLLM's `thinking_token_budget`; what only the proxy can
+    /// enforce (time budgets, entropy exits) by continuation.
+    #[default]
+    Auto,
+    /// vLLM's `thinking_token_budget` alone; time budgets and entropy exits are not
+    /// enforced without a hook.
+    Engine,
+    /// Everything by continuation: the proxy ends the upstream's think stream and
+    /// continues it with the reasoning so far plus the end-of-thinking delimiter, for
+    /// OpenAI-compatible engines without `thinking_token_budget`.
+    Continuation,
 }
 
 impl BudgetConfig {

@@ -7,7 +7,7 @@ use meridian_core::signals::{Eat, entropy_from_top_logprobs};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::hook::HookTarget;
+use super::EndThinking;
 use crate::telemetry::Metrics;
 
 /// Where and how one stream's probes go.
@@ -22,8 +22,8 @@ pub struct ProbeTarget {
     /// The delimiters that close a thought for this model, as text.
     pub think_open: String,
     pub think_close: String,
-    /// How to end thinking (the upstream's hook).
-    pub end: HookTarget,
+    /// How to end thinking.
+    pub end: EndThinking,
     pub metrics: Arc<Metrics>,
 }
 
@@ -129,7 +129,7 @@ async fn run(mut eat: Eat, target: ProbeTarget, mut rx: mpsc::UnboundedReceiver<
         };
         target.metrics.count_eat_probe("ok");
         if eat.update(x).stop {
-            target.end.end_thinking(&target.request_id);
+            target.end.now(&target.request_id);
             target.metrics.count_entropy_exit("eat");
             return;
         }

@@ -35,7 +35,7 @@ enum State {
 
 pin_project_lite::pin_project! {
     pub struct RelayBody {
-        upstream: BoxStream<'static, reqwest::Result<Bytes>>,
+        upstream: BoxStream<'static, Result<Bytes, ProxyError>>,
         #[pin]
         idle: Sleep,
         idle_timeout: Duration,
@@ -54,8 +54,9 @@ pin_project_lite::pin_project! {
 }
 
 impl RelayBody {
+    /// Relays `upstream`, whose errors end the client's stream with an error event.
     pub fn new(
-        upstream: BoxStream<'static, reqwest::Result<Bytes>>,
+        upstream: BoxStream<'static, Result<Bytes, ProxyError>>,
         idle_timeout: Duration,
         observer: RequestObserver,
         metrics: std::sync::Arc<Metrics>,
@@ -115,10 +116,7 @@ impl Stream for RelayBody {
                     this.tail.push(&out);
                     return Poll::Ready(Some(Ok(out)));
                 }
-                Poll::Ready(Some(Err(e))) => {
-                    let upstream = this.in_flight.upstream().name.clone();
-                    tracing::warn!(%upstream, error = %e, "upstream stream failed");
-                    let err = ProxyError::UpstreamFailed { upstream, reason: "the stream broke off".into() };
+                Poll::Ready(Some(Err(err))) => {
                     return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
                 }
                 Poll::Ready(None) => {

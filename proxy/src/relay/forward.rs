@@ -30,14 +30,19 @@ pub struct UpstreamRequest<'a> {
     pub first: Option<InFlight>,
 }
 
+/// An answered request.
+pub struct Sent {
+    pub in_flight: InFlight,
+    pub response: reqwest::Response,
+    /// The hook body went, the upstream's hook being ready when it was sent.
+    pub via_hook: bool,
+}
+
 fn is_retryable_status(status: reqwest::StatusCode) -> bool {
     matches!(status.as_u16(), 502 | 503)
 }
 
-pub async fn send_with_retries(
-    state: &AppState,
-    mut req: UpstreamRequest<'_>,
-) -> Result<(InFlight, reqwest::Response), ProxyError> {
+pub async fn send_with_retries(state: &AppState, mut req: UpstreamRequest<'_>) -> Result<Sent, ProxyError> {
     let cfg = &state.config.upstream;
     let first_byte_timeout = Duration::from_secs_f64(cfg.first_byte_timeout_s);
     let mut tried: Vec<Arc<Upstream>> = Vec::new();
@@ -65,9 +70,9 @@ pub async fn send_with_retries(
             headers.insert(axum::http::header::AUTHORIZATION, key.clone());
         }
         let url = format!("{}{}", upstream.base_url, req.path_and_query);
-        let body = match &req.hook_body {
-            Some(b) if upstream.hook_ready() => b.clone(),
-            _ => req.body.clone(),
+        let (body, via_hook) = match &req.hook_body {
+            Some(b) if upstream.hook_ready() => (b.clone(), true),
+            _ => (req.body.clone(), false),
         };
         let send = state.client.request(req.method.clone(), url).headers(headers).body(body).send();
         let last_attempt = attempt + 1 == cfg.max_attempts;
@@ -95,7 +100,7 @@ pub async fn send_with_retries(
             }
             Ok(Ok(resp)) => {
                 upstream.record_success(&state.metrics);
-                return Ok((guard, resp));
+                return Ok(Sent { in_flight: guard, response: resp, via_hook });
             }
         }
     }

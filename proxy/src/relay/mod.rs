@@ -7,6 +7,6 @@ mod forward;
 mod observer;
 
 pub use body::RelayBody;
-pub use forward::{UpstreamRequest, send_with_retries};
+pub use forward::{Sent, UpstreamRequest, send_with_retries};
 pub use meridian_core::stream::SseDecoder;
 pub use observer::{RequestInfo, RequestObserver};

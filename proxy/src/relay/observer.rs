@@ -98,10 +98,15 @@ impl RequestObserver {
         }
     }
 
-    /// Probes this stream for EAT (see [`crate::exits`]).
-    pub fn with_eat(mut self, prober: crate::exits::EatProber, hook: crate::hook::HookTarget) -> Self {
+    /// Probes this stream for EAT (see [`crate::exits`]); `hook`, when the signal acts
+    /// through one, is told to forget the request at the end.
+    pub fn with_eat(
+        mut self,
+        prober: crate::exits::EatProber,
+        hook: Option<crate::hook::HookTarget>,
+    ) -> Self {
         self.eat = Some((prober, String::new()));
-        self.forget_on_drop = Some(hook);
+        self.forget_on_drop = hook;
         self
     }
 

@@ -7,15 +7,17 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 
 use meridian_core::Phase;
 
 use super::body::{ClientClass, GenerationRequest, hook_body, read_body, upstream_body};
+use super::forcing;
 use crate::admission::Class;
 use crate::error::ProxyError;
+use crate::exits::EndThinking;
 use crate::headers::{client_response_headers, upstream_request_headers};
-use crate::relay::{RelayBody, RequestInfo, RequestObserver, UpstreamRequest, send_with_retries};
+use crate::relay::{RelayBody, RequestInfo, RequestObserver, Sent, UpstreamRequest, send_with_retries};
 use crate::request_id::{REQUEST_ID, request_id};
 use crate::state::AppState;
 
@@ -63,7 +65,17 @@ async fn relay_generation(
         true => Some(hook_body(&body, &gen_req, think_budget, &id_str)?),
         false => None,
     };
-    let body = upstream_body(&body, &gen_req, think_budget)?;
+    let mut continuation = forcing::plan(state, route, &body, &gen_req, family.as_ref(), think_budget);
+    // Token budgets the proxy forces itself do not go to the engine as well.
+    let engine_budget = match &continuation {
+        Some(c) if c.triggers.tokens.is_some() => gen_req.client_budget,
+        _ => think_budget,
+    };
+    let body = upstream_body(&body, &gen_req, engine_budget)?;
+    if let Some(c) = continuation.take() {
+        continuation = Some(c.with_first_leg(&body)?);
+    }
+    let body = continuation.as_ref().map_or(body, |c| c.body.clone());
     let path = parts.uri.path_and_query().map_or(parts.uri.path(), |p| p.as_str());
     let class = admission_class(&gen_req);
     let first = match state.admission.enabled() {
@@ -79,8 +91,12 @@ async fn relay_generation(
             Class::Batch => pr.batch,
         };
         headers.insert(VLLM_PRIORITY, HeaderValue::from(value));
+        if let Some(c) = continuation.as_mut() {
+            c.output_priority = Some(pr.output);
+        }
     }
-    let (in_flight, resp) = send_with_retries(
+    let continuation_headers = continuation.as_ref().map(|_| headers.clone());
+    let Sent { in_flight, response: resp, via_hook } = send_with_retries(
         state,
         UpstreamRequest {
             method: Method::POST,
@@ -108,25 +124,61 @@ async fn relay_generation(
     let eat_family = family.clone();
     let info = RequestInfo {
         route,
-        family,
+        family: family.clone(),
         initial_phase,
-        request_id: id_str,
+        request_id: id_str.clone(),
         upstream: upstream_name.clone(),
         started,
         think_budget,
         upstream_ref: Some(in_flight.upstream().clone()),
-        think_deadline: think_deadline(state, &gen_req, in_flight.upstream()),
+        think_deadline: think_deadline(state, &gen_req, in_flight.upstream(), via_hook),
     };
 
     if status.is_success() && is_sse {
         // The relay may append an error event, so the upstream's length cannot stand.
         headers.remove(header::CONTENT_LENGTH);
+        let continuation = continuation.filter(|_| !via_hook);
         let mut observer = RequestObserver::new(metrics.clone(), info, true);
-        if let Some((prober, hook)) = eat_prober(state, route, &body, id, &in_flight, eat_family.as_deref()) {
-            observer = observer.with_eat(prober, hook);
+        let end = match &continuation {
+            Some(c) => Some(EndThinking::Continuation(c.end_now.clone())),
+            None => ready_hook(state, &in_flight).map(EndThinking::Hook),
+        };
+        if let Some((prober, end)) = end.and_then(|end| {
+            eat_prober(state, route, &body, id, &in_flight, eat_family.as_deref(), end.clone())
+                .map(|p| (p, end))
+        }) {
+            let forget = match end {
+                EndThinking::Hook(h) => Some(h),
+                EndThinking::Continuation(_) => None,
+            };
+            observer = observer.with_eat(prober, forget);
         }
+        let stream = match (continuation, continuation_headers) {
+            (Some(c), Some(h)) => c.start(
+                state,
+                &in_flight,
+                path,
+                h,
+                &id_str,
+                family,
+                initial_phase,
+                resp.bytes_stream().boxed(),
+            ),
+            _ => {
+                let name = upstream_name.clone();
+                resp.bytes_stream()
+                    .map_err(move |e| {
+                        tracing::warn!(upstream = %name, error = %e, "upstream stream failed");
+                        ProxyError::UpstreamFailed {
+                            upstream: name.clone(),
+                            reason: "the stream broke off".into(),
+                        }
+                    })
+                    .boxed()
+            }
+        };
         let idle = Duration::from_secs_f64(state.config.upstream.idle_timeout_s);
-        let relay = RelayBody::new(resp.bytes_stream().boxed(), idle, observer, metrics, in_flight);
+        let relay = RelayBody::new(stream, idle, observer, metrics, in_flight);
         return Ok(build(status, headers, Body::from_stream(relay)));
     }
 
@@ -158,8 +210,15 @@ async fn relay_generation(
     Ok(build(status, headers, Body::from(bytes)))
 }
 
-/// EAT probing for a streamed chat whose upstream has a ready hook (the only way to act
-/// on the signal) and whose model family names its think delimiters.
+/// The hook of the upstream serving a request, if it is ready.
+fn ready_hook(state: &AppState, in_flight: &crate::upstream::InFlight) -> Option<crate::hook::HookTarget> {
+    let upstream = in_flight.upstream();
+    let addr = upstream.hook.as_ref().filter(|_| upstream.hook_ready())?;
+    Some(crate::hook::HookTarget { channel: state.hook.clone(), addr: addr.clone() })
+}
+
+/// EAT probing for a streamed chat that can be acted on (`end`: a ready hook or a
+/// continuation) and whose model family names its think delimiters.
 fn eat_prober(
     state: &AppState,
     route: &'static str,
@@ -167,15 +226,14 @@ fn eat_prober(
     id: &HeaderValue,
     in_flight: &crate::upstream::InFlight,
     family: Option<&meridian_core::ModelFamily>,
-) -> Option<(crate::exits::EatProber, crate::hook::HookTarget)> {
+    end: EndThinking,
+) -> Option<crate::exits::EatProber> {
     let cfg = &state.config.exit;
     if cfg.signal != meridian_core::config::ExitSignal::Eat || route != "chat_completions" {
         return None;
     }
     let upstream = in_flight.upstream();
-    let addr = upstream.hook.as_ref().filter(|_| upstream.hook_ready())?;
     let tags = family?.file.tags.as_ref()?;
-    let hook = crate::hook::HookTarget { channel: state.hook.clone(), addr: addr.clone() };
     let target = crate::exits::ProbeTarget {
         client: state.client.clone(),
         base_url: upstream.base_url.clone(),
@@ -184,21 +242,22 @@ fn eat_prober(
         request_id: String::from_utf8_lossy(id.as_bytes()).into_owned(),
         think_open: tags.start.first()?.clone(),
         think_close: tags.end.first()?.clone(),
-        end: hook.clone(),
+        end,
         metrics: state.metrics.clone(),
     };
-    Some((crate::exits::EatProber::start(cfg, target)?, hook))
+    crate::exits::EatProber::start(cfg, target)
 }
 
-/// The thinking-time budget of a request (its own, else the config's), when the upstream
-/// it went to has a ready hook to enforce it.
+/// The thinking-time budget of a request (its own, else the config's), when it went to
+/// an upstream's hook to enforce it.
 fn think_deadline(
     state: &AppState,
     req: &GenerationRequest<'_>,
     upstream: &crate::upstream::Upstream,
+    via_hook: bool,
 ) -> Option<crate::hook::ThinkDeadline> {
-    let seconds = req.extension.and_then(|e| e.think_budget_s).or(state.config.budget.think_seconds)?;
-    let addr = upstream.hook.as_ref().filter(|_| upstream.hook_ready())?;
+    let seconds = forcing::think_seconds(state, req)?;
+    let addr = upstream.hook.as_ref().filter(|_| via_hook)?;
     Some(crate::hook::ThinkDeadline {
         after: Duration::from_secs_f64(seconds),
         hook: crate::hook::HookTarget { channel: state.hook.clone(), addr: addr.clone() },
@@ -206,7 +265,7 @@ fn think_deadline(
 }
 
 /// vLLM's per-request priority header (lower runs first).
-const VLLM_PRIORITY: &str = "x-vllm-priority";
+pub(super) const VLLM_PRIORITY: &str = "x-vllm-priority";
 
 /// Output-phase starts first (a user waits for visible text), batch last.
 fn admission_class(req: &GenerationRequest<'_>) -> Class {

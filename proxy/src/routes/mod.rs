@@ -1,6 +1,7 @@
 //! HTTP routes: the OpenAI-compatible API and the operational endpoints.
 
 mod body;
+mod forcing;
 mod generate;
 mod models;
 mod ops;

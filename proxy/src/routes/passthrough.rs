@@ -26,7 +26,7 @@ pub async fn passthrough(State(state): State<Arc<AppState>>, req: Request) -> Re
         let (parts, body) = req.into_parts();
         let body = read_body(body, &parts.headers, state.config.server.max_body_bytes).await?;
         let path_and_query = parts.uri.path_and_query().map_or(path.as_str(), |p| p.as_str());
-        let (in_flight, resp) = send_with_retries(
+        let sent = send_with_retries(
             &state,
             UpstreamRequest {
                 method: parts.method.clone(),
@@ -43,6 +43,7 @@ pub async fn passthrough(State(state): State<Arc<AppState>>, req: Request) -> Re
             },
         )
         .await?;
+        let (in_flight, resp) = (sent.in_flight, sent.response);
         let status = resp.status();
         let mut headers = client_response_headers(resp.headers());
         headers.insert(REQUEST_ID, id.clone());

@@ -37,6 +37,14 @@ struct SignalLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+/// Why the proxy cut a stream's thinking and continued it.
+const CONTINUATION_REASONS: [&str; 4] = ["budget_tokens", "budget_seconds", "rpdi", "eat"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ClassLabels {
     class: &'static str,
 }
@@ -98,6 +106,7 @@ pub struct Metrics {
     admission_rejected: Family<ClassLabels, Counter>,
     eat_probes: Family<OutcomeLabels, Counter>,
     entropy_exits: Family<SignalLabels, Counter>,
+    continuations: Family<ReasonLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -232,7 +241,9 @@ impl Metrics {
         for outcome in ["ok", "failed"] {
             let _ = eat_probes.get_or_create(&OutcomeLabels { outcome });
         }
-        let _ = entropy_exits.get_or_create(&SignalLabels { signal: "eat" });
+        for signal in ["eat", "rpdi"] {
+            let _ = entropy_exits.get_or_create(&SignalLabels { signal });
+        }
         registry.register(
             "meridian_eat_probes",
             "EAT probe requests the proxy sent, by outcome",
@@ -240,11 +251,21 @@ impl Metrics {
         );
         registry.register(
             "meridian_entropy_exits",
-            "Ends of thinking the proxy asked a hook for on an entropy signal, by signal",
+            "Ends of thinking the proxy caused on an entropy signal (through a hook or by continuation), by signal",
             entropy_exits.clone(),
+        );
+        let continuations = Family::<ReasonLabels, Counter>::default();
+        for reason in CONTINUATION_REASONS {
+            let _ = continuations.get_or_create(&ReasonLabels { reason });
+        }
+        registry.register(
+            "meridian_continuations",
+            "Streams whose thinking the proxy cut and continued past the end-of-thinking delimiter (upstreams without a ready hook), by reason",
+            continuations.clone(),
         );
 
         Metrics {
+            continuations,
             eat_probes,
             entropy_exits,
             admission_queued,
@@ -345,6 +366,10 @@ impl Metrics {
 
     pub fn count_entropy_exit(&self, signal: &'static str) {
         self.entropy_exits.get_or_create(&SignalLabels { signal }).inc();
+    }
+
+    pub fn count_continuation(&self, reason: &'static str) {
+        self.continuations.get_or_create(&ReasonLabels { reason }).inc();
     }
 
     pub fn count_budget_reached(&self, family: &str) {

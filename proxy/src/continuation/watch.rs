@@ -1,0 +1,275 @@
+//! Watches the first leg's chunks and says when thinking must end: the token budget
+//! spent, the thinking time up, or RPDI over the streamed top logprobs past its bound.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use meridian_core::models::ModelFamily;
+use meridian_core::signals::{Rpdi, RpdiConfig, entropy_from_top_logprobs, is_sentence_boundary};
+use meridian_core::{Delta, Phase, PhaseEvent, PhaseRouter};
+use serde_json::Value;
+use smallvec::SmallVec;
+
+use super::Route;
+
+/// What may end this stream's thinking.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Triggers {
+    pub tokens: Option<u32>,
+    pub seconds: Option<Duration>,
+    /// RPDI, and the thinking tokens before it may fire.
+    pub rpdi: Option<(RpdiConfig, u32)>,
+    /// EAT decides elsewhere (the prober) and says so through the driver.
+    pub eat: bool,
+}
+
+impl Triggers {
+    pub fn any(&self) -> bool {
+        self.tokens.is_some() || self.seconds.is_some() || self.rpdi.is_some() || self.eat
+    }
+}
+
+/// Why thinking was cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cut {
+    Tokens,
+    Seconds,
+    Rpdi,
+    Eat,
+}
+
+impl Cut {
+    pub fn label(self) -> &'static str {
+        match self {
+            Cut::Tokens => "budget_tokens",
+            Cut::Seconds => "budget_seconds",
+            Cut::Rpdi => "rpdi",
+            Cut::Eat => "eat",
+        }
+    }
+}
+
+pub struct ThinkWatch {
+    router: PhaseRouter,
+    route: Route,
+    seconds: Option<Duration>,
+    rpdi: Option<(Rpdi, u32)>,
+    started: Option<Instant>,
+    /// Chat: the reasoning so far; completions: all generated text so far.
+    text: String,
+    /// Thinking is over (or a cut was declined): nothing more to decide.
+    settled: bool,
+}
+
+impl ThinkWatch {
+    pub fn new(family: Option<Arc<ModelFamily>>, initial: Option<Phase>, route: Route, t: Triggers) -> Self {
+        let mut router = PhaseRouter::new(family);
+        if let Some(p) = initial {
+            router = router.with_initial_phase(p);
+        }
+        if let Some(b) = t.tokens {
+            router = router.with_think_budget(b);
+        }
+        ThinkWatch {
+            router,
+            route,
+            seconds: t.seconds,
+            rpdi: t.rpdi.map(|(cfg, min)| (Rpdi::new(cfg), min)),
+            started: None,
+            text: String::new(),
+            settled: false,
+        }
+    }
+
+    /// Feeds one parsed chunk of the first leg (arrived at `at`); returns the cut due now.
+    pub fn observe(&mut self, chunk: &Value, at: Instant) -> Option<Cut> {
+        let choice = chunk["choices"].as_array()?.iter().find(|c| c["index"].as_u64().unwrap_or(0) == 0)?;
+        let delta = choice.get("delta");
+        let field = |k: &str| delta.and_then(|d| d.get(k)).and_then(Value::as_str);
+        let reasoning = field("reasoning").or_else(|| field("reasoning_content"));
+        let content = field("content").or_else(|| choice["text"].as_str());
+        let token_ids: Option<SmallVec<[u32; 8]>> = choice["token_ids"]
+            .as_array()
+            .map(|ids| ids.iter().filter_map(|i| i.as_u64().and_then(|i| u32::try_from(i).ok())).collect());
+        let before = self.router.think_tokens();
+        let events = self.router.observe(Delta { reasoning, content, token_ids: token_ids.as_deref() });
+        match self.route {
+            Route::Chat => self.text.push_str(reasoning.unwrap_or_default()),
+            Route::Completions => self.text.push_str(content.unwrap_or_default()),
+        }
+        let grew = self.router.think_tokens() > before;
+        if grew {
+            self.started.get_or_insert(at);
+        }
+        if self.settled {
+            return None;
+        }
+        let mut cut = None;
+        for e in &events {
+            match e {
+                PhaseEvent::ForceBudget { .. } => cut = Some(Cut::Tokens),
+                PhaseEvent::ExitThink { .. } | PhaseEvent::FirstOutput { .. } => self.settled = true,
+                _ => {}
+            }
+        }
+        if self.settled {
+            return None;
+        }
+        if cut.is_none() && self.deadline().is_some_and(|d| at >= d) {
+            cut = Some(Cut::Seconds);
+        }
+        if let (true, Some((rpdi, min))) = (grew, self.rpdi.as_mut()) {
+            for h in token_entropies(choice) {
+                rpdi.push(h);
+            }
+            let piece = reasoning.or(content).unwrap_or_default();
+            let due = self.router.think_tokens() >= *min && is_sentence_boundary(piece) && rpdi.exceeded();
+            if due && cut.is_none() {
+                cut = Some(Cut::Rpdi);
+            }
+        }
+        cut
+    }
+
+    /// When the thinking-time budget runs out (while thinking).
+    pub fn deadline(&self) -> Option<Instant> {
+        if self.settled || self.router.phase() != Phase::Think {
+            return None;
+        }
+        Some(self.started? + self.seconds?)
+    }
+
+    /// Whether a cut may still happen (thinking, not settled).
+    pub fn thinking(&self) -> bool {
+        !self.settled && self.router.phase() == Phase::Think
+    }
+
+    /// Stop deciding (a cut that could not be carried out: the rest of the stream is
+    /// relayed as it comes).
+    pub fn settle(&mut self) {
+        self.settled = true;
+    }
+
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Tokens generated so far by the tracker's count.
+    pub fn tokens(&self) -> u32 {
+        self.router.think_tokens() + self.router.output_tokens()
+    }
+}
+
+/// One entropy (the lower bound the top logprobs allow) per token of a chunk.
+fn token_entropies(choice: &Value) -> impl Iterator<Item = f64> + '_ {
+    let logprobs = &choice["logprobs"];
+    let chat = logprobs["content"].as_array().into_iter().flatten().map(|t| {
+        let top: SmallVec<[f64; 20]> = t["top_logprobs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|a| a["logprob"].as_f64())
+            .collect();
+        top
+    });
+    let completions = logprobs["top_logprobs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| m.as_object().into_iter().flatten().filter_map(|(_, v)| v.as_f64()).collect());
+    chat.chain(completions)
+        .filter(|top: &SmallVec<[f64; 20]>| !top.is_empty())
+        .map(|top| entropy_from_top_logprobs(&top, usize::MAX).lower)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn reasoning(text: &str) -> Value {
+        json!({"choices": [{"index": 0, "delta": {"reasoning": text}}]})
+    }
+
+    fn content(text: &str) -> Value {
+        json!({"choices": [{"index": 0, "delta": {"content": text}}]})
+    }
+
+    fn watch(t: Triggers) -> ThinkWatch {
+        ThinkWatch::new(None, None, Route::Chat, t)
+    }
+
+    #[test]
+    fn cuts_when_the_token_budget_is_spent() {
+        let mut w = watch(Triggers { tokens: Some(3), ..Default::default() });
+        let now = Instant::now();
+        assert_eq!(w.observe(&reasoning("a"), now), None);
+        assert_eq!(w.observe(&reasoning(" b"), now), None);
+        assert_eq!(w.observe(&reasoning(" c"), now), Some(Cut::Tokens));
+        assert_eq!(w.text(), "a b c");
+    }
+
+    #[test]
+    fn thinking_that_ends_by_itself_is_never_cut() {
+        let mut w = watch(Triggers { tokens: Some(3), ..Default::default() });
+        let now = Instant::now();
+        w.observe(&reasoning("a"), now);
+        w.observe(&content("Answer"), now);
+        assert_eq!(w.observe(&reasoning("b"), now), None);
+        assert_eq!(w.observe(&reasoning("c"), now), None);
+        assert!(!w.thinking());
+    }
+
+    #[test]
+    fn cuts_when_thinking_time_is_up() {
+        let mut w = watch(Triggers { seconds: Some(Duration::from_secs(2)), ..Default::default() });
+        let t0 = Instant::now();
+        assert_eq!(w.deadline(), None, "the clock starts with the first thinking token");
+        assert_eq!(w.observe(&reasoning("a"), t0), None);
+        assert_eq!(w.deadline(), Some(t0 + Duration::from_secs(2)));
+        assert_eq!(w.observe(&reasoning("b"), t0 + Duration::from_secs(1)), None);
+        assert_eq!(w.observe(&reasoning("c"), t0 + Duration::from_secs(2)), Some(Cut::Seconds));
+    }
+
+    fn with_entropy(text: &str, n: f64) -> Value {
+        // Uniform over n candidates: entropy ln n.
+        let lp = -(n.ln());
+        let top: Vec<Value> =
+            (0..n as usize).map(|i| json!({"token": format!("t{i}"), "logprob": lp})).collect();
+        json!({"choices": [{"index": 0, "delta": {"reasoning": text},
+            "logprobs": {"content": [{"token": text, "logprob": lp, "top_logprobs": top}]}}]})
+    }
+
+    #[test]
+    fn rpdi_cuts_at_a_sentence_boundary_once_recent_entropy_climbs() {
+        let cfg = RpdiConfig { window: 4, lambda: 1.5 };
+        let mut w = watch(Triggers { rpdi: Some((cfg, 8)), ..Default::default() });
+        let now = Instant::now();
+        for _ in 0..8 {
+            assert_eq!(w.observe(&with_entropy(" calm", 2.0), now), None);
+        }
+        // Entropy ln 16 = 4 ln 2 against a mean of ln 2 so far: the recent window climbs
+        // past 1.5x the overall mean, but only a sentence end may cut.
+        for _ in 0..3 {
+            assert_eq!(w.observe(&with_entropy(" unsure", 16.0), now), None);
+        }
+        assert_eq!(w.observe(&with_entropy(" end.", 16.0), now), Some(Cut::Rpdi));
+    }
+
+    #[test]
+    fn rpdi_waits_for_the_minimum_thinking() {
+        let cfg = RpdiConfig { window: 2, lambda: 1.1 };
+        let mut w = watch(Triggers { rpdi: Some((cfg, 100)), ..Default::default() });
+        let now = Instant::now();
+        w.observe(&with_entropy("a", 2.0), now);
+        assert_eq!(w.observe(&with_entropy("b.", 16.0), now), None);
+    }
+
+    #[test]
+    fn completions_entropies_come_from_the_top_logprobs_maps() {
+        let choice = json!({"logprobs": {"top_logprobs": [{"a": (0.5f64).ln(), "b": (0.5f64).ln()}]}});
+        let hs: Vec<f64> = token_entropies(&choice).collect();
+        assert_eq!(hs.len(), 1);
+        assert!((hs[0] - std::f64::consts::LN_2).abs() < 1e-12);
+    }
+}

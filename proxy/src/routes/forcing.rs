@@ -1,0 +1,145 @@
+//! How a request's thinking gets ended when a budget or an exit signal says so: by the
+//! upstream's hook when it is ready, else by vLLM's `thinking_token_budget` or by the
+//! proxy's continuation (`crate::continuation`), as `budget.forcing` chooses.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::{HeaderMap, HeaderValue};
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use meridian_core::Phase;
+use meridian_core::config::{ExitSignal, Forcing};
+use meridian_core::models::ModelFamily;
+use serde_json::{Map, Value};
+use tokio::sync::Notify;
+
+use super::body::GenerationRequest;
+use crate::continuation::{
+    ClientAsked, Continuation, ContinuationUpstream, Delimiters, Route, Splicer, ThinkWatch, Triggers,
+    continuable, first_leg_body,
+};
+use crate::error::ProxyError;
+use crate::request_id::REQUEST_ID;
+use crate::state::AppState;
+use crate::upstream::InFlight;
+
+/// A request that will be continued if it reaches an upstream without a ready hook.
+pub struct ContinuationPlan {
+    pub triggers: Triggers,
+    delimiters: Delimiters,
+    route: Route,
+    /// The first leg's body (for upstreams without a ready hook).
+    pub body: Bytes,
+    first_body: Map<String, Value>,
+    asked: ClientAsked,
+    /// Rung by the EAT prober.
+    pub end_now: Arc<Notify>,
+    /// The priority the continuation (all answer) is sent with, when the proxy sets
+    /// priorities for this request.
+    pub output_priority: Option<i32>,
+}
+
+/// The continuation plan for a request, if anything may need one: `None` for
+/// `forcing = "engine"`, unknown delimiters, thinking switched off, shapes that cannot
+/// be continued (not streamed, `n` > 1), or nothing that would cut.
+pub fn plan(
+    state: &AppState,
+    route: &'static str,
+    original: &Bytes,
+    req: &GenerationRequest<'_>,
+    family: Option<&Arc<ModelFamily>>,
+    think_budget: Option<u32>,
+) -> Option<ContinuationPlan> {
+    let forcing = state.config.budget.forcing;
+    if forcing == Forcing::Engine || req.initial_phase == Some(Phase::Output) {
+        return None;
+    }
+    let delimiters = Delimiters::of(family?)?;
+    let route = if route == "chat_completions" { Route::Chat } else { Route::Completions };
+    let exit = &state.config.exit;
+    let triggers = Triggers {
+        tokens: think_budget.filter(|_| forcing == Forcing::Continuation),
+        seconds: think_seconds(state, req).map(Duration::from_secs_f64),
+        rpdi: (exit.signal == ExitSignal::Rpdi).then(|| (exit.rpdi(), exit.min_think_tokens)),
+        eat: exit.signal == ExitSignal::Eat && route == Route::Chat,
+    };
+    if !triggers.any() {
+        return None;
+    }
+    let map: Map<String, Value> = serde_json::from_slice(original).ok()?;
+    if !continuable(&map, route) {
+        return None;
+    }
+    Some(ContinuationPlan {
+        triggers,
+        delimiters,
+        route,
+        body: Bytes::new(),
+        first_body: Map::new(),
+        asked: ClientAsked::default(),
+        end_now: Arc::new(Notify::new()),
+        output_priority: None,
+    })
+}
+
+/// The request's thinking-time budget: its own, else the config's.
+pub fn think_seconds(state: &AppState, req: &GenerationRequest<'_>) -> Option<f64> {
+    req.extension.and_then(|e| e.think_budget_s).or(state.config.budget.think_seconds)
+}
+
+impl ContinuationPlan {
+    /// Sets the first leg's body from the body an upstream without a hook would get.
+    pub fn with_first_leg(mut self, upstream_body: &Bytes) -> Result<Self, ProxyError> {
+        let (body, map, asked) = first_leg_body(upstream_body, self.route, self.triggers.rpdi.is_some())?;
+        (self.body, self.first_body, self.asked) = (body, map, asked);
+        Ok(self)
+    }
+
+    /// Starts relaying the first leg (`stream`) through a continuation driver.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start(
+        self,
+        state: &AppState,
+        in_flight: &InFlight,
+        path: &str,
+        mut headers: HeaderMap,
+        request_id: &str,
+        family: Option<Arc<ModelFamily>>,
+        initial_phase: Option<Phase>,
+        stream: BoxStream<'static, reqwest::Result<Bytes>>,
+    ) -> BoxStream<'static, Result<Bytes, ProxyError>> {
+        let upstream = in_flight.upstream();
+        if let Ok(v) = HeaderValue::from_str(&format!("{request_id}-continued")) {
+            headers.insert(REQUEST_ID, v);
+        }
+        if let Some(key) = &state.upstream_auth {
+            headers.insert(axum::http::header::AUTHORIZATION, key.clone());
+        }
+        // What follows the cut is all answer: it gets the output class's priority.
+        if let Some(p) = self.output_priority {
+            headers.insert(super::generate::VLLM_PRIORITY, HeaderValue::from(p));
+        }
+        let added_logprobs = self.triggers.rpdi.is_some() && !self.asked.logprobs;
+        let watch = ThinkWatch::new(family.clone(), initial_phase, self.route, self.triggers);
+        Continuation {
+            upstream: ContinuationUpstream {
+                client: state.client.clone(),
+                url: format!("{}{path}", upstream.base_url),
+                headers,
+                name: upstream.name.clone(),
+                first_byte_timeout: Duration::from_secs_f64(state.config.upstream.first_byte_timeout_s),
+            },
+            route: self.route,
+            delimiters: self.delimiters,
+            first_body: self.first_body,
+            asked: self.asked,
+            watch,
+            splicer: Splicer::new(self.asked, added_logprobs),
+            end_now: self.end_now,
+            metrics: state.metrics.clone(),
+            family: family.as_ref().map_or("unknown", |f| f.name()).to_owned(),
+        }
+        .spawn(stream)
+    }
+}

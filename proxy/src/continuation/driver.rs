@@ -209,6 +209,14 @@ impl Continuation {
             let text: String = text.chars().take(300).collect();
             return Err(self.failed(&format!("the continuation was refused ({status}): {text}")));
         }
+        let streamed = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if !streamed {
+            return Err(self.failed("the continuation came back whole, not as an event stream"));
+        }
         let mut stream = resp.bytes_stream();
         let mut lines = Lines::default();
         let mut skip_blank = false;

@@ -13,6 +13,10 @@ pub struct TwinRequest {
     pub model: String,
     pub stream: bool,
     pub include_usage: bool,
+    /// vLLM's `stream_options.continuous_usage_stats`: usage in every chunk.
+    pub continuous_usage: bool,
+    /// The prompt ends a closed thought: generate the answer only.
+    pub continues_answer: bool,
     pub prompt_tokens: u32,
     pub max_tokens: Option<u32>,
     pub priority: i32,
@@ -44,6 +48,20 @@ impl TwinRequest {
                 _ => return Err("prompt must be a string or a list of token ids".into()),
             }
         };
+        let closed = |text: &str| text.trim_end().ends_with(THINK_END);
+        let continues_answer = if chat {
+            let last = obj.get("messages").and_then(Value::as_array).and_then(|m| m.last());
+            obj.get("continue_final_message").and_then(Value::as_bool) == Some(true)
+                && last.is_some_and(|m| {
+                    m.get("role").and_then(Value::as_str) == Some("assistant")
+                        && m.get("content").and_then(Value::as_str).is_some_and(closed)
+                })
+        } else {
+            obj.get("prompt").and_then(Value::as_str).is_some_and(closed)
+        };
+        let option = |k: &str| {
+            obj.get("stream_options").and_then(|o| o.get(k)).and_then(Value::as_bool).unwrap_or(false)
+        };
         let uint = |k: &str| obj.get(k).and_then(Value::as_u64).map(|v| v.min(u64::from(u32::MAX)) as u32);
         let logprobs = if chat {
             match obj.get("logprobs").and_then(Value::as_bool) {
@@ -57,11 +75,9 @@ impl TwinRequest {
             chat,
             model,
             stream: obj.get("stream").and_then(Value::as_bool).unwrap_or(false),
-            include_usage: obj
-                .get("stream_options")
-                .and_then(|o| o.get("include_usage"))
-                .and_then(Value::as_bool)
-                .unwrap_or(false),
+            include_usage: option("include_usage"),
+            continuous_usage: option("include_usage") && option("continuous_usage_stats"),
+            continues_answer,
             prompt_tokens,
             max_tokens: uint("max_completion_tokens").or_else(|| uint("max_tokens")),
             priority: obj.get("priority").and_then(Value::as_i64).unwrap_or(0) as i32,
@@ -75,6 +91,9 @@ impl TwinRequest {
         })
     }
 }
+
+/// The end-of-thinking tag of the models the twin imitates (Qwen3).
+const THINK_END: &str = "</think>";
 
 const THINK_WORDS: [&str; 16] = [
     "Let", " me", " think", " about", " this", ".", " First", ",", " check", " the", " numbers", " again",
@@ -141,8 +160,23 @@ mod tests {
         assert_eq!((r.prompt_tokens, r.max_tokens, r.priority, r.think_budget), (6, Some(50), -3, Some(7)));
         assert!(r.stream && r.include_usage && !r.thinking);
         assert_eq!(r.logprobs, Some(5));
+        assert!(!r.continues_answer && !r.continuous_usage);
         assert!(TwinRequest::parse(&json!({"model": "m"}), true).is_err());
         assert!(TwinRequest::parse(&json!([1]), false).is_err());
+    }
+
+    #[test]
+    fn a_closed_thought_is_continued_with_the_answer() {
+        let prefill = json!({"model": "m", "continue_final_message": true, "messages": [
+            {"role": "user", "content": "hi"}, {"role": "assistant", "content": "<think>\nhm\n</think>\n\n"}],
+            "stream_options": {"include_usage": true, "continuous_usage_stats": true}});
+        let r = TwinRequest::parse(&prefill, true).unwrap();
+        assert!(r.continues_answer && r.continuous_usage);
+        let mut open = prefill.clone();
+        open["messages"][1]["content"] = json!("<think>\nhm");
+        assert!(!TwinRequest::parse(&open, true).unwrap().continues_answer);
+        let completions = json!({"model": "m", "prompt": "Q\n<think>\nhm\n</think>\n\n"});
+        assert!(TwinRequest::parse(&completions, false).unwrap().continues_answer);
     }
 
     #[test]

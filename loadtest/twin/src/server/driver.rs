@@ -93,13 +93,17 @@ impl StreamCtx {
         Bytes::from(format!("data: {v}\n\n"))
     }
 
-    fn token_chunk(&self, t: &Token) -> Bytes {
+    /// The chunk of the `generated`-th token.
+    fn token_chunk(&self, t: &Token, generated: u32) -> Bytes {
         let text = token_text(t);
         let mut choice = if self.req.chat {
-            let field = if t.phase == Phase::Think { "reasoning" } else { "content" };
+            let field =
+                if t.phase == Phase::Think || self.req.continues_answer { "reasoning" } else { "content" };
             json!({"index": 0, "delta": {field: text}, "logprobs": null, "finish_reason": null})
+        } else if t.phase == Phase::Think && t.index == 0 {
+            // No reasoning parser on /v1/completions: the raw text carries the tags.
+            json!({"index": 0, "text": format!("<think>\n{text}"), "logprobs": null, "finish_reason": null})
         } else if t.phase == Phase::Output && t.index == self.plan.think_len && self.plan.think_len > 0 {
-            // No reasoning parser on /v1/completions: the raw text carries the end tag.
             json!({"index": 0, "text": format!("</think>\n\n{text}"), "logprobs": null, "finish_reason": null})
         } else {
             json!({"index": 0, "text": text, "logprobs": null, "finish_reason": null})
@@ -110,11 +114,22 @@ impl StreamCtx {
         if t.last {
             choice["finish_reason"] = json!(self.finish_reason());
         }
-        self.chunk(choice)
+        if !self.req.continuous_usage {
+            return self.chunk(choice);
+        }
+        // vLLM's per-chunk usage: the counts so far, without details.
+        let mut usage = self.usage(generated);
+        if let Some(u) = usage.as_object_mut() {
+            u.remove("completion_tokens_details");
+        }
+        let v = json!({"id": self.id, "object": self.object(true), "created": self.created, "model": self.model,
+            "choices": [choice], "usage": usage});
+        Bytes::from(format!("data: {v}\n\n"))
     }
 
     fn usage(&self, generated: u32) -> Value {
-        let think = generated.min(self.plan.think_len);
+        // A continued answer is all "reasoning" to vLLM's parser, which counts it so.
+        let think = if self.req.continues_answer { generated } else { generated.min(self.plan.think_len) };
         usage_json(self.req.prompt_tokens, think, generated - think)
     }
 }
@@ -143,8 +158,8 @@ pub(crate) fn sse_body(
             }
             Stage::Tokens => match rx.recv().await {
                 Some(t) => {
-                    let mut out = ctx.token_chunk(&t).to_vec();
                     let generated = generated + 1;
+                    let mut out = ctx.token_chunk(&t, generated).to_vec();
                     if t.last {
                         guard.done = true;
                         if ctx.req.include_usage {

@@ -211,7 +211,7 @@ async fn generate(shared: Arc<Shared>, headers: HeaderMap, body: axum::body::Byt
         let shape = core.workload.next_shape();
         // The budget ends thinking early; max_tokens then caps thinking plus answer, as
         // in vLLM, where the model goes on answering after a forced end of thinking.
-        let think = if req.thinking { shape.think } else { 0 };
+        let think = if req.thinking && !req.continues_answer { shape.think } else { 0 };
         let think = req.think_budget.map_or(think, |b| think.min(b));
         let (think, answer, truncated) = match req.max_tokens {
             Some(max) if think + shape.answer > max => {

@@ -87,8 +87,8 @@ def vllm_server(tiny_model, tmp_path_factory):
         yield url
 
 
-@pytest.fixture(scope="module")
-def proxy_on_vllm(vllm_server, tiny_model, tmp_path_factory):
+def tiny_family(tiny_model: Path, tmp_path_factory) -> tuple[Path, dict]:
+    """A models directory describing the tiny model, and its delimiter ids."""
     ids = json.loads((tiny_model / "meridian-ids.json").read_text())
     models = tmp_path_factory.mktemp("models")
     (models / "tiny.toml").write_text(f"""
@@ -106,7 +106,24 @@ end_ids = [{ids["</think>"]}]
 status = "text_only"
 source = "tests/vllm/make_tiny_model.py"
 """)
+    return models, ids
+
+
+@pytest.fixture(scope="module")
+def proxy_on_vllm(vllm_server, tiny_model, tmp_path_factory):
+    models, ids = tiny_family(tiny_model, tmp_path_factory)
     p = start_proxy(vllm_server, ["--set", f"models.dir={models}"])
+    wait_ready(p.url)
+    yield p, ids
+    p.stop()
+
+
+@pytest.fixture(scope="module")
+def continuing_proxy(vllm_server, tiny_model, tmp_path_factory):
+    """A proxy that forces budgets by continuation, as for an engine without
+    `thinking_token_budget` or a hook."""
+    models, ids = tiny_family(tiny_model, tmp_path_factory)
+    p = start_proxy(vllm_server, ["--set", f"models.dir={models}", "--set", 'budget.forcing="continuation"'])
     wait_ready(p.url)
     yield p, ids
     p.stop()
@@ -262,3 +279,51 @@ def test_think_budget_through_the_proxy_ends_reasoning_in_one_stream(proxy_on_vl
     # budget's doing; vLLM counts the reasoning tokens it let through, at most the budget.
     assert 0 < usage.completion_tokens_details.reasoning_tokens <= budget
     assert usage.completion_tokens == 30
+
+
+def test_budget_forced_by_continuation_reads_as_one_stream(continuing_proxy):
+    """Budget forcing for any OpenAI-compatible engine, against real vLLM: the proxy cuts
+    the think stream at the budget and continues it with the reasoning so far closed by
+    `</think>` (continue_final_message). The client reads one stream: one id, one role,
+    reasoning then answer (vLLM labels the continuation as reasoning; the proxy relabels
+    it), and one usage whose counts match the tokens it received."""
+    proxy, ids = continuing_proxy
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="x", max_retries=0)
+    budget, messages = 6, [{"role": "user", "content": "Think about it."}]
+    stream = client.chat.completions.create(
+        model="tiny-qwen3", messages=messages, stream=True, max_tokens=30, seed=1,
+        logit_bias={str(ids["</think>"]): -100},
+        stream_options={"include_usage": True},
+        # Logprobs count tokens exactly, even where a delta's text holds several.
+        logprobs=True, extra_body={"meridian": {"think_budget_tokens": budget}, "return_tokens_as_token_ids": True},
+    )
+    tokens = {"R": 0, "C": 0}
+    order, ids_seen, roles, usage = [], set(), 0, None
+    for chunk in stream:
+        ids_seen.add(chunk.id)
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            roles += choice.delta.role is not None
+            n = len(choice.logprobs.content) if choice.logprobs and choice.logprobs.content else 0
+            # A token that completes no character yet carries no text: it belongs to the
+            # phase of the text around it.
+            if (choice.delta.model_extra or {}).get("reasoning"):
+                label = "R"
+            elif choice.delta.content:
+                label = "C"
+            else:
+                label = order[-1] if order else "R"
+            if n:
+                tokens[label] += n
+                order.append(label)
+    assert len(ids_seen) == 1 and roles == 1
+    switch = order.index("C")
+    assert set(order[:switch]) == {"R"} and set(order[switch:]) == {"C"}, order
+    assert budget <= tokens["R"] <= budget + 2, tokens
+    assert usage.completion_tokens_details.reasoning_tokens == tokens["R"]
+    assert usage.completion_tokens == tokens["R"] + tokens["C"] <= 30
+    plain = client.chat.completions.create(model="tiny-qwen3", messages=messages, max_tokens=1)
+    assert usage.prompt_tokens == plain.usage.prompt_tokens
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    scrape = requests.get(f"{proxy.url}/metrics", timeout=5).text
+    assert metric(scrape, "meridian_continuations_total", reason="budget_tokens") == 1

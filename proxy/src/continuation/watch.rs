@@ -51,6 +51,7 @@ impl Cut {
 
 pub struct ThinkWatch {
     router: PhaseRouter,
+    budget: Option<u32>,
     route: Route,
     seconds: Option<Duration>,
     rpdi: Option<(Rpdi, u32)>,
@@ -72,6 +73,7 @@ impl ThinkWatch {
         }
         ThinkWatch {
             router,
+            budget: t.tokens,
             route,
             seconds: t.seconds,
             rpdi: t.rpdi.map(|(cfg, min)| (Rpdi::new(cfg), min)),
@@ -114,6 +116,12 @@ impl ThinkWatch {
         }
         if self.settled {
             return None;
+        }
+        // The server's own count, when it sends usage with each chunk, is exact where the
+        // tracker's is not (a delta can carry several tokens, or none with text).
+        let generated = chunk["usage"]["completion_tokens"].as_u64();
+        if cut.is_none() && generated.zip(self.budget).is_some_and(|(n, b)| n >= u64::from(b)) {
+            cut = Some(Cut::Tokens);
         }
         if cut.is_none() && self.deadline().is_some_and(|d| at >= d) {
             cut = Some(Cut::Seconds);
@@ -207,6 +215,17 @@ mod tests {
         assert_eq!(w.observe(&reasoning(" b"), now), None);
         assert_eq!(w.observe(&reasoning(" c"), now), Some(Cut::Tokens));
         assert_eq!(w.text(), "a b c");
+    }
+
+    #[test]
+    fn the_servers_token_count_wins_when_it_sends_one() {
+        let mut w = watch(Triggers { tokens: Some(4), ..Default::default() });
+        let now = Instant::now();
+        let mut chunk = reasoning("ab");
+        chunk["usage"] = json!({"prompt_tokens": 9, "completion_tokens": 2});
+        assert_eq!(w.observe(&chunk, now), None);
+        chunk["usage"]["completion_tokens"] = json!(4);
+        assert_eq!(w.observe(&chunk, now), Some(Cut::Tokens), "4 tokens in 2 deltas");
     }
 
     #[test]

@@ -163,8 +163,8 @@ async fn completions_are_continued_after_the_prompt() {
 
 #[tokio::test]
 async fn auto_forcing_leaves_token_budgets_to_the_engine_and_cuts_on_time() {
-    // Real time: 40 thinking tokens take the twin several hundred milliseconds.
-    let twin = twin_with(WorkloadSpec::fixed(20, 40, 6), 1.0).await;
+    // Real time: 400 thinking tokens take the twin seconds.
+    let twin = twin_with(WorkloadSpec::fixed(20, 400, 6), 1.0).await;
     let proxy = proxy(&twin, |_| {}).await;
     let r =
         stream(&proxy, "/v1/chat/completions", chat(json!({"meridian": {"think_budget_tokens": 4}}))).await;
@@ -172,7 +172,7 @@ async fn auto_forcing_leaves_token_budgets_to_the_engine_and_cuts_on_time() {
     assert_eq!(continuations(&proxy, "budget_tokens"), 0.0);
 
     let r = stream(&proxy, "/v1/chat/completions", chat(json!({"meridian": {"think_budget_s": 0.05}}))).await;
-    assert!(r.reasoning.len() < 40, "cut on time: {} thinking tokens", r.reasoning.len());
+    assert!(r.reasoning.len() < 400, "cut on time: {} thinking tokens", r.reasoning.len());
     assert_eq!(r.content.len(), 6);
     let u = &r.usage[0];
     assert_eq!(u["completion_tokens_details"]["reasoning_tokens"], r.reasoning.len());
@@ -266,4 +266,29 @@ async fn the_legs_on_the_wire_and_a_failed_continuation() {
         ) == Some(1.0)
     })
     .await;
+}
+
+#[tokio::test]
+async fn eat_without_a_hook_ends_thinking_by_continuation() {
+    // Flat entropy after the probed delimiter: EAT's variance settles after warm-up, long
+    // before 400 thinking tokens (seconds, in real time) are through.
+    let mut workload = WorkloadSpec::fixed(20, 400, 6);
+    workload.entropy.noise = 0.0;
+    let twin = twin_with(workload, 1.0).await;
+    let proxy = proxy(&twin, |c| {
+        c.exit.signal = ExitSignal::Eat;
+        c.exit.min_think_tokens = 4;
+        c.exit.eat_probe_every_tokens = 2;
+        c.exit.eat_warmup_steps = 2;
+    })
+    .await;
+    let r = stream(&proxy, "/v1/chat/completions", chat(json!({}))).await;
+    assert!(r.reasoning.len() < 400, "EAT cut thinking: {} tokens", r.reasoning.len());
+    assert_eq!(r.content.len(), 6);
+    assert!(!r.reasoning_after_answer);
+    let u = &r.usage[0];
+    assert_eq!(u["completion_tokens_details"]["reasoning_tokens"], r.reasoning.len());
+    eventually("counted", || continuations(&proxy, "eat") == 1.0).await;
+    let probes = sample(&proxy.state.metrics.render(), "meridian_eat_probes_total", &[("outcome", "ok")]);
+    assert!(probes.is_some_and(|n| n >= 2.0), "{probes:?}");
 }

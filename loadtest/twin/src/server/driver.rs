@@ -186,23 +186,53 @@ pub(crate) async fn collect(
 ) -> Value {
     let (mut reasoning, mut content) = (String::new(), String::new());
     let mut generated = 0;
+    // Per-token logprobs entries (chat: `content` items; completions: one per field).
+    let mut logprobs: Vec<Value> = Vec::new();
     while let Some(t) = rx.recv().await {
         generated += 1;
-        let into = if t.phase == Phase::Think { &mut reasoning } else { &mut content };
-        into.push_str(token_text(&t));
+        let text = token_text(&t);
+        let into =
+            if t.phase == Phase::Think || ctx.req.continues_answer { &mut reasoning } else { &mut content };
+        into.push_str(text);
+        if let Some(top) = ctx.req.logprobs {
+            logprobs.push(logprobs_json(text, ctx.plan.entropy.at(t.index), top, ctx.req.chat));
+        }
         if t.last {
             guard.done = true;
             break;
         }
     }
+    let logprobs = ctx.req.logprobs.map_or(Value::Null, |_| merge_logprobs(&logprobs, ctx.req.chat));
     let choice = if ctx.req.chat {
         let mut message = json!({"role": "assistant", "content": content});
         if !reasoning.is_empty() {
             message["reasoning"] = json!(reasoning);
         }
-        json!({"index": 0, "message": message, "finish_reason": ctx.finish_reason(), "logprobs": null})
+        json!({"index": 0, "message": message, "finish_reason": ctx.finish_reason(), "logprobs": logprobs})
     } else {
-        json!({"index": 0, "text": format!("{reasoning}{content}"), "finish_reason": ctx.finish_reason(), "logprobs": null})
+        json!({"index": 0, "text": format!("{reasoning}{content}"), "finish_reason": ctx.finish_reason(), "logprobs": logprobs})
     };
     json!({"id": ctx.id, "object": ctx.object(false), "created": ctx.created, "model": ctx.model, "choices": [choice], "usage": ctx.usage(generated)})
+}
+
+/// One response's logprobs from the per-token objects of [`logprobs_json`].
+fn merge_logprobs(per_token: &[Value], chat: bool) -> Value {
+    let field = |k: &str| -> Vec<Value> {
+        per_token.iter().flat_map(|v| v[k].as_array().cloned().unwrap_or_default()).collect()
+    };
+    if chat {
+        json!({"content": field("content")})
+    } else {
+        let tokens = field("tokens");
+        let offsets: Vec<usize> = tokens
+            .iter()
+            .scan(0, |at, t| {
+                let start = *at;
+                *at += t.as_str().map_or(0, str::len);
+                Some(start)
+            })
+            .collect();
+        json!({"tokens": tokens, "token_logprobs": field("token_logprobs"),
+               "top_logprobs": field("top_logprobs"), "text_offset": offsets})
+    }
 }

@@ -292,3 +292,41 @@ async fn eat_without_a_hook_ends_thinking_by_continuation() {
     let probes = sample(&proxy.state.metrics.render(), "meridian_eat_probes_total", &[("outcome", "ok")]);
     assert!(probes.is_some_and(|n| n >= 2.0), "{probes:?}");
 }
+
+/// Lines split anywhere across network reads, in both legs: the cut still falls on an
+/// event boundary and the client's stream parses whole.
+#[tokio::test]
+async fn cuts_and_splices_streams_split_at_any_byte() {
+    for split in ["1", "7", "64"] {
+        let rig = Rig::with(1, |c| c.budget.forcing = Forcing::Continuation).await;
+        let body = json!({"model": "tiny-qwen3", "stream": true,
+            "messages": [{"role": "user", "content": "What is two plus two?"}],
+            "meridian": {"think_budget_tokens": 3}});
+        let got = receive(
+            rig.client
+                .post(rig.url("/v1/chat/completions"))
+                .json(&body)
+                .header("x-mock-fixture", "qwen3-reasoning")
+                .header("x-mock-split", split),
+        )
+        .await;
+        let text = got.text();
+        let mut labels = String::new();
+        let mut ids = std::collections::BTreeSet::new();
+        for line in text.lines().filter_map(|l| l.strip_prefix("data: ")).filter(|l| *l != "[DONE]") {
+            let v: Value =
+                serde_json::from_str(line).unwrap_or_else(|e| panic!("split {split}: {e}: {line}"));
+            ids.insert(v["id"].as_str().unwrap().to_owned());
+            let d = &v["choices"][0]["delta"];
+            if d["reasoning"].as_str().is_some_and(|s| !s.is_empty()) {
+                labels.push('R');
+            } else if d["content"].as_str().is_some_and(|s| !s.is_empty()) {
+                labels.push('C');
+            }
+        }
+        // The fixture replayed as the continuation: all of it, now the answer.
+        assert!(labels.starts_with("RRRC") && !labels[3..].contains('R'), "split {split}: {labels}");
+        assert_eq!(ids.len(), 1, "split {split}");
+        assert_eq!(text.matches("data: [DONE]").count(), 1, "split {split}");
+    }
+}

@@ -20,6 +20,9 @@ from pathlib import Path
 
 import requests
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "vllm"))
+from tiny_family import write_family  # noqa: E402
+
 ROOT, MODEL, OUT = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 BIN = ROOT / "target" / "release"
 ROUNDS, PROMPTS, CONCURRENCY, BUDGET, MAX_TOKENS = 5, 24, 4, 32, 96
@@ -46,24 +49,8 @@ def wait(url: str, proc: subprocess.Popen, timeout: float) -> None:
 
 
 def main() -> None:
-    ids = json.loads((MODEL / "meridian-ids.json").read_text())
     work = Path(tempfile.mkdtemp(prefix="bench-forcing-"))
-    (work / "models").mkdir()
-    (work / "models" / "tiny.toml").write_text(f"""
-name = "tiny"
-display_name = "Tiny Qwen3 (test model)"
-match = ["tiny-qwen3"]
-reasoning_parser = "qwen3"
-initial_phase = "think"
-[tags]
-start = ["<think>"]
-end = ["</think>"]
-start_ids = [{ids["<think>"]}]
-end_ids = [{ids["</think>"]}]
-[verification]
-status = "text_only"
-source = "tests/vllm/make_tiny_model.py"
-""")
+    ids = write_family(MODEL, work / "models")
     procs = []
     try:
         port = free_port()

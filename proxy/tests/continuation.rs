@@ -48,15 +48,7 @@ struct Read {
 }
 
 async fn stream(proxy: &meridian_proxy::Server, path: &str, body: Value) -> Read {
-    let text = client()
-        .post(format!("http://{}{path}", proxy.local_addr))
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = receive(client().post(format!("http://{}{path}", proxy.local_addr)).json(&body)).await.text();
     let mut r = Read::default();
     for line in text.lines().filter_map(|l| l.strip_prefix("data: ")) {
         if line == "[DONE]" {

@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -20,6 +21,9 @@ import pytest
 import requests
 
 from conftest import ROOT, binary, metric, start_proxy, stream_labels, wait_ready
+
+sys.path.insert(0, str(ROOT / "tests" / "vllm"))
+from tiny_family import write_family  # noqa: E402
 
 VLLM_PYTHON = os.environ.get("MERIDIAN_VLLM_PYTHON")
 CACHE = Path(os.environ.get("MERIDIAN_CACHE", Path.home() / ".cache" / "meridian"))
@@ -89,24 +93,8 @@ def vllm_server(tiny_model, tmp_path_factory):
 
 def tiny_family(tiny_model: Path, tmp_path_factory) -> tuple[Path, dict]:
     """A models directory describing the tiny model, and its delimiter ids."""
-    ids = json.loads((tiny_model / "meridian-ids.json").read_text())
     models = tmp_path_factory.mktemp("models")
-    (models / "tiny.toml").write_text(f"""
-name = "tiny"
-display_name = "Tiny Qwen3 (test model)"
-match = ["tiny-qwen3"]
-reasoning_parser = "qwen3"
-initial_phase = "think"
-[tags]
-start = ["<think>"]
-end = ["</think>"]
-start_ids = [{ids["<think>"]}]
-end_ids = [{ids["</think>"]}]
-[verification]
-status = "text_only"
-source = "tests/vllm/make_tiny_model.py"
-""")
-    return models, ids
+    return models, write_family(tiny_model, models)
 
 
 @pytest.fixture(scope="module")

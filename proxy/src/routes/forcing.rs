@@ -24,9 +24,16 @@ use crate::request_id::REQUEST_ID;
 use crate::state::AppState;
 use crate::upstream::InFlight;
 
-/// A request that will be continued if it reaches an upstream without a ready hook.
-pub struct ContinuationPlan {
+/// A request that would be continued, were it to reach an upstream without a ready hook.
+pub struct Continuable {
     pub triggers: Triggers,
+    delimiters: Delimiters,
+    route: Route,
+}
+
+/// A continuable request with its first leg's body, ready to go upstream.
+pub struct ContinuationPlan {
+    triggers: Triggers,
     delimiters: Delimiters,
     route: Route,
     /// The first leg's body (for upstreams without a ready hook).
@@ -40,7 +47,7 @@ pub struct ContinuationPlan {
     pub output_priority: Option<i32>,
 }
 
-/// The continuation plan for a request, if anything may need one: `None` for
+/// Whether a request would be continued, and on what triggers: `None` for
 /// `forcing = "engine"`, unknown delimiters, thinking switched off, shapes that cannot
 /// be continued (not streamed, `n` > 1), or nothing that would cut.
 pub fn plan(
@@ -50,7 +57,7 @@ pub fn plan(
     req: &GenerationRequest<'_>,
     family: Option<&Arc<ModelFamily>>,
     think_budget: Option<u32>,
-) -> Option<ContinuationPlan> {
+) -> Option<Continuable> {
     let forcing = state.config.budget.forcing;
     if forcing == Forcing::Engine || req.initial_phase == Some(Phase::Output) {
         return None;
@@ -71,16 +78,7 @@ pub fn plan(
     if !continuable(&map, route) {
         return None;
     }
-    Some(ContinuationPlan {
-        triggers,
-        delimiters,
-        route,
-        body: Bytes::new(),
-        first_body: Map::new(),
-        asked: ClientAsked::default(),
-        end_now: Arc::new(Notify::new()),
-        output_priority: None,
-    })
+    Some(Continuable { triggers, delimiters, route })
 }
 
 /// The request's thinking-time budget: its own, else the config's.
@@ -88,14 +86,26 @@ pub fn think_seconds(state: &AppState, req: &GenerationRequest<'_>) -> Option<f6
     req.extension.and_then(|e| e.think_budget_s).or(state.config.budget.think_seconds)
 }
 
-impl ContinuationPlan {
-    /// Sets the first leg's body from the body an upstream without a hook would get.
-    pub fn with_first_leg(mut self, upstream_body: &Bytes) -> Result<Self, ProxyError> {
-        let (body, map, asked) = first_leg_body(upstream_body, self.route, self.triggers.rpdi.is_some())?;
-        (self.body, self.first_body, self.asked) = (body, map, asked);
-        Ok(self)
+impl Continuable {
+    /// The plan, with the first leg's body made from the body an upstream without a
+    /// hook would get.
+    pub fn with_first_leg(self, upstream_body: &Bytes) -> Result<ContinuationPlan, ProxyError> {
+        let (body, first_body, asked) =
+            first_leg_body(upstream_body, self.route, self.triggers.rpdi.is_some())?;
+        Ok(ContinuationPlan {
+            triggers: self.triggers,
+            delimiters: self.delimiters,
+            route: self.route,
+            body,
+            first_body,
+            asked,
+            end_now: Arc::new(Notify::new()),
+            output_priority: None,
+        })
     }
+}
 
+impl ContinuationPlan {
     /// Starts relaying the first leg (`stream`) through a continuation driver.
     #[allow(clippy::too_many_arguments)]
     pub fn start(

@@ -65,16 +65,14 @@ async fn relay_generation(
         true => Some(hook_body(&body, &gen_req, think_budget, &id_str)?),
         false => None,
     };
-    let mut continuation = forcing::plan(state, route, &body, &gen_req, family.as_ref(), think_budget);
+    let continuable = forcing::plan(state, route, &body, &gen_req, family.as_ref(), think_budget);
     // Token budgets the proxy forces itself do not go to the engine as well.
-    let engine_budget = match &continuation {
+    let engine_budget = match &continuable {
         Some(c) if c.triggers.tokens.is_some() => gen_req.client_budget,
         _ => think_budget,
     };
     let body = upstream_body(&body, &gen_req, engine_budget)?;
-    if let Some(c) = continuation.take() {
-        continuation = Some(c.with_first_leg(&body)?);
-    }
+    let mut continuation = continuable.map(|c| c.with_first_leg(&body)).transpose()?;
     let body = continuation.as_ref().map_or(body, |c| c.body.clone());
     let path = parts.uri.path_and_query().map_or(parts.uri.path(), |p| p.as_str());
     let class = admission_class(&gen_req);
@@ -131,7 +129,7 @@ async fn relay_generation(
         started,
         think_budget,
         upstream_ref: Some(in_flight.upstream().clone()),
-        think_deadline: think_deadline(state, &gen_req, in_flight.upstream(), via_hook),
+        think_deadline: think_deadline(state, &gen_req, hook_used(state, &in_flight, via_hook)),
     };
 
     if status.is_success() && is_sse {
@@ -141,7 +139,7 @@ async fn relay_generation(
         let mut observer = RequestObserver::new(metrics.clone(), info, true);
         let end = match &continuation {
             Some(c) => Some(EndThinking::Continuation(c.end_now.clone())),
-            None => ready_hook(state, &in_flight).map(EndThinking::Hook),
+            None => hook_used(state, &in_flight, via_hook).map(EndThinking::Hook),
         };
         if let Some((prober, end)) = end.and_then(|end| {
             eat_prober(state, route, &body, id, &in_flight, eat_family.as_deref(), end.clone())
@@ -210,10 +208,13 @@ async fn relay_generation(
     Ok(build(status, headers, Body::from(bytes)))
 }
 
-/// The hook of the upstream serving a request, if it is ready.
-fn ready_hook(state: &AppState, in_flight: &crate::upstream::InFlight) -> Option<crate::hook::HookTarget> {
-    let upstream = in_flight.upstream();
-    let addr = upstream.hook.as_ref().filter(|_| upstream.hook_ready())?;
+/// The hook of the upstream serving a request, if the request went through it.
+fn hook_used(
+    state: &AppState,
+    in_flight: &crate::upstream::InFlight,
+    via_hook: bool,
+) -> Option<crate::hook::HookTarget> {
+    let addr = in_flight.upstream().hook.as_ref().filter(|_| via_hook)?;
     Some(crate::hook::HookTarget { channel: state.hook.clone(), addr: addr.clone() })
 }
 
@@ -253,15 +254,10 @@ fn eat_prober(
 fn think_deadline(
     state: &AppState,
     req: &GenerationRequest<'_>,
-    upstream: &crate::upstream::Upstream,
-    via_hook: bool,
+    hook: Option<crate::hook::HookTarget>,
 ) -> Option<crate::hook::ThinkDeadline> {
     let seconds = forcing::think_seconds(state, req)?;
-    let addr = upstream.hook.as_ref().filter(|_| via_hook)?;
-    Some(crate::hook::ThinkDeadline {
-        after: Duration::from_secs_f64(seconds),
-        hook: crate::hook::HookTarget { channel: state.hook.clone(), addr: addr.clone() },
-    })
+    Some(crate::hook::ThinkDeadline { after: Duration::from_secs_f64(seconds), hook: hook? })
 }
 
 /// vLLM's per-request priority header (lower runs first).

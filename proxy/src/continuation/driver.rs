@@ -95,9 +95,7 @@ impl Continuation {
         tx: &Sender,
     ) -> Option<(Cut, Value)> {
         let mut lines = Lines::default();
-        // Whether the client holds an event without its closing blank line.
-        let mut open_event = false;
-        let mut skip_blank = false;
+        let mut out = Output::default();
         let end_now = self.end_now.clone();
         loop {
             let deadline = self.watch.deadline();
@@ -118,8 +116,9 @@ impl Continuation {
             let chunk = match next {
                 Next::Cut(c) => {
                     let Some(body) = self.plan(c) else { continue };
-                    if open_event && tx.send(Ok(Bytes::from_static(b"\n"))).await.is_err() {
-                        return None;
+                    out.close_event();
+                    if let Some(b) = out.take() {
+                        tx.send(Ok(b)).await.ok()?;
                     }
                     return Some((c, body));
                 }
@@ -138,34 +137,23 @@ impl Continuation {
                 }
                 Next::Item(Some(Ok(chunk))) => chunk,
             };
-            let mut out = BytesMut::new();
             let mut cut = None;
             for line in lines.feed(&chunk) {
-                let parsed = data_payload(&line).and_then(|p| serde_json::from_slice::<Value>(p).ok());
-                let Some(mut v) = parsed else {
-                    if !(line.is_empty() && std::mem::take(&mut skip_blank)) {
-                        push_line(&mut out, &line);
-                        open_event = !line.is_empty();
-                    }
+                let Some(mut v) = chunk_of(&line) else {
+                    out.other(&line);
                     continue;
                 };
                 let due = self.watch.observe(&v, Instant::now());
-                match self.splicer.first_leg(&mut v) {
-                    Emit::Same => push_line(&mut out, &line),
-                    Emit::Changed => push_json(&mut out, &v),
-                    Emit::Drop => skip_blank = true,
-                }
-                open_event = !skip_blank;
+                let emit = self.splicer.first_leg(&mut v);
+                out.chunk(emit, &line, &v);
                 if let Some(planned) = due.and_then(|c| self.plan(c).map(|b| (c, b))) {
+                    out.close_event();
                     cut = Some(planned);
                     break;
                 }
             }
-            if cut.is_some() && open_event {
-                out.extend_from_slice(b"\n");
-            }
-            if !out.is_empty() && tx.send(Ok(out.freeze())).await.is_err() {
-                return None;
+            if let Some(b) = out.take() {
+                tx.send(Ok(b)).await.ok()?;
             }
             if cut.is_some() {
                 return cut;
@@ -219,7 +207,7 @@ impl Continuation {
         }
         let mut stream = resp.bytes_stream();
         let mut lines = Lines::default();
-        let mut skip_blank = false;
+        let mut out = Output::default();
         loop {
             let item = tokio::select! {
                 _ = tx.closed() => return Ok(()),
@@ -236,20 +224,19 @@ impl Continuation {
                 Some(Err(_)) => return Err(self.failed("the continuation broke off")),
                 Some(Ok(c)) => c,
             };
-            let mut out = BytesMut::new();
             for line in lines.feed(&chunk) {
-                match data_payload(&line).and_then(|p| serde_json::from_slice::<Value>(p).ok()) {
-                    Some(mut v) => match self.splicer.second_leg(&mut v) {
-                        Emit::Same => push_line(&mut out, &line),
-                        Emit::Changed => push_json(&mut out, &v),
-                        Emit::Drop => skip_blank = true,
-                    },
-                    None if line.is_empty() && std::mem::take(&mut skip_blank) => {}
-                    None => push_line(&mut out, &line),
+                match chunk_of(&line) {
+                    Some(mut v) => {
+                        let emit = self.splicer.second_leg(&mut v);
+                        out.chunk(emit, &line, &v);
+                    }
+                    None => out.other(&line),
                 }
             }
-            if !out.is_empty() && tx.send(Ok(out.freeze())).await.is_err() {
-                return Ok(());
+            if let Some(b) = out.take() {
+                if tx.send(Ok(b)).await.is_err() {
+                    return Ok(());
+                }
             }
         }
     }
@@ -259,14 +246,62 @@ impl Continuation {
     }
 }
 
-fn push_line(out: &mut BytesMut, line: &[u8]) {
-    out.extend_from_slice(line);
-    out.extend_from_slice(b"\n");
+/// The JSON chunk of a `data:` line.
+fn chunk_of(line: &[u8]) -> Option<Value> {
+    data_payload(line).and_then(|p| serde_json::from_slice(p).ok())
 }
 
-fn push_json(out: &mut BytesMut, v: &Value) {
-    out.extend_from_slice(b"data: ");
-    // A Value always serialises.
-    let _ = serde_json::to_writer(bytes::BufMut::writer(&mut *out), v);
-    out.extend_from_slice(b"\n");
+/// What a leg's lines become for the client: chunks kept, rewritten or dropped (with the
+/// blank line that ended a dropped one), other lines as they came.
+#[derive(Default)]
+struct Output {
+    buf: BytesMut,
+    skip_blank: bool,
+    /// The client holds an event without its closing blank line.
+    open_event: bool,
+}
+
+impl Output {
+    /// A line that is not a chunk: a blank line, a comment, `[DONE]`.
+    fn other(&mut self, line: &[u8]) {
+        if line.is_empty() && std::mem::take(&mut self.skip_blank) {
+            return;
+        }
+        self.push_line(line);
+        self.open_event = !line.is_empty();
+    }
+
+    /// A chunk, as the splicer decided (`v` is the rewritten one).
+    fn chunk(&mut self, emit: Emit, line: &[u8], v: &Value) {
+        match emit {
+            Emit::Same => self.push_line(line),
+            Emit::Changed => {
+                self.buf.extend_from_slice(b"data: ");
+                // A Value always serialises.
+                let _ = serde_json::to_writer(bytes::BufMut::writer(&mut self.buf), v);
+                self.buf.extend_from_slice(b"\n");
+            }
+            Emit::Drop => {
+                self.skip_blank = true;
+                return;
+            }
+        }
+        self.open_event = true;
+    }
+
+    /// Ends the event the client holds open (the stream is cut here).
+    fn close_event(&mut self) {
+        if std::mem::take(&mut self.open_event) {
+            self.buf.extend_from_slice(b"\n");
+        }
+    }
+
+    fn take(&mut self) -> Option<Bytes> {
+        (!self.buf.is_empty()).then(|| self.buf.split().freeze())
+    }
+
+    fn push_line(&mut self, line: &[u8]) {
+        self.buf.extend_from_slice(line);
+        self.buf.extend_from_slice(b"\n");
+    }
 }

@@ -125,7 +125,8 @@ impl Splicer {
     /// The continuation's usage, as the client's one request: its prompt is the first
     /// leg's, its completion both legs', and its reasoning the first leg's.
     fn merge_usage(&self, usage: &mut Map<String, Value>) {
-        let second = read_usage(&Value::Object(usage.clone())).unwrap_or_default();
+        let count = |k: &str| usage.get(k).and_then(Value::as_u64).unwrap_or(0);
+        let second = LegUsage { prompt: count("prompt_tokens"), completion: count("completion_tokens") };
         let prompt = match self.first_usage {
             Some(u) => u.prompt,
             // Without usage from the first leg: the continuation's prompt held the

@@ -75,7 +75,9 @@ class Engine:
         sampled = []
         for rid in ids:
             req = self.scheduler.requests[rid]
-            done_prompt = req.num_computed_tokens + out.num_scheduled_tokens[rid] >= req.num_prompt_tokens
+            # schedule() has already advanced num_computed_tokens by this step's tokens: a
+            # request samples once its whole prompt is computed, not after a first chunk.
+            done_prompt = req.num_computed_tokens >= req.num_prompt_tokens
             sampled.append([next_tokens.get(rid, default)] if done_prompt else [])
         mro = ModelRunnerOutput(
             req_ids=ids,

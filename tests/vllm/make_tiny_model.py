@@ -6,7 +6,13 @@ them), a chat template that opens the think block in the prompt (like Qwen3
 Thinking-2507), and random bf16 weights. It emits random tokens, so tests steer the
 phase switch (for example with `logit_bias` on </think>) instead of waiting for it.
 
-Usage: python make_tiny_model.py OUT_DIR
+Usage: python make_tiny_model.py OUT_DIR [SIZE] [JSON overrides]
+
+SIZE is `tiny` (the default: the test model, as small as vLLM's CPU attention allows) or
+`bench` (the dispatch benchmark's model: wide and deep enough that a step's time grows
+clearly with the tokens in it, so a long prompt chunk visibly stretches the step that
+carries it; scripts/bench-dispatch-real.sh measures that curve). JSON overrides change
+single Qwen3Config fields, for sizing experiments.
 """
 
 import json
@@ -40,11 +46,21 @@ Hmm, maybe there is a simpler way. Alternatively we could count the tokens direc
 """ * 20
 
 
-def build(out: Path) -> None:
+#: Model shapes by name. Both keep head_dim 64 (vLLM's CPU attention rejects 16).
+SIZES = {
+    "tiny": {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+             "num_attention_heads": 2, "num_key_value_heads": 1, "max_position_embeddings": 4096},
+    "bench": {"hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 6,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 8192},
+}
+
+
+def build(out: Path, size: str = "tiny", overrides: dict | None = None) -> None:
     from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers, decoders, trainers
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
+    shape = {**SIZES[size], **(overrides or {})}
     out.mkdir(parents=True, exist_ok=True)
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -72,7 +88,7 @@ def build(out: Path) -> None:
         "eos_token": "<|im_end|>",
         "pad_token": "<|endoftext|>",
         "unk_token": None,
-        "model_max_length": 4096,
+        "model_max_length": shape["max_position_embeddings"],
         "chat_template": CHAT_TEMPLATE,
         "clean_up_tokenization_spaces": False,
     }, indent=2))
@@ -80,13 +96,8 @@ def build(out: Path) -> None:
     torch.manual_seed(0)
     config = Qwen3Config(
         vocab_size=vocab,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
+        **shape,
         head_dim=64,
-        max_position_embeddings=4096,
         tie_word_embeddings=True,
         bos_token_id=ids["<|endoftext|>"],
         eos_token_id=ids["<|im_end|>"],
@@ -97,8 +108,13 @@ def build(out: Path) -> None:
     (out / "generation_config.json").write_text(json.dumps({
         "eos_token_id": ids["<|im_end|>"], "pad_token_id": ids["<|endoftext|>"]}))
     (out / "meridian-ids.json").write_text(json.dumps(ids))
-    print(json.dumps({"dir": str(out), "vocab": vocab, **ids}))
+    (out / "meridian-shape.json").write_text(json.dumps({"size": size, **shape}))
+    print(json.dumps({"dir": str(out), "vocab": vocab, "size": size, **shape, **ids}))
 
 
 if __name__ == "__main__":
-    build(Path(sys.argv[1]))
+    build(
+        Path(sys.argv[1]),
+        sys.argv[2] if len(sys.argv) > 2 else "tiny",
+        json.loads(sys.argv[3]) if len(sys.argv) > 3 else None,
+    )

@@ -5,14 +5,16 @@ import json
 from pathlib import Path
 
 
-def write_family(tiny_model: Path, models_dir: Path) -> dict:
-    """Writes tiny.toml into `models_dir`; returns the model's delimiter ids."""
+def write_family(tiny_model: Path, models_dir: Path, served_names: tuple[str, ...] = ("tiny-qwen3",)) -> dict:
+    """Writes tiny.toml into `models_dir`, matching the names the model is served as
+    (the tiny test model and the larger benchmark model share a tokenizer); returns the
+    model's delimiter ids."""
     ids = json.loads((tiny_model / "meridian-ids.json").read_text())
     models_dir.mkdir(parents=True, exist_ok=True)
     (models_dir / "tiny.toml").write_text(f"""
 name = "tiny"
 display_name = "Tiny Qwen3 (test model)"
-match = ["tiny-qwen3"]
+match = {json.dumps(list(served_names))}
 reasoning_parser = "qwen3"
 initial_phase = "think"
 [tags]

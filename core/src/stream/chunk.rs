@@ -55,6 +55,8 @@ struct MessageView<'a> {
 #[derive(Deserialize)]
 struct UsageView {
     #[serde(default)]
+    prompt_tokens: Option<u32>,
+    #[serde(default)]
     completion_tokens: Option<u32>,
     #[serde(default)]
     completion_tokens_details: Option<DetailsView>,
@@ -80,6 +82,8 @@ pub struct ChoiceDelta<'a> {
 pub struct Usage {
     pub completion_tokens: u32,
     pub reasoning_tokens: Option<u32>,
+    /// The prompt as the server tokenized it (a load tester's own count is a guess).
+    pub prompt_tokens: Option<u32>,
 }
 
 /// Parses one `data:` payload (or a whole non-streaming body). Returns `None` for
@@ -100,6 +104,7 @@ pub fn parse_payload(payload: &[u8], mut on_choice: impl FnMut(ChoiceDelta<'_>))
         Some(Usage {
             completion_tokens: u.completion_tokens?,
             reasoning_tokens: u.completion_tokens_details.and_then(|d| d.reasoning_tokens),
+            prompt_tokens: u.prompt_tokens,
         })
     }))
 }
@@ -150,7 +155,7 @@ mod tests {
         let (_, u) = first(
             r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":10,"completion_tokens_details":{"reasoning_tokens":7}}}"#,
         );
-        assert_eq!(u, Some(Some(Usage { completion_tokens: 10, reasoning_tokens: Some(7) })));
+        assert_eq!(u, Some(Some(Usage { completion_tokens: 10, reasoning_tokens: Some(7), prompt_tokens: Some(3) })));
         assert_eq!(first("not json").1, None);
         assert_eq!(first("[1,2]").1, None);
         assert_eq!(first(r#"{"choices":[{"delta":{"content":5}}]}"#).1, None);

@@ -9,6 +9,7 @@ const H: f64 = 300.0;
 const PAD: f64 = 50.0;
 
 /// One line of a plot.
+#[derive(Debug, Clone, serde::Deserialize)]
 pub struct Series {
     pub name: String,
     pub points: Vec<(f64, f64)>,

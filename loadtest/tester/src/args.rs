@@ -49,6 +49,15 @@ pub struct Args {
     pub random_output_len: u32,
     #[arg(long, default_value_t = 0.0)]
     pub random_range_ratio: f64,
+    /// Thinking tokens per request (same range ratio), sent as vLLM's
+    /// `thinking_token_budget`; max_tokens becomes think + output length. For reasoning
+    /// workloads whose thought must end at a known length (random-weight test models).
+    #[arg(long)]
+    pub random_think_len: Option<u32>,
+    /// A request whose answer stalls longer than this between two visible tokens counts
+    /// as stalled (the share is reported beside the answer-gap percentiles).
+    #[arg(long, default_value_t = 250.0)]
+    pub stall_threshold_ms: f64,
     #[arg(long)]
     pub sharegpt_output_len: Option<u32>,
     /// Ramp the rate linearly from --ramp-up-start-rps to --ramp-up-end-rps.

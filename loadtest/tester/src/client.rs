@@ -40,6 +40,9 @@ impl Target {
         if self.ignore_eos {
             body["ignore_eos"] = json!(true);
         }
+        if let Some(budget) = prompt.think_budget {
+            body["thinking_token_budget"] = json!(budget);
+        }
         if let (Some(extra), Some(obj)) =
             (self.extra_body.as_ref().and_then(Value::as_object), body.as_object_mut())
         {
@@ -93,7 +96,8 @@ impl Target {
                 Err(e) => b.finish(start.elapsed().as_secs_f64(), Some(format!("body failed: {e}"))),
             }
         };
-        r.prompt_tokens = Some(prompt.input_tokens);
+        // The server's count (from `usage`) wins over the estimate.
+        r.prompt_tokens.get_or_insert(prompt.input_tokens);
         r
     }
 }

@@ -15,6 +15,9 @@ pub struct Prompt {
     /// Approximate prompt tokens (4 characters per token for synthetic text).
     pub input_tokens: u32,
     pub max_tokens: u32,
+    /// Thinking tokens this request may spend (sent as vLLM's `thinking_token_budget`);
+    /// `max_tokens` then covers the thought and the answer.
+    pub think_budget: Option<u32>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -44,9 +47,24 @@ fn synthetic_text(rng: &mut StdRng, tokens: u32) -> String {
     s
 }
 
-/// `vllm bench serve --dataset-name random`: lengths uniform in
+/// Lengths of a synthetic workload, each drawn uniformly in
 /// `[len * (1 - range_ratio), len * (1 + range_ratio)]`.
-pub fn random(n: usize, input_len: u32, output_len: u32, range_ratio: f64, seed: u64) -> Vec<Prompt> {
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RandomLengths {
+    pub input: u32,
+    /// The answer (all of `max_tokens` when `think` is unset).
+    pub output: u32,
+    /// Thinking tokens per request, as a think budget; `None` leaves thinking to the model.
+    pub think: Option<u32>,
+    pub range_ratio: f64,
+}
+
+/// `vllm bench serve --dataset-name random`, plus an optional think budget per request:
+/// a random-weight reasoning model never ends its thought by itself, so a reasoning
+/// workload with known think and answer lengths needs the budget to say where the
+/// thought ends (and `--ignore-eos` for where the answer does).
+pub fn random(n: usize, lengths: RandomLengths, seed: u64) -> Vec<Prompt> {
+    let RandomLengths { input: input_len, output: output_len, think, range_ratio } = lengths;
     let mut rng = StdRng::seed_from_u64(seed);
     let span = |len: u32, rng: &mut StdRng| {
         let r = range_ratio.clamp(0.0, 1.0);
@@ -58,7 +76,10 @@ pub fn random(n: usize, input_len: u32, output_len: u32, range_ratio: f64, seed:
         .map(|_| {
             let input = span(input_len, &mut rng);
             let output = span(output_len, &mut rng);
-            Prompt { text: synthetic_text(&mut rng, input), input_tokens: input, max_tokens: output }
+            let think_budget = think.map(|t| span(t, &mut rng));
+            let text = synthetic_text(&mut rng, input);
+            let max_tokens = output + think_budget.unwrap_or(0);
+            Prompt { text, input_tokens: input, max_tokens, think_budget }
         })
         .collect()
 }
@@ -98,6 +119,7 @@ pub fn sharegpt(
                 text: prompt.clone(),
                 input_tokens: approx(prompt),
                 max_tokens: output_len.unwrap_or_else(|| approx(&reply.value)),
+                think_budget: None,
             })
         })
         .collect();
@@ -118,13 +140,25 @@ mod tests {
 
     #[test]
     fn random_prompts_are_seeded_and_within_range() {
-        let a = random(50, 100, 20, 0.5, 3);
-        assert_eq!(a, random(50, 100, 20, 0.5, 3));
-        assert_ne!(a, random(50, 100, 20, 0.5, 4));
+        let lengths = RandomLengths { input: 100, output: 20, think: None, range_ratio: 0.5 };
+        let a = random(50, lengths, 3);
+        assert_eq!(a, random(50, lengths, 3));
+        assert_ne!(a, random(50, lengths, 4));
         for p in &a {
             assert!((50..=150).contains(&p.input_tokens));
             assert!((10..=30).contains(&p.max_tokens));
+            assert_eq!(p.think_budget, None);
             assert_eq!(p.text.split(' ').count() as u32, p.input_tokens);
+        }
+    }
+
+    #[test]
+    fn a_think_budget_adds_to_max_tokens() {
+        let lengths = RandomLengths { input: 10, output: 20, think: Some(300), range_ratio: 0.5 };
+        for p in random(50, lengths, 9) {
+            let think = p.think_budget.expect("every request gets a budget");
+            assert!((150..=450).contains(&think), "{think}");
+            assert!((think + 10..=think + 30).contains(&p.max_tokens), "{p:?}");
         }
     }
 

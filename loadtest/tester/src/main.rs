@@ -82,9 +82,12 @@ async fn real_main(args: Args) -> Result<ExitCode, String> {
     let prompts: Vec<Prompt> = match args.dataset_name {
         DatasetName::Random => dataset::random(
             args.num_prompts,
-            args.random_input_len,
-            args.random_output_len,
-            args.random_range_ratio,
+            dataset::RandomLengths {
+                input: args.random_input_len,
+                output: args.random_output_len,
+                think: args.random_think_len,
+                range_ratio: args.random_range_ratio,
+            },
             args.seed,
         ),
         DatasetName::Sharegpt => {
@@ -148,7 +151,7 @@ async fn real_main(args: Args) -> Result<ExitCode, String> {
                 label: label.clone(),
             };
             let out = run(tgt, &plan).await;
-            let summary = RunSummary::of(&label, rate, &out.records, out.duration_s, &slos);
+            let summary = RunSummary::of(&label, rate, &out.records, out.duration_s, &slos, args.stall_threshold_ms);
             if let Some(r) = rate {
                 saturated |= summary.request_throughput < 0.9 * r || summary.failed * 20 > summary.requests;
             }
@@ -164,6 +167,14 @@ async fn real_main(args: Args) -> Result<ExitCode, String> {
 
     let summaries: Vec<&RunSummary> = outcomes.iter().map(|o| &o.summary).collect();
     println!("{}", report::table(&summaries));
+    for s in summaries.iter().filter(|s| s.completed > 0 && !s.ttfo.measured()) {
+        eprintln!(
+            "{}: no request reached its answer (every token was thinking), so TTFO, the \
+             think-to-output gap and output ITL are n/a; give requests room past their \
+             thought (--random-output-len, --random-think-len)",
+            s.label
+        );
+    }
     for o in &outcomes {
         if !o.summary.first_errors.is_empty() {
             eprintln!("{}: first errors: {:?}", o.summary.label, o.summary.first_errors);

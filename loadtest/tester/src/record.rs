@@ -6,7 +6,9 @@
 //! last chunk of thinking (its last reasoning token, or the end marker) to the first
 //! visible output token; ITL is every gap between
 //! consecutive token-carrying chunks; TPOT is vLLM's (E2E - TTFT) / (completion tokens -
-//! 1). Every time is taken when a network chunk arrives, before it is parsed.
+//! 1); the answer gap is a request's largest gap between consecutive visible tokens, the
+//! stall a reader sees (a pooled ITL percentile hides a stall that hits nearly every
+//! answer once). Every time is taken when a network chunk arrives, before it is parsed.
 
 use std::sync::Arc;
 
@@ -32,9 +34,12 @@ pub struct RequestRecord {
     pub itl: Vec<f64>,
     /// The gaps among them that were between output-phase chunks.
     pub output_itl: Vec<f64>,
+    /// The largest of `output_itl`: the longest the reader waited mid-answer.
+    pub max_output_gap: Option<f64>,
     /// Arrival time of every token-carrying chunk, from when the request was sent (the
     /// raw data behind TTFT and ITL, used by `meridian-sim calibrate`).
     pub token_times: Vec<f64>,
+    /// The server's count from `usage` when it sent one, else the tester's estimate.
     pub prompt_tokens: Option<u32>,
     /// From the server's `usage`, when it sent one.
     pub usage_think_tokens: Option<u32>,
@@ -160,7 +165,9 @@ impl RecordBuilder {
             let think = u.reasoning_tokens.unwrap_or(r.client_think_tokens.min(u.completion_tokens));
             r.usage_think_tokens = Some(think);
             r.usage_output_tokens = Some(u.completion_tokens.saturating_sub(think));
+            r.prompt_tokens = u.prompt_tokens;
         }
+        r.max_output_gap = r.output_itl.iter().copied().reduce(f64::max);
         r.ok = error.is_none() && r.ttft.is_some();
         r.error = error.or_else(|| r.ttft.is_none().then(|| "no token received".to_owned()));
         r.e2e = Some(at);
@@ -211,6 +218,7 @@ mod tests {
         assert_eq!(itl, vec![0.1, 0.1, 0.1, 0.2, 0.1]);
         let out: Vec<f64> = r.output_itl.iter().map(|x| (x * 10.0).round() / 10.0).collect();
         assert_eq!(out, vec![0.2, 0.1], "gaps between output chunks only");
+        assert!(close(r.max_output_gap, 0.2), "the longest wait mid-answer");
         assert_eq!((r.usage_think_tokens, r.usage_output_tokens), (Some(3), Some(3)));
         assert_eq!((r.client_think_tokens, r.client_output_tokens), (3, 3));
     }

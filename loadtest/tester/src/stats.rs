@@ -1,11 +1,13 @@
 //! Aggregates: mean and percentiles of each metric, throughputs, goodput under SLOs.
 
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
 use crate::record::RequestRecord;
 
-/// Mean and percentiles of one metric, in milliseconds.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+/// Mean and percentiles of one metric, in milliseconds. A metric no request reached
+/// (`count` 0: say, TTFO when no answer began) is written as JSON `null`, never as
+/// zeros that read like a measurement.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Summary {
     pub count: usize,
     pub mean_ms: f64,
@@ -24,7 +26,40 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.min(sorted.len()) - 1]
 }
 
+/// The figures of a measured summary, as JSON writes them.
+#[derive(Serialize)]
+struct Figures {
+    count: usize,
+    mean_ms: f64,
+    p50_ms: f64,
+    p90_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+}
+
+impl Serialize for Summary {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if !self.measured() {
+            return serializer.serialize_none();
+        }
+        Figures {
+            count: self.count,
+            mean_ms: self.mean_ms,
+            p50_ms: self.p50_ms,
+            p90_ms: self.p90_ms,
+            p99_ms: self.p99_ms,
+            max_ms: self.max_ms,
+        }
+        .serialize(serializer)
+    }
+}
+
 impl Summary {
+    /// Whether any value went into it.
+    pub fn measured(&self) -> bool {
+        self.count > 0
+    }
+
     pub fn of(values_s: impl IntoIterator<Item = f64>) -> Self {
         let mut v: Vec<f64> = values_s.into_iter().map(|s| s * 1000.0).filter(|x| x.is_finite()).collect();
         v.sort_by(|a, b| a.total_cmp(b));
@@ -57,6 +92,8 @@ pub enum SloMetric {
     Ttot,
     Tpot,
     E2el,
+    /// The largest gap between visible tokens of the answer.
+    Gap,
 }
 
 impl Slo {
@@ -69,7 +106,10 @@ impl Slo {
             "ttot" => SloMetric::Ttot,
             "tpot" => SloMetric::Tpot,
             "e2el" => SloMetric::E2el,
-            other => return Err(format!("unknown SLO metric {other:?} (ttft, ttfo, ttot, tpot, e2el)")),
+            "gap" => SloMetric::Gap,
+            other => {
+                return Err(format!("unknown SLO metric {other:?} (ttft, ttfo, ttot, tpot, e2el, gap)"));
+            }
         };
         let max_ms: f64 = ms.parse().map_err(|_| format!("SLO {spec:?}: {ms:?} is not a number"))?;
         if !(max_ms.is_finite() && max_ms > 0.0) {
@@ -91,6 +131,11 @@ impl Slo {
             },
             SloMetric::Tpot => r.tpot,
             SloMetric::E2el => r.e2e,
+            // An answer of one visible token has no gap; an answer never begun fails.
+            SloMetric::Gap => match r.max_output_gap {
+                None if r.ttfo.is_some() => return true,
+                v => v,
+            },
         };
         value.is_some_and(|v| v * 1000.0 <= self.max_ms)
     }
@@ -117,6 +162,12 @@ pub struct RunSummary {
     pub output_itl: Summary,
     pub tpot: Summary,
     pub e2el: Summary,
+    /// Each answer's largest gap between visible tokens, over requests.
+    pub answer_gap: Summary,
+    pub stall_threshold_ms: f64,
+    /// Share of answers (requests with two or more visible tokens) whose largest gap
+    /// exceeded `stall_threshold_ms`; `null` when no answer had two visible tokens.
+    pub stalled_answers: Option<f64>,
     pub slos: Vec<Slo>,
     /// Requests per second that met every SLO (all completed ones when no SLO was given).
     pub goodput: f64,
@@ -131,6 +182,7 @@ impl RunSummary {
         records: &[RequestRecord],
         duration_s: f64,
         slos: &[Slo],
+        stall_threshold_ms: f64,
     ) -> Self {
         let ok: Vec<&RequestRecord> = records.iter().filter(|r| r.ok).collect();
         let dur = duration_s.max(1e-9);
@@ -138,6 +190,8 @@ impl RunSummary {
         let output: u64 = ok.iter().map(|r| u64::from(r.output_tokens())).sum();
         let input: u64 = ok.iter().map(|r| u64::from(r.prompt_tokens.unwrap_or(0))).sum();
         let good = ok.iter().filter(|r| slos.iter().all(|s| s.met_by(r))).count();
+        let gaps: Vec<f64> = ok.iter().filter_map(|r| r.max_output_gap).collect();
+        let stalled = gaps.iter().filter(|g| **g * 1000.0 > stall_threshold_ms).count();
         RunSummary {
             label: label.to_owned(),
             offered_rate,
@@ -157,6 +211,9 @@ impl RunSummary {
             output_itl: Summary::of(ok.iter().flat_map(|r| r.output_itl.iter().copied())),
             tpot: Summary::of(ok.iter().filter_map(|r| r.tpot)),
             e2el: Summary::of(ok.iter().filter_map(|r| r.e2e)),
+            stalled_answers: (!gaps.is_empty()).then(|| stalled as f64 / gaps.len() as f64),
+            answer_gap: Summary::of(gaps),
+            stall_threshold_ms,
             slos: slos.to_vec(),
             goodput: good as f64 / dur,
             good_fraction: if records.is_empty() { 0.0 } else { good as f64 / records.len() as f64 },
@@ -178,6 +235,44 @@ mod tests {
     }
 
     #[test]
+    fn a_metric_nobody_reached_is_null_not_zero() {
+        // Thinking the whole max_tokens: no request reached its answer.
+        let thinker = RequestRecord { ok: true, ttft: Some(0.1), e2e: Some(1.0), client_think_tokens: 9, ..Default::default() };
+        let s = RunSummary::of("x", None, &[thinker], 1.0, &[], 250.0);
+        let json = serde_json::to_value(&s).unwrap();
+        for key in ["ttfo", "think_to_output", "output_itl", "answer_gap", "stalled_answers"] {
+            assert!(json[key].is_null(), "{key}: {}", json[key]);
+        }
+        assert_eq!(json["ttft"]["p50_ms"], 100.0, "a measured metric keeps its figures");
+    }
+
+    /// One stall of 400 ms in each of 5 answers of 100 tokens: under 1% of the gaps, so
+    /// pooled output ITL p99 stays at the step time, but every answer stalled once.
+    #[test]
+    fn the_answer_gap_shows_the_stall_pooled_itl_hides() {
+        let answer = |i| {
+            let mut gaps = vec![0.02; 99];
+            gaps[i * 10] = 0.4;
+            RequestRecord {
+                ok: true,
+                ttft: Some(0.1),
+                ttfo: Some(0.5),
+                e2e: Some(3.0),
+                max_output_gap: Some(0.4),
+                output_itl: gaps,
+                client_output_tokens: 100,
+                ..Default::default()
+            }
+        };
+        let recs: Vec<RequestRecord> = (0..5).map(answer).collect();
+        let s = RunSummary::of("x", None, &recs, 3.0, &[Slo::parse("gap:250").unwrap()], 250.0);
+        assert!((s.output_itl.p99_ms - 20.0).abs() < 1e-9, "pooled p99 hides it: {}", s.output_itl.p99_ms);
+        assert_eq!(s.answer_gap.p50_ms, 400.0);
+        assert_eq!(s.stalled_answers, Some(1.0));
+        assert_eq!(s.goodput, 0.0, "no answer meets a 250 ms gap SLO");
+    }
+
+    #[test]
     fn goodput_counts_requests_meeting_every_slo() {
         let mk = |ttft: f64, ttfo: f64, think: u32| RequestRecord {
             ok: true,
@@ -195,7 +290,7 @@ mod tests {
             Slo::parse("ttfo:2000").unwrap(),
             Slo::parse("ttot:100").unwrap(),
         ];
-        let s = RunSummary::of("x", None, &recs, 2.0, &slos);
+        let s = RunSummary::of("x", None, &recs, 2.0, &slos, 250.0);
         assert_eq!(s.goodput, 0.5, "one of three meets all, over 2 s");
         assert!((s.good_fraction - 1.0 / 3.0).abs() < 1e-9);
         assert!(

@@ -28,7 +28,7 @@ impl JointSlo {
 }
 
 /// One cell of the comparison.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Cell {
     pub policy: String,
     pub load: f64,

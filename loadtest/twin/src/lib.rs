@@ -17,5 +17,5 @@ pub mod kv;
 pub mod server;
 pub mod workload;
 
-pub use cost::{CostModel, Profile, profile};
+pub use cost::{CostModel, Profile, StepShape, profile};
 pub use engine::{Engine, EngineConfig, NewRequest, StepReport, Token};

@@ -233,10 +233,10 @@ impl RequestObserver {
         let think: u32 = self.routers.iter().map(PhaseRouter::think_tokens).sum();
         let output: u32 = self.routers.iter().map(PhaseRouter::output_tokens).sum();
         match self.usage {
-            Some(Usage { completion_tokens, reasoning_tokens: Some(r) }) => {
+            Some(Usage { completion_tokens, reasoning_tokens: Some(r), .. }) => {
                 (Some(r), Some(completion_tokens.saturating_sub(r)))
             }
-            Some(Usage { completion_tokens, reasoning_tokens: None }) => {
+            Some(Usage { completion_tokens, reasoning_tokens: None, .. }) => {
                 let think = think.min(completion_tokens);
                 (Some(think), Some(completion_tokens - think))
             }

@@ -27,8 +27,9 @@ pub fn html_report(runs: &[(&RunSummary, &[RequestRecord])], command: &str) -> S
         escape(&super::table(&runs.iter().map(|(s, _)| *s).collect::<Vec<_>>()))
     );
     type Pick = fn(&RequestRecord) -> Vec<f64>;
-    let metrics: [(&str, Pick); 4] = [
+    let metrics: [(&str, Pick); 5] = [
         ("time to first output token", |r| r.ttfo.into_iter().collect()),
+        ("largest gap in each answer", |r| r.max_output_gap.into_iter().collect()),
         ("think-to-output gap", |r| r.think_to_output.into_iter().collect()),
         ("output inter-token latency", |r| r.output_itl.clone()),
         ("time to first token", |r| r.ttft.into_iter().collect()),
@@ -44,19 +45,25 @@ pub fn html_report(runs: &[(&RunSummary, &[RequestRecord])], command: &str) -> S
     }
     let rates: Vec<&RunSummary> = runs.iter().map(|(s, _)| *s).filter(|s| s.offered_rate.is_some()).collect();
     if rates.len() > 1 {
-        let line = |name: &str, f: fn(&RunSummary) -> f64| Series {
+        // A metric no request of a run reached has no point there.
+        let line = |name: &str, f: fn(&RunSummary) -> &crate::stats::Summary, p99: bool| Series {
             name: name.to_owned(),
-            points: rates.iter().map(|s| (s.offered_rate.unwrap_or(0.0), f(s))).collect(),
+            points: rates
+                .iter()
+                .filter(|s| f(s).measured())
+                .map(|s| (s.offered_rate.unwrap_or(0.0), if p99 { f(s).p99_ms } else { f(s).p50_ms }))
+                .collect(),
         };
         body.push_str(&plot(
             "load vs latency",
             "offered request rate (req/s)",
             "ms",
             &[
-                line("TTFO p50", |s| s.ttfo.p50_ms),
-                line("TTFO p99", |s| s.ttfo.p99_ms),
-                line("TTOT p99", |s| s.think_to_output.p99_ms),
-                line("output ITL p99", |s| s.output_itl.p99_ms),
+                line("TTFO p50", |s| &s.ttfo, false),
+                line("TTFO p99", |s| &s.ttfo, true),
+                line("TTOT p99", |s| &s.think_to_output, true),
+                line("output ITL p99", |s| &s.output_itl, true),
+                line("largest answer gap p99", |s| &s.answer_gap, true),
             ],
         ));
     }

@@ -27,19 +27,22 @@ pub struct JsonRun<'a> {
     pub requests: &'a [RequestRecord],
 }
 
-pub const JSON_SCHEMA: &str = "meridian-loadtest/1";
+/// Version 2: a metric no request reached is `null` (was zeros); per-request
+/// `max_output_gap`; summary `answer_gap`, `stalled_answers`, `stall_threshold_ms`;
+/// `prompt_tokens` is the server's count when it sent `usage`.
+pub const JSON_SCHEMA: &str = "meridian-loadtest/2";
 
 /// Per-request rows.
 pub fn csv(runs: &[(&RunSummary, &[RequestRecord])]) -> String {
     let mut out = String::from(
-        "run,index,sent_at_s,ok,ttft_ms,ttfo_ms,think_to_output_ms,tpot_ms,e2e_ms,think_tokens,output_tokens,usage_reported,error\n",
+        "run,index,sent_at_s,ok,ttft_ms,ttfo_ms,think_to_output_ms,max_output_gap_ms,tpot_ms,e2e_ms,think_tokens,output_tokens,usage_reported,error\n",
     );
     let ms = |v: Option<f64>| v.map(|s| format!("{:.3}", s * 1000.0)).unwrap_or_default();
     for (summary, records) in runs {
         for r in records.iter() {
             let error = r.error.as_deref().unwrap_or("").replace(['"', '\n'], " ");
             out.push_str(&format!(
-                "{},{},{:.6},{},{},{},{},{},{},{},{},{},\"{}\"\n",
+                "{},{},{:.6},{},{},{},{},{},{},{},{},{},{},\"{}\"\n",
                 summary.label,
                 r.index,
                 r.sent_at,
@@ -47,6 +50,7 @@ pub fn csv(runs: &[(&RunSummary, &[RequestRecord])]) -> String {
                 ms(r.ttft),
                 ms(r.ttfo),
                 ms(r.think_to_output),
+                ms(r.max_output_gap),
                 ms(r.tpot),
                 ms(r.e2e),
                 r.think_tokens(),

@@ -14,7 +14,7 @@ pub fn table(runs: &[&RunSummary]) -> String {
     row("total token throughput (tok/s)", &|r| format!("{:.1}", r.total_token_throughput));
     row("think / output tokens", &|r| format!("{} / {}", r.think_tokens, r.output_tokens));
     type Pick = fn(&RunSummary) -> &Summary;
-    let metrics: [(&str, Pick); 7] = [
+    let metrics: [(&str, Pick); 8] = [
         ("TTFT", |r| &r.ttft),
         ("TTFO (first output token)", |r| &r.ttfo),
         ("think-to-output gap", |r| &r.think_to_output),
@@ -22,17 +22,22 @@ pub fn table(runs: &[&RunSummary]) -> String {
         ("output ITL", |r| &r.output_itl),
         ("TPOT", |r| &r.tpot),
         ("E2E latency", |r| &r.e2el),
+        ("largest answer gap", |r| &r.answer_gap),
     ];
     for (name, get) in metrics {
         row(&format!("{name} mean / p50 (ms)"), &|r| {
             let s = get(r);
-            format!("{:.2} / {:.2}", s.mean_ms, s.p50_ms)
+            if s.measured() { format!("{:.2} / {:.2}", s.mean_ms, s.p50_ms) } else { "n/a".into() }
         });
         row(&format!("{name} p90 / p99 (ms)"), &|r| {
             let s = get(r);
-            format!("{:.2} / {:.2}", s.p90_ms, s.p99_ms)
+            if s.measured() { format!("{:.2} / {:.2}", s.p90_ms, s.p99_ms) } else { "n/a".into() }
         });
     }
+    row("answers stalled (largest gap over threshold)", &|r| match r.stalled_answers {
+        Some(share) => format!("{:.1}% (> {:.0} ms)", share * 100.0, r.stall_threshold_ms),
+        None => "n/a".into(),
+    });
     row("goodput (req/s)", &|r| format!("{:.2} ({:.0}% good)", r.goodput, r.good_fraction * 100.0));
     let name_w = rows.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
     let col_w: Vec<usize> = (0..runs.len())

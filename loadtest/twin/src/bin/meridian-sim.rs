@@ -20,9 +20,13 @@ struct Cli {
 /// What every subcommand needs to build an engine.
 #[derive(clap::Args)]
 struct EngineArgs {
-    /// Cost-model profile from loadtest/twin/profiles.toml.
+    /// Cost-model profile from loadtest/twin/profiles.toml (or from --profile-file).
     #[arg(long, default_value = "h100-qwen3-8b")]
     profile: String,
+    /// A TOML file of `[[profile]]` tables, e.g. written by `calibrate --profile-out`;
+    /// --profile names one of them (the first when --profile is not given).
+    #[arg(long)]
+    profile_file: Option<PathBuf>,
     /// Workload seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -33,7 +37,12 @@ struct EngineArgs {
 
 impl EngineArgs {
     fn profile(&self) -> Result<meridian_sim::Profile, String> {
-        meridian_sim::profile(&self.profile).map_err(|e| e.to_string())
+        let Some(path) = &self.profile_file else {
+            return meridian_sim::profile(&self.profile).map_err(|e| e.to_string());
+        };
+        let all = meridian_sim::cost::profiles_from_file(path)?;
+        let named = all.iter().find(|p| p.name == self.profile).cloned();
+        named.or_else(|| all.into_iter().next()).ok_or_else(|| format!("{}: no [[profile]]", path.display()))
     }
 
     fn workload(&self) -> Result<WorkloadSpec, String> {
@@ -92,6 +101,9 @@ enum Command {
         /// Append the report to this markdown file.
         #[arg(long)]
         report: Option<PathBuf>,
+        /// Write the cells (one per load and policy) as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
         /// Write load-vs-latency plots as `<PLOTS>-ttot-p99.svg`, `-itl-p99.svg` and
         /// `-throughput.svg`; with --report, the report links them (paths relative to it).
         #[arg(long)]
@@ -99,11 +111,56 @@ enum Command {
         #[command(flatten)]
         engine: EngineArgs,
     },
-    /// Fit the cost model to a `meridian-loadtest --save-result` report of a real engine.
+    /// Fit the cost model to a real engine: its step trace (`--steps`, from
+    /// `meridian_hook.steptrace`; exact) or a `meridian-loadtest --save-result` report
+    /// (inferred from token arrival times).
     Calibrate {
-        /// The JSON report.
-        report: PathBuf,
+        /// The load tester's JSON report.
+        report: Option<PathBuf>,
+        /// A step trace (JSON lines), instead of a report.
+        #[arg(long, conflicts_with = "report")]
+        steps: Option<PathBuf>,
+        /// Write the fit, and the step-time curve of a trace, as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Plot the step-time curve of a trace (measured and fitted) as SVG here.
+        #[arg(long, requires = "steps")]
+        plot: Option<PathBuf>,
+        /// Draw the curve from the steps scheduled in this window only (`T0,T1`, the
+        /// trace's clock), say an idle engine's probe; the fit still uses every step.
+        #[arg(long, value_delimiter = ',', num_args = 2, requires = "steps")]
+        curve_window: Option<Vec<f64>>,
+        /// Write the fit as a twin profile (TOML) here, for `--profile-file`.
+        #[arg(long)]
+        profile_out: Option<PathBuf>,
+        #[command(flatten)]
+        limits: ProfileLimits,
     },
+    /// Draw a line plot from a JSON spec on standard input
+    /// (`{"title", "x_label", "y_label", "series": [{"name", "points": [[x, y], ...]}]}`).
+    Plot {
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+/// The engine limits a calibrated profile carries beside its cost model.
+#[derive(clap::Args)]
+struct ProfileLimits {
+    #[arg(long, default_value = "calibrated")]
+    name: String,
+    #[arg(long, default_value = "unknown")]
+    gpu: String,
+    #[arg(long, default_value = "unknown")]
+    model: String,
+    #[arg(long, default_value_t = 16)]
+    block_size: u32,
+    #[arg(long, default_value_t = 100_000)]
+    kv_blocks: u32,
+    #[arg(long, default_value_t = 256)]
+    max_num_seqs: u32,
+    #[arg(long, default_value_t = 8192)]
+    max_num_batched_tokens: u32,
 }
 
 fn pick(name: &str) -> Result<Box<dyn SchedulingPolicy>, String> {
@@ -184,6 +241,7 @@ async fn main() -> Result<(), String> {
             slo_ttot_ms,
             slo_output_itl_ms,
             report,
+            json,
             plots,
             engine,
         } => {
@@ -198,6 +256,11 @@ async fn main() -> Result<(), String> {
                 seed,
                 slo,
             )?;
+            if let Some(path) = &json {
+                let text = serde_json::to_string_pretty(&serde_json::json!({"capacity": cap, "cells": cells}))
+                    .map_err(|e| e.to_string())?;
+                std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+            }
             let mut md = format!(
                 "### {profile}\n\n`meridian-sim ab --profile {profile} --policies {} --loads {} --num-prompts {num_prompts} --seed {seed}{}`\n\n{}\n",
                 policies.join(","),
@@ -229,19 +292,101 @@ async fn main() -> Result<(), String> {
                 f.write_all(md.as_bytes()).map_err(|e| e.to_string())?;
             }
         }
-        Command::Calibrate { report } => {
-            let text = std::fs::read_to_string(&report).map_err(|e| format!("{}: {e}", report.display()))?;
-            let samples = calibrate::samples_from_report(&text).map_err(|e| e.to_string())?;
-            let fit = calibrate::fit(&samples).map_err(|e| e.to_string())?;
-            println!("# fitted from {} samples in {}", fit.samples, report.display());
-            println!(
-                "# fit error: median |error| {:.1}%, R^2 {:.3}",
-                fit.median_abs_pct_error, fit.r_squared
-            );
-            println!("fixed_s = {:.6}", fit.cost.fixed_s);
-            println!("per_token_s = {:.9}", fit.cost.per_token_s);
-            println!("per_context_token_s = {:.12}", fit.cost.per_context_token_s);
+        Command::Calibrate { report, steps, json, plot, curve_window, profile_out, limits } => {
+            let window = curve_window.map(|w| (w[0], w[1]));
+            calibrate_command(report, steps, json, (plot, window), profile_out, &limits)?;
         }
+        Command::Plot { out } => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map_err(|e| e.to_string())?;
+            let spec: PlotSpec = serde_json::from_str(&text).map_err(|e| format!("plot spec: {e}"))?;
+            let svg = meridian_plot::plot(&spec.title, &spec.x_label, &spec.y_label, &spec.series);
+            std::fs::write(&out, svg).map_err(|e| format!("{}: {e}", out.display()))?;
+        }
+    }
+    Ok(())
+}
+
+#[derive(serde::Deserialize)]
+struct PlotSpec {
+    title: String,
+    x_label: String,
+    y_label: String,
+    series: Vec<meridian_plot::Series>,
+}
+
+fn read(path: &std::path::Path) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn calibrate_command(
+    report: Option<PathBuf>,
+    steps: Option<PathBuf>,
+    json: Option<PathBuf>,
+    (plot, curve_window): (Option<PathBuf>, Option<(f64, f64)>),
+    profile_out: Option<PathBuf>,
+    limits: &ProfileLimits,
+) -> Result<(), String> {
+    let (source, samples, trace) = match (&report, &steps) {
+        (_, Some(path)) => {
+            let trace = calibrate::read_step_trace(&read(path)?).map_err(|e| e.to_string())?;
+            (path, calibrate::samples_from_steps(&trace), Some(trace))
+        }
+        (Some(path), None) => (path, calibrate::samples_from_report(&read(path)?).map_err(|e| e.to_string())?, None),
+        (None, None) => return Err("calibrate needs a load-test report or --steps".into()),
+    };
+    let fit = calibrate::fit(&samples).map_err(|e| e.to_string())?;
+    println!("# fitted from {} samples in {}", fit.samples, source.display());
+    println!("# fit error: median |error| {:.1}%, R^2 {:.3}", fit.median_abs_pct_error, fit.r_squared);
+    println!("# {}", fit.cost.describe());
+    let c = &fit.cost;
+    let toml = format!(
+        "[[profile]]\nname = {:?}\ngpu = {:?}\nmodel = {:?}\nfixed_s = {:e}\nper_token_s = {:e}\nper_context_token_s = {:e}\nper_decode_request_s = {:e}\nper_prefill_attention_s = {:e}\nkv_blocks = {}\nblock_size = {}\nmax_num_seqs = {}\nmax_num_batched_tokens = {}\nderivation = {:?}\n",
+        limits.name,
+        limits.gpu,
+        limits.model,
+        c.fixed_s,
+        c.per_token_s,
+        c.per_context_token_s,
+        c.per_decode_request_s,
+        c.per_prefill_attention_s,
+        limits.kv_blocks,
+        limits.block_size,
+        limits.max_num_seqs,
+        limits.max_num_batched_tokens,
+        format!(
+            "meridian-sim calibrate on {} ({} samples): median |error| {:.1}%, R^2 {:.3}",
+            source.display(),
+            fit.samples,
+            fit.median_abs_pct_error,
+            fit.r_squared
+        ),
+    );
+    println!("{toml}");
+    if let Some(path) = &profile_out {
+        std::fs::write(path, &toml).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    let curve = trace.as_deref().map(|steps| match curve_window {
+        Some((t0, t1)) => {
+            let inside: Vec<_> = steps.iter().filter(|s| (t0..=t1).contains(&s.t)).cloned().collect();
+            calibrate::StepCurve::of(&inside)
+        }
+        None => calibrate::StepCurve::of(steps),
+    });
+    if let Some(path) = &json {
+        let out = serde_json::json!({
+            "fit": {
+                "samples": fit.samples,
+                "median_abs_pct_error": fit.median_abs_pct_error,
+                "r_squared": fit.r_squared,
+                "formula": fit.cost.describe(),
+            },
+            "curve": curve.as_ref().map(|c| c.to_json(&fit.cost)),
+        });
+        std::fs::write(path, out.to_string()).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if let (Some(path), Some(curve)) = (&plot, &curve) {
+        std::fs::write(path, curve.plot(&fit.cost)).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(())
 }

@@ -19,7 +19,7 @@ use meridian_core::sched::SchedulingPolicy;
 pub use request::NewRequest;
 use request::{SimRequest, State};
 
-use crate::cost::{CostModel, Profile};
+use crate::cost::{CostModel, Profile, StepShape};
 use crate::kv::BlockPool;
 
 /// Engine limits and costs.
@@ -356,16 +356,18 @@ impl Engine {
     }
 
     fn finish_step(&mut self, mut report: StepReport) -> Option<StepReport> {
-        let tokens: u64 = report.scheduled.iter().map(|(_, n)| u64::from(*n)).sum();
-        let decode_context: u64 = report
-            .scheduled
-            .iter()
-            .filter_map(|(seq, n)| {
-                let r = &self.requests[seq];
-                (*n == 1 && r.computed >= r.prompt).then_some(u64::from(r.computed) + 1)
-            })
-            .sum();
-        let duration = self.config.cost.step_seconds(tokens, decode_context);
+        let mut shape = StepShape::default();
+        for (seq, n) in &report.scheduled {
+            let Some(r) = self.requests.get(seq) else { continue };
+            if *n == 1 && r.computed >= r.prompt {
+                shape.tokens += 1.0;
+                shape.decode_reqs += 1.0;
+                shape.decode_context += f64::from(r.computed) + 1.0;
+            } else {
+                shape.add_prefill(u64::from(*n), u64::from(r.computed));
+            }
+        }
+        let duration = self.config.cost.step_seconds(&shape);
         self.clock_s += duration;
         self.steps += 1;
         report.duration_s = duration;

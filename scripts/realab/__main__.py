@@ -1,0 +1,99 @@
+"""The dispatch A/B on a real vLLM engine (CPU build): run by scripts/bench-dispatch-real.sh.
+
+    python -m realab measure ROOT MODEL_DIR RESULTS_JSON [--quick]
+    python -m realab twin-inputs RESULTS_JSON OUT_DIR
+    python -m realab report ROOT RESULTS_JSON TWIN_JSON CALIBRATION_JSON OUT_MD
+
+`measure` starts the engines and proxies, measures, and writes RESULTS_JSON (every run's
+summary, the step traces' preemptions, the capacity, the setup); the step traces stay in
+the work directory it prints. `report` writes the page from the measured and the
+twin's predicted figures. Knobs (environment): REALAB_ROUNDS, REALAB_LOADS,
+REALAB_WORKLOADS (names, comma-separated), REALAB_APPEND=1 (add to an existing
+RESULTS_JSON: say, a second workload at other loads)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "vllm"))
+from tiny_family import write_family  # noqa: E402
+
+from . import measure as m  # noqa: E402
+
+SERVED = "bench-qwen3"
+
+# Lengths scaled to a CPU engine (~100x slower than a GPU): what is thousands of tokens
+# on an H100 in seconds is the same shape here in tokens a 2-core machine can run through
+# in a benchmark's time. The long-prompt workload keeps prompts in the thousands: its
+# prefill chunks are what stretch the steps answering requests wait on.
+WORKLOADS = {
+    "mix": m.Workload("mix", "reasoning mix: prompts ~128, thoughts ~192, answers ~64 tokens",
+                      prompts=48, input_len=128, think_len=192, output_len=64, range_ratio=0.5),
+    "long": m.Workload("long", "long prompts (RAG / agent context): prompts ~1,000, thoughts ~128, answers ~64 tokens",
+                       prompts=24, input_len=1000, think_len=128, output_len=64, range_ratio=0.5),
+}
+
+
+def setup(root: Path, model: Path, work: Path) -> m.Setup:
+    ids = write_family(model, work / "models", (SERVED,))
+    spec = m.rig.EngineSpec(
+        python=sys.executable, model=model, served_name=SERVED, dtype="float32", max_model_len=8192,
+        max_num_seqs=32, max_num_batched_tokens=2048, kv_cache_gib=2, omp_threads=1)
+    names = os.environ.get("REALAB_WORKLOADS", "mix,long").split(",")
+    loads = [float(x) for x in os.environ.get("REALAB_LOADS", "0.5,0.7,0.9,1.0").split(",")]
+    return m.Setup(root=root, work=work, spec=spec, think_end_id=ids["</think>"], models_dir=work / "models",
+                   workloads=[WORKLOADS[n] for n in names], loads=loads,
+                   rounds=int(os.environ.get("REALAB_ROUNDS", "3")), slo_ttot_ms=250.0, slo_gap_ms=250.0)
+
+
+def main(argv: list[str]) -> None:
+    if argv[0] == "measure":
+        root, model, results = Path(argv[1]), Path(argv[2]), Path(argv[3])
+        work = Path(tempfile.mkdtemp(prefix="realab-"))
+        print(f"work directory (logs, step traces, raw load-test JSON): {work}", flush=True)
+        s = setup(root, model, work)
+        data = m.measure(s, results, log=lambda msg: print(msg, flush=True),
+                         append=os.environ.get("REALAB_APPEND") == "1")
+        data["work"] = [*data.get("work", []), str(work)]
+        results.write_text(json.dumps(data, indent=1))
+    elif argv[0] == "twin-inputs":
+        # Observed lengths into RESULTS_JSON, and one twin workload file per workload.
+        results, out_dir = Path(argv[1]), Path(argv[2])
+        data = json.loads(results.read_text())
+        works = data.get("work", [])
+        works = [works] if isinstance(works, str) else works
+        for w in data["setup"]["workloads"]:
+            found: dict = {}
+            for wd in works:
+                lengths = m.observed_lengths(Path(wd) / "runs", w["name"])
+                if lengths:
+                    found = lengths
+            if found:
+                data.setdefault("lengths", {})[w["name"]] = found
+            # Stalls by cause, where the raw runs and step traces are still at hand.
+            for run in data["runs"]:
+                if run["workload"] != w["name"]:
+                    continue
+                for wd in works:
+                    raw = Path(wd) / "runs" / f"{w['name']}-{run['load']:g}-{run['round']}-{run['config']}.json"
+                    if raw.exists():
+                        trace = m.engine_trace_in(Path(wd), run["config"])
+                        steps = [x for x in m.curve.read_steps(trace) if run["window"][0] - 5 <= x["t"] <= run["window"][1]]
+                        run["stalls"] = m.attribute_stalls(json.loads(raw.read_text()), steps, run["window"][0])
+            if w["name"] in data.get("lengths", {}):
+                (out_dir / f"{w['name']}.toml").write_text(m.twin_workload(data["lengths"][w["name"]]))
+        results.write_text(json.dumps(data, indent=1))
+    elif argv[0] == "report":
+        from . import report
+
+        report.write(Path(argv[1]), Path(argv[2]), Path(argv[3]), Path(argv[4]), Path(argv[5]))
+    else:
+        raise SystemExit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

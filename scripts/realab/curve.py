@@ -1,0 +1,71 @@
+"""The step-time curve of an engine: how long one step takes as the tokens in it grow.
+
+Two probes, on an otherwise idle engine whose scheduler records every step
+(meridian_hook.steptrace): prompts of known lengths sent one at a time (steps that only
+prefill, chunked at max_num_batched_tokens), and k requests decoding together (steps of
+k one-token decodes). Prompts are token ids sent to /v1/completions, so their lengths
+are exact. The curve is read back from the step trace, not from client timings."""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import threading
+from pathlib import Path
+
+import requests
+
+PREFILL_LENGTHS = [16, 64, 128, 256, 512, 1024, 2048]
+DECODE_BATCHES = [1, 2, 4, 8, 16, 32]
+
+
+def _complete(url: str, model: str, ids: list[int], max_tokens: int) -> None:
+    r = requests.post(f"{url}/v1/completions", timeout=600, json={
+        "model": model, "prompt": ids, "max_tokens": max_tokens, "ignore_eos": True, "temperature": 1.0})
+    r.raise_for_status()
+
+
+def _ids(rng: random.Random, n: int, vocab: int) -> list[int]:
+    # Ids 3.. avoid the special tokens at the bottom of the tiny tokenizers' vocabularies.
+    return [rng.randrange(3, vocab - 2) for _ in range(n)]
+
+
+def probe(url: str, model: str, vocab: int, max_batched: int, seed: int = 0) -> None:
+    """Drives the probes; the engine's step trace records what they cost."""
+    rng = random.Random(seed)
+    for n in PREFILL_LENGTHS:
+        if n > max_batched:
+            continue
+        for _ in range(3):
+            _complete(url, model, _ids(rng, n, vocab), 1)
+    for k in DECODE_BATCHES:
+        threads = [threading.Thread(target=_complete, args=(url, model, _ids(rng, 32, vocab), 48))
+                   for _ in range(k)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+
+def read_steps(trace: Path) -> list[dict]:
+    if not trace.exists():
+        return []
+    return [json.loads(line) for line in trace.read_text().splitlines() if line.strip()]
+
+
+def curve(steps: list[dict]) -> dict[str, list[tuple[int, float, int]]]:
+    """(tokens, median step ms, steps) for pure-prefill steps by chunk size and for
+    pure-decode steps by batch size."""
+    prefill: dict[int, list[float]] = {}
+    decode: dict[int, list[float]] = {}
+    for s in steps:
+        if s["decode_reqs"] == 0 and s["prefill_tokens"] > 0:
+            prefill.setdefault(s["tokens"], []).append(s["step_s"] * 1000)
+        elif s["prefill_tokens"] == 0 and s["decode_reqs"] > 0:
+            decode.setdefault(s["decode_reqs"], []).append(s["step_s"] * 1000)
+
+    def rows(d: dict[int, list[float]], min_steps: int) -> list[tuple[int, float, int]]:
+        return [(k, statistics.median(v), len(v)) for k, v in sorted(d.items()) if len(v) >= min_steps]
+
+    return {"prefill": rows(prefill, 2), "decode": rows(decode, 5)}

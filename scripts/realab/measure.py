@@ -1,0 +1,267 @@
+"""Measures the dispatch A/B on a real vLLM (CPU build): the step-time curve, the stock
+engine's capacity, then every workload x load x round with the configurations in
+rotating order, each run driven by meridian-loadtest with the same seed in a round.
+Writes one JSON file of everything measured; `report.py` turns it into the page."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from . import curve, rig
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    title: str
+    prompts: int
+    input_len: int
+    think_len: int
+    output_len: int
+    range_ratio: float
+
+    def tester_args(self) -> list[str]:
+        return ["--num-prompts", str(self.prompts), "--random-input-len", str(self.input_len),
+                "--random-think-len", str(self.think_len), "--random-output-len", str(self.output_len),
+                "--random-range-ratio", str(self.range_ratio)]
+
+
+CONFIGS = ["stock", "proxy", "hook"]
+
+
+@dataclass
+class Setup:
+    root: Path
+    work: Path
+    spec: rig.EngineSpec
+    think_end_id: int
+    models_dir: Path
+    workloads: list[Workload]
+    loads: list[float]
+    rounds: int
+    slo_ttot_ms: float
+    slo_gap_ms: float
+    hook_token: str = "realab-hook-secret"
+
+
+class Rig:
+    """Two engines (stock, hooked), each with its proxy; the stock engine also serves
+    clients directly. One group runs while the other is paused."""
+
+    def __init__(self, s: Setup) -> None:
+        self.s = s
+        self.procs: list[rig.Proc] = []
+        self.hook_port = rig.free_port()
+        cfg = s.work / "hook.toml"
+        cfg.write_text(f'[hook]\nlisten = "127.0.0.1:{self.hook_port}"\npolicy = "output-first"\n')
+        self.stock = self._add(rig.start_engine(s.spec, "stock", s.work, "meridian_hook.steptrace.StepTraceScheduler"))
+        rig.wait_http(self.stock, "/health", 600)
+        self.stock.pause()
+        self.hooked = self._add(rig.start_engine(
+            s.spec, "hook", s.work, "meridian_hook.steptrace.TracedMeridianScheduler",
+            ["--logits-processors", "meridian_hook.logits:MeridianLogitsProcessor"],
+            {"MERIDIAN_HOOK_CONFIG": str(cfg), "MERIDIAN_HOOK_TOKEN": s.hook_token}))
+        rig.wait_http(self.hooked, "/health", 600)
+        common = [f"models.dir={s.models_dir}", "upstream.health_interval_s=0.5", "admission.enabled=true",
+                  f"admission.max_streams={s.spec.max_num_seqs}", "priority.enabled=true"]
+        binary = s.root / "target" / "release" / "meridian"
+        self.stock.resume()
+        self.proxy_stock = self._add(rig.start_proxy(binary, "proxy-stock", s.work,
+                                                     [f"upstream.endpoints=[{{url = \"{self.stock.url}\"}}]", *common]))
+        rig.wait_http(self.proxy_stock, "/ready", 60)
+        endpoints = f'[{{url = "{self.hooked.url}", hook = "127.0.0.1:{self.hook_port}"}}]'
+        self.proxy_hook = self._add(rig.start_proxy(binary, "proxy-hook", s.work, [f"upstream.endpoints={endpoints}", *common],
+                                                    {"MERIDIAN_HOOK_TOKEN": s.hook_token}))
+        self._wait_hook_ready()
+        self.groups = {"stock": [self.stock, self.proxy_stock], "hook": [self.hooked, self.proxy_hook]}
+
+    def _add(self, p: rig.Proc) -> rig.Proc:
+        self.procs.append(p)
+        return p
+
+    def _wait_hook_ready(self) -> None:
+        def ready(r) -> bool:
+            return any(line.startswith("meridian_upstream_hook_ready") and line.endswith(" 1")
+                       for line in r.text.splitlines())
+        rig.wait_http(self.proxy_hook, "/metrics", 60, ready)
+
+    def activate(self, config: str) -> tuple[str, rig.Proc]:
+        """Resumes the group that serves `config`, pauses the other; returns the URL the
+        clients use and the engine behind it."""
+        active = "hook" if config == "hook" else "stock"
+        for name, group in self.groups.items():
+            for p in group:
+                (p.resume if name == active else p.pause)()
+        engine = self.hooked if active == "hook" else self.stock
+        rig.wait_http(engine, "/health", 60)
+        if config == "stock":
+            return engine.url, engine
+        proxy = self.proxy_hook if config == "hook" else self.proxy_stock
+        rig.wait_http(proxy, "/ready", 60)
+        if config == "hook":
+            self._wait_hook_ready()
+        return proxy.url, engine
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            p.stop()
+
+
+def loadtest(s: Setup, url: str, w: Workload, rate: str, seed: int, out: Path) -> dict:
+    extra = json.dumps({"logit_bias": {str(s.think_end_id): -100}})
+    cmd = [str(s.root / "target" / "release" / "meridian-loadtest"), "--base-url", url, "--model", s.spec.served_name,
+           "--model-family", "qwen3", "--request-rate", rate, "--seed", str(seed), "--ignore-eos",
+           "--extra-body", extra, "--goodput", f"ttot:{s.slo_ttot_ms:g}", f"gap:{s.slo_gap_ms:g}",
+           "--save-result", "--result-dir", str(out.parent), "--result-filename", out.name, "--disable-tqdm",
+           *w.tester_args()]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, timeout=1800)
+    return json.loads(out.read_text())
+
+
+def step_window(trace: Path, t0: float, t1: float) -> dict:
+    """Preemptions and steps the engine recorded between t0 and t1 (monotonic clock)."""
+    steps = [x for x in curve.read_steps(trace) if t0 <= x["t"] <= t1]
+    return {
+        "steps": len(steps),
+        "preempted": sum(x["preempted"] for x in steps),
+        "preempted_output": sum(x["preempted_output"] for x in steps),
+        "preempted_think": sum(x["preempted_think"] for x in steps),
+        "max_step_ms": max((x["step_s"] * 1000 for x in steps), default=None),
+    }
+
+
+def measure(s: Setup, results: Path, log=print, append: bool = False) -> dict:
+    started = time.time()
+    data: dict = {"setup": {"engine": {k: str(v) for k, v in asdict(s.spec).items() if k != "python"},
+                            "workloads": [], "rounds": s.rounds,
+                            "slo_ttot_ms": s.slo_ttot_ms, "slo_gap_ms": s.slo_gap_ms, "configs": CONFIGS},
+                  "runs": [], "capacity": {}}
+    if append and results.exists():
+        data = json.loads(results.read_text())
+    names = {w["name"] for w in data["setup"]["workloads"]}
+    for w in s.workloads:
+        if w.name in names:
+            raise ValueError(f"{results} already holds workload {w.name}")
+        data["setup"]["workloads"].append({**asdict(w), "loads": s.loads})
+    r = Rig(s)
+    raw = s.work / "runs"
+    raw.mkdir(exist_ok=True)
+    try:
+        # 1. The step-time curve, on the stock engine alone.
+        url, engine = r.activate("stock")
+        t0 = time.perf_counter()
+        curve.probe(url, s.spec.served_name, vocab=467, max_batched=s.spec.max_num_batched_tokens)
+        time.sleep(1.0)
+        data["curve_window"] = [t0, time.perf_counter()]
+        log(f"curve probed ({time.time() - started:.0f} s)")
+        # 2. Capacity of the stock engine, per workload: everything sent at once.
+        for w in s.workloads:
+            out = loadtest(s, url, w, "inf", 1000, raw / f"capacity-{w.name}.json")
+            summ = out["runs"][0]["summary"]
+            data.setdefault("capacity", {})[w.name] = summ["request_throughput"]
+            log(f"capacity {w.name}: {summ['request_throughput']:.3f} req/s ({time.time() - started:.0f} s)")
+        # 3. The A/B: loads x rounds, configurations in rotating order, one seed a round.
+        for w in s.workloads:
+            cap = data["capacity"][w.name]
+            for load in s.loads:
+                for rnd in range(s.rounds):
+                    order = CONFIGS[rnd % 3:] + CONFIGS[:rnd % 3]
+                    for config in order:
+                        url, engine = r.activate(config)
+                        before = rig.scrape(engine.url + "/metrics")
+                        hook_before = rig.scrape(f"http://127.0.0.1:{r.hook_port}/metrics") if config == "hook" else {}
+                        t0 = time.perf_counter()
+                        name = f"{w.name}-{load:g}-{rnd}-{config}.json"
+                        out = loadtest(s, url, w, f"{cap * load:.6f}", rnd, raw / name)
+                        t1 = time.perf_counter()
+                        after = rig.scrape(engine.url + "/metrics")
+                        hook_after = rig.scrape(f"http://127.0.0.1:{r.hook_port}/metrics") if config == "hook" else {}
+                        run = {"workload": w.name, "load": load, "round": rnd, "config": config,
+                               "rate": cap * load, "window": [t0, t1], "summary": out["runs"][0]["summary"],
+                               "engine": step_window(engine_trace(s, config), t0, t1),
+                               "vllm_preemptions": delta(before, after, "vllm:num_preemptions_total"),
+                               "hook": {k: v - hook_before.get(k, 0.0) for k, v in hook_after.items()
+                                        if k.startswith(("meridian_hook_preemptions_total",
+                                                         "meridian_hook_express_steps_total",
+                                                         "meridian_hook_schedule_steps_total"))}}
+                        data["runs"].append(run)
+                        summ = run["summary"]
+                        log(f"{w.name} load {load:g} round {rnd} {config}: ttot p99 "
+                            f"{(summ['think_to_output'] or {}).get('p99_ms')} gap p99 "
+                            f"{(summ['answer_gap'] or {}).get('p99_ms')} tok/s {summ['total_token_throughput']:.0f} "
+                            f"({time.time() - started:.0f} s)")
+                        results.write_text(json.dumps(data, indent=1))
+    finally:
+        r.stop()
+    data["elapsed_s"] = data.get("elapsed_s", 0) + time.time() - started
+    results.write_text(json.dumps(data, indent=1))
+    return data
+
+
+def engine_trace(s: Setup, config: str) -> Path:
+    return engine_trace_in(s.work, config)
+
+
+def engine_trace_in(work: Path, config: str) -> Path:
+    return work / ("hook-steps.jsonl" if config == "hook" else "stock-steps.jsonl")
+
+
+def delta(before: dict[str, float], after: dict[str, float], name: str) -> float | None:
+    keys = [k for k in after if k == name or k.startswith(name + "{")]
+    if not keys:
+        return None
+    return sum(after[k] - before.get(k, 0.0) for k in keys)
+
+
+def observed_lengths(raw_dir: Path, workload: str) -> dict[str, list[float]]:
+    """Token lengths the engine really saw and produced (its `usage`), over every run of
+    a workload: [min, median, max] of prompt, thinking and answer tokens per request."""
+    import statistics
+
+    cols: dict[str, list[float]] = {"prompt": [], "think": [], "answer": []}
+    for f in sorted(raw_dir.glob(f"{workload}-*.json")) + sorted(raw_dir.glob(f"capacity-{workload}.json")):
+        for run in json.loads(f.read_text())["runs"]:
+            for r in run["requests"]:
+                if not r["ok"] or r.get("usage_think_tokens") is None:
+                    continue
+                cols["prompt"].append(r["prompt_tokens"])
+                cols["think"].append(r["usage_think_tokens"])
+                cols["answer"].append(r["usage_output_tokens"])
+    return {k: [min(v), statistics.median(v), max(v)] for k, v in cols.items() if v}
+
+
+def twin_workload(lengths: dict[str, list[float]]) -> str:
+    """The twin's workload file for these observed lengths (uniform between the extremes)."""
+    lines = ["# Written by scripts/realab from the lengths a real vLLM reported (usage) in the A/B."]
+    for key in ("prompt", "think", "answer"):
+        lo, _, hi = lengths[key]
+        lines.append(f'{key} = {{ kind = "uniform", min = {int(lo)}, max = {int(hi)} }}')
+    return "\n".join(lines) + "\n"
+
+
+def attribute_stalls(raw: dict, steps: list[dict], t0: float, threshold_s: float = 0.25) -> dict[str, int]:
+    """Sorts every answer stall a client saw (a gap over `threshold_s` between visible
+    tokens) by its cause: `engine` when the engine completed no step for at least half
+    of the gap around then (one long step, or idle), else `delivery` (the engine kept
+    stepping and the tokens waited between it and the client: API server, proxy,
+    tester, OS). Client times are placed on the engine's clock by the run's start
+    (within the tester's start-up, tens of milliseconds)."""
+    done = sorted(s["t"] + s["step_s"] for s in steps)
+    out = {"engine": 0, "delivery": 0}
+    for r in raw["runs"][0]["requests"]:
+        if not r["ok"] or r.get("ttfo") is None:
+            continue
+        times = [t for t in r["token_times"] if t >= r["ttfo"] - 1e-9]
+        for a, b in zip(times, times[1:]):
+            if b - a <= threshold_s:
+                continue
+            lo, hi = t0 + r["sent_at"] + a - 0.1, t0 + r["sent_at"] + b + 0.1
+            inside = [c for c in done if lo <= c <= hi]
+            marks = [lo, *inside, hi]
+            longest = max(y - x for x, y in zip(marks, marks[1:]))
+            out["engine" if longest >= 0.5 * (b - a) else "delivery"] += 1
+    return out

@@ -1,0 +1,138 @@
+"""The processes of the real-engine A/B: vLLM servers (CPU build) and Meridian proxies,
+started once and paused (SIGSTOP to the whole process group) while another
+configuration runs, so an idle engine takes no CPU from the one being measured on a
+2-core machine, and no configuration pays a restart between rounds."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Proc:
+    """A child in its own process group (vLLM forks an engine core and a worker)."""
+
+    name: str
+    popen: subprocess.Popen
+    url: str
+    log: Path
+    paused: bool = False
+
+    def pause(self) -> None:
+        if not self.paused and self.popen.poll() is None:
+            os.killpg(self.popen.pid, signal.SIGSTOP)
+            self.paused = True
+
+    def resume(self) -> None:
+        if self.paused:
+            os.killpg(self.popen.pid, signal.SIGCONT)
+            self.paused = False
+
+    def stop(self) -> None:
+        if self.popen.poll() is not None:
+            return
+        self.resume()
+        os.killpg(self.popen.pid, signal.SIGTERM)
+        try:
+            self.popen.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+
+    def alive(self) -> None:
+        if self.popen.poll() is not None:
+            tail = self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
+            raise RuntimeError(f"{self.name} exited with {self.popen.returncode}:\n{tail}")
+
+
+def spawn(name: str, argv: list[str], env: dict[str, str], log: Path, url: str) -> Proc:
+    out = open(log, "w")  # noqa: SIM115 (the child owns it)
+    popen = subprocess.Popen([str(a) for a in argv], stdout=out, stderr=subprocess.STDOUT,
+                             env={**os.environ, **env}, start_new_session=True)
+    return Proc(name, popen, url, log)
+
+
+def wait_http(proc: Proc, path: str, timeout: float, ok=lambda r: r.status_code == 200) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        proc.alive()
+        try:
+            if ok(requests.get(proc.url + path, timeout=2)):
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"{proc.name}: {proc.url}{path} not ready after {timeout:.0f} s (log: {proc.log})")
+
+
+@dataclass
+class EngineSpec:
+    """How every engine of the A/B is started: the same model and limits for all."""
+
+    python: str
+    model: Path
+    served_name: str
+    dtype: str
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    kv_cache_gib: int
+    omp_threads: int
+    extra: list[str] = field(default_factory=list)
+
+    def argv(self, port: int, scheduler_cls: str, more: list[str]) -> list[str]:
+        return [self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model),
+                "--served-model-name", self.served_name, "--host", "127.0.0.1", "--port", str(port),
+                "--reasoning-parser", "qwen3", "--dtype", self.dtype,
+                "--max-model-len", str(self.max_model_len), "--max-num-seqs", str(self.max_num_seqs),
+                "--max-num-batched-tokens", str(self.max_num_batched_tokens),
+                "--scheduler-cls", scheduler_cls, "--disable-log-stats", *self.extra, *more]
+
+    def env(self) -> dict[str, str]:
+        return {"VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib), "OMP_NUM_THREADS": str(self.omp_threads)}
+
+
+def start_engine(spec: EngineSpec, name: str, work: Path, scheduler_cls: str, more=(), env=None) -> Proc:
+    port = free_port()
+    trace = work / f"{name}-steps.jsonl"
+    trace.unlink(missing_ok=True)
+    proc = spawn(name, spec.argv(port, scheduler_cls, list(more)),
+                 {**spec.env(), "MERIDIAN_STEP_TRACE": str(trace), **(env or {})},
+                 work / f"{name}.log", f"http://127.0.0.1:{port}")
+    return proc
+
+
+def start_proxy(binary: Path, name: str, work: Path, sets: list[str], env=None) -> Proc:
+    port = free_port()
+    argv = [binary, "serve", "--listen", f"127.0.0.1:{port}"]
+    for s in sets:
+        argv += ["--set", s]
+    return spawn(name, argv, {"MERIDIAN_LOG_LEVEL": "warn", **(env or {})}, work / f"{name}.log",
+                 f"http://127.0.0.1:{port}")
+
+
+def scrape(url: str) -> dict[str, float]:
+    """Every sample of a Prometheus text page, keyed by its series (name and labels)."""
+    out: dict[str, float] = {}
+    for line in requests.get(url, timeout=10).text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        series, _, value = line.rpartition(" ")
+        try:
+            out[series] = float(value)
+        except ValueError:
+            continue
+    return out

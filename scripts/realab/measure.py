@@ -156,7 +156,8 @@ def measure(s: Setup, results: Path, log=print, append: bool = False) -> dict:
         t0 = time.perf_counter()
         curve.probe(url, s.spec.served_name, vocab=467, max_batched=s.spec.max_num_batched_tokens)
         time.sleep(1.0)
-        data["curve_window"] = [t0, time.perf_counter()]
+        # The twin is calibrated on the first stock engine's trace: keep its probe window.
+        data.setdefault("curve_window", [t0, time.perf_counter()])
         log(f"curve probed ({time.time() - started:.0f} s)")
         # 2. Capacity of the stock engine, per workload: everything sent at once.
         for w in s.workloads:

@@ -75,7 +75,7 @@ async fn json_report_carries_every_metric_and_matches_the_twin() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("TTFO (first output token)"), "{out}");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("r.json")).unwrap()).unwrap();
-    assert_eq!(v["schema"], "meridian-loadtest/1");
+    assert_eq!(v["schema"], "meridian-loadtest/2");
     let run = &v["runs"][0];
     let s = &run["summary"];
     assert_eq!(s["completed"], 12);

@@ -81,7 +81,10 @@ pub fn capacity(config: EngineConfig, spec: WorkloadSpec, n: usize, seed: u64) -
     res.records.iter().filter(|r| r.e2e.is_some()).count() as f64 / res.makespan_s.max(1e-9)
 }
 
-/// Every policy at every load. Unknown policy names are an error.
+/// Every policy at every load. Unknown policy names are an error. Loads are fractions of
+/// `base_capacity` when given (say, another engine's: the same absolute rates for an A/B
+/// whose sides run on different cost models), else of this engine's stock capacity.
+#[allow(clippy::too_many_arguments)]
 pub fn compare(
     config: EngineConfig,
     spec: WorkloadSpec,
@@ -90,8 +93,9 @@ pub fn compare(
     n: usize,
     seed: u64,
     slo: JointSlo,
+    base_capacity: Option<f64>,
 ) -> Result<(f64, Vec<Cell>), String> {
-    let cap = capacity(config, spec, n, seed);
+    let cap = base_capacity.unwrap_or_else(|| capacity(config, spec, n, seed));
     let mut cells = Vec::new();
     for &load in loads {
         for name in policies {
@@ -207,11 +211,14 @@ mod tests {
         };
         let slo = JointSlo { ttot_ms: 100.0, mean_output_itl_ms: 100.0 };
         let policies = vec!["fcfs".to_owned(), "output-first".to_owned()];
-        let (cap, cells) = compare(cfg, spec, &policies, &[0.5, 0.9], 60, 1, slo).unwrap();
+        let (cap, cells) = compare(cfg, spec, &policies, &[0.5, 0.9], 60, 1, slo, None).unwrap();
         assert!(cap > 0.0);
         assert_eq!(cells.len(), 4);
         assert!(cells.iter().all(|c| c.tokens_per_s > 0.0 && c.ttfo_p99_ms >= c.ttfo_p50_ms));
-        assert!(compare(cfg, spec, &["nope".to_owned()], &[0.5], 10, 1, slo).is_err());
+        assert!(compare(cfg, spec, &["nope".to_owned()], &[0.5], 10, 1, slo, None).is_err());
+        let (fixed, cells) = compare(cfg, spec, &policies, &[0.5], 60, 1, slo, Some(2.0)).unwrap();
+        assert_eq!(fixed, 2.0);
+        assert!(cells.iter().all(|c| c.rate == 1.0), "loads are fractions of the given capacity");
         assert!(markdown(cap, &cells, slo).contains("| 90% | output-first |"));
     }
 }

@@ -104,6 +104,10 @@ enum Command {
         /// Write the cells (one per load and policy) as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,
+        /// Loads are fractions of this rate (req/s) instead of this engine's measured
+        /// stock capacity: for sides of one A/B run on different profiles.
+        #[arg(long)]
+        capacity: Option<f64>,
         /// Write load-vs-latency plots as `<PLOTS>-ttot-p99.svg`, `-itl-p99.svg` and
         /// `-throughput.svg`; with --report, the report links them (paths relative to it).
         #[arg(long)]
@@ -128,8 +132,8 @@ enum Command {
         plot: Option<PathBuf>,
         /// Draw the curve from the steps scheduled in this window only (`T0,T1`, the
         /// trace's clock), say an idle engine's probe; the fit still uses every step.
-        #[arg(long, value_delimiter = ',', num_args = 2, requires = "steps")]
-        curve_window: Option<Vec<f64>>,
+        #[arg(long, requires = "steps", value_parser = parse_window)]
+        curve_window: Option<(f64, f64)>,
         /// Write the fit as a twin profile (TOML) here, for `--profile-file`.
         #[arg(long)]
         profile_out: Option<PathBuf>,
@@ -242,6 +246,7 @@ async fn main() -> Result<(), String> {
             slo_output_itl_ms,
             report,
             json,
+            capacity,
             plots,
             engine,
         } => {
@@ -255,6 +260,7 @@ async fn main() -> Result<(), String> {
                 num_prompts,
                 seed,
                 slo,
+                capacity,
             )?;
             if let Some(path) = &json {
                 let text = serde_json::to_string_pretty(&serde_json::json!({"capacity": cap, "cells": cells}))
@@ -293,8 +299,7 @@ async fn main() -> Result<(), String> {
             }
         }
         Command::Calibrate { report, steps, json, plot, curve_window, profile_out, limits } => {
-            let window = curve_window.map(|w| (w[0], w[1]));
-            calibrate_command(report, steps, json, (plot, window), profile_out, &limits)?;
+            calibrate_command(report, steps, json, (plot, curve_window), profile_out, &limits)?;
         }
         Command::Plot { out } => {
             let mut text = String::new();
@@ -382,6 +387,8 @@ fn calibrate_command(
                 "formula": fit.cost.describe(),
             },
             "curve": curve.as_ref().map(|c| c.to_json(&fit.cost)),
+            // Over every step whatever the window: for comparing two engines' traces.
+            "curve_all": trace.as_deref().map(|t| calibrate::StepCurve::of(t).to_json(&fit.cost)),
         });
         std::fs::write(path, out.to_string()).map_err(|e| format!("{}: {e}", path.display()))?;
     }
@@ -389,6 +396,15 @@ fn calibrate_command(
         std::fs::write(path, curve.plot(&fit.cost)).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(())
+}
+
+/// `--curve-window T0,T1`.
+fn parse_window(s: &str) -> Result<(f64, f64), String> {
+    let parse = |x: &str| x.trim().parse::<f64>().map_err(|_| format!("{x:?} is not a number"));
+    match s.split_once(',') {
+        Some((a, b)) if parse(a)? <= parse(b)? => Ok((parse(a)?, parse(b)?)),
+        _ => Err(format!("--curve-window wants T0,T1 with T0 <= T1; got {s:?}")),
+    }
 }
 
 /// `--policies`: a list that keeps each policy's parameters with it.

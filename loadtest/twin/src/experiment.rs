@@ -108,7 +108,9 @@ pub fn run_poisson(
             }
             next += 1;
         }
-        let Some(step) = engine.step() else {
+        // An idle engine wakes for the next arrival. `None` only when the engine holds
+        // nothing: the clock jump above then brings the next arrival, or the run is over.
+        let Some(step) = engine.step_until(arrivals.get(next).copied().unwrap_or(f64::INFINITY)) else {
             if next >= n {
                 break;
             }

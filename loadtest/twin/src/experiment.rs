@@ -31,6 +31,15 @@ pub struct SimRecord {
     pub prompt_tokens: u32,
 }
 
+impl SimRecord {
+    /// The longest wait between two consecutive visible tokens of the answer: the stall
+    /// a reader sees, which a percentile over everyone's pooled gaps can hide when it is
+    /// one gap among hundreds. `None` for answers of fewer than two tokens.
+    pub fn largest_answer_gap(&self) -> Option<f64> {
+        self.output_itl.iter().copied().reduce(f64::max)
+    }
+}
+
 /// The whole experiment's outcome.
 #[derive(Debug, Clone)]
 pub struct ExperimentResult {

@@ -30,7 +30,9 @@ pub struct RequestView {
     /// vLLM-style priority: lower runs first.
     pub priority: i32,
     pub phase: Phase,
-    /// Prompt tokens still to prefill (0 once decoding).
+    /// Tokens of KV still to compute before the request can sample again: its prompt
+    /// (0 once decoding) and, where the engine knows it (the twin), tokens generated
+    /// before a preemption that are being recomputed.
     pub prefill_remaining: u32,
     pub think_tokens: u32,
     pub output_tokens: u32,
@@ -82,8 +84,16 @@ pub trait SchedulingPolicy: Send {
     }
 
     /// Whether a decoding request sits out the coming step (for pacing). Stock: never.
+    /// A deferral must lapse as time passes: an engine whose every request is deferred
+    /// idles until the earliest [`SchedulingPolicy::deferred_until`].
     fn defer(&mut self, _request: &RequestView, _now_s: f64) -> bool {
         false
+    }
+
+    /// Engine time from which a request that `defer` holds back may run again; `None`
+    /// when the policy cannot say (an idle engine then asks again after a short wait).
+    fn deferred_until(&mut self, _request: &RequestView, _now_s: f64) -> Option<f64> {
+        None
     }
 }
 
@@ -123,8 +133,9 @@ pub fn policy_by_name(spec: &str) -> Option<Box<dyn SchedulingPolicy>> {
             let mut p = ReasoningFirst::default();
             for (k, v) in pairs {
                 match k {
-                    "reader_tokens_per_s" => p.reader_tokens_per_s = v,
-                    "lead_tokens" => p.lead_tokens = v,
+                    // A reader who never reads would hold every answer back forever.
+                    "reader_tokens_per_s" if v > 0.0 && v.is_finite() => p.reader_tokens_per_s = v,
+                    "lead_tokens" if v >= 0.0 && v.is_finite() => p.lead_tokens = v,
                     _ => return None,
                 }
             }
@@ -156,6 +167,8 @@ mod tests {
         }
         assert!(policy_by_name("output-first:think_decode_cap=16,output_prefill_cap=256").is_some());
         assert!(policy_by_name("reasoning-first:reader_tokens_per_s=30").is_some());
+        assert!(policy_by_name("reasoning-first:reader_tokens_per_s=0").is_none(), "answers never resume");
+        assert!(policy_by_name("reasoning-first:lead_tokens=-1").is_none());
         assert!(policy_by_name("output-first:nonsense=1").is_none());
         assert!(policy_by_name("output-first:think_decode_cap").is_none());
         assert!(policy_by_name("fcfs:x=1").is_none());

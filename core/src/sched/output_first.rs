@@ -18,12 +18,14 @@ use crate::Phase;
 ///   token, the step runs answering requests only (no thinking decodes, no prefill), so
 ///   that token arrives after a short step; measured on the twin: p99 think-to-output gap
 ///   4x lower at 90% load for <1% of throughput.
-/// - While any request is answering, a step computes at most `output_prefill_cap` prompt
-///   tokens (so a long prefill chunk cannot stall the answer stream) and lets at most
-///   `think_decode_cap` thinking requests decode (None: all of them). The prefill cap is
-///   lifted for `pressure_hold_s` after any preemption: under KV pressure, preempted
-///   requests must recompute their context quickly, and capping that recompute was
-///   measured to multiply preemptions (thrash) and double the tail of every step.
+/// - While any request is answering (and can sample: one still computing its KV after a
+///   preemption sets no limits, which would cap its own recompute), a step computes at
+///   most `output_prefill_cap` prompt tokens (so a long prefill chunk cannot stall the
+///   answer stream) and lets at most `think_decode_cap` thinking requests decode (None:
+///   all of them). The prefill cap is lifted for `pressure_hold_s` after any preemption:
+///   under KV pressure, preempted requests must recompute their context quickly, and
+///   capping that recompute was measured to multiply preemptions (thrash) and double the
+///   tail of every step.
 #[derive(Debug, Clone)]
 pub struct OutputFirst {
     pub protect_after_think_s: f64,
@@ -77,6 +79,14 @@ impl OutputFirst {
         self.class(r, now_s) == Class::Output
     }
 
+    /// Answering and able to sample in the coming step. A request still computing KV
+    /// (its prompt, or its context again after a preemption) shows its reader nothing
+    /// this step, so it must not set the step's limits: they would cap its own
+    /// recompute, and with a cap of 0 (express steps) hold it back for good.
+    fn answering_now(&self, r: &RequestView, now_s: f64) -> bool {
+        r.prefill_remaining == 0 && self.answering(r, now_s)
+    }
+
     fn starving(&self, r: &RequestView, now_s: f64) -> bool {
         r.phase == Phase::Think && r.queued_s.is_some_and(|q| now_s - q > self.max_think_wait_s)
     }
@@ -116,12 +126,16 @@ impl SchedulingPolicy for OutputFirst {
     }
 
     fn step_limits(&mut self, running: &[RequestView], now_s: f64) -> StepLimits {
-        let awaiting_first_output =
-            |r: &RequestView| r.phase == Phase::Output && r.output_tokens == 0 && r.think_ended_s.is_some();
+        let awaiting_first_output = |r: &RequestView| {
+            r.phase == Phase::Output
+                && r.output_tokens == 0
+                && r.think_ended_s.is_some()
+                && r.prefill_remaining == 0
+        };
         if self.express && running.iter().any(awaiting_first_output) {
             return StepLimits { max_prefill_tokens: Some(0), max_think_decodes: Some(0) };
         }
-        if running.iter().any(|r| self.class(r, now_s) == Class::Output) {
+        if running.iter().any(|r| self.answering_now(r, now_s)) {
             let under_pressure = self.last_preemption_s.is_some_and(|t| now_s - t < self.pressure_hold_s);
             StepLimits {
                 max_prefill_tokens: if under_pressure { None } else { self.output_prefill_cap },
@@ -229,6 +243,24 @@ mod tests {
         let running =
             vec![view(0, Phase::Think, 0.0, None, None), view(1, Phase::Output, 0.0, Some(5.0), None)];
         assert_eq!(off.step_limits(&running, 5.0).max_think_decodes, None);
+    }
+
+    #[test]
+    fn a_request_recomputing_its_context_sets_no_limits() {
+        // It finished thinking, was preempted before its first visible token, and is
+        // back computing its KV: an express step (prefill 0) would hold its own recompute.
+        let mut p = OutputFirst { think_decode_cap: Some(0), ..OutputFirst::default() };
+        let mut recomputing = view(1, Phase::Output, 0.0, Some(5.0), None);
+        recomputing.prefill_remaining = 300;
+        let running = vec![view(0, Phase::Think, 0.0, None, None), recomputing.clone()];
+        assert_eq!(p.step_limits(&running, 5.5), StepLimits::default());
+        recomputing.prefill_remaining = 0;
+        let running = vec![view(0, Phase::Think, 0.0, None, None), recomputing];
+        assert_eq!(
+            p.step_limits(&running, 5.5),
+            StepLimits { max_prefill_tokens: Some(0), max_think_decodes: Some(0) },
+            "once it can sample, the express step is back"
+        );
     }
 
     #[test]

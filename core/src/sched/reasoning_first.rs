@@ -33,6 +33,14 @@ impl ReasoningFirst {
     fn ahead_of_reader(&self, r: &RequestView, now_s: f64) -> bool {
         r.phase == Phase::Output && self.allowance(r, now_s).is_some_and(|a| f64::from(r.output_tokens) >= a)
     }
+
+    /// When the reader catches up with what an answering request has produced: the
+    /// allowance grows by `reader_tokens_per_s`, so it passes `output_tokens` then.
+    fn reader_catches_up_s(&self, r: &RequestView) -> Option<f64> {
+        let ended = r.think_ended_s?;
+        let rate = self.reader_tokens_per_s;
+        (rate > 0.0).then(|| ended + (f64::from(r.output_tokens) - self.lead_tokens) / rate)
+    }
 }
 
 fn rank(r: &RequestView) -> u8 {
@@ -69,6 +77,13 @@ impl SchedulingPolicy for ReasoningFirst {
     fn defer(&mut self, request: &RequestView, now_s: f64) -> bool {
         self.ahead_of_reader(request, now_s)
     }
+
+    fn deferred_until(&mut self, request: &RequestView, now_s: f64) -> Option<f64> {
+        if !self.ahead_of_reader(request, now_s) {
+            return None;
+        }
+        self.reader_catches_up_s(request)
+    }
 }
 
 #[cfg(test)]
@@ -99,6 +114,16 @@ mod tests {
         thinking.phase = Phase::Think;
         thinking.think_ended_s = None;
         assert!(!p.defer(&thinking, 2.0), "thinking is never deferred");
+    }
+
+    #[test]
+    fn a_deferred_answer_resumes_when_its_reader_catches_up() {
+        let mut p = ReasoningFirst { reader_tokens_per_s: 10.0, lead_tokens: 5.0 };
+        // 25 tokens out: the reader allows them at 5 + 10 t = 25, t = 2 s.
+        let ahead = answering(0, 25, 0.0);
+        assert_eq!(p.deferred_until(&ahead, 1.0), Some(2.0));
+        assert!(!p.defer(&ahead, 2.0 + 1e-9), "runs again right after that time");
+        assert_eq!(p.deferred_until(&answering(0, 3, 0.0), 1.0), None, "not deferred at all");
     }
 
     #[test]

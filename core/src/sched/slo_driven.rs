@@ -91,6 +91,10 @@ impl SchedulingPolicy for SloDriven {
     fn defer(&mut self, request: &RequestView, now_s: f64) -> bool {
         self.current().defer(request, now_s)
     }
+
+    fn deferred_until(&mut self, request: &RequestView, now_s: f64) -> Option<f64> {
+        self.current().deferred_until(request, now_s)
+    }
 }
 
 #[cfg(test)]

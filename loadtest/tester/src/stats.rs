@@ -246,12 +246,12 @@ mod tests {
         assert_eq!(json["ttft"]["p50_ms"], 100.0, "a measured metric keeps its figures");
     }
 
-    /// One stall of 400 ms in each of 5 answers of 100 tokens: under 1% of the gaps, so
+    /// One stall of 400 ms in each of 5 answers of 200 tokens: 0.5% of the gaps, so
     /// pooled output ITL p99 stays at the step time, but every answer stalled once.
     #[test]
     fn the_answer_gap_shows_the_stall_pooled_itl_hides() {
-        let answer = |i| {
-            let mut gaps = vec![0.02; 99];
+        let answer = |i: usize| {
+            let mut gaps = vec![0.02; 199];
             gaps[i * 10] = 0.4;
             RequestRecord {
                 ok: true,
@@ -260,7 +260,7 @@ mod tests {
                 e2e: Some(3.0),
                 max_output_gap: Some(0.4),
                 output_itl: gaps,
-                client_output_tokens: 100,
+                client_output_tokens: 200,
                 ..Default::default()
             }
         };

@@ -31,6 +31,15 @@ pub struct SimRecord {
     pub prompt_tokens: u32,
 }
 
+impl SimRecord {
+    /// The longest wait between two consecutive visible tokens of the answer: the stall
+    /// a reader sees, which a percentile over everyone's pooled gaps can hide when it is
+    /// one gap among hundreds. `None` for answers of fewer than two tokens.
+    pub fn largest_answer_gap(&self) -> Option<f64> {
+        self.output_itl.iter().copied().reduce(f64::max)
+    }
+}
+
 /// The whole experiment's outcome.
 #[derive(Debug, Clone)]
 pub struct ExperimentResult {
@@ -108,7 +117,9 @@ pub fn run_poisson(
             }
             next += 1;
         }
-        let Some(step) = engine.step() else {
+        // An idle engine wakes for the next arrival. `None` only when the engine holds
+        // nothing: the clock jump above then brings the next arrival, or the run is over.
+        let Some(step) = engine.step_until(arrivals.get(next).copied().unwrap_or(f64::INFINITY)) else {
             if next >= n {
                 break;
             }

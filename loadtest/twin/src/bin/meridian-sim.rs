@@ -94,10 +94,23 @@ enum Command {
         loads: Vec<f64>,
         #[arg(long, default_value_t = 2000)]
         num_prompts: usize,
+        /// Goodput SLO: think-to-output gap bound.
         #[arg(long, default_value_t = 200.0)]
         slo_ttot_ms: f64,
-        #[arg(long, default_value_t = 50.0)]
-        slo_output_itl_ms: f64,
+        /// Goodput SLO: bound on each request's largest gap between visible tokens.
+        #[arg(long, default_value_t = 250.0)]
+        slo_answer_gap_ms: f64,
+        /// Goodput SLO: optional bound on each request's mean output ITL.
+        #[arg(long)]
+        slo_output_itl_ms: Option<f64>,
+        /// After the table, write verdicts computed from it: each policy's ratios to
+        /// `fcfs` per load, and whether each meets the target at --target-load (p99 TTOT
+        /// >= 3x lower, p99 output ITL >= 30% lower, throughput within 5%).
+        #[arg(long)]
+        verdict: bool,
+        /// The load the target is judged at.
+        #[arg(long, default_value_t = 0.9)]
+        target_load: f64,
         /// Append the report to this markdown file.
         #[arg(long)]
         report: Option<PathBuf>,
@@ -108,8 +121,9 @@ enum Command {
         /// stock capacity: for sides of one A/B run on different profiles.
         #[arg(long)]
         capacity: Option<f64>,
-        /// Write load-vs-latency plots as `<PLOTS>-ttot-p99.svg`, `-itl-p99.svg` and
-        /// `-throughput.svg`; with --report, the report links them (paths relative to it).
+        /// Write load-vs-latency plots as `<PLOTS>-ttot-p99.svg`, `-itl-p99.svg`,
+        /// `-answer-gap-p99.svg` and `-throughput.svg`; with --report, the report links
+        /// them (paths relative to it).
         #[arg(long)]
         plots: Option<PathBuf>,
         #[command(flatten)]
@@ -171,12 +185,13 @@ fn pick(name: &str) -> Result<Box<dyn SchedulingPolicy>, String> {
     policy_by_name(name).ok_or_else(|| format!("--policy must be one of {POLICY_NAMES:?}; got {name:?}"))
 }
 
-fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
+/// The `p`th percentile of `v`, right-aligned in 9 columns; "n/a" for no values.
+fn percentile(mut v: Vec<f64>, p: f64) -> String {
     if v.is_empty() {
-        return 0.0;
+        return format!("{:>9}", "n/a");
     }
     v.sort_by(|a, b| a.total_cmp(b));
-    v[((p / 100.0 * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1]
+    format!("{:>9.1}", v[((p / 100.0 * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1])
 }
 
 #[tokio::main]
@@ -209,7 +224,7 @@ async fn main() -> Result<(), String> {
             );
             let ms = |f: fn(&experiment::SimRecord) -> Option<f64>| {
                 let v: Vec<f64> = res.records.iter().filter_map(f).map(|s| s * 1000.0).collect();
-                format!("p50 {:>9.1}  p99 {:>9.1}", percentile(v.clone(), 50.0), percentile(v, 99.0))
+                format!("p50 {}  p99 {}", percentile(v.clone(), 50.0), percentile(v, 99.0))
             };
             let itl: Vec<f64> =
                 res.records.iter().flat_map(|r| r.output_itl.iter().map(|s| s * 1000.0)).collect();
@@ -221,10 +236,11 @@ async fn main() -> Result<(), String> {
             println!("TTFO (ms)               {}", ms(|r| r.ttfo));
             println!("think-to-output (ms)    {}", ms(|r| r.think_to_output));
             println!(
-                "output ITL (ms)         p50 {:>9.1}  p99 {:>9.1}",
+                "output ITL (ms)         p50 {}  p99 {}",
                 percentile(itl.clone(), 50.0),
                 percentile(itl, 99.0)
             );
+            println!("largest answer gap (ms) {}", ms(experiment::SimRecord::largest_answer_gap));
             println!(
                 "total token throughput  {:.0} tok/s over {:.1} s simulated",
                 res.total_token_throughput(),
@@ -243,7 +259,10 @@ async fn main() -> Result<(), String> {
             loads,
             num_prompts,
             slo_ttot_ms,
+            slo_answer_gap_ms,
             slo_output_itl_ms,
+            verdict,
+            target_load,
             report,
             json,
             capacity,
@@ -251,7 +270,11 @@ async fn main() -> Result<(), String> {
             engine,
         } => {
             let (profile, seed) = (&engine.profile, engine.seed);
-            let slo = ab::JointSlo { ttot_ms: slo_ttot_ms, mean_output_itl_ms: slo_output_itl_ms };
+            let slo = ab::JointSlo {
+                ttot_ms: slo_ttot_ms,
+                answer_gap_ms: slo_answer_gap_ms,
+                mean_output_itl_ms: slo_output_itl_ms,
+            };
             let (cap, cells) = ab::compare(
                 EngineConfig::from(&engine.profile()?),
                 engine.workload()?,
@@ -274,6 +297,12 @@ async fn main() -> Result<(), String> {
                 engine.workload.as_ref().map(|w| format!(" --workload {}", w.display())).unwrap_or_default(),
                 ab::markdown(cap, &cells, slo)
             );
+            if verdict {
+                md.push_str(&ab::verdicts(
+                    &cells,
+                    &ab::Target { load: target_load, ..ab::Target::default() },
+                ));
+            }
             if let Some(stem) = &plots {
                 let base = report.as_ref().and_then(|r| r.parent()).map(std::path::Path::to_path_buf);
                 for (suffix, svg) in ab::plots(&cells) {

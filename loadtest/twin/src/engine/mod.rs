@@ -8,6 +8,11 @@
 //! requests are admitted only in steps without preemption, while budget, sequence slots
 //! and blocks last. The step's duration comes from the cost model; a request whose KV
 //! catches up with its tokens samples one token at the end of the step.
+//!
+//! A step in which nothing can run (every held request paced by the policy or held by
+//! its limits, nothing admissible) is an idle step: the clock moves on to when the policy
+//! lets a request run again, as vLLM's loop keeps asking its scheduler while real time
+//! passes. Time-based decisions (pacing, protection windows) lapse only if it does.
 
 mod request;
 
@@ -57,7 +62,12 @@ pub struct Token {
     pub last: bool,
 }
 
-/// What one step did.
+/// The shortest idle step: the clock always moves, so a deferral that lapses "now" only
+/// up to rounding is asked about again a microsecond later instead of forever.
+const MIN_IDLE_S: f64 = 1e-6;
+
+/// What one step did. An idle step schedules nothing, samples nothing, and lasts until
+/// the policy may let a request run again.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StepReport {
     pub started_s: f64,
@@ -152,6 +162,7 @@ impl Engine {
         self.output_critical_preemptions
     }
 
+    /// Steps that computed something (idle steps are not counted).
     pub fn steps(&self) -> u64 {
         self.steps
     }
@@ -227,8 +238,15 @@ impl Engine {
         }
     }
 
-    /// Runs one step. `None` when there is nothing to do.
+    /// Runs one step (an idle one when nothing can run yet). `None` only when the engine
+    /// holds no request.
     pub fn step(&mut self) -> Option<StepReport> {
+        self.step_until(f64::INFINITY)
+    }
+
+    /// Like [`Engine::step`], but an idle step ends by `wake_s` (the caller's next arrival,
+    /// which a real engine would admit as soon as it came).
+    pub fn step_until(&mut self, wake_s: f64) -> Option<StepReport> {
         if !self.has_work() {
             return None;
         }
@@ -240,6 +258,8 @@ impl Engine {
         let limits = self.policy.step_limits(&views, now);
         let mut prefill_left = limits.max_prefill_tokens.unwrap_or(u32::MAX);
         let mut think_left = limits.max_think_decodes.unwrap_or(u32::MAX);
+        // The earliest time a request the policy paced this step may run again.
+        let mut resume_s: Option<f64> = None;
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
             let seq = self.running[i];
@@ -251,7 +271,11 @@ impl Engine {
             if prefilling {
                 n_new = n_new.min(prefill_left);
             }
-            let deferred = !prefilling && self.policy.defer(&r.view(), now);
+            let view = r.view();
+            let deferred = !prefilling && self.policy.defer(&view, now);
+            if deferred && let Some(t) = self.policy.deferred_until(&view, now) {
+                resume_s = Some(resume_s.map_or(t, |r| r.min(t)));
+            }
             if n_new == 0 || (thinking && think_left == 0) || deferred {
                 i += 1; // sits this step out
                 continue;
@@ -272,11 +296,21 @@ impl Engine {
             self.admit_waiting(&mut budget, &mut prefill_left, now, &mut report);
         }
         if report.scheduled.is_empty() {
-            // Everything waiting needs more blocks than are free and nothing runs to free
-            // them: cannot happen, since submit() refuses requests larger than the cache.
-            return None;
+            return Some(self.idle(report, resume_s, wake_s));
         }
         self.finish_step(report)
+    }
+
+    /// Nothing could run this step: moves the clock to `resume_s` (when the policy said a
+    /// paced request may run again; else one step's fixed cost later, when the engine asks
+    /// its policy again), or to `wake_s` if that comes first.
+    fn idle(&mut self, mut report: StepReport, resume_s: Option<f64>, wake_s: f64) -> StepReport {
+        let poll_s = self.clock_s + self.config.cost.fixed_s.max(MIN_IDLE_S);
+        let until = resume_s.filter(|t| t.is_finite()).unwrap_or(poll_s).min(wake_s);
+        let wait = (until - self.clock_s).max(MIN_IDLE_S);
+        self.clock_s += wait;
+        report.duration_s = wait;
+        report
     }
 
     /// Puts the running list in the policy's order; returns the views in that order.

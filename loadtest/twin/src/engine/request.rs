@@ -63,13 +63,21 @@ impl SimRequest {
         }
     }
 
+    /// KV still to compute before the next token can be sampled: the rest of the prompt,
+    /// and after a preemption with recompute also the tokens generated before it. 0 while
+    /// decoding (the one token a decode step computes is not a prefill).
+    pub fn kv_to_compute(&self) -> u32 {
+        let missing = self.tokens_needed().saturating_sub(self.computed);
+        if self.computed < self.prompt || missing > 1 { missing } else { 0 }
+    }
+
     pub fn view(&self) -> RequestView {
         RequestView {
             seq: self.seq,
             arrival_s: self.arrival_s,
             priority: self.priority,
             phase: self.phase(),
-            prefill_remaining: self.prompt.saturating_sub(self.computed),
+            prefill_remaining: self.kv_to_compute(),
             think_tokens: self.generated.min(self.think_len),
             output_tokens: self.generated.saturating_sub(self.think_len),
             think_ended_s: self.think_ended_s,

@@ -302,6 +302,14 @@ def write(root: Path, results: Path, twin_json: Path, calibration_json: Path, ou
                     L.append(f"| {load * 100:.0f}% | {c} | " + " | ".join(cell(runs, g, u) for _, g, u in FIGURES) + " |")
         L += ["", "### Against the target at 90% load", ""] + target_sentences(data, name) + [""]
         L += stall_sentences(data, name)
+        mine = [r for r in data["runs"] if r["workload"] == name]
+        pre = [r["engine"]["preempted"] for r in mine]
+        hook_pre = sum(v for r in mine for k, v in (r.get("hook") or {}).items() if "preemptions_total" in k)
+        if pre and not any(pre) and hook_pre == 0:
+            L += [f"No run of this workload preempted a request (the step traces of both engines, and the hook's "
+                  "own preemption counters): "
+                  f"the KV cache ({eng['kv_cache_gib']} GiB) never ran out, so victim choice by phase is not "
+                  "exercised here; KV pressure needs a smaller cache (`--num-gpu-blocks-override`).", ""]
         for key, title, get, unit in [
             ("ttot-p99", "p99 think-to-output gap", _pct("think_to_output", "p99_ms"), "ms"),
             ("gap-p99", "p99 largest answer gap", _pct("answer_gap", "p99_ms"), "ms"),

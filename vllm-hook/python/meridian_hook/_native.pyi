@@ -1,5 +1,6 @@
 """Typed surface of the Rust extension ``meridian_hook._native``."""
 
+from collections.abc import Iterable
 from types import ModuleType
 from typing import Any
 
@@ -48,13 +49,21 @@ class SchedulerCore:
         self, rows: list[tuple[str, float, int, int, list[int]]]
     ) -> tuple[list[int], int | None, int | None]:
         """Like ``order``, plus the step's (max_prefill_tokens, max_think_decodes)."""
+    def plan_running(
+        self, running: list[Any]
+    ) -> tuple[list[int] | None, int | None, int | None, list[int] | None]:
+        """From vLLM's running ``Request`` objects: (order or None to keep vLLM's,
+        max_prefill_tokens, max_think_decodes, positions held out of the step or None)."""
     def phase(self, request_id: str) -> str: ...
     def preempted(self, request_id: str) -> str:
         """Counts a preemption; returns the victim's KV tier."""
     def thought(self, request_id: str) -> bool: ...
     def demoted(self, blocks: int) -> None: ...
     def account_kv(self, held: list[tuple[str, int]], block_size: int) -> list[int]: ...
-    def retain(self, live: list[str]) -> None: ...
+    def account_kv_running(self, tables: list[dict[str, Any]], block_size: int) -> list[int]:
+        """``account_kv`` for the last ``plan_running`` call's requests, blocks counted in
+        vLLM's per-group ``req_to_blocks`` tables."""
+    def retain(self, live: Iterable[str]) -> None: ...
     def tracked(self) -> int: ...
     @staticmethod
     def kv_tiers() -> list[str]: ...

@@ -689,6 +689,22 @@ mod tests {
     }
 
     #[test]
+    fn a_priority_directive_arriving_after_a_lookup_still_counts() {
+        use meridian_core::channel::{Action, Directive};
+        let shared = Arc::new(Shared::default());
+        let mut core = SchedulerCore::create("priority", vec![465], vec![466], Arc::clone(&shared)).unwrap();
+        let apply = |id: &str, priority| {
+            let action = Action::Priority { priority };
+            shared.directives.lock().unwrap().apply(Directive { request_id: id.into(), action });
+        };
+        let rows = || vec![row("a", 1.0, vec![]), row("b", 2.0, vec![])];
+        apply("someone-else", 5);
+        assert_eq!(core.order_rows(&rows()), vec![0, 1]);
+        apply("b", -1);
+        assert_eq!(core.order_rows(&rows()), vec![1, 0], "b's new priority counts at once");
+    }
+
+    #[test]
     fn unknown_policy_is_a_config_error() {
         assert!(matches!(
             SchedulerCore::create("lifo", vec![], vec![], Arc::default()),

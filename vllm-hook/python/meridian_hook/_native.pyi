@@ -90,6 +90,18 @@ class ExitController:
     def swapped(self, a: int, b: int) -> None: ...
     def observe(self, rows: list[tuple[int, int, list[int]]]) -> list[int]:
         """rows: (row, slot, new_tokens); returns the rows now thinking."""
+    def watch(self, slot: int, output: list[int]) -> None:
+        """The slot's output token list, read by ``observe_outputs`` (vLLM V1)."""
+    def observe_outputs(self, n_rows: int) -> list[int]:
+        """``observe`` from the watched lists: slot = row, for slots below ``n_rows``."""
+    def observe_rows(
+        self, slots: list[int], seq_lens: list[int], prompt_lens: list[int], prefill_lens: list[int]
+    ) -> list[int] | None:
+        """Model Runner V2: the batch by row; None when no row samples, else the rows whose
+        fed token is new (read them and pass them to ``observe_fed``)."""
+    def observe_fed(self, tokens: list[int]) -> list[int]:
+        """The fed tokens of the rows ``observe_rows`` returned; returns the rows now thinking."""
+    def set_seen(self, slot: int, seen: int) -> None: ...
     def decide(self, entropies: list[float]) -> list[tuple[int, int]]:
         """Returns (row, token_id) pairs to force."""
     def phase(self, slot: int) -> str | None: ...

@@ -158,3 +158,24 @@ def test_v2_request_resumed_after_preemption_keeps_its_phase():
     # Back to decoding: an answering request, never forced, whatever its budget.
     assert forced_rows(lp.apply(torch.zeros(1, VOCAB), v2_ctx([2], [filled], [9]))) == {}
     assert forced_rows(lp.apply(torch.zeros(1, VOCAB), v2_ctx([2], [filled + 1], [9]))) == {}
+
+
+def test_v1_swapped_and_removed_slots_keep_each_requests_count():
+    lp = v1_processor()
+    outs: list[list[int]] = [[], [], []]
+    lp.update_state(
+        BatchUpdate(
+            batch_size=3,
+            removed=[],
+            added=[(0, params(meridian_think_budget=2), PROMPT, outs[0]), (1, params(), PROMPT, outs[1]), (2, params(), PROMPT, outs[2])],
+            moved=[],
+        )
+    )
+    for out in outs:
+        out.append(5)
+    assert forced_rows(lp.apply(torch.zeros(3, VOCAB))) == {}
+    # vLLM swaps rows 0 and 1, then drops row 2: the budgeted request now sits in row 1.
+    lp.update_state(BatchUpdate(batch_size=3, removed=[2], added=[], moved=[(0, 1, MoveDirectionality.SWAP)]))
+    outs[0].append(5)
+    outs[1].append(5)
+    assert forced_rows(lp.apply(torch.zeros(2, VOCAB))) == {1: THINK_END}, "2 thinking tokens: budget spent"

@@ -190,3 +190,73 @@ def test_stock_vllm_runs_everyone_in_that_step():
     e.step({"answerer": THINK_END})
     e.add("newcomer", PROMPT, arrival=3.0)
     assert set(e.step({}).num_scheduled_tokens) == {"thinker", "answerer", "newcomer"}
+
+
+def test_think_decode_cap_lets_only_the_earliest_thinkers_decode(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    cfg = tmp_path / "meridian.toml"
+    cfg.write_text('[hook]\npolicy = "output-first:think_decode_cap=1,express=0"\n')
+    monkeypatch.setenv("MERIDIAN_HOOK_CONFIG", str(cfg))
+    e = build(MeridianScheduler, num_blocks=64)
+    for i, rid in enumerate(["t1", "t2", "answerer", "t3"]):
+        e.add(rid, PROMPT, arrival=1.0 + i)
+    e.step({})  # prefill all four; each samples a thinking token
+    e.step({"answerer": THINK_END})
+    out = e.step({})
+    assert set(out.num_scheduled_tokens) == {"answerer", "t1"}, "one thinker decodes beside the answer"
+    assert ids(e.scheduler.running) == ["answerer", "t1", "t2", "t3"], "the held thinkers stay, at the back"
+    out = e.step({})
+    assert set(out.num_scheduled_tokens) == {"answerer", "t1"}
+
+
+def test_the_hook_reads_tokens_through_the_public_sequence_too(monkeypatch: pytest.MonkeyPatch):
+    """vLLM's Request keeps its output in the list ``_output_token_ids``, which the core
+    reads directly; a Request without it is read through ``output_token_ids``."""
+    e = build(MeridianScheduler, num_blocks=64)
+    thinker = e.add("thinker", PROMPT, arrival=1.0)
+    answerer = e.add("answerer", PROMPT, arrival=2.0)
+    e.step({})
+
+    class Wrapped:
+        def __init__(self, req):
+            object.__setattr__(self, "_req", req)
+
+        def __getattr__(self, name):
+            if name == "_output_token_ids":
+                raise AttributeError(name)
+            return getattr(self._req, name)
+
+    core = e.scheduler._meridian
+    running = [Wrapped(thinker), Wrapped(answerer)]
+    answerer._output_token_ids.append(THINK_END)
+    order, *_ = core.plan_running(running)
+    assert order == [1, 0], "the answering request first"
+    assert core.phase("answerer") == "output"
+
+
+def test_kv_tiers_from_vllms_block_tables_match_the_per_request_count():
+    e = build(MeridianScheduler, num_blocks=64)
+    e.add("thinker", PROMPT, arrival=1.0)
+    e.add("answerer", PROMPT, arrival=2.0)
+    e.step({"answerer": THINK_END})
+    for _ in range(20):
+        e.step({})
+    s, core = e.scheduler, e.scheduler._meridian
+    core.plan_running(s.running)
+    tables = [m.req_to_blocks for m in s.kv_cache_manager.coordinator.single_type_managers]
+    held = [(r.request_id, sum(len(g) for g in s.kv_cache_manager.get_block_ids(r.request_id))) for r in s.running]
+    assert core.account_kv_running(tables, 16) == core.account_kv(held, 16)
+
+
+def test_a_request_back_in_the_running_list_is_read_afresh():
+    """What stays put while a request runs (arrival time, priority, prompt) is read again
+    once it has been out of the running list (vLLM changes it only while it waits)."""
+    e = build(MeridianScheduler, num_blocks=64)
+    first = e.add("first", PROMPT, arrival=1.0)
+    second = e.add("second", PROMPT, arrival=2.0)
+    e.step({})
+    core = e.scheduler._meridian
+    assert core.plan_running([first, second])[0] is None, "arrival order: as it is"
+    core.plan_running([second])  # `first` waits a step
+    first.arrival_time = 3.0
+    order, *_ = core.plan_running([first, second])
+    assert order == [1, 0], "its new arrival time counts"

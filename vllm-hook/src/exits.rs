@@ -2,15 +2,17 @@
 //! says which rows must emit the end-of-thinking delimiter now: told to by the proxy,
 //! past the request's think budget, or past the entropy signal's threshold.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use meridian_core::Phase;
+use meridian_core::channel::RequestDirectives;
 use meridian_core::config::ExitSignal;
 use meridian_core::signals::{Rpdi, RpdiConfig};
 use pyo3::prelude::*;
+use pyo3::types::PyList;
 
-use crate::channel::Shared;
+use crate::channel::{Shared, directives_in};
 use crate::error::HookError;
 use crate::metrics::Counter;
 use crate::phase::{PhaseTracker, ThinkMarkers};
@@ -25,12 +27,44 @@ struct Slot {
     /// as a wish rather than a position so a forced token that was thrown away (a
     /// prefill row) is simply forced again.
     exit_wanted: bool,
+    /// The request's output token list (vLLM V1's batch keeps it growing in place) and
+    /// how many of its tokens the tracker has seen (`observe_outputs`).
+    output: Option<Py<PyAny>>,
+    seen: usize,
+    /// The policy channel's directives for the request as looked up at directive-table
+    /// generation `directives_generation` (`None`: not looked up yet).
+    directives: Option<RequestDirectives>,
+    directives_generation: Option<u64>,
+}
+
+impl Slot {
+    /// Takes `count` new tokens of the slot's request, reading them with `token(i)`
+    /// only where their values matter: an answering request counts every token as
+    /// output whatever it is.
+    fn take(
+        &mut self,
+        markers: &ThinkMarkers,
+        count: usize,
+        mut token: impl FnMut(usize) -> PyResult<u32>,
+    ) -> PyResult<()> {
+        if self.tracker.phase() == Phase::Output {
+            self.tracker.push_output(u32::try_from(count).unwrap_or(u32::MAX));
+            return Ok(());
+        }
+        for i in 0..count {
+            if self.tracker.push(token(i)?, markers) {
+                self.exit_wanted = false;
+            }
+        }
+        Ok(())
+    }
 }
 
 #[pyclass(module = "meridian_hook._native")]
 pub struct ExitController {
     markers: Option<ThinkMarkers>,
-    slots: HashMap<usize, Slot>,
+    /// By batch slot, in slot order (rows are reported in that order).
+    slots: BTreeMap<usize, Slot>,
     signal: ExitSignal,
     min_think_tokens: u32,
     rpdi: RpdiConfig,
@@ -40,6 +74,10 @@ pub struct ExitController {
     use_directives: bool,
     /// Rows seen thinking in the last `observe`, with their slots.
     thinking: Vec<(usize, usize)>,
+    /// Model Runner V2, between `observe_rows` and `observe_fed`: the sampling rows with
+    /// their slots, and the rows whose fed token is new.
+    sampling: Vec<(usize, usize)>,
+    fresh: Vec<usize>,
     shared: Arc<Shared>,
 }
 
@@ -65,13 +103,15 @@ impl ExitController {
         };
         Ok(ExitController {
             markers: ThinkMarkers::new(think_start, think_end),
-            slots: HashMap::new(),
+            slots: BTreeMap::new(),
             signal,
             min_think_tokens,
             rpdi,
             default_budget,
             use_directives: true,
             thinking: Vec::new(),
+            sampling: Vec::new(),
+            fresh: Vec::new(),
             shared,
         })
     }
@@ -124,7 +164,17 @@ impl ExitController {
         let tracker = PhaseTracker::new(markers, &prompt);
         self.slots.insert(
             slot,
-            Slot { request_id, tracker, budget: budget.or(self.default_budget), rpdi, exit_wanted: false },
+            Slot {
+                request_id,
+                tracker,
+                budget: budget.or(self.default_budget),
+                rpdi,
+                exit_wanted: false,
+                output: None,
+                seen: 0,
+                directives: None,
+                directives_generation: None,
+            },
         );
     }
 
@@ -191,6 +241,101 @@ impl ExitController {
         self.thinking.iter().map(|&(row, _)| row).collect()
     }
 
+    /// Gives a slot its request's output token list (vLLM V1: the list the batch appends
+    /// each sampled token to), for `observe_outputs`.
+    fn watch(&mut self, slot: usize, output: Bound<'_, PyAny>) {
+        if let Some(s) = self.slots.get_mut(&slot) {
+            s.output = Some(output.unbind());
+            s.seen = 0;
+        }
+    }
+
+    /// `observe` for vLLM V1, from the watched output lists themselves: each slot below
+    /// `n_rows` is its row, its new tokens those past what was seen last time. Returns
+    /// the rows now thinking.
+    fn observe_outputs(&mut self, py: Python<'_>, n_rows: usize) -> PyResult<Vec<usize>> {
+        self.thinking.clear();
+        let Some(markers) = self.markers.as_ref() else { return Ok(Vec::new()) };
+        for (&slot_idx, slot) in self.slots.range_mut(..n_rows) {
+            let Some(output) = slot.output.as_ref().map(|o| o.bind(py).clone()) else { continue };
+            let seen = slot.seen;
+            let n = if let Ok(list) = output.cast::<PyList>() {
+                let n = list.len();
+                slot.take(markers, n.saturating_sub(seen), |i| list.get_item(seen + i)?.extract())?;
+                n
+            } else {
+                let n = output.len()?;
+                slot.take(markers, n.saturating_sub(seen), |i| output.get_item(seen + i)?.extract())?;
+                n
+            };
+            slot.seen = n;
+            if slot.tracker.phase() == Phase::Think {
+                self.thinking.push((slot_idx, slot_idx));
+            }
+        }
+        Ok(self.thinking.iter().map(|&(row, _)| row).collect())
+    }
+
+    /// Model Runner V2, first half of `observe`: the batch in columns, by row (`slots`:
+    /// the row's batch slot; `seq_lens`, `prompt_lens`, `prefill_lens`: the slot's
+    /// sequence length fed so far, prompt length, and length to (re)fill before it
+    /// samples). Rows still filling do not sample and are left out. Returns `None` when
+    /// no row samples, else the rows whose latest token (the one fed this step) is new
+    /// to the controller: the caller reads those and passes them to `observe_fed`.
+    fn observe_rows(
+        &mut self,
+        slots: Vec<usize>,
+        seq_lens: Vec<i64>,
+        prompt_lens: Vec<i64>,
+        prefill_lens: Vec<i64>,
+    ) -> Option<Vec<usize>> {
+        self.sampling.clear();
+        self.fresh.clear();
+        for (row, (((slot_idx, seq_len), prompt_len), prefill_len)) in
+            slots.into_iter().zip(seq_lens).zip(prompt_lens).zip(prefill_lens).enumerate()
+        {
+            if seq_len < prefill_len {
+                continue;
+            }
+            self.sampling.push((row, slot_idx));
+            let generated = seq_len - prompt_len;
+            if let Some(slot) = self.slots.get_mut(&slot_idx) {
+                if seq_len > prefill_len && generated > slot.seen as i64 {
+                    slot.seen = usize::try_from(generated).unwrap_or(0);
+                    self.fresh.push(row);
+                }
+            }
+        }
+        if self.sampling.is_empty() { None } else { Some(self.fresh.clone()) }
+    }
+
+    /// Model Runner V2, second half of `observe`: `tokens[k]` is the token fed to row
+    /// `observe_rows` returned k-th. Returns the rows now thinking.
+    fn observe_fed(&mut self, tokens: Vec<u32>) -> Vec<usize> {
+        self.thinking.clear();
+        let Some(markers) = self.markers.as_ref() else { return Vec::new() };
+        let mut fed = self.fresh.iter().copied().zip(tokens).peekable();
+        for &(row, slot_idx) in &self.sampling {
+            let token = fed.next_if(|&(r, _)| r == row).map(|(_, t)| t);
+            let Some(slot) = self.slots.get_mut(&slot_idx) else { continue };
+            if let Some(t) = token {
+                let _ = slot.take(markers, 1, |_| Ok(t));
+            }
+            if slot.tracker.phase() == Phase::Think {
+                self.thinking.push((row, slot_idx));
+            }
+        }
+        self.thinking.iter().map(|&(row, _)| row).collect()
+    }
+
+    /// How many generated tokens a slot's tracker has seen (a request resumed after
+    /// preemption: those `replay` fed it).
+    fn set_seen(&mut self, slot: usize, seen: usize) {
+        if let Some(s) = self.slots.get_mut(&slot) {
+            s.seen = seen;
+        }
+    }
+
     /// Rows that must emit a forced token now, as `(row, token_id)`. `entropies` holds
     /// the next-token entropy (nats) of each row `observe` returned, in that order, or
     /// is empty when none was computed.
@@ -198,6 +343,10 @@ impl ExitController {
         let Some(end) = self.markers.as_ref().map(|m| m.end.clone()) else { return Vec::new() };
         let thinking = std::mem::take(&mut self.thinking);
         let mut forced = Vec::new();
+        // One lock for the call; per request, a lookup only after the table changed.
+        let shared = Arc::clone(&self.shared);
+        let table = if self.use_directives { shared.directives.lock().ok() } else { None };
+        let table = table.as_deref().filter(|t| !t.is_empty());
         for (i, &(row, slot_idx)) in thinking.iter().enumerate() {
             let Some(slot) = self.slots.get_mut(&slot_idx) else { continue };
             if slot.exit_wanted {
@@ -209,9 +358,15 @@ impl ExitController {
                 continue;
             }
             let think = slot.tracker.think_tokens();
-            let directives = match self.use_directives {
-                true => slot.request_id.as_deref().and_then(|id| self.shared.directives_for(id)),
-                false => None,
+            let directives = match (table, slot.request_id.as_deref()) {
+                (Some(table), Some(id)) => {
+                    if slot.directives_generation != Some(table.generation()) {
+                        slot.directives = directives_in(table, id).cloned();
+                        slot.directives_generation = Some(table.generation());
+                    }
+                    slot.directives.clone()
+                }
+                _ => None,
             };
             let budget = directives.as_ref().and_then(|d| d.think_budget).or(slot.budget);
             let mut reason = None;
@@ -292,6 +447,32 @@ mod tests {
         c.observe(vec![(1, 3, vec![5])]);
         assert_eq!(c.decide(vec![]), vec![(1, 466)]);
         assert_eq!(shared.counters.get(Counter::ExitDirective), 1);
+    }
+
+    #[test]
+    fn a_directive_arriving_after_a_lookup_still_counts() {
+        use meridian_core::channel::{Action, Directive};
+        let shared = Arc::new(Shared::default());
+        let mut c = ExitController::create(
+            vec![465],
+            vec![466],
+            "off",
+            0,
+            RpdiConfig::default(),
+            None,
+            Arc::clone(&shared),
+        )
+        .unwrap();
+        c.add(0, vec![465], Some("req-1".into()), None);
+        let apply = |id: &str, action| {
+            shared.directives.lock().unwrap().apply(Directive { request_id: id.into(), action });
+        };
+        apply("someone-else", Action::EndThinking);
+        c.observe(vec![(0, 0, vec![5])]);
+        assert!(c.decide(vec![]).is_empty(), "looked up: nothing for req-1");
+        apply("req-1", Action::ThinkBudget { tokens: 1 });
+        c.observe(vec![(0, 0, vec![5])]);
+        assert_eq!(c.decide(vec![]), vec![(0, 466)], "the new budget applies at once");
     }
 
     #[test]

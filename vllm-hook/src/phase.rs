@@ -69,6 +69,13 @@ impl PhaseTracker {
         self.end_matched
     }
 
+    /// Takes `n` generated tokens of a request in the output phase, where every token
+    /// counts as output whatever it is: the same as `n` calls of `push`.
+    pub fn push_output(&mut self, n: u32) {
+        debug_assert_eq!(self.phase, Phase::Output);
+        self.output_tokens += n;
+    }
+
     /// Takes the next generated token; returns true when it completed the end sequence.
     pub fn push(&mut self, token: u32, markers: &ThinkMarkers) -> bool {
         match self.phase {
@@ -119,6 +126,24 @@ mod tests {
 
     fn markers() -> ThinkMarkers {
         ThinkMarkers::new(vec![465], vec![466]).unwrap()
+    }
+
+    #[test]
+    fn output_tokens_counted_in_bulk_match_one_by_one() {
+        let m = markers();
+        let mut one = PhaseTracker::new(&m, &[465]);
+        for t in [5, 466] {
+            one.push(t, &m);
+        }
+        let mut bulk = one.clone();
+        for t in [465, 466, 7] {
+            one.push(t, &m);
+        }
+        bulk.push_output(3);
+        assert_eq!(
+            (bulk.phase(), bulk.output_tokens(), bulk.think_tokens()),
+            (one.phase(), one.output_tokens(), one.think_tokens())
+        );
     }
 
     #[test]

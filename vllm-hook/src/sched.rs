@@ -3,23 +3,74 @@
 //! budget first, thinking ones fill the rest) and puts the policy's preemption victim
 //! last, where vLLM's stock victim choice (`running[-1]`) takes it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use meridian_core::Phase;
 use meridian_core::sched::{RequestView, SchedulingPolicy, StepLimits, policy_by_name};
+use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyString};
 
-use crate::channel::Shared;
+use crate::channel::{Shared, directives_in};
 use crate::error::HookError;
 use crate::metrics::{Counter, KV_TIERS};
 use crate::phase::{PhaseTracker, ThinkMarkers};
 
+/// What the hook knows of one request, in a slot of `SchedulerCore::slots`.
 struct Tracked {
+    id: String,
     tracker: Option<PhaseTracker>,
     seq: u64,
     think_ended_s: Option<f64>,
+    /// How many of the request's output tokens `plan_running` has fed the tracker.
+    seen: usize,
+    /// The policy channel's priority for it, as looked up at directive-table
+    /// generation `directive_generation` (`None`: not looked up yet).
+    directive_priority: Option<i32>,
+    directive_generation: Option<u64>,
+    /// The vLLM `Request` object `plan_running` last read it from.
+    object: Option<RequestObject>,
+}
+
+/// One of vLLM's `Request` objects and what stays put in it while the request runs.
+/// Holding a reference keeps its address from being reused by another object while
+/// `SchedulerCore::by_object` may map that address here.
+struct RequestObject {
+    address: usize,
+    _object: Py<PyAny>,
+    /// The object's `__dict__`, where `num_computed_tokens` and `_output_token_ids` are
+    /// read from when its class defines neither (`None`: read them by `getattr`).
+    attrs: Option<Py<PyDict>>,
+    id: Py<PyString>,
+    arrival_s: f64,
+    priority: i32,
+    prompt_len: i64,
+    /// The `plan_running` call that last saw it in the running list.
+    last_plan: u64,
+}
+
+/// Hashes an object address (already unique; only spread it over the bits).
+#[derive(Default)]
+struct AddressHasher(u64);
+
+impl Hasher for AddressHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        let x = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = x ^ (x >> 29);
+    }
 }
 
 /// One running request as vLLM's scheduler sees it this step: `(request_id,
@@ -28,15 +79,76 @@ struct Tracked {
 #[derive(FromPyObject)]
 pub struct RunningRow(String, f64, i32, u32, Vec<u32>);
 
+/// What `plan_running` returns: the order to run in (`None`: vLLM's order as it is),
+/// the step's prefill and think-decode caps, and the positions (in the new order) of the
+/// requests those caps hold out of the step (`None`: nobody).
+type RunningPlan = (Option<Vec<usize>>, Option<u32>, Option<u32>, Option<Vec<usize>>);
+
 #[pyclass(module = "meridian_hook._native")]
 pub struct SchedulerCore {
     // A Mutex only to make the class `Sync` for Python; vLLM calls it from one thread.
     policy: Mutex<Box<dyn SchedulingPolicy>>,
     markers: Option<ThinkMarkers>,
-    requests: HashMap<String, Tracked>,
+    /// Tracked requests; `by_id` (request id) and `by_object` (address of the vLLM
+    /// `Request` object last read) index them, `free` lists empty slots.
+    slots: Vec<Option<Tracked>>,
+    free: Vec<usize>,
+    by_id: HashMap<String, usize>,
+    by_object: HashMap<usize, usize, BuildHasherDefault<AddressHasher>>,
+    plans: u64,
+    /// The request objects (addresses) of the last `plan_running` call, in its order.
+    last_running: Vec<usize>,
     next_seq: u64,
     started: Instant,
     shared: Arc<Shared>,
+}
+
+/// An attribute of a request: from its instance dict when given and there, else by
+/// `getattr`.
+fn read_attr<'py>(
+    req: &Bound<'py, PyAny>,
+    attrs: Option<&Bound<'py, PyDict>>,
+    name: &Bound<'py, PyString>,
+) -> PyResult<Bound<'py, PyAny>> {
+    match attrs.map(|d| d.get_item(name)).transpose()?.flatten() {
+        Some(value) => Ok(value),
+        None => req.getattr(name),
+    }
+}
+
+/// Pushes generated tokens through a request's tracker, noting when its thought ended.
+fn feed(
+    entry: &mut Tracked,
+    markers: Option<&ThinkMarkers>,
+    tokens: impl IntoIterator<Item = u32>,
+    now: f64,
+) {
+    if let (Some(tracker), Some(markers)) = (entry.tracker.as_mut(), markers) {
+        for t in tokens {
+            if tracker.push(t, markers) {
+                entry.think_ended_s = Some(now);
+            }
+        }
+    }
+}
+
+/// The policy's view of a tracked request (priority as vLLM has it; directives later).
+fn view_of(entry: &Tracked, arrival_s: f64, priority: i32, prefill_remaining: u32) -> RequestView {
+    let (phase, think, output) = entry
+        .tracker
+        .as_ref()
+        .map_or((Phase::Pending, 0, 0), |t| (t.phase(), t.think_tokens(), t.output_tokens()));
+    RequestView {
+        seq: entry.seq,
+        arrival_s,
+        priority,
+        phase: if prefill_remaining > 0 { Phase::Pending } else { phase },
+        prefill_remaining,
+        think_tokens: think,
+        output_tokens: output,
+        think_ended_s: entry.think_ended_s,
+        queued_s: None,
+    }
 }
 
 impl SchedulerCore {
@@ -55,15 +167,65 @@ impl SchedulerCore {
         Ok(SchedulerCore {
             policy: Mutex::new(policy),
             markers: ThinkMarkers::new(start, end),
-            requests: HashMap::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            by_id: HashMap::new(),
+            by_object: HashMap::default(),
+            plans: 0,
+            last_running: Vec::new(),
             next_seq: 0,
             started: Instant::now(),
             shared,
         })
     }
 
+    fn get(&self, request_id: &str) -> Option<&Tracked> {
+        self.by_id.get(request_id).and_then(|&i| self.slots[i].as_ref())
+    }
+
+    fn slot(&self, i: usize) -> &Tracked {
+        self.slots[i].as_ref().expect("indexed slots are filled")
+    }
+
+    fn slot_mut(&mut self, i: usize) -> &mut Tracked {
+        self.slots[i].as_mut().expect("indexed slots are filled")
+    }
+
     fn phase_of(&self, request_id: &str) -> Phase {
-        self.requests.get(request_id).and_then(|t| t.tracker.as_ref()).map_or(Phase::Pending, |t| t.phase())
+        self.get(request_id).and_then(|t| t.tracker.as_ref()).map_or(Phase::Pending, |t| t.phase())
+    }
+
+    /// Tracks `request_id` afresh (a new engine sequence number; with a phase tracker
+    /// started from `prompt` when given); returns its slot.
+    fn start_tracking(&mut self, request_id: &str, prompt: Option<&[u32]>) -> usize {
+        let tracker = prompt.and_then(|p| self.markers.as_ref().map(|m| PhaseTracker::new(m, p)));
+        self.next_seq += 1;
+        let tracked = Tracked {
+            id: request_id.to_owned(),
+            tracker,
+            seq: self.next_seq,
+            think_ended_s: None,
+            seen: 0,
+            directive_priority: None,
+            directive_generation: None,
+            object: None,
+        };
+        if let Some(&i) = self.by_id.get(request_id) {
+            self.slots[i] = Some(tracked);
+            return i;
+        }
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = Some(tracked);
+                i
+            }
+            None => {
+                self.slots.push(Some(tracked));
+                self.slots.len() - 1
+            }
+        };
+        self.by_id.insert(request_id.to_owned(), i);
+        i
     }
 
     /// The permutation of `rows` to run in (victim last).
@@ -75,40 +237,50 @@ impl SchedulerCore {
     pub fn plan_rows(&mut self, rows: &[RunningRow]) -> (Vec<usize>, StepLimits) {
         let now = self.started.elapsed().as_secs_f64();
         let mut views = Vec::with_capacity(rows.len());
-        let mut index_of_seq = HashMap::with_capacity(rows.len());
-        for (i, RunningRow(request_id, arrival_s, priority, prefill_remaining, new_tokens)) in
-            rows.iter().enumerate()
-        {
-            let entry = self.requests.entry(request_id.clone()).or_insert_with(|| {
-                self.next_seq += 1;
-                Tracked { tracker: None, seq: self.next_seq, think_ended_s: None }
-            });
-            if let (Some(tracker), Some(markers)) = (entry.tracker.as_mut(), self.markers.as_ref()) {
-                for &t in new_tokens {
-                    if tracker.push(t, markers) {
-                        entry.think_ended_s = Some(now);
+        let mut row_slots = Vec::with_capacity(rows.len());
+        for RunningRow(request_id, arrival_s, priority, prefill_remaining, new_tokens) in rows {
+            let i = match self.by_id.get(request_id.as_str()) {
+                Some(&i) => i,
+                None => self.start_tracking(request_id, None),
+            };
+            let markers = self.markers.as_ref();
+            let entry = self.slots[i].as_mut().expect("indexed slots are filled");
+            feed(entry, markers, new_tokens.iter().copied(), now);
+            views.push(view_of(entry, *arrival_s, *priority, *prefill_remaining));
+            row_slots.push(i);
+        }
+        self.finish_plan(views, &row_slots, now)
+    }
+
+    /// Applies the policy channel's priorities, runs the policy, and maps its order
+    /// back to row indices. `row_slots[i]`: row i's slot.
+    fn finish_plan(
+        &mut self,
+        mut views: Vec<RequestView>,
+        row_slots: &[usize],
+        now: f64,
+    ) -> (Vec<usize>, StepLimits) {
+        let shared = Arc::clone(&self.shared);
+        // One lock for the step; lookups only while the table is not empty, and then
+        // only for requests whose last lookup predates the table's latest change.
+        if let Ok(table) = shared.directives.lock() {
+            if !table.is_empty() {
+                let generation = table.generation();
+                for (view, &i) in views.iter_mut().zip(row_slots) {
+                    let t = self.slot_mut(i);
+                    if t.directive_generation != Some(generation) {
+                        t.directive_priority = directives_in(&table, &t.id).and_then(|d| d.priority);
+                        t.directive_generation = Some(generation);
+                    }
+                    if let Some(p) = t.directive_priority {
+                        view.priority = p;
                     }
                 }
             }
-            let (phase, think, output) = entry
-                .tracker
-                .as_ref()
-                .map_or((Phase::Pending, 0, 0), |t| (t.phase(), t.think_tokens(), t.output_tokens()));
-            let priority =
-                self.shared.directives_for(request_id).and_then(|d| d.priority).unwrap_or(*priority);
-            index_of_seq.insert(entry.seq, i);
-            views.push(RequestView {
-                seq: entry.seq,
-                arrival_s: *arrival_s,
-                priority,
-                phase: if *prefill_remaining > 0 { Phase::Pending } else { phase },
-                prefill_remaining: *prefill_remaining,
-                think_tokens: think,
-                output_tokens: output,
-                think_ended_s: entry.think_ended_s,
-                queued_s: None,
-            });
         }
+        // Row index by engine sequence number (unique per tracked request).
+        let mut index_of_seq: Vec<(u64, usize)> = views.iter().enumerate().map(|(i, v)| (v.seq, i)).collect();
+        index_of_seq.sort_unstable();
         let policy = self.policy.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
         policy.order_running(&mut views, now);
         let limits = policy.step_limits(&views, now);
@@ -117,12 +289,154 @@ impl SchedulerCore {
             let v = views.remove(victim);
             views.push(v);
         }
-        let order: Vec<usize> = views.iter().filter_map(|v| index_of_seq.get(&v.seq).copied()).collect();
+        let order: Vec<usize> = views
+            .iter()
+            .filter_map(|v| {
+                index_of_seq.binary_search_by_key(&v.seq, |&(seq, _)| seq).ok().map(|k| index_of_seq[k].1)
+            })
+            .collect();
         self.shared.counters.add(Counter::ScheduleSteps, 1);
         if order.iter().enumerate().any(|(pos, &i)| pos != i) {
             self.shared.counters.add(Counter::Reorders, 1);
         }
         (order, limits)
+    }
+
+    /// Reads what stays put while a request runs (its id, prompt length, priority and
+    /// arrival time) from one of vLLM's `Request` objects, tracks the request from its
+    /// prompt when it is new, and returns its slot.
+    fn learn(&mut self, req: &Bound<'_, PyAny>, address: usize, plan: u64) -> PyResult<usize> {
+        let py = req.py();
+        let id_obj = req.getattr(intern!(py, "request_id"))?.cast_into::<PyString>()?;
+        let id = id_obj.to_str()?;
+        let prompt_len: i64 = req.getattr(intern!(py, "num_prompt_tokens"))?.extract()?;
+        let priority: i64 = req.getattr(intern!(py, "priority"))?.extract()?;
+        let arrival_s: f64 = req.getattr(intern!(py, "arrival_time"))?.extract()?;
+        let slot = match self.by_id.get(id) {
+            Some(&i) => i,
+            None => {
+                let prompt_obj = req.getattr(intern!(py, "prompt_token_ids"))?;
+                let prompt: Vec<u32> =
+                    if prompt_obj.is_none() { Vec::new() } else { prompt_obj.extract()? };
+                self.start_tracking(id, Some(&prompt))
+            }
+        };
+        // The two attributes read every step, straight from the instance's dict when
+        // nothing on the class could shadow them there (a property, a slot).
+        let class = req.get_type();
+        let attrs = if class.hasattr(intern!(py, "num_computed_tokens"))?
+            || class.hasattr(intern!(py, "_output_token_ids"))?
+        {
+            None
+        } else {
+            req.getattr(intern!(py, "__dict__"))
+                .ok()
+                .and_then(|d| d.cast_into::<PyDict>().ok())
+                .map(Bound::unbind)
+        };
+        self.slot_mut(slot).object = Some(RequestObject {
+            address,
+            _object: req.clone().unbind(),
+            attrs,
+            id: id_obj.clone().unbind(),
+            arrival_s,
+            priority: i32::try_from(priority).unwrap_or(if priority < 0 { i32::MIN } else { i32::MAX }),
+            prompt_len,
+            last_plan: plan,
+        });
+        self.by_object.insert(address, slot);
+        Ok(slot)
+    }
+
+    /// One running request this step: its slot, with the tracker fed the output tokens
+    /// generated since the last call, and its view.
+    fn observe<'py>(
+        &mut self,
+        req: &Bound<'py, PyAny>,
+        now: f64,
+        scratch: &mut Vec<u32>,
+    ) -> PyResult<(usize, RequestView)> {
+        let py = req.py();
+        let address = req.as_ptr() as usize;
+        let plan = self.plans;
+        // A request object seen in the previous call's running list has not left it
+        // since (vLLM changes a request's prompt or arrival time only while it waits),
+        // so what `learn` read still holds; anything else is read afresh.
+        let continuing = self.by_object.get(&address).copied().filter(|&i| {
+            self.slots[i]
+                .as_ref()
+                .and_then(|t| t.object.as_ref())
+                .is_some_and(|o| o.address == address && o.last_plan + 1 == plan)
+        });
+        let slot = match continuing {
+            Some(i) => i,
+            None => self.learn(req, address, plan)?,
+        };
+        let object = self.slot_mut(slot).object.as_mut().expect("learnt above");
+        object.last_plan = plan;
+        let (arrival_s, priority, prompt_len) = (object.arrival_s, object.priority, object.prompt_len);
+        let attrs = object.attrs.as_ref().map(|d| d.bind(py).clone());
+        let attr = |name| read_attr(req, attrs.as_ref(), name);
+
+        let computed: i64 = attr(intern!(py, "num_computed_tokens"))?.extract()?;
+        let prefill_remaining = u32::try_from((prompt_len - computed).max(0)).unwrap_or(u32::MAX);
+        // The tokens generated since last time. vLLM's `Request` keeps them in the list
+        // `_output_token_ids` (exposed read-only as `output_token_ids`); read the list
+        // directly, through the public sequence where it is not there.
+        let entry = self.slot(slot);
+        let seen = entry.seen;
+        // An answering request counts every new token as output, whatever it is: only
+        // how many there are is read.
+        let answering = entry.tracker.as_ref().is_some_and(|t| t.phase() == Phase::Output);
+        scratch.clear();
+        let n = match attr(intern!(py, "_output_token_ids")) {
+            Ok(list) if list.is_exact_instance_of::<PyList>() => {
+                let list = list.cast_into::<PyList>()?;
+                let n = list.len();
+                if !answering {
+                    for i in seen..n {
+                        scratch.push(list.get_item(i)?.extract()?);
+                    }
+                }
+                n
+            }
+            _ => {
+                let out = req.getattr(intern!(py, "output_token_ids"))?;
+                let n = out.len()?;
+                if !answering {
+                    for i in seen..n {
+                        scratch.push(out.get_item(i)?.extract()?);
+                    }
+                }
+                n
+            }
+        };
+        let markers = self.markers.as_ref();
+        let entry = self.slots[slot].as_mut().expect("indexed slots are filled");
+        if answering {
+            if let Some(tracker) = entry.tracker.as_mut() {
+                tracker.push_output(u32::try_from(n.saturating_sub(seen)).unwrap_or(u32::MAX));
+            }
+        } else {
+            feed(entry, markers, scratch.iter().copied(), now);
+        }
+        entry.seen = n;
+        Ok((slot, view_of(entry, arrival_s, priority, prefill_remaining)))
+    }
+}
+
+impl SchedulerCore {
+    /// Adds a request's `blocks` to the KV tiers its phase puts them in.
+    fn add_to_tiers(&self, tiers: &mut [u64; 3], tracked: Option<&Tracked>, blocks: u64, block_size: u64) {
+        match tracked.and_then(|t| t.tracker.as_ref()).map(|t| (t.phase(), t.think_tokens())) {
+            Some((Phase::Output, think)) => {
+                let thought = (u64::from(think) / block_size).min(blocks);
+                tiers[0] += thought;
+                tiers[2] += blocks - thought;
+            }
+            Some((Phase::Think, _)) => tiers[1] += blocks,
+            _ => tiers[2] += blocks,
+        }
     }
 }
 
@@ -137,13 +451,64 @@ impl SchedulerCore {
 
     /// Starts tracking a request from its prompt (call once, before `order`).
     fn track(&mut self, request_id: String, prompt: Vec<u32>) {
-        let tracker = self.markers.as_ref().map(|m| PhaseTracker::new(m, &prompt));
-        self.next_seq += 1;
-        self.requests.insert(request_id, Tracked { tracker, seq: self.next_seq, think_ended_s: None });
+        self.start_tracking(&request_id, Some(&prompt));
+    }
+
+    /// One step's plan from vLLM's running list itself (its `Request` objects, in
+    /// vLLM's order): new requests are tracked from their prompts, and per request and
+    /// step only its computed-token count and the output tokens generated since the
+    /// previous call are read. Returns `(order, max_prefill_tokens, max_think_decodes,
+    /// hold)`: the order to run in (`None`: keep vLLM's), the policy's limits (`None`:
+    /// no limit), and the positions in the new order of the requests the limits hold
+    /// out of the step (`None`: nobody): still-prefilling ones when no prompt token may
+    /// be computed, thinking ones past the think-decode cap.
+    fn plan_running(&mut self, running: &Bound<'_, PyList>) -> PyResult<RunningPlan> {
+        let now = self.started.elapsed().as_secs_f64();
+        self.plans += 1;
+        let n = running.len();
+        let mut views = Vec::with_capacity(n);
+        let mut row_slots = Vec::with_capacity(n);
+        let mut scratch = Vec::new();
+        self.last_running.clear();
+        for req in running.iter() {
+            let (slot, view) = self.observe(&req, now, &mut scratch)?;
+            views.push(view);
+            row_slots.push(slot);
+            self.last_running.push(req.as_ptr() as usize);
+        }
+        let prefilling: Vec<bool> = views.iter().map(|v| v.prefill_remaining > 0).collect();
+        let (order, limits) = self.finish_plan(views, &row_slots, now);
+        if limits.max_think_decodes == Some(0) && limits.max_prefill_tokens == Some(0) {
+            self.shared.counters.add(Counter::ExpressSteps, 1);
+        }
+        let (prefill_cap, think_cap) = (limits.max_prefill_tokens, limits.max_think_decodes);
+        let mut hold = Vec::new();
+        if prefill_cap == Some(0) || think_cap.is_some() {
+            let mut thinking = 0u32;
+            for (pos, &i) in order.iter().enumerate() {
+                if prefilling[i] {
+                    if prefill_cap == Some(0) {
+                        hold.push(pos);
+                    }
+                } else if let Some(cap) = think_cap {
+                    let phase =
+                        self.slot(row_slots[i]).tracker.as_ref().map_or(Phase::Pending, |t| t.phase());
+                    if phase == Phase::Think {
+                        if thinking >= cap {
+                            hold.push(pos);
+                        } else {
+                            thinking += 1;
+                        }
+                    }
+                }
+            }
+        }
+        let identity = order.len() == n && order.iter().enumerate().all(|(pos, &i)| pos == i);
+        Ok(((!identity).then_some(order), prefill_cap, think_cap, (!hold.is_empty()).then_some(hold)))
     }
 
     fn knows(&self, request_id: &str) -> bool {
-        self.requests.contains_key(request_id)
+        self.by_id.contains_key(request_id)
     }
 
     /// `rows`: `(request_id, arrival_time, priority, prefill_remaining, new_output_tokens)`
@@ -187,25 +552,47 @@ impl SchedulerCore {
         let mut tiers = [0u64; 3];
         let block_size = block_size.max(1);
         for (id, blocks) in held {
-            let tracker = self.requests.get(&id).and_then(|t| t.tracker.as_ref());
-            match tracker.map(|t| (t.phase(), t.think_tokens())) {
-                Some((Phase::Output, think)) => {
-                    let thought = (u64::from(think) / block_size).min(blocks);
-                    tiers[0] += thought;
-                    tiers[2] += blocks - thought;
-                }
-                Some((Phase::Think, _)) => tiers[1] += blocks,
-                _ => tiers[2] += blocks,
-            }
+            self.add_to_tiers(&mut tiers, self.get(&id), blocks, block_size);
         }
         self.shared.counters.set_kv_blocks(tiers);
         tiers
     }
 
+    /// `account_kv` for the requests of the last `plan_running` call, their blocks
+    /// counted in vLLM's per-KV-cache-group tables (`request_id -> blocks`, as
+    /// `single_type_managers[g].req_to_blocks`) without a Python call per request.
+    fn account_kv_running(
+        &self,
+        py: Python<'_>,
+        tables: Vec<Bound<'_, PyDict>>,
+        block_size: u64,
+    ) -> PyResult<[u64; 3]> {
+        let mut tiers = [0u64; 3];
+        let block_size = block_size.max(1);
+        for address in &self.last_running {
+            let Some(&slot) = self.by_object.get(address) else { continue };
+            let tracked = self.slots[slot].as_ref();
+            let Some(object) = tracked.and_then(|t| t.object.as_ref()).filter(|o| o.address == *address)
+            else {
+                continue;
+            };
+            let id = object.id.bind(py);
+            let mut blocks = 0u64;
+            for table in &tables {
+                if let Some(group) = table.get_item(id)? {
+                    blocks += group.len()? as u64;
+                }
+            }
+            self.add_to_tiers(&mut tiers, tracked, blocks, block_size);
+        }
+        self.shared.counters.set_kv_blocks(tiers);
+        Ok(tiers)
+    }
+
     /// Whether a request generated thinking tokens (its blocks from the end of the prompt
     /// on hold a thought that chat templates drop from the next turn's history).
     fn thought(&self, request_id: &str) -> bool {
-        self.requests.get(request_id).and_then(|t| t.tracker.as_ref()).is_some_and(|t| t.think_tokens() > 0)
+        self.get(request_id).and_then(|t| t.tracker.as_ref()).is_some_and(|t| t.think_tokens() > 0)
     }
 
     /// Counts KV blocks moved to the front of the eviction queue (the think-complete tier).
@@ -213,14 +600,32 @@ impl SchedulerCore {
         self.shared.counters.add(Counter::KvDemoted, blocks);
     }
 
-    /// Forgets requests vLLM no longer holds.
-    fn retain(&mut self, live: Vec<String>) {
-        let live: std::collections::HashSet<String> = live.into_iter().collect();
-        self.requests.retain(|id, _| live.contains(id));
+    /// Forgets requests vLLM no longer holds: `live` iterates the ids of those it holds
+    /// (a list, or the keys of vLLM's `requests` dict).
+    fn retain(&mut self, live: &Bound<'_, PyAny>) -> PyResult<()> {
+        let live: Vec<Bound<'_, PyString>> =
+            live.try_iter()?.map(|id| Ok(id?.cast_into::<PyString>()?)).collect::<PyResult<_>>()?;
+        let live: HashSet<&str> = live.iter().map(|id| id.to_str()).collect::<PyResult<_>>()?;
+        let slots = &mut self.slots;
+        let free = &mut self.free;
+        self.by_id.retain(|id, &mut i| {
+            let keep = live.contains(id.as_str());
+            if !keep {
+                slots[i] = None;
+                free.push(i);
+            }
+            keep
+        });
+        // Before any slot is reused: drop the addresses of forgotten requests and of
+        // objects a slot no longer holds.
+        self.by_object.retain(|&address, &mut i| {
+            slots[i].as_ref().and_then(|t| t.object.as_ref()).is_some_and(|o| o.address == address)
+        });
+        Ok(())
     }
 
     fn tracked(&self) -> usize {
-        self.requests.len()
+        self.by_id.len()
     }
 
     #[getter]
@@ -281,6 +686,22 @@ mod tests {
         core.order_rows(&[row("ans", 1.0, tokens), row("think", 1.0, vec![5; 3])]);
         // 41 thinking tokens = 2 full blocks of 16 are a finished thought.
         assert_eq!(core.account_kv(vec![("ans".into(), 5), ("think".into(), 2)], 16), [2, 2, 3]);
+    }
+
+    #[test]
+    fn a_priority_directive_arriving_after_a_lookup_still_counts() {
+        use meridian_core::channel::{Action, Directive};
+        let shared = Arc::new(Shared::default());
+        let mut core = SchedulerCore::create("priority", vec![465], vec![466], Arc::clone(&shared)).unwrap();
+        let apply = |id: &str, priority| {
+            let action = Action::Priority { priority };
+            shared.directives.lock().unwrap().apply(Directive { request_id: id.into(), action });
+        };
+        let rows = || vec![row("a", 1.0, vec![]), row("b", 2.0, vec![])];
+        apply("someone-else", 5);
+        assert_eq!(core.order_rows(&rows()), vec![0, 1]);
+        apply("b", -1);
+        assert_eq!(core.order_rows(&rows()), vec![1, 0], "b's new priority counts at once");
     }
 
     #[test]

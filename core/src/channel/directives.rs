@@ -23,6 +23,9 @@ pub struct DirectiveTable {
     order: VecDeque<(u64, String)>,
     log: VecDeque<(u64, Directive)>,
     seq: u64,
+    /// Bumped by every change of the state (`apply`, `merge`), so a reader can keep
+    /// what it looked up while this stays the same.
+    generation: u64,
     max_requests: usize,
     max_log: usize,
 }
@@ -40,6 +43,7 @@ impl DirectiveTable {
             order: VecDeque::new(),
             log: VecDeque::new(),
             seq: 0,
+            generation: 0,
             max_requests: max_requests.max(1),
             max_log: max_log.max(1),
         }
@@ -48,6 +52,12 @@ impl DirectiveTable {
     /// Last sequence number assigned.
     pub fn seq(&self) -> u64 {
         self.seq
+    }
+
+    /// Changes with every change of the table's state (unlike `seq`, also when a
+    /// follower merges a snapshot); lookups made at one generation hold while it lasts.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     pub fn len(&self) -> usize {
@@ -64,6 +74,7 @@ impl DirectiveTable {
 
     /// Applies one directive and logs it; returns its sequence number.
     pub fn apply(&mut self, directive: Directive) -> u64 {
+        self.generation += 1;
         self.seq += 1;
         let seq = self.seq;
         self.apply_state(&directive, seq);
@@ -146,6 +157,7 @@ impl DirectiveTable {
 
     /// Applies a sync reply received from the listening process.
     pub fn merge(&mut self, reply: SyncReply) {
+        self.generation += 1;
         if reply.snapshot {
             self.by_request.clear();
             self.order.clear();
@@ -176,9 +188,11 @@ mod tests {
             Some(&RequestDirectives { think_budget: Some(10), priority: Some(-1), ..Default::default() })
         );
         assert!(t.get("b").unwrap().end_thinking);
+        let generation = t.generation();
         t.apply(d("a", Action::Forget));
         assert_eq!(t.get("a"), None);
         assert_eq!(t.seq(), 4);
+        assert!(t.generation() > generation, "every change is a new generation");
     }
 
     #[test]

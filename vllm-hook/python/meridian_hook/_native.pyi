@@ -1,5 +1,6 @@
 """Typed surface of the Rust extension ``meridian_hook._native``."""
 
+from collections.abc import Iterable
 from types import ModuleType
 from typing import Any
 
@@ -48,13 +49,21 @@ class SchedulerCore:
         self, rows: list[tuple[str, float, int, int, list[int]]]
     ) -> tuple[list[int], int | None, int | None]:
         """Like ``order``, plus the step's (max_prefill_tokens, max_think_decodes)."""
+    def plan_running(
+        self, running: list[Any]
+    ) -> tuple[list[int] | None, int | None, int | None, list[int] | None]:
+        """From vLLM's running ``Request`` objects: (order or None to keep vLLM's,
+        max_prefill_tokens, max_think_decodes, positions held out of the step or None)."""
     def phase(self, request_id: str) -> str: ...
     def preempted(self, request_id: str) -> str:
         """Counts a preemption; returns the victim's KV tier."""
     def thought(self, request_id: str) -> bool: ...
     def demoted(self, blocks: int) -> None: ...
     def account_kv(self, held: list[tuple[str, int]], block_size: int) -> list[int]: ...
-    def retain(self, live: list[str]) -> None: ...
+    def account_kv_running(self, tables: list[dict[str, Any]], block_size: int) -> list[int]:
+        """``account_kv`` for the last ``plan_running`` call's requests, blocks counted in
+        vLLM's per-group ``req_to_blocks`` tables."""
+    def retain(self, live: Iterable[str]) -> None: ...
     def tracked(self) -> int: ...
     @staticmethod
     def kv_tiers() -> list[str]: ...
@@ -81,6 +90,18 @@ class ExitController:
     def swapped(self, a: int, b: int) -> None: ...
     def observe(self, rows: list[tuple[int, int, list[int]]]) -> list[int]:
         """rows: (row, slot, new_tokens); returns the rows now thinking."""
+    def watch(self, slot: int, output: list[int]) -> None:
+        """The slot's output token list, read by ``observe_outputs`` (vLLM V1)."""
+    def observe_outputs(self, n_rows: int) -> list[int]:
+        """``observe`` from the watched lists: slot = row, for slots below ``n_rows``."""
+    def observe_rows(
+        self, slots: list[int], seq_lens: list[int], prompt_lens: list[int], prefill_lens: list[int]
+    ) -> list[int] | None:
+        """Model Runner V2: the batch by row; None when no row samples, else the rows whose
+        fed token is new (read them and pass them to ``observe_fed``)."""
+    def observe_fed(self, tokens: list[int]) -> list[int]:
+        """The fed tokens of the rows ``observe_rows`` returned; returns the rows now thinking."""
+    def set_seen(self, slot: int, seen: int) -> None: ...
     def decide(self, entropies: list[float]) -> list[tuple[int, int]]:
         """Returns (row, token_id) pairs to force."""
     def phase(self, slot: int) -> str | None: ...

@@ -59,8 +59,6 @@ class MeridianLogitsProcessor(*_bases):  # type: ignore[misc]
         self._v2 = len(args) == 1
         self._req_states = args[0] if self._v2 else None
         self._ctl: _native.ExitController | None = None
-        self._seen: dict[int, int] = {}
-        self._outputs: dict[int, Any] = {}
         self._pending_prompt: set[int] = set()
         self._entropy = False
         try:
@@ -110,34 +108,21 @@ class MeridianLogitsProcessor(*_bases):  # type: ignore[misc]
             ctl = self._ctl
             for index, params, prompt, output in batch_update.added:
                 self._admit(index, params, list(prompt or ()))
-                self._outputs[index] = output
+                # The controller reads the new tokens from the list vLLM appends to.
+                ctl.watch(index, output)
             for index in batch_update.removed:
                 ctl.remove(index)
-                self._seen.pop(index, None)
-                self._outputs.pop(index, None)
             for a, b, direction in batch_update.moved:
                 if direction == MoveDirectionality.SWAP:
                     ctl.swapped(a, b)
-                    for d in (self._seen, self._outputs):
-                        va, vb = d.pop(a, None), d.pop(b, None)
-                        if va is not None:
-                            d[b] = va
-                        if vb is not None:
-                            d[a] = vb
                 else:
                     ctl.moved(a, b)
-                    for d in (self._seen, self._outputs):
-                        va = d.pop(a, None)
-                        d.pop(b, None)
-                        if va is not None:
-                            d[b] = va
 
     def _admit(self, slot: int, params: Any, prompt: list[int]) -> None:
         assert self._ctl is not None
         extra = _extra(params)
         rid = extra.get(REQUEST_ID_ARG)
         self._ctl.add(slot, prompt, rid if isinstance(rid, str) else None, _budget(params))
-        self._seen[slot] = 0
 
     # ---- V2 interface -------------------------------------------------------------
     def add_request(self, req_idx: int, sampling_params: Any) -> bool:
@@ -158,13 +143,15 @@ class MeridianLogitsProcessor(*_bases):  # type: ignore[misc]
         if self._ctl is None:
             return logits
         with self._rt.guard("logits_processor"):
-            if self._v2 and logits.shape[0] != len(ctx.idx_mapping_np):
-                # Speculative decoding gives a request several rows; not handled yet.
-                return logits
-            rows = self._rows_v2(ctx) if self._v2 else self._rows_v1(logits.shape[0])
-            if not rows:
-                return logits
-            thinking = self._ctl.observe(rows)
+            if self._v2:
+                if logits.shape[0] != len(ctx.idx_mapping_np):
+                    # Speculative decoding gives a request several rows; not handled yet.
+                    return logits
+                thinking = self._observe_v2(ctx)
+                if thinking is None:
+                    return logits
+            else:
+                thinking = self._ctl.observe_outputs(logits.shape[0])
             hs: list[float] = []
             if thinking and self._entropy:
                 hs = self._row_entropies(logits, thinking)
@@ -173,48 +160,42 @@ class MeridianLogitsProcessor(*_bases):  # type: ignore[misc]
                 logits[row, token] = 0.0
         return logits
 
-    def _rows_v1(self, n_rows: int) -> list[tuple[int, int, list[int]]]:
-        rows = []
-        for slot, out in self._outputs.items():
-            if slot >= n_rows:
-                continue
-            done = self._seen.get(slot, 0)
-            n = len(out)
-            rows.append((slot, slot, list(out[done:n]) if n > done else []))
-            self._seen[slot] = n
-        return rows
-
-    def _rows_v2(self, ctx: Any) -> list[tuple[int, int, list[int]]]:
+    def _observe_v2(self, ctx: Any) -> list[int] | None:
+        """Feeds the controller this step's rows; returns the rows now thinking, or None
+        when no row samples."""
         rs = self._req_states
-        slots = [int(s) for s in ctx.idx_mapping_np]
+        ctl = self._ctl
+        assert ctl is not None
+        slots = ctx.idx_mapping_np
+        n = len(slots)
         prompt_len = rs.prompt_len.np
         prefill_len = rs.prefill_len.np
-        for slot in [s for s in slots if s in self._pending_prompt]:
-            self._pending_prompt.discard(slot)
-            # The prompt, plus the output so far for a request resumed after preemption.
-            plen, filled = int(prompt_len[slot]), int(prefill_len[slot])
-            tokens = rs.all_token_ids.gpu[slot, :filled].tolist()
-            self._ctl.reset_prompt(slot, tokens[:plen])  # type: ignore[union-attr]
-            self._ctl.replay(slot, tokens[plen:])  # type: ignore[union-attr]
-            self._seen[slot] = filled - plen
+        if self._pending_prompt:
+            for slot in [s for s in slots.tolist() if s in self._pending_prompt]:
+                self._pending_prompt.discard(slot)
+                # The prompt, plus the output so far for a request resumed after preemption.
+                plen, filled = int(prompt_len[slot]), int(prefill_len[slot])
+                tokens = rs.all_token_ids.gpu[slot, :filled].tolist()
+                ctl.reset_prompt(slot, tokens[:plen])
+                ctl.replay(slot, tokens[plen:])
+                ctl.set_seen(slot, filled - plen)
         # Without speculative decoding a row is a request; the token fed at the row's
-        # position is the request's latest token (one small device read per step). Rows
-        # still (re)filling their prompt do not sample: they are left out.
-        seq_lens = ctx.seq_lens_upper_bound_np
-        fresh: list[int] = []
-        sampling: list[int] = []
-        for i, slot in enumerate(slots):
-            seq_len = int(seq_lens[i])
-            if seq_len < int(prefill_len[slot]):
-                continue
-            sampling.append(i)
-            generated = seq_len - int(prompt_len[slot])
-            if seq_len > int(prefill_len[slot]) and generated > self._seen.get(slot, 0):
-                fresh.append(i)
-                self._seen[slot] = generated
-        tokens = ctx.input_ids[fresh].tolist() if fresh else []
-        new_by_row = dict(zip(fresh, tokens))
-        return [(i, slots[i], [new_by_row[i]] if i in new_by_row else []) for i in sampling]
+        # position is the request's latest token (one small device read per step, only
+        # when some row has one the controller has not seen). Rows still (re)filling
+        # their prompt do not sample: the controller leaves them out.
+        fresh = ctl.observe_rows(
+            slots.tolist(),
+            ctx.seq_lens_upper_bound_np[:n].tolist(),
+            prompt_len[slots].tolist(),
+            prefill_len[slots].tolist(),
+        )
+        if fresh is None:
+            return None
+        tokens: list[int] = []
+        if fresh:
+            ids = ctx.input_ids
+            tokens = (ids if ids.device.type == "cpu" else ids.cpu()).numpy()[fresh].tolist()
+        return ctl.observe_fed(tokens)
 
     def _row_entropies(self, logits: torch.Tensor, rows: list[int]) -> list[float]:
         sel = logits[rows]

@@ -39,12 +39,17 @@ class HookRuntime:
         try:
             yield
         except Exception:  # noqa: BLE001 - the point is to never crash the engine
-            with contextlib.suppress(Exception):
-                _native.count_error(site)
-            now = time.monotonic()
-            if now - self._last_log.get(site, -1e9) > 10.0:
-                self._last_log[site] = now
-                log.exception("meridian hook: %s failed; falling back to stock vLLM behaviour", site)
+            self.failed(site)
+
+    def failed(self, site: str) -> None:
+        """What ``guard`` does with an error, for callers that catch it themselves (in
+        ``except Exception:``, so the error is logged with its traceback)."""
+        with contextlib.suppress(Exception):
+            _native.count_error(site)
+        now = time.monotonic()
+        if now - self._last_log.get(site, -1e9) > 10.0:
+            self._last_log[site] = now
+            log.exception("meridian hook: %s failed; falling back to stock vLLM behaviour", site)
 
     def markers(self, vllm_config: Any) -> tuple[list[int], list[int]]:
         """Think delimiters as token ids: vLLM's reasoning config (set by

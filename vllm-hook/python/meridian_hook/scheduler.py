@@ -24,12 +24,14 @@ log = logging.getLogger("meridian_hook")
 #: Steps between two KV-tier measurements and clean-ups of finished requests.
 _HOUSEKEEPING_EVERY = 16
 
+#: A step the policy puts no limit on: (prefill cap, think-decode cap, held positions).
+_NO_PLAN: tuple[int | None, int | None, list[int] | None] = (None, None, None)
+
 
 class MeridianScheduler(AsyncScheduler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._meridian: _native.SchedulerCore | None = None
-        self._meridian_seen: dict[str, int] = {}
         self._meridian_held: list[Any] = []
         self._meridian_steps = 0
         rt = None
@@ -54,21 +56,32 @@ class MeridianScheduler(AsyncScheduler):
             _native.set_can_end_thinking(rt.can_end_thinking(self.vllm_config, bool(end)))
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
-        limits: tuple[int | None, int | None] = (None, None)
-        if self._meridian is not None:
-            with self._meridian_rt.guard("scheduler"):
-                limits = self._meridian_reorder(self._meridian)
+        core = self._meridian
+        if core is None:
+            return super().schedule(*args, **kwargs)
+        # Runs every step: errors are caught inline (HookRuntime.failed) rather than
+        # through the `guard` context manager (a generator object per use).
+        rt = self._meridian_rt
+        plan = _NO_PLAN
+        try:
+            plan = self._meridian_reorder(core)
+        except Exception:  # noqa: BLE001 - never crash the engine
+            rt.failed("scheduler")
         restore: list[Any] = []
         self._meridian_held = []
         try:
-            if self._meridian is not None and limits != (None, None):
-                with self._meridian_rt.guard("scheduler"):
-                    self._meridian_apply_limits(self._meridian, *limits, restore)
+            if plan != _NO_PLAN:
+                try:
+                    self._meridian_apply_limits(*plan, restore)
+                except Exception:  # noqa: BLE001
+                    rt.failed("scheduler")
             return super().schedule(*args, **kwargs)
         finally:
             for undo in reversed(restore):
-                with self._meridian_rt.guard("scheduler"):
+                try:
                     undo()
+                except Exception:  # noqa: BLE001
+                    rt.failed("scheduler")
             held, self._meridian_held = self._meridian_held, []
             if held:
                 # Still RUNNING: they only sat this step out, at the back of the list.
@@ -76,36 +89,29 @@ class MeridianScheduler(AsyncScheduler):
                 self.running.extend(r for r in held if id(r) not in present)
 
     def _meridian_apply_limits(
-        self, core: _native.SchedulerCore, prefill_cap: int | None, think_cap: int | None, restore: list[Any]
+        self, prefill_cap: int | None, think_cap: int | None, hold: list[int] | None, restore: list[Any]
     ) -> None:
         """Holds requests out of this step's running list and narrows admission as the
-        policy's limits say, appending the undo actions to ``restore``."""
-        held: list[Any] = []
-        kept = []
-        thinking = 0
-        for req in self.running:
-            prefilling = req.num_computed_tokens < req.num_prompt_tokens
-            if prefilling and prefill_cap == 0:
-                held.append(req)
-                continue
-            if not prefilling and think_cap is not None and core.phase(req.request_id) == "think":
-                if thinking >= think_cap:
-                    held.append(req)
-                    continue
-                thinking += 1
-            kept.append(req)
-        free = self.kv_cache_manager.block_pool.get_num_free_blocks()
-        if held and free >= len(kept):
-            # Only with a block to spare for every kept request: otherwise vLLM would
-            # have to preempt, and with the thinkers held out its victim (the last
-            # running request) would be an answering one.
-            self._meridian_held = held
-            self.running[:] = kept
-            if hasattr(self, "max_num_active_reqs"):
-                # Held requests still occupy their slots: admit no more than before.
-                cap = self.max_num_active_reqs
-                self.max_num_active_reqs = max(0, cap - len(held))
-                restore.append(lambda: setattr(self, "max_num_active_reqs", cap))
+        policy's limits say, appending the undo actions to ``restore``. ``hold``: the
+        positions in the running list of the requests the limits keep out of the step
+        (still prefilling when no prompt token may be computed; thinking past the
+        think-decode cap), as the core worked them out."""
+        if hold:
+            running = self.running
+            kept = len(running) - len(hold)
+            free = self.kv_cache_manager.block_pool.get_num_free_blocks()
+            if free >= kept:
+                # Only with a block to spare for every kept request: otherwise vLLM would
+                # have to preempt, and with the thinkers held out its victim (the last
+                # running request) would be an answering one.
+                out = set(hold)
+                self._meridian_held = [running[i] for i in hold]
+                running[:] = [r for i, r in enumerate(running) if i not in out]
+                if hasattr(self, "max_num_active_reqs"):
+                    # Held requests still occupy their slots: admit no more than before.
+                    cap = self.max_num_active_reqs
+                    self.max_num_active_reqs = max(0, cap - len(hold))
+                    restore.append(lambda: setattr(self, "max_num_active_reqs", cap))
         if prefill_cap == 0 and self._pause_state == PauseState.UNPAUSED:
             # Admits nothing new this step (requests holding KV blocks still may).
             self._pause_state = PauseState.PAUSED_NEW
@@ -117,44 +123,39 @@ class MeridianScheduler(AsyncScheduler):
                 cfg.long_prefill_token_threshold = prefill_cap
                 restore.append(lambda: setattr(cfg, "long_prefill_token_threshold", before))
 
-    def _meridian_reorder(self, core: _native.SchedulerCore) -> tuple[int | None, int | None]:
+    def _meridian_reorder(self, core: _native.SchedulerCore) -> tuple[int | None, int | None, list[int] | None]:
+        """Orders the running list by the policy (the core reads the requests and only
+        their tokens generated since the last step); returns the step's limits and whom
+        they hold out."""
         running = self.running
         if not running:
-            return (None, None)
-        seen = self._meridian_seen
-        rows = []
-        for req in running:
-            rid = req.request_id
-            done = seen.get(rid)
-            if done is None:
-                core.track(rid, list(req.prompt_token_ids or ()))
-                done = 0
-            out = req.output_token_ids
-            n = len(out)
-            new = [out[i] for i in range(done, n)] if n > done else []
-            seen[rid] = n
-            prefill = max(0, req.num_prompt_tokens - req.num_computed_tokens)
-            priority = min(max(int(req.priority), -(2**31)), 2**31 - 1)
-            rows.append((rid, float(req.arrival_time), priority, prefill, new))
-        order, prefill_cap, think_cap = core.plan(rows)
-        if len(order) == len(running) and order != list(range(len(running))):
+            return _NO_PLAN
+        order, prefill_cap, think_cap, hold = core.plan_running(running)
+        if order is not None and len(order) == len(running):
             running[:] = [running[i] for i in order]
         self._meridian_steps += 1
         if self._meridian_steps % _HOUSEKEEPING_EVERY == 0:
             self._meridian_housekeeping(core)
-        return (prefill_cap, think_cap)
+        return (prefill_cap, think_cap, hold)
 
     def _meridian_housekeeping(self, core: _native.SchedulerCore) -> None:
-        live = list(self.requests.keys())
-        core.retain(live)
-        live_set = set(live)
-        for rid in [r for r in self._meridian_seen if r not in live_set]:
-            del self._meridian_seen[rid]
+        core.retain(self.requests.keys())
+        block_size = int(self.cache_config.block_size)
+        try:
+            # vLLM's blocks per request, one table per KV cache group: the core reads
+            # them for the running requests without a Python call per request.
+            managers = self.kv_cache_manager.coordinator.single_type_managers
+            tables = [m.req_to_blocks for m in managers]
+        except AttributeError:
+            tables = None
+        if tables is not None and all(isinstance(t, dict) for t in tables):
+            core.account_kv_running(tables, block_size)
+            return
         held = []
         for req in self.running:
             groups = self.kv_cache_manager.get_block_ids(req.request_id)
             held.append((req.request_id, sum(len(g) for g in groups)))
-        core.account_kv(held, int(self.cache_config.block_size))
+        core.account_kv(held, block_size)
 
     def _preempt_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
         if self._meridian is not None:

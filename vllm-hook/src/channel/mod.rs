@@ -30,8 +30,13 @@ impl Shared {
     /// Directives for a request, by vLLM's request id or the proxy's.
     pub fn directives_for(&self, request_id: &str) -> Option<RequestDirectives> {
         let table = self.directives.lock().ok()?;
-        table.get(request_id).or_else(|| table.get(base_request_id(request_id))).cloned()
+        directives_in(&table, request_id).cloned()
     }
+}
+
+/// A request's directives in `table`, by vLLM's request id or the proxy's.
+pub fn directives_in<'a>(table: &'a DirectiveTable, request_id: &str) -> Option<&'a RequestDirectives> {
+    table.get(request_id).or_else(|| table.get(base_request_id(request_id)))
 }
 
 /// Where a follower connects for a listener bound to `listen` (a wildcard address means

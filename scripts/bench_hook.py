@@ -44,6 +44,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("out", type=Path)
     p.add_argument("--steps", type=int, default=2000, help="measured steps per size (default 2000)")
     p.add_argument("--sizes", default="1,16,64,256", help="running requests, comma-separated")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of every size, fresh engines each (default 3)")
     p.add_argument(
         "--profile", action="store_true", help="also print a cProfile of the hooked schedule at the largest size"
     )
@@ -182,9 +183,46 @@ class SchedResult:
     steps: int
     answering: int
     thinking: int
+    rounds_added: list[float]  # each round's added p50
+
+    @classmethod
+    def pooled(cls, rounds: list["SchedRaw"]) -> "SchedResult":
+        def pool(name: str) -> list[float]:
+            return [x for r in rounds for x in getattr(r, name)]
+
+        first = rounds[0]
+        return cls(
+            first.n,
+            Spread.of(pool("stock")),
+            Spread.of(pool("hooked")),
+            Spread.of(pool("added")),
+            statistics.fmean(pool("added")),
+            Spread.of(pool("floor")),
+            Spread.of(pool("paired")),
+            Spread.of(pool("wall_paired")),
+            len(first.added),
+            first.answering,
+            first.thinking,
+            [statistics.median(r.added) for r in rounds],
+        )
 
 
-def bench_scheduler(n: int, steps: int, profile: bool) -> SchedResult:
+@dataclass
+class SchedRaw:
+    """One round's per-step figures at one size (µs)."""
+
+    n: int
+    stock: list[float]
+    hooked: list[float]
+    added: list[float]
+    floor: list[float]
+    paired: list[float]
+    wall_paired: list[float]
+    answering: int
+    thinking: int
+
+
+def bench_scheduler(n: int, steps: int, profile: bool) -> SchedRaw:
     stock_cls, hooked_cls = timed_classes()
     stock, hooked = Driver(stock_cls, n, steps), Driver(hooked_cls, n, steps)
     # Warm-up: prefill, then every odd request closes its thought (the hooked engine runs
@@ -232,19 +270,7 @@ def bench_scheduler(n: int, steps: int, profile: bool) -> SchedResult:
         out = io.StringIO()
         pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(20)
         print(f"cProfile of {steps} hooked steps at {n} running requests:\n{out.getvalue()}", file=sys.stderr)
-    return SchedResult(
-        n,
-        Spread.of(stock_cpu),
-        Spread.of(hooked_cpu),
-        Spread.of(added),
-        statistics.fmean(added),
-        Spread.of(floor),
-        Spread.of(paired),
-        Spread.of(wall_paired),
-        steps,
-        answering,
-        thinking,
-    )
+    return SchedRaw(n, stock_cpu, hooked_cpu, added, floor, paired, wall_paired, answering, thinking)
 
 
 # ---- logits processor -------------------------------------------------------------
@@ -255,11 +281,15 @@ class LogitsResult:
     n: int
     v1: Spread  # CPU time per call, µs
     v2: Spread
-    v1_wall: Spread
-    v2_wall: Spread
+
+    @classmethod
+    def pooled(cls, rounds: list[tuple[int, list[float], list[float]]]) -> "LogitsResult":
+        return cls(
+            rounds[0][0], Spread.of([x for r in rounds for x in r[1]]), Spread.of([x for r in rounds for x in r[2]])
+        )
 
 
-def bench_logits(n: int, steps: int) -> LogitsResult:
+def bench_logits(n: int, steps: int) -> tuple[int, list[float], list[float]]:
     import numpy as np
     import torch
     from engine import reasoning_config
@@ -294,7 +324,6 @@ def bench_logits(n: int, steps: int) -> LogitsResult:
     slots = np.arange(n)
 
     cpu: tuple[list[float], list[float]] = ([], [])
-    wall: tuple[list[float], list[float]] = ([], [])
     for k in range(WARMUP_STEPS + steps):
         # What the model sampled last step, before this step's sampling.
         last = [script_token(i, len(outs[i])) for i in range(n)] if k else [prompts[i][-1] for i in range(n)]
@@ -308,18 +337,17 @@ def bench_logits(n: int, steps: int) -> LogitsResult:
         )
         order = (0, 1) if k % 2 == 0 else (1, 0)
         for which in order:
-            w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+            c0 = time.thread_time_ns()
             if which == 0:
                 v1.update_state(None)
                 v1.apply(logits, None)
             else:
                 v2.apply(logits, ctx)
-            c, w = time.thread_time_ns() - c0, time.perf_counter_ns() - w0
+            c = time.thread_time_ns() - c0
             if k >= WARMUP_STEPS:
                 cpu[which].append(c / 1000)
-                wall[which].append(w / 1000)
     assert not torch.isinf(logits).any(), "no row was forced (steady decode, no budget)"
-    return LogitsResult(n, Spread.of(cpu[0]), Spread.of(cpu[1]), Spread.of(wall[0]), Spread.of(wall[1]))
+    return n, cpu[0], cpu[1]
 
 
 # ---- report -----------------------------------------------------------------------
@@ -398,7 +426,9 @@ def verdicts(sched: list[SchedResult]) -> list[str]:
     return out
 
 
-def write_report(out: Path, repo: Path, steps: int, sched: list[SchedResult], logits: list[LogitsResult]) -> None:
+def write_report(
+    out: Path, repo: Path, steps: int, rounds: int, sched: list[SchedResult], logits: list[LogitsResult]
+) -> None:
     cmd = os.environ.get("MERIDIAN_BENCH_COMMAND") or " ".join(
         shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv]
     )
@@ -423,8 +453,9 @@ def write_report(out: Path, repo: Path, steps: int, sched: list[SchedResult], lo
         "think block and samples one token per step; half of them (every other request)",
         f"closed their thought during a {WARMUP_STEPS}-step warm-up, the rest are still thinking.",
         f"Then {steps} measured steps per size, in each of which both engines run every request",
-        "(checked). Times are the thread's CPU time (the machine is shared; CPU time leaves out",
-        "the time other processes hold the core), in µs.",
+        f"(checked); {rounds} rounds over all sizes, fresh engines each, the steps of all rounds",
+        "pooled. Times are the thread's CPU time (the machine is shared; CPU time leaves out",
+        "the time other processes hold the core, not their effect on caches), in µs.",
         "",
         "- **added**: the hook's own cost in a step: the hooked `schedule()` minus vLLM's",
         "  `AsyncScheduler.schedule()` that it wraps, timed inside the same call (a timing class",
@@ -445,13 +476,15 @@ def write_report(out: Path, repo: Path, steps: int, sched: list[SchedResult], lo
         "## Per scheduler step",
         "",
         "| running requests | answering / thinking | stock `schedule()` µs (p50) | hooked `schedule()` µs (p50)"
-        " | added µs (p50) | added p10-p90 | added mean | timing | paired difference p50 (p10-p90) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        " | added µs (p50) | added p10-p90 | added mean | added p50 by round | added / stock | timing"
+        " | paired difference p50 (p10-p90) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in sched:
         lines.append(
             f"| {r.n} | {r.answering} / {r.thinking} | {f1(r.stock.p50)} | {f1(r.hooked.p50)} | "
-            f"{f1(r.added.p50)} | {f1(r.added.p10)} to {f1(r.added.p90)} | {f1(r.added_mean)} | {f1(r.floor.p50)} | "
+            f"{f1(r.added.p50)} | {f1(r.added.p10)} to {f1(r.added.p90)} | {f1(r.added_mean)} | "
+            f"{' / '.join(f1(x) for x in r.rounds_added)} | {r.added.p50 / r.stock.p50 * 100:.1f}% | {f1(r.floor.p50)} | "
             f"{f1(r.paired.p50)} ({f1(r.paired.p10)} to {f1(r.paired.p90)}) |"
         )
     lines += ["", *verdicts(sched), ""]
@@ -529,12 +562,18 @@ ASYNC_SECTION = [
     "- **Cost.** The scheduler hook runs inside `schedule()`, on the engine core's CPU",
     "  thread, while the previous step runs on the GPU: its cost overlaps the GPU step and",
     "  only shows in step time when the engine core's CPU work per step (scheduling,",
-    "  output processing) already exceeds the GPU step. Under synchronous scheduling",
-    "  (`--no-async-scheduling`, and vLLM on CPU) it adds to every step as measured above.",
-    "  The logits processor runs on the sampling path in the worker process, not in the",
-    "  engine core, so async scheduling does not hide it the same way; under Model Runner",
-    "  V2 its copy of the fed tokens from the device waits for the step's forward pass,",
-    "  so its work after that copy delays the step's sampling.",
+    "  launching, output processing) already exceeds the GPU step. Under synchronous",
+    "  scheduling (`--no-async-scheduling`, and vLLM on CPU) it adds to every step as",
+    "  measured above.",
+    "- **The logits processor and the overlap.** The logits processor runs where the model",
+    "  samples: with one GPU (vLLM's in-process executor) on that same engine-core thread,",
+    "  in `sample_tokens`, right after the step's forward pass was launched. Under Model",
+    "  Runner V2 it copies the rows' fed tokens from the device in every decode step, and",
+    "  that copy waits for the forward pass to finish: the engine core's thread is held",
+    "  until then, so the next step's scheduling (the hook's included) no longer overlaps",
+    "  the forward pass. Under the V1 model runner vLLM itself, once any custom logits",
+    "  processor is configured, waits for the previous step's sampled tokens before",
+    "  sampling (`update_async_output_token_ids`), not for the current forward pass.",
     "",
 ]
 
@@ -551,25 +590,41 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",") if s]
     os.environ.pop("MERIDIAN_HOOK_CONFIG", None)  # the default policy
     os.environ.pop("MERIDIAN_HOOK_TOKEN", None)  # no policy channel
-    sched: list[SchedResult] = []
-    logits: list[LogitsResult] = []
-    for n in sizes:
-        r = bench_scheduler(n, args.steps, args.profile and n == max(sizes))
-        sched.append(r)
+    raw: dict[int, list[SchedRaw]] = {n: [] for n in sizes}
+    raw_logits: dict[int, list[tuple[int, list[float], list[float]]]] = {n: [] for n in sizes}
+    for k in range(args.rounds):
+        for n in sizes:
+            r = bench_scheduler(n, args.steps, args.profile and k == 0 and n == max(sizes))
+            raw[n].append(r)
+            print(
+                f"round {k + 1} scheduler n={n}: stock {f1(statistics.median(r.stock))} µs, "
+                f"hooked {f1(statistics.median(r.hooked))} µs, added {f1(statistics.median(r.added))} µs, "
+                f"paired difference {f1(statistics.median(r.paired))} µs",
+                file=sys.stderr,
+            )
+            gc.collect()
+        for n in sizes:
+            lr = bench_logits(n, args.steps)
+            raw_logits[n].append(lr)
+            print(
+                f"round {k + 1} logits n={n}: V1 {f1(statistics.median(lr[1]))} µs, "
+                f"V2 {f1(statistics.median(lr[2]))} µs per call",
+                file=sys.stderr,
+            )
+            gc.collect()
+    sched = [SchedResult.pooled(raw[n]) for n in sizes]
+    logits = [LogitsResult.pooled(raw_logits[n]) for n in sizes]
+    for r in sched:
         print(
-            f"scheduler n={n}: stock {f1(r.stock.p50)} µs, hooked {f1(r.hooked.p50)} µs, "
+            f"scheduler n={r.n}: stock {f1(r.stock.p50)} µs, hooked {f1(r.hooked.p50)} µs, "
             f"added {f1(r.added.p50)} µs (p10 {f1(r.added.p10)}, p90 {f1(r.added.p90)}, mean {f1(r.added_mean)}); "
             f"paired difference {f1(r.paired.p50)} µs (p10 {f1(r.paired.p10)}, p90 {f1(r.paired.p90)}), "
             f"wall {f1(r.wall_paired.p50)} µs",
             file=sys.stderr,
         )
-        gc.collect()
-    for n in sizes:
-        lr = bench_logits(n, args.steps)
-        logits.append(lr)
-        print(f"logits n={n}: V1 {f1(lr.v1.p50)} µs, V2 {f1(lr.v2.p50)} µs per call", file=sys.stderr)
-        gc.collect()
-    write_report(args.out, args.repo, args.steps, sched, logits)
+    for lr2 in logits:
+        print(f"logits n={lr2.n}: V1 {f1(lr2.v1.p50)} µs, V2 {f1(lr2.v2.p50)} µs per call", file=sys.stderr)
+    write_report(args.out, args.repo, args.steps, args.rounds, sched, logits)
     for v in verdicts(sched):
         print(v, file=sys.stderr)
     print(f"wrote {args.out}", file=sys.stderr)

@@ -96,8 +96,10 @@ pub struct SchedulerCore {
     by_id: HashMap<String, usize>,
     by_object: HashMap<usize, usize, BuildHasherDefault<AddressHasher>>,
     plans: u64,
-    /// The request objects (addresses) of the last `plan_running` call, in its order.
-    last_running: Vec<usize>,
+    /// The request objects (address, slot) of the last `plan_running` call, in the order
+    /// it returned: vLLM keeps that order, so the next call usually finds each row's
+    /// slot at the same position without a lookup.
+    last_running: Vec<(usize, usize)>,
     next_seq: u64,
     started: Instant,
     shared: Arc<Shared>,
@@ -349,10 +351,12 @@ impl SchedulerCore {
     }
 
     /// One running request this step: its slot, with the tracker fed the output tokens
-    /// generated since the last call, and its view.
+    /// generated since the last call, and its view. `hint`: the (address, slot) at this
+    /// row's position in the previous call.
     fn observe<'py>(
         &mut self,
         req: &Bound<'py, PyAny>,
+        hint: Option<(usize, usize)>,
         now: f64,
         scratch: &mut Vec<u32>,
     ) -> PyResult<(usize, RequestView)> {
@@ -362,7 +366,11 @@ impl SchedulerCore {
         // A request object seen in the previous call's running list has not left it
         // since (vLLM changes a request's prompt or arrival time only while it waits),
         // so what `learn` read still holds; anything else is read afresh.
-        let continuing = self.by_object.get(&address).copied().filter(|&i| {
+        let known = match hint {
+            Some((a, i)) if a == address => Some(i),
+            _ => self.by_object.get(&address).copied(),
+        };
+        let continuing = known.filter(|&i| {
             self.slots[i]
                 .as_ref()
                 .and_then(|t| t.object.as_ref())
@@ -469,12 +477,12 @@ impl SchedulerCore {
         let mut views = Vec::with_capacity(n);
         let mut row_slots = Vec::with_capacity(n);
         let mut scratch = Vec::new();
-        self.last_running.clear();
-        for req in running.iter() {
-            let (slot, view) = self.observe(&req, now, &mut scratch)?;
+        let previous = std::mem::take(&mut self.last_running);
+        for (i, req) in running.iter().enumerate() {
+            let (slot, view) = self.observe(&req, previous.get(i).copied(), now, &mut scratch)?;
             views.push(view);
             row_slots.push(slot);
-            self.last_running.push(req.as_ptr() as usize);
+            self.last_running.push((req.as_ptr() as usize, slot));
         }
         let prefilling: Vec<bool> = views.iter().map(|v| v.prefill_remaining > 0).collect();
         let (order, limits) = self.finish_plan(views, &row_slots, now);
@@ -504,6 +512,9 @@ impl SchedulerCore {
             }
         }
         let identity = order.len() == n && order.iter().enumerate().all(|(pos, &i)| pos == i);
+        if !identity && order.len() == n {
+            self.last_running = order.iter().map(|&i| self.last_running[i]).collect();
+        }
         Ok(((!identity).then_some(order), prefill_cap, think_cap, (!hold.is_empty()).then_some(hold)))
     }
 
@@ -569,9 +580,8 @@ impl SchedulerCore {
     ) -> PyResult<[u64; 3]> {
         let mut tiers = [0u64; 3];
         let block_size = block_size.max(1);
-        for address in &self.last_running {
-            let Some(&slot) = self.by_object.get(address) else { continue };
-            let tracked = self.slots[slot].as_ref();
+        for (address, slot) in &self.last_running {
+            let tracked = self.slots[*slot].as_ref();
             let Some(object) = tracked.and_then(|t| t.object.as_ref()).filter(|o| o.address == *address)
             else {
                 continue;

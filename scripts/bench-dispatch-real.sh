@@ -40,8 +40,9 @@ if [[ -z "${REALAB_REPORT_ONLY:-}" ]]; then
   work=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["work"][0])' "$RESULTS")
   for side in stock hook; do gzip -c "$work/$side-steps.jsonl" > "$OUT_DIR/$side-steps.jsonl.gz"; done
 fi
-steps=$(mktemp -d)
-trap 'rm -rf "$steps"' EXIT
+# A fixed place (not a temp dir): the calibrated profiles name the trace they came from.
+steps=target/realab
+rm -rf "$steps" && mkdir -p "$steps"
 window=$(python3 -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))["curve_window"])))' "$RESULTS")
 for side in stock hook; do
   gunzip -c "$OUT_DIR/$side-steps.jsonl.gz" > "$steps/$side.jsonl"

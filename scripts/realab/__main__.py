@@ -56,36 +56,24 @@ def main(argv: list[str]) -> None:
         work = Path(tempfile.mkdtemp(prefix="realab-"))
         print(f"work directory (logs, step traces, raw load-test JSON): {work}", flush=True)
         s = setup(root, model, work)
-        data = m.measure(s, results, log=lambda msg: print(msg, flush=True),
-                         append=os.environ.get("REALAB_APPEND") == "1")
-        data["work"] = [*data.get("work", []), str(work)]
-        results.write_text(json.dumps(data, indent=1))
+        m.measure(s, results, log=lambda msg: print(msg, flush=True),
+                  append=os.environ.get("REALAB_APPEND") == "1")
     elif argv[0] == "twin-inputs":
         # Observed lengths into RESULTS_JSON, and one twin workload file per workload.
         results, out_dir = Path(argv[1]), Path(argv[2])
         data = json.loads(results.read_text())
-        works = data.get("work", [])
-        works = [works] if isinstance(works, str) else works
+        works = [Path(w) for w in data.get("work", [])]
         for w in data["setup"]["workloads"]:
             found: dict = {}
             for wd in works:
-                lengths = m.observed_lengths(Path(wd) / "runs", w["name"])
+                lengths = m.observed_lengths(wd / "runs", w["name"])
                 if lengths:
                     found = lengths
             if found:
                 data.setdefault("lengths", {})[w["name"]] = found
-            # Stalls by cause, where the raw runs and step traces are still at hand.
-            for run in data["runs"]:
-                if run["workload"] != w["name"]:
-                    continue
-                for wd in works:
-                    raw = Path(wd) / "runs" / f"{w['name']}-{run['load']:g}-{run['round']}-{run['config']}.json"
-                    if raw.exists():
-                        trace = m.engine_trace_in(Path(wd), run["config"])
-                        steps = [x for x in m.curve.read_steps(trace) if run["window"][0] - 5 <= x["t"] <= run["window"][1]]
-                        run["stalls"] = m.attribute_stalls(json.loads(raw.read_text()), steps, run["window"][0])
             if w["name"] in data.get("lengths", {}):
                 (out_dir / f"{w['name']}.toml").write_text(m.twin_workload(data["lengths"][w["name"]]))
+        m.attribute_runs(data, works)
         results.write_text(json.dumps(data, indent=1))
     elif argv[0] == "report":
         from . import report

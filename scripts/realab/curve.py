@@ -4,13 +4,13 @@ Two probes, on an otherwise idle engine whose scheduler records every step
 (meridian_hook.steptrace): prompts of known lengths sent one at a time (steps that only
 prefill, chunked at max_num_batched_tokens), and k requests decoding together (steps of
 k one-token decodes). Prompts are token ids sent to /v1/completions, so their lengths
-are exact. The curve is read back from the step trace, not from client timings."""
+are exact. The curve is read back from the step trace, not from client timings
+(`meridian-sim calibrate --steps ... --curve-window`)."""
 
 from __future__ import annotations
 
 import json
 import random
-import statistics
 import threading
 from pathlib import Path
 
@@ -52,20 +52,3 @@ def read_steps(trace: Path) -> list[dict]:
     if not trace.exists():
         return []
     return [json.loads(line) for line in trace.read_text().splitlines() if line.strip()]
-
-
-def curve(steps: list[dict]) -> dict[str, list[tuple[int, float, int]]]:
-    """(tokens, median step ms, steps) for pure-prefill steps by chunk size and for
-    pure-decode steps by batch size."""
-    prefill: dict[int, list[float]] = {}
-    decode: dict[int, list[float]] = {}
-    for s in steps:
-        if s["decode_reqs"] == 0 and s["prefill_tokens"] > 0:
-            prefill.setdefault(s["tokens"], []).append(s["step_s"] * 1000)
-        elif s["prefill_tokens"] == 0 and s["decode_reqs"] > 0:
-            decode.setdefault(s["decode_reqs"], []).append(s["step_s"] * 1000)
-
-    def rows(d: dict[int, list[float]], min_steps: int) -> list[tuple[int, float, int]]:
-        return [(k, statistics.median(v), len(v)) for k, v in sorted(d.items()) if len(v) >= min_steps]
-
-    return {"prefill": rows(prefill, 2), "decode": rows(decode, 5)}

@@ -6,6 +6,7 @@ Writes one JSON file of everything measured; `report.py` turns it into the page.
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import time
 from dataclasses import asdict, dataclass
@@ -142,6 +143,8 @@ def measure(s: Setup, results: Path, log=print, append: bool = False) -> dict:
                   "runs": [], "capacity": {}}
     if append and results.exists():
         data = json.loads(results.read_text())
+    # Where this run's raw load-test files and step traces are, for the post-processing.
+    data["work"] = [*data.get("work", []), str(s.work)]
     names = {w["name"] for w in data["setup"]["workloads"]}
     for w in s.workloads:
         if w.name in names:
@@ -221,8 +224,6 @@ def delta(before: dict[str, float], after: dict[str, float], name: str) -> float
 def observed_lengths(raw_dir: Path, workload: str) -> dict[str, list[float]]:
     """Token lengths the engine really saw and produced (its `usage`), over every run of
     a workload: [min, median, max] of prompt, thinking and answer tokens per request."""
-    import statistics
-
     cols: dict[str, list[float]] = {"prompt": [], "think": [], "answer": []}
     for f in sorted(raw_dir.glob(f"{workload}-*.json")) + sorted(raw_dir.glob(f"capacity-{workload}.json")):
         for run in json.loads(f.read_text())["runs"]:
@@ -266,3 +267,20 @@ def attribute_stalls(raw: dict, steps: list[dict], t0: float, threshold_s: float
             longest = max(y - x for x, y in zip(marks, marks[1:]))
             out["engine" if longest >= 0.5 * (b - a) else "delivery"] += 1
     return out
+
+
+def attribute_runs(data: dict, works: list[Path]) -> None:
+    """Sets each run's `stalls` where its raw load-test file and its engine's step trace
+    are still at hand (each trace read once)."""
+    traces: dict[Path, list[dict]] = {}
+    for run in data["runs"]:
+        for wd in works:
+            raw = wd / "runs" / f"{run['workload']}-{run['load']:g}-{run['round']}-{run['config']}.json"
+            if not raw.exists():
+                continue
+            trace = engine_trace_in(wd, run["config"])
+            if trace not in traces:
+                traces[trace] = curve.read_steps(trace)
+            t0, t1 = run["window"]
+            steps = [x for x in traces[trace] if t0 - 5 <= x["t"] <= t1]
+            run["stalls"] = attribute_stalls(json.loads(raw.read_text()), steps, t0)

@@ -260,3 +260,29 @@ def test_a_request_back_in_the_running_list_is_read_afresh():
     first.arrival_time = 3.0
     order, *_ = core.plan_running([first, second])
     assert order == [1, 0], "its new arrival time counts"
+
+
+def test_a_prompt_going_in_over_many_steps_is_never_mistaken_for_a_thinker(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+):
+    """The hook reads a running request's computed-token count only until its prompt is
+    all in: every step of a chunked prompt must still count as prefilling, or a cap on
+    thinking decodes would hold the prompt back."""
+    cfg = tmp_path / "meridian.toml"
+    cfg.write_text('[hook]\npolicy = "output-first:think_decode_cap=0,express=0"\n')
+    monkeypatch.setenv("MERIDIAN_HOOK_CONFIG", str(cfg))
+    e = build(MeridianScheduler, num_blocks=96, budget=64)
+    e.add("answerer", PROMPT, arrival=1.0)
+    e.add("thinker", PROMPT, arrival=2.0)
+    e.step({"answerer": THINK_END})
+    e.add("long", [2] * 400 + [THINK_START], arrival=3.0)
+    long = e.scheduler.requests["long"]
+    steps = 0
+    while long.num_computed_tokens < long.num_prompt_tokens:
+        out = e.step({})
+        assert set(out.num_scheduled_tokens) == {"answerer", "long"}, "the thinker sits out, the prompt goes in"
+        steps += 1
+    assert steps >= 4, "the prompt went in over several steps"
+    out = e.step({})
+    assert set(out.num_scheduled_tokens) == {"answerer"}, "with its prompt in, it is a thinker held by the cap"
+    assert e.scheduler._meridian.phase("long") == "think"

@@ -4,13 +4,12 @@
 //! last, where vLLM's stock victim choice (`running[-1]`) takes it.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use meridian_core::Phase;
 use meridian_core::sched::{RequestView, SchedulingPolicy, StepLimits, policy_by_name};
-use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 
@@ -19,8 +18,16 @@ use crate::error::HookError;
 use crate::metrics::{Counter, KV_TIERS};
 use crate::phase::{PhaseTracker, ThinkMarkers};
 
+
+mod kv;
+mod objects;
+#[cfg(test)]
+mod tests;
+
+use objects::{AddressHasher, RequestObject};
+
 /// What the hook knows of one request, in a slot of `SchedulerCore::slots`.
-struct Tracked {
+pub(crate) struct Tracked {
     id: String,
     tracker: Option<PhaseTracker>,
     seq: u64,
@@ -35,43 +42,6 @@ struct Tracked {
     object: Option<RequestObject>,
 }
 
-/// One of vLLM's `Request` objects and what stays put in it while the request runs.
-/// Holding a reference keeps its address from being reused by another object while
-/// `SchedulerCore::by_object` may map that address here.
-struct RequestObject {
-    address: usize,
-    _object: Py<PyAny>,
-    /// The object's `__dict__`, where `num_computed_tokens` and `_output_token_ids` are
-    /// read from when its class defines neither (`None`: read them by `getattr`).
-    attrs: Option<Py<PyDict>>,
-    id: Py<PyString>,
-    arrival_s: f64,
-    priority: i32,
-    prompt_len: i64,
-    /// The `plan_running` call that last saw it in the running list.
-    last_plan: u64,
-}
-
-/// Hashes an object address (already unique; only spread it over the bits).
-#[derive(Default)]
-struct AddressHasher(u64);
-
-impl Hasher for AddressHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        let x = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        self.0 = x ^ (x >> 29);
-    }
-}
 
 /// One running request as vLLM's scheduler sees it this step: `(request_id,
 /// arrival_s, priority, prefill_remaining, new_tokens)`, the last being the output tokens
@@ -105,19 +75,6 @@ pub struct SchedulerCore {
     shared: Arc<Shared>,
 }
 
-/// An attribute of a request: from its instance dict when given and there, else by
-/// `getattr`.
-fn read_attr<'py>(
-    req: &Bound<'py, PyAny>,
-    attrs: Option<&Bound<'py, PyDict>>,
-    name: &Bound<'py, PyString>,
-) -> PyResult<Bound<'py, PyAny>> {
-    match attrs.map(|d| d.get_item(name)).transpose()?.flatten() {
-        Some(value) => Ok(value),
-        None => req.getattr(name),
-    }
-}
-
 /// Pushes generated tokens through a request's tracker, noting when its thought ended.
 fn feed(
     entry: &mut Tracked,
@@ -132,6 +89,21 @@ fn feed(
             }
         }
     }
+}
+
+/// Item `i` of `list` without taking a reference to it. Taking one writes to the
+/// object's header, a cache miss per running request and step that the hook's step cost
+/// is mostly made of at 256 requests (measured: `scripts/bench-hook.sh`); `observe`
+/// takes one only where it calls Python code that could drop the item (`to_owned`).
+fn borrowed_item<'a, 'py>(list: &'a Bound<'py, PyList>, i: usize) -> PyResult<Borrowed<'a, 'py, PyAny>> {
+    let index = isize::try_from(i).unwrap_or(isize::MAX);
+    // SAFETY: `list` is a live list and we hold the GIL (`Bound`); `PyList_GetItem`
+    // returns a borrowed reference, or null with IndexError set past the end, which
+    // `from_ptr_or_err` turns into an error. The item stays alive while the borrow is
+    // used: `observe` runs no Python code before it has a reference of its own (a
+    // request it keeps running is held by its `RequestObject`; any other it takes a
+    // reference to before `learn` reads it).
+    unsafe { Borrowed::from_ptr_or_err(list.py(), pyo3::ffi::PyList_GetItem(list.as_ptr(), index)) }
 }
 
 /// The policy's view of a tracked request (priority as vLLM has it; directives later).
@@ -303,149 +275,6 @@ impl SchedulerCore {
         }
         (order, limits)
     }
-
-    /// Reads what stays put while a request runs (its id, prompt length, priority and
-    /// arrival time) from one of vLLM's `Request` objects, tracks the request from its
-    /// prompt when it is new, and returns its slot.
-    fn learn(&mut self, req: &Bound<'_, PyAny>, address: usize, plan: u64) -> PyResult<usize> {
-        let py = req.py();
-        let id_obj = req.getattr(intern!(py, "request_id"))?.cast_into::<PyString>()?;
-        let id = id_obj.to_str()?;
-        let prompt_len: i64 = req.getattr(intern!(py, "num_prompt_tokens"))?.extract()?;
-        let priority: i64 = req.getattr(intern!(py, "priority"))?.extract()?;
-        let arrival_s: f64 = req.getattr(intern!(py, "arrival_time"))?.extract()?;
-        let slot = match self.by_id.get(id) {
-            Some(&i) => i,
-            None => {
-                let prompt_obj = req.getattr(intern!(py, "prompt_token_ids"))?;
-                let prompt: Vec<u32> =
-                    if prompt_obj.is_none() { Vec::new() } else { prompt_obj.extract()? };
-                self.start_tracking(id, Some(&prompt))
-            }
-        };
-        // The two attributes read every step, straight from the instance's dict when
-        // nothing on the class could shadow them there (a property, a slot).
-        let class = req.get_type();
-        let attrs = if class.hasattr(intern!(py, "num_computed_tokens"))?
-            || class.hasattr(intern!(py, "_output_token_ids"))?
-        {
-            None
-        } else {
-            req.getattr(intern!(py, "__dict__"))
-                .ok()
-                .and_then(|d| d.cast_into::<PyDict>().ok())
-                .map(Bound::unbind)
-        };
-        self.slot_mut(slot).object = Some(RequestObject {
-            address,
-            _object: req.clone().unbind(),
-            attrs,
-            id: id_obj.clone().unbind(),
-            arrival_s,
-            priority: i32::try_from(priority).unwrap_or(if priority < 0 { i32::MIN } else { i32::MAX }),
-            prompt_len,
-            last_plan: plan,
-        });
-        self.by_object.insert(address, slot);
-        Ok(slot)
-    }
-
-    /// One running request this step: its slot, with the tracker fed the output tokens
-    /// generated since the last call, and its view. `hint`: the (address, slot) at this
-    /// row's position in the previous call.
-    fn observe<'py>(
-        &mut self,
-        req: &Bound<'py, PyAny>,
-        hint: Option<(usize, usize)>,
-        now: f64,
-        scratch: &mut Vec<u32>,
-    ) -> PyResult<(usize, RequestView)> {
-        let py = req.py();
-        let address = req.as_ptr() as usize;
-        let plan = self.plans;
-        // A request object seen in the previous call's running list has not left it
-        // since (vLLM changes a request's prompt or arrival time only while it waits),
-        // so what `learn` read still holds; anything else is read afresh.
-        let known = match hint {
-            Some((a, i)) if a == address => Some(i),
-            _ => self.by_object.get(&address).copied(),
-        };
-        let continuing = known.filter(|&i| {
-            self.slots[i]
-                .as_ref()
-                .and_then(|t| t.object.as_ref())
-                .is_some_and(|o| o.address == address && o.last_plan + 1 == plan)
-        });
-        let slot = match continuing {
-            Some(i) => i,
-            None => self.learn(req, address, plan)?,
-        };
-        let object = self.slot_mut(slot).object.as_mut().expect("learnt above");
-        object.last_plan = plan;
-        let (arrival_s, priority, prompt_len) = (object.arrival_s, object.priority, object.prompt_len);
-        let attrs = object.attrs.as_ref().map(|d| d.bind(py).clone());
-        let attr = |name| read_attr(req, attrs.as_ref(), name);
-
-        let computed: i64 = attr(intern!(py, "num_computed_tokens"))?.extract()?;
-        let prefill_remaining = u32::try_from((prompt_len - computed).max(0)).unwrap_or(u32::MAX);
-        // The tokens generated since last time. vLLM's `Request` keeps them in the list
-        // `_output_token_ids` (exposed read-only as `output_token_ids`); read the list
-        // directly, through the public sequence where it is not there.
-        let entry = self.slot(slot);
-        let seen = entry.seen;
-        // An answering request counts every new token as output, whatever it is: only
-        // how many there are is read.
-        let answering = entry.tracker.as_ref().is_some_and(|t| t.phase() == Phase::Output);
-        scratch.clear();
-        let n = match attr(intern!(py, "_output_token_ids")) {
-            Ok(list) if list.is_exact_instance_of::<PyList>() => {
-                let list = list.cast_into::<PyList>()?;
-                let n = list.len();
-                if !answering {
-                    for i in seen..n {
-                        scratch.push(list.get_item(i)?.extract()?);
-                    }
-                }
-                n
-            }
-            _ => {
-                let out = req.getattr(intern!(py, "output_token_ids"))?;
-                let n = out.len()?;
-                if !answering {
-                    for i in seen..n {
-                        scratch.push(out.get_item(i)?.extract()?);
-                    }
-                }
-                n
-            }
-        };
-        let markers = self.markers.as_ref();
-        let entry = self.slots[slot].as_mut().expect("indexed slots are filled");
-        if answering {
-            if let Some(tracker) = entry.tracker.as_mut() {
-                tracker.push_output(u32::try_from(n.saturating_sub(seen)).unwrap_or(u32::MAX));
-            }
-        } else {
-            feed(entry, markers, scratch.iter().copied(), now);
-        }
-        entry.seen = n;
-        Ok((slot, view_of(entry, arrival_s, priority, prefill_remaining)))
-    }
-}
-
-impl SchedulerCore {
-    /// Adds a request's `blocks` to the KV tiers its phase puts them in.
-    fn add_to_tiers(&self, tiers: &mut [u64; 3], tracked: Option<&Tracked>, blocks: u64, block_size: u64) {
-        match tracked.and_then(|t| t.tracker.as_ref()).map(|t| (t.phase(), t.think_tokens())) {
-            Some((Phase::Output, think)) => {
-                let thought = (u64::from(think) / block_size).min(blocks);
-                tiers[0] += thought;
-                tiers[2] += blocks - thought;
-            }
-            Some((Phase::Think, _)) => tiers[1] += blocks,
-            _ => tiers[2] += blocks,
-        }
-    }
 }
 
 #[pymethods]
@@ -478,8 +307,9 @@ impl SchedulerCore {
         let mut row_slots = Vec::with_capacity(n);
         let mut scratch = Vec::new();
         let previous = std::mem::take(&mut self.last_running);
-        for (i, req) in running.iter().enumerate() {
-            let (slot, view) = self.observe(&req, previous.get(i).copied(), now, &mut scratch)?;
+        for i in 0..n {
+            let req = borrowed_item(running, i)?;
+            let (slot, view) = self.observe(req, previous.get(i).copied(), now, &mut scratch)?;
             views.push(view);
             row_slots.push(slot);
             self.last_running.push((req.as_ptr() as usize, slot));
@@ -560,13 +390,7 @@ impl SchedulerCore {
     /// requests: an answering request's blocks covering its finished thought are
     /// think-complete, the rest output-critical; a thinking request's are think-active.
     fn account_kv(&self, held: Vec<(String, u64)>, block_size: u64) -> [u64; 3] {
-        let mut tiers = [0u64; 3];
-        let block_size = block_size.max(1);
-        for (id, blocks) in held {
-            self.add_to_tiers(&mut tiers, self.get(&id), blocks, block_size);
-        }
-        self.shared.counters.set_kv_blocks(tiers);
-        tiers
+        self.tiers_of(held, block_size)
     }
 
     /// `account_kv` for the requests of the last `plan_running` call, their blocks
@@ -578,25 +402,7 @@ impl SchedulerCore {
         tables: Vec<Bound<'_, PyDict>>,
         block_size: u64,
     ) -> PyResult<[u64; 3]> {
-        let mut tiers = [0u64; 3];
-        let block_size = block_size.max(1);
-        for (address, slot) in &self.last_running {
-            let tracked = self.slots[*slot].as_ref();
-            let Some(object) = tracked.and_then(|t| t.object.as_ref()).filter(|o| o.address == *address)
-            else {
-                continue;
-            };
-            let id = object.id.bind(py);
-            let mut blocks = 0u64;
-            for table in &tables {
-                if let Some(group) = table.get_item(id)? {
-                    blocks += group.len()? as u64;
-                }
-            }
-            self.add_to_tiers(&mut tiers, tracked, blocks, block_size);
-        }
-        self.shared.counters.set_kv_blocks(tiers);
-        Ok(tiers)
+        self.tiers_of_running(py, &tables, block_size)
     }
 
     /// Whether a request generated thinking tokens (its blocks from the end of the prompt
@@ -646,79 +452,5 @@ impl SchedulerCore {
     #[staticmethod]
     fn kv_tiers() -> [&'static str; 3] {
         KV_TIERS
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn row(id: &str, arrival: f64, new_tokens: Vec<u32>) -> RunningRow {
-        RunningRow(id.into(), arrival, 0, 0, new_tokens)
-    }
-
-    #[test]
-    fn answering_requests_run_first_and_a_thinker_is_the_victim() {
-        let mut core = SchedulerCore::create("output-first", vec![465], vec![466], Arc::default()).unwrap();
-        for id in ["early-thinker", "late-answerer", "mid-thinker"] {
-            core.track(id.into(), vec![1, 465]);
-        }
-        let rows = vec![
-            row("early-thinker", 1.0, vec![5]),
-            row("late-answerer", 3.0, vec![466, 7]),
-            row("mid-thinker", 2.0, vec![5]),
-        ];
-        let order = core.order_rows(&rows);
-        assert_eq!(order[0], 1, "the answering request gets the budget first");
-        assert_ne!(*order.last().unwrap(), 1, "the answering request is never the victim");
-        assert_eq!(core.phase("late-answerer"), "output");
-        assert_eq!(core.shared.counters.get(Counter::Reorders), 1);
-        assert_eq!(core.preempted("mid-thinker"), "think-active");
-    }
-
-    #[test]
-    fn fcfs_keeps_vllm_order() {
-        let mut core = SchedulerCore::create("fcfs", vec![465], vec![466], Arc::default()).unwrap();
-        core.track("a".into(), vec![465]);
-        core.track("b".into(), vec![465]);
-        let order = core.order_rows(&[row("a", 1.0, vec![466]), row("b", 2.0, vec![])]);
-        assert_eq!(order, vec![0, 1]);
-        assert_eq!(core.shared.counters.get(Counter::Reorders), 0);
-    }
-
-    #[test]
-    fn kv_tiers_split_answering_requests_at_their_thought() {
-        let mut core = SchedulerCore::create("output-first", vec![465], vec![466], Arc::default()).unwrap();
-        core.track("ans".into(), vec![465]);
-        core.track("think".into(), vec![465]);
-        let mut tokens = vec![5; 40];
-        tokens.push(466);
-        core.order_rows(&[row("ans", 1.0, tokens), row("think", 1.0, vec![5; 3])]);
-        // 41 thinking tokens = 2 full blocks of 16 are a finished thought.
-        assert_eq!(core.account_kv(vec![("ans".into(), 5), ("think".into(), 2)], 16), [2, 2, 3]);
-    }
-
-    #[test]
-    fn a_priority_directive_arriving_after_a_lookup_still_counts() {
-        use meridian_core::channel::{Action, Directive};
-        let shared = Arc::new(Shared::default());
-        let mut core = SchedulerCore::create("priority", vec![465], vec![466], Arc::clone(&shared)).unwrap();
-        let apply = |id: &str, priority| {
-            let action = Action::Priority { priority };
-            shared.directives.lock().unwrap().apply(Directive { request_id: id.into(), action });
-        };
-        let rows = || vec![row("a", 1.0, vec![]), row("b", 2.0, vec![])];
-        apply("someone-else", 5);
-        assert_eq!(core.order_rows(&rows()), vec![0, 1]);
-        apply("b", -1);
-        assert_eq!(core.order_rows(&rows()), vec![1, 0], "b's new priority counts at once");
-    }
-
-    #[test]
-    fn unknown_policy_is_a_config_error() {
-        assert!(matches!(
-            SchedulerCore::create("lifo", vec![], vec![], Arc::default()),
-            Err(HookError::Config(_))
-        ));
     }
 }

@@ -12,7 +12,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import curve, rig
+from . import curve, machine, rig
 
 
 @dataclass(frozen=True)
@@ -178,16 +178,19 @@ def measure(s: Setup, results: Path, log=print, append: bool = False) -> dict:
                         url, engine = r.activate(config)
                         before = rig.scrape(engine.url + "/metrics")
                         hook_before = rig.scrape(f"http://127.0.0.1:{r.hook_port}/metrics") if config == "hook" else {}
+                        cpu0 = machine.sample()
                         t0 = time.perf_counter()
                         name = f"{w.name}-{load:g}-{rnd}-{config}.json"
                         out = loadtest(s, url, w, f"{cap * load:.6f}", rnd, raw / name)
                         t1 = time.perf_counter()
+                        cpu = machine.between(cpu0, machine.sample())
                         after = rig.scrape(engine.url + "/metrics")
                         hook_after = rig.scrape(f"http://127.0.0.1:{r.hook_port}/metrics") if config == "hook" else {}
                         run = {"workload": w.name, "load": load, "round": rnd, "config": config,
                                "rate": cap * load, "window": [t0, t1], "summary": out["runs"][0]["summary"],
                                "engine": step_window(engine_trace(s, config), t0, t1),
                                "vllm_preemptions": delta(before, after, "vllm:num_preemptions_total"),
+                               "cpu": cpu,
                                "hook": {k: v - hook_before.get(k, 0.0) for k, v in hook_after.items()
                                         if k.startswith(("meridian_hook_preemptions_total",
                                                          "meridian_hook_express_steps_total",

@@ -5,6 +5,7 @@ the figures here: a regenerated page cannot keep a claim its numbers no longer s
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 from pathlib import Path
@@ -226,6 +227,26 @@ def hook_step_cost(stock_cal: dict | None, hook_cal: dict | None) -> list[str]:
             "so their cost is part of every step the hooked engine takes (see [the hook's own cost](hook-overhead.md)).", ""]
 
 
+def conditions(data: dict) -> list[str]:
+    """What else the machine did while the runs were measured, from each run's CPU
+    accounting (`machine.py`); older results carry a sentence instead."""
+    cpu = [r["cpu"] for r in data["runs"] if r.get("cpu")]
+    if not cpu:
+        return [f"Conditions: {data['conditions']}", ""] if data.get("conditions") else []
+    other = [c["other_cores"] for c in cpu]
+    steal = [c["steal_cores"] for c in cpu]
+    ours = [c["ours_cores"] for c in cpu]
+    worst = max(other)
+    line = (f"Conditions, measured during every run: the benchmark's own processes (engine, proxy, load tester) "
+            f"kept {statistics.median(ours):.2f} of the machine's {os.cpu_count()} cores busy (median over runs); "
+            f"other processes used {statistics.median(other):.2f} cores (median; at most {worst:.2f} in one run), "
+            f"and the hypervisor stole {statistics.median(steal):.2f} (at most {max(steal):.2f}).")
+    if worst >= 0.1:
+        line += (" Other work took a noticeable share in some runs; the order of configurations rotated each "
+                 "round, so it fell on every configuration, but it widens the ranges.")
+    return [line, ""]
+
+
 def write(root: Path, results: Path, twin_json: Path, calibration_json: Path, out: Path) -> None:
     data = json.loads(results.read_text())
     twin = json.loads(twin_json.read_text()) if twin_json.exists() else {}
@@ -270,8 +291,7 @@ def write(root: Path, results: Path, twin_json: Path, calibration_json: Path, ou
         "answer once.",
         "",
     ]
-    if data.get("conditions"):
-        L += [f"Conditions: {data['conditions']}", ""]
+    L += conditions(data)
     L += [
         "## The step-time curve",
         "",

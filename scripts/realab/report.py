@@ -111,8 +111,9 @@ def target_sentences(data, w) -> list[str]:
     if r_ttot is None:
         out.append("- p99 TTOT: not measured in every configuration (no request reached its answer), so not checked.")
     else:
-        out.append(f"- p99 TTOT: {fmt(s_ttot)} ms stock vs {fmt(h_ttot)} ms with the hook, {r_ttot:.2f}x lower "
-                   f"(target at least 2x): **{'met' if r_ttot >= 2 else 'missed'}**.")
+        how = f"{r_ttot:.2f}x lower" if r_ttot >= 1 else f"{1 / r_ttot:.2f}x higher"
+        out.append(f"- p99 TTOT: {fmt(s_ttot)} ms stock vs {fmt(h_ttot)} ms with the hook, {how} "
+                   f"(target at least 2x lower): **{'met' if r_ttot >= 2 else 'missed'}**.")
     r_itl = ratio(h_itl, s_itl)
     if r_itl is None:
         out.append("- p99 output ITL: not measured in every configuration, so not checked.")
@@ -123,8 +124,9 @@ def target_sentences(data, w) -> list[str]:
                    f"**{'met' if change >= 20 else 'missed'}**.")
     r_thr = ratio(h_thr, s_thr)
     if r_thr is not None:
-        out.append(f"- total token throughput: {r_thr:.3f}x of stock (target within 5%): "
-                   f"**{'met' if abs(r_thr - 1) <= 0.05 else 'missed'}**.")
+        # The target guards against the hook costing throughput; more is no miss.
+        out.append(f"- total token throughput: {r_thr:.3f}x of stock (target at most 5% below stock): "
+                   f"**{'met' if r_thr >= 0.95 else 'missed'}**.")
     return out
 
 
@@ -358,12 +360,33 @@ def write(root: Path, results: Path, twin_json: Path, calibration_json: Path, ou
                          f"median error {statistics.median(errors) * 100:.0f}%, largest {max(errors) * 100:.0f}%.")
                 L.append("")
                 L += residual_sentences(data, name)
-    L += ["## Reproduce", "", "```sh", "scripts/bench-dispatch-real.sh", "```", "",
+    L += ["## Reproduce", "", "The command(s) that measured these figures:", "", "```sh", *reproduce(setup), "```", "",
           f"Measured in {data.get('elapsed_s', 0) / 60:.0f} minutes. "
           "`REALAB_ROUNDS`, `REALAB_LOADS` and `REALAB_WORKLOADS` narrow a run; the page is always "
           "regenerated from `docs/src/benchmarks/dispatch-real-engine/results.json`.", ""]
     out.write_text("\n".join(L))
     print("\n".join(L))
+
+
+def reproduce(setup: dict) -> list[str]:
+    """The invocations that measured `setup`: one per workload after the first, appended
+    with its own loads (consecutive workloads sharing loads go in one)."""
+    default_loads = [0.5, 0.7, 0.9, 1.0]
+    groups: list[tuple[list[str], list[float]]] = []
+    for w in setup["workloads"]:
+        loads = w.get("loads", default_loads)
+        if groups and groups[-1][1] == loads:
+            groups[-1][0].append(w["name"])
+        else:
+            groups.append(([w["name"]], loads))
+    lines = []
+    rounds = "" if setup["rounds"] == 3 else f"REALAB_ROUNDS={setup['rounds']} "
+    for i, (names, loads) in enumerate(groups):
+        env = rounds + ("REALAB_APPEND=1 " if i else "") + f"REALAB_WORKLOADS={','.join(names)} "
+        if loads != default_loads:
+            env += f"REALAB_LOADS={','.join(f'{x:g}' for x in loads)} "
+        lines.append(f"{env}scripts/bench-dispatch-real.sh")
+    return lines
 
 
 def curve_section(cal: dict) -> list[str]:

@@ -36,6 +36,10 @@ pub struct ConfigArgs {
     /// Upstream base URL, repeatable (replaces upstream.endpoints).
     #[arg(long = "upstream", env = "MERIDIAN_UPSTREAMS", value_delimiter = ',')]
     pub upstreams: Vec<String>,
+    /// Serve simulated answers from the embedded engine twin, a stand-in for vLLM on
+    /// machines without one (twin.enabled; only with no upstream).
+    #[arg(long)]
+    pub twin: bool,
     /// Log filter (telemetry.log_level).
     #[arg(long, env = "MERIDIAN_LOG_LEVEL")]
     pub log_level: Option<String>,
@@ -83,6 +87,13 @@ impl ConfigArgs {
                 path: "upstream.endpoints".into(),
                 value: toml::Value::Array(endpoints),
                 origin: "--upstream".into(),
+            });
+        }
+        if self.twin {
+            out.push(Override {
+                path: "twin.enabled".into(),
+                value: toml::Value::Boolean(true),
+                origin: "--twin".into(),
             });
         }
         if let Some(level) = &self.log_level {

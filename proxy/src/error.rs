@@ -28,6 +28,10 @@ pub enum ProxyError {
     UpstreamTimeout { upstream: String, after_s: f64 },
     #[error("upstream {upstream} failed: {reason}")]
     UpstreamFailed { upstream: String, reason: String },
+    #[error(
+        "upstream {upstream} ended the stream before finishing it (no [DONE], no finish_reason): the answer is incomplete"
+    )]
+    UpstreamTruncated { upstream: String },
 }
 
 impl ProxyError {
@@ -53,7 +57,7 @@ impl ProxyError {
             | ProxyError::AdmissionTimeout { .. }
             | ProxyError::AdmissionQueueFull => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            ProxyError::UpstreamFailed { .. } => StatusCode::BAD_GATEWAY,
+            ProxyError::UpstreamFailed { .. } | ProxyError::UpstreamTruncated { .. } => StatusCode::BAD_GATEWAY,
         }
     }
 
@@ -68,6 +72,7 @@ impl ProxyError {
             ProxyError::AdmissionQueueFull => ("server_error", None, "admission_queue_full"),
             ProxyError::UpstreamTimeout { .. } => ("server_error", None, "upstream_timeout"),
             ProxyError::UpstreamFailed { .. } => ("server_error", None, "upstream_error"),
+            ProxyError::UpstreamTruncated { .. } => ("server_error", None, "upstream_truncated"),
         }
     }
 
@@ -94,6 +99,7 @@ impl ProxyError {
             ProxyError::AdmissionQueueFull => "admission_queue_full",
             ProxyError::UpstreamTimeout { .. } => "upstream_timeout",
             ProxyError::UpstreamFailed { .. } => "upstream_error",
+            ProxyError::UpstreamTruncated { .. } => "upstream_truncated",
         }
     }
 

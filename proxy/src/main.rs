@@ -16,6 +16,9 @@ async fn main() -> ExitCode {
     match cli.command {
         Command::Check(args) => match load(&args) {
             Ok((cfg, models)) => {
+                if let Some(problem) = no_upstream(&cfg) {
+                    println!("note: {problem}");
+                }
                 println!(
                     "configuration ok: {} upstream(s), {} model families",
                     cfg.upstream.endpoints.len(),
@@ -42,13 +45,18 @@ async fn serve(args: ConfigArgs) -> Result<(), String> {
     let (config, models) = load(&args)?;
     meridian_proxy::telemetry::init_logging(&config.telemetry)?;
     let mut config = config;
-    // No upstream: the embedded engine twin is one, for as long as the proxy runs.
-    let _twin = if config.upstream.endpoints.is_empty() {
+    if let Some(problem) = no_upstream(&config) {
+        return Err(problem);
+    }
+    // Asked for and no upstream (validation refuses both): the embedded engine twin is
+    // the upstream, for as long as the proxy runs.
+    let _twin = if config.twin.enabled {
         let config_dir = args.config_path().and_then(|p| p.parent().map(std::path::Path::to_path_buf));
         let twin = start_twin(&config.twin, config_dir.as_deref()).await?;
-        tracing::info!(url = %twin.url(), profile = %config.twin.profile, "no upstream configured; serving the engine twin");
+        tracing::warn!(url = %twin.url(), profile = %config.twin.profile, "serving SIMULATED answers from the engine twin (twin.enabled)");
         println!(
-            "no upstream configured: using the embedded engine twin at {} ({})",
+            "serving simulated answers: the embedded engine twin at {} ({}); responses carry \
+             x-meridian-simulated and a meridian-twin system_fingerprint",
             twin.url(),
             config.twin.profile
         );
@@ -79,6 +87,19 @@ async fn serve(args: ConfigArgs) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Why `meridian serve` cannot start on `config` for want of an upstream, naming the
+/// settings that would give it one. The twin's answers are made up, so it is never
+/// the upstream unless asked for.
+fn no_upstream(config: &meridian_core::MeridianConfig) -> Option<String> {
+    (config.upstream.endpoints.is_empty() && !config.twin.enabled).then(|| {
+        "no upstream configured (upstream.endpoints is empty): give vLLM servers with \
+         --upstream URL, MERIDIAN_UPSTREAMS or [[upstream.endpoints]] in the config file; \
+         for simulated answers from the embedded engine twin instead, pass --twin \
+         (twin.enabled = true)"
+            .to_owned()
+    })
 }
 
 async fn start_twin(

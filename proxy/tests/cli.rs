@@ -87,43 +87,87 @@ fn bad_upstream_url_is_reported_by_index() {
 }
 
 #[test]
-fn serve_without_upstream_runs_the_engine_twin() {
+fn serve_without_upstream_or_twin_refuses_to_start_and_names_the_settings() {
+    let (code, _, err) = meridian(&["serve", "--listen", "127.0.0.1:0"], &[]);
+    assert_eq!(code, 2, "{err}");
+    for setting in ["upstream.endpoints", "--upstream", "MERIDIAN_UPSTREAMS", "--twin", "twin.enabled"] {
+        assert!(err.contains(setting), "the error names {setting}: {err}");
+    }
+    let (code, out, err) = meridian(&["check"], &[]);
+    assert_eq!(code, 0, "a config that flags will complete still checks: {err}");
+    assert!(out.contains("no upstream configured"), "check says serve would refuse: {out}");
+}
+
+#[test]
+fn the_twin_is_refused_beside_real_upstreams() {
+    let (code, _, err) = meridian(&["check", "--twin", "--upstream", "http://vllm:8000"], &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("twin.enabled"), "{err}");
+    let (code, _, err) =
+        meridian(&["check", "--upstream", "http://vllm:8000"], &[("MERIDIAN_TWIN__ENABLED", "true")]);
+    assert_eq!(code, 2);
+    assert!(err.contains("twin.enabled"), "{err}");
+}
+
+#[test]
+fn serve_twin_answers_say_they_are_simulated() {
     use std::io::{BufRead, BufReader};
     let mut child = Command::new(env!("CARGO_BIN_EXE_meridian"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--set", "twin.speed=50", "--log-level", "warn"])
+        .args(["serve", "--twin", "--listen", "127.0.0.1:0", "--set", "twin.speed=50", "--log-level", "warn"])
         .current_dir(std::env::temp_dir())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut said_twin = false;
+    let mut said_simulated = false;
     let url = loop {
         let line = lines.next().expect("meridian exited").unwrap();
-        said_twin |= line.contains("embedded engine twin");
+        said_simulated |= line.contains("serving simulated answers");
         if let Some(rest) = line.split("listening on ").nth(1) {
             break rest.trim().to_owned();
         }
     };
-    assert!(said_twin);
+    assert!(said_simulated);
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let text = rt.block_on(async {
-        let body = serde_json::json!({
+    let c = reqwest::Client::builder().no_proxy().build().unwrap();
+    let (streamed, whole) = rt.block_on(async {
+        let mut body = serde_json::json!({
             "model": "Qwen/Qwen3-8B", "stream": true, "max_tokens": 40,
             "messages": [{"role": "user", "content": "hi"}],
         });
-        let c = reqwest::Client::builder().no_proxy().build().unwrap();
-        c.post(format!("{url}/v1/chat/completions")).json(&body).send().await.unwrap().text().await.unwrap()
+        let streamed = c.post(format!("{url}/v1/chat/completions")).json(&body).send().await.unwrap();
+        body["stream"] = false.into();
+        let whole = c.post(format!("{url}/v1/chat/completions")).json(&body).send().await.unwrap();
+        (streamed, whole)
     });
     let _ = child.kill();
+    for response in [&streamed, &whole] {
+        let header = response.headers().get("x-meridian-simulated").map(|v| v.to_str().unwrap().to_owned());
+        assert_eq!(header.as_deref(), Some("meridian-twin/h100-qwen3-8b"), "{:?}", response.headers());
+    }
+    let text = rt.block_on(streamed.text()).unwrap();
+    let whole: serde_json::Value = rt.block_on(whole.json()).unwrap();
     let _ = child.wait();
     assert!(text.contains("\"reasoning\""), "{text}");
     assert!(text.ends_with("data: [DONE]\n\n"));
+    let chunks: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert!(!chunks.is_empty());
+    for chunk in chunks.iter().chain([&whole]) {
+        assert_eq!(chunk["system_fingerprint"], "meridian-twin/h100-qwen3-8b", "{chunk}");
+    }
 }
 
 #[test]
 fn a_missing_twin_workload_file_is_reported_before_serving() {
-    let (code, _, err) =
-        meridian(&["serve", "--listen", "127.0.0.1:0", "--set", "twin.workload=/nonexistent/wl.toml"], &[]);
+    let (code, _, err) = meridian(
+        &["serve", "--twin", "--listen", "127.0.0.1:0", "--set", "twin.workload=/nonexistent/wl.toml"],
+        &[],
+    );
     assert_eq!(code, 2);
     assert!(err.contains("twin.workload: cannot read /nonexistent/wl.toml"), "{err}");
 }

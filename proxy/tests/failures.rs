@@ -6,6 +6,7 @@ mod support;
 use std::time::Duration;
 
 use futures::StreamExt;
+use meridian_proxy::Server;
 use support::*;
 
 fn error_code(v: &serde_json::Value) -> &str {
@@ -267,4 +268,140 @@ async fn request_body_reaches_upstream_unchanged() {
     )
     .await;
     assert_eq!(rig.mocks[0].requests()[0].body, body);
+}
+
+/// An upstream speaking raw HTTP/1.1: `GET`s (health checks, the model list) get a
+/// model list; every `POST` gets `response`, byte for byte, and then a clean close.
+async fn scripted_upstream(response: &'static [u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut sock, _)) = listener.accept().await else { return };
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                let head_end = loop {
+                    let Ok(n) = sock.read(&mut chunk).await else { return };
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break i + 4;
+                    }
+                };
+                let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map_or(0, |v| v.trim().parse().unwrap());
+                while buf.len() < head_end + length {
+                    let Ok(n) = sock.read(&mut chunk).await else { return };
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                }
+                if head.starts_with("get") {
+                    let body = r#"{"object":"list","data":[{"id":"Qwen/Qwen3-8B","object":"model"}]}"#;
+                    let reply = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = sock.write_all(reply.as_bytes()).await;
+                } else {
+                    let _ = sock.write_all(response).await;
+                }
+                let _ = sock.shutdown().await;
+            });
+        }
+    });
+    url
+}
+
+const CHUNK: &str = r#"data: {"id":"c1","object":"chat.completion.chunk","model":"Qwen/Qwen3-8B","choices":[{"index":0,"delta":{"content":"Four"},"finish_reason":null}]}"#;
+const LAST: &str = r#"data: {"id":"c1","object":"chat.completion.chunk","model":"Qwen/Qwen3-8B","choices":[{"index":0,"delta":{"content":"."},"finish_reason":"stop"}]}"#;
+
+/// What the client gets from a streamed chat request to an upstream answering `response`.
+async fn through_proxy(response: &'static [u8]) -> (String, Server) {
+    let upstream = scripted_upstream(response).await;
+    let proxy = start_proxy(config_for(&[upstream])).await;
+    let got = receive(client().post(format!("http://{}/v1/chat/completions", proxy.local_addr)).json(
+        &serde_json::json!({
+            "model": "Qwen/Qwen3-8B", "stream": true, "messages": [{"role": "user", "content": "2+2?"}],
+        }),
+    ))
+    .await;
+    assert_eq!(got.status, 200);
+    (got.text(), proxy)
+}
+
+fn leak(s: String) -> &'static [u8] {
+    Box::leak(s.into_bytes().into_boxed_slice())
+}
+
+#[tokio::test]
+async fn a_stream_that_just_stops_is_never_passed_off_as_complete() {
+    let sse = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n";
+    // A close-delimited body (no length, not chunked) that ends in a clean FIN after a
+    // whole event; and a chunked body properly ended, but with no terminator in it.
+    let close_delimited = leak(format!("{sse}connection: close\r\n\r\n{CHUNK}\n\n{CHUNK}\n\n"));
+    let events = format!("{CHUNK}\n\n");
+    let chunked =
+        leak(format!("{sse}transfer-encoding: chunked\r\n\r\n{:x}\r\n{events}\r\n0\r\n\r\n", events.len()));
+    for response in [close_delimited, chunked] {
+        let (text, proxy) = through_proxy(response).await;
+        assert!(text.starts_with(CHUNK), "what came is relayed: {text}");
+        let tail = text.rsplit("\n\n").filter(|e| !e.is_empty()).nth(1).unwrap();
+        let err: serde_json::Value = serde_json::from_str(tail.strip_prefix("data: ").unwrap()).unwrap();
+        assert_eq!(error_code(&err), "upstream_truncated", "{text}");
+        assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+        eventually("counted", || {
+            sample(
+                &proxy.state.metrics.render(),
+                "meridian_requests_total",
+                &[("outcome", "upstream_truncated")],
+            ) == Some(1.0)
+        })
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn a_chunked_body_cut_short_ends_with_an_error_event() {
+    let events = format!("{CHUNK}\n\n");
+    // The last chunk (`0\r\n\r\n`) never comes: the connection closes after a whole event.
+    let cut = leak(format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{events}\r\n",
+        events.len()
+    ));
+    let (text, proxy) = through_proxy(cut).await;
+    assert!(text.starts_with(CHUNK), "{text}");
+    assert!(text.contains("\"code\":\"upstream_error\""), "{text}");
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    eventually("counted", || {
+        sample(&proxy.state.metrics.render(), "meridian_requests_total", &[("outcome", "upstream_error")])
+            == Some(1.0)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_stream_finished_by_finish_reason_or_done_ends_normally() {
+    let sse = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+    // Some OpenAI-compatible servers send no [DONE]: a finish_reason for every choice is
+    // complete too.
+    for response in
+        [leak(format!("{sse}{CHUNK}\n\n{LAST}\n\n")), leak(format!("{sse}{CHUNK}\n\ndata: [DONE]\n\n"))]
+    {
+        let (text, proxy) = through_proxy(response).await;
+        assert!(!text.contains("\"error\""), "{text}");
+        eventually("counted", || {
+            sample(&proxy.state.metrics.render(), "meridian_requests_total", &[("outcome", "ok")])
+                == Some(1.0)
+        })
+        .await;
+    }
 }

@@ -127,14 +127,14 @@ def test_every_reference_row_has_a_type_range_and_advice_column():
 
 
 class Proxy:
-    """`meridian serve` on its embedded twin, on free ports."""
+    """`meridian serve --twin`: on its embedded twin, on free ports."""
 
     def __init__(self):
         binary = BIN_DIR / "meridian"
         if not binary.exists():
             pytest.fail(f"{binary} is missing: build it first (scripts/test.sh does)")
         self.proc = subprocess.Popen(
-            [binary, "serve", "--listen", "127.0.0.1:0", "--set", "twin.speed=50"],
+            [binary, "serve", "--twin", "--listen", "127.0.0.1:0", "--set", "twin.speed=50"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, "MERIDIAN_LOG_LEVEL": "warn"},
         )

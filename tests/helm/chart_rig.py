@@ -27,13 +27,12 @@ _TOKEN = re.compile(r"^(  token: )[A-Za-z0-9+/=]{64}$", re.M)
 
 
 def example_names() -> list[str]:
-    """The chart's defaults plus every example values file, by name."""
-    return ["defaults"] + sorted(p.stem for p in EXAMPLES.glob("*.yaml"))
+    """Every example values file, by name (the chart's defaults alone are refused: they
+    name no upstream)."""
+    return sorted(p.stem for p in EXAMPLES.glob("*.yaml"))
 
 
 def example_values(name: str) -> dict:
-    if name == "defaults":
-        return {}
     return yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text()) or {}
 
 

@@ -111,11 +111,43 @@ def test_schema_rejects_unknown_keys_and_bad_values(values, where):
     assert where in str(err.value), err.value
 
 
+@pytest.mark.parametrize(
+    "values",
+    [
+        {},
+        {"vllm": {"models": []}, "externalUpstreams": []},
+        {"demo": False},
+    ],
+)
+def test_no_upstream_is_refused_unless_simulated_answers_are_asked_for(values):
+    """The chart's defaults name no upstream: the schema refuses them rather than install
+    a proxy that serves made-up answers (or one that exits at start)."""
+    with pytest.raises(helm.HelmValuesError) as err:
+        validate_schema(values)
+    assert "/demo" in str(err.value), err.value
+    validate_schema({**values, "demo": True})
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"externalUpstreams": [{"url": "http://vllm:8000"}]},
+        {"vllm": {"models": [{"name": "a", "model": "m"}]}},
+    ],
+)
+def test_simulated_answers_are_refused_beside_upstreams(values):
+    validate_schema(values)
+    with pytest.raises(helm.HelmValuesError) as err:
+        validate_schema({**values, "demo": True})
+    where = "/externalUpstreams" if "externalUpstreams" in values else "/vllm/models"
+    assert f"at '{where}': maxItems" in str(err.value), err.value
+
+
 def test_schema_config_section_mirrors_meridian_toml():
-    """values.schema.json's `config` has exactly meridian.toml's fields, less the three
+    """values.schema.json's `config` has exactly meridian.toml's fields, less the ones
     the chart sets itself, so a new config field cannot be forgotten here."""
     schema = json.loads((CHART / "values.schema.json").read_text())
-    owned = {"server.listen", "hook.listen"} | {f for f in config_fields() if f.startswith("upstream.endpoints[]")}
+    owned = {"server.listen", "hook.listen", "twin.enabled"} | {f for f in config_fields() if f.startswith("upstream.endpoints[]")}
 
     def leaves(node, prefix):
         props = node.get("properties")
@@ -164,7 +196,7 @@ def test_strict_validation_catches_a_misplaced_field():
     dep["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = {}
     with pytest.raises(kv.ValidationError):
         kv.validate(dep, KUBE_VERSIONS[0], strict=True)
-    sm = copy.deepcopy(render({"serviceMonitor": {"enabled": True}}).get("ServiceMonitor", PROXY))
+    sm = copy.deepcopy(render({"demo": True, "serviceMonitor": {"enabled": True}}).get("ServiceMonitor", PROXY))
     sm["spec"]["endpoints"][0]["intervall"] = "5s"
     with pytest.raises(jsonschema.ValidationError):
         validate_object(sm, KUBE_VERSIONS[0])
@@ -189,7 +221,7 @@ def test_every_rendered_config_passes_meridian_check(example, tmp_path):
 def test_meridian_check_rejects_what_the_schema_cannot_see(tmp_path):
     """Control for the test above: a value only the proxy can judge (an unknown model
     family) makes `meridian check` fail on the rendered file."""
-    r = render({"config": {"models": {"default_family": "no-such-family"}}})
+    r = render({"demo": True, "config": {"models": {"default_family": "no-such-family"}}})
     path = tmp_path / "meridian.toml"
     path.write_text(r.get("ConfigMap", PROXY)["data"]["meridian.toml"])
     result = subprocess.run([meridian_bin(), "check", "--config", path], capture_output=True, text=True)
@@ -232,7 +264,10 @@ def test_endpoints_are_the_engines_then_the_external_upstreams(example):
     want += [{k: v for k, v in e.items() if k != "name"} for e in merged["externalUpstreams"]]
     assert [{k: v for k, v in e.items() if k != "name"} for e in endpoints] == want
     if not want:
-        assert "engine twin" in r.notes
+        assert "SIMULATED answers" in r.notes
+        assert proxy_toml(r)["twin"]["enabled"] is True
+    else:
+        assert "enabled" not in proxy_toml(r).get("twin", {})
 
 
 def test_external_upstreams_with_a_hook_get_the_token():
@@ -526,8 +561,9 @@ def test_every_alert_has_a_runbook_section():
     "values,message",
     [
         ({"vllm": {"models": [{"name": "a", "model": "m"}, {"name": "a", "model": "m"}]}}, "used twice"),
-        ({"proxy": {"terminationGracePeriodSeconds": 30}}, "terminationGracePeriodSeconds"),
-        ({"proxy": {"podDisruptionBudget": {"enabled": True, "minAvailable": 1, "maxUnavailable": 1}}}, "not both"),
+        ({"demo": True, "proxy": {"terminationGracePeriodSeconds": 30}}, "terminationGracePeriodSeconds"),
+        ({"demo": True, "proxy": {"podDisruptionBudget": {"enabled": True, "minAvailable": 1, "maxUnavailable": 1}}},
+         "not both"),
     ],
 )
 def test_refuses_configurations_that_would_misbehave(values, message):
@@ -556,7 +592,7 @@ def test_toml_rendering_quotes_keys_and_escapes_strings(tmp_path):
     """Keys that are not bare TOML keys are quoted; strings survive quotes, backslashes,
     newlines and non-ASCII; numbers keep their value."""
     aliases = {"my-org/r1 finetune": "deepseek-r1", 'odd"name\\x': "qwen3", "Qwen/Qwen3-8B": "qwen3"}
-    values = {"config": {
+    values = {"demo": True, "config": {
         "models": {"aliases": aliases},
         "telemetry": {"log_level": "meridian_proxy=debug,info"},
         "twin": {"served_model": 'a "quoted" name\\with\nnewline é<&>', "speed": 2.5, "seed": 12345678901},

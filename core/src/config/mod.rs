@@ -58,8 +58,8 @@ impl Default for ServerConfig {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct UpstreamConfig {
-    /// The servers. Empty means the proxy starts the embedded engine twin (`[twin]`) and
-    /// uses it as its only upstream.
+    /// The servers. Empty: `meridian serve` refuses to start, unless the embedded engine
+    /// twin is asked for (`twin.enabled`), which is then the only upstream.
     pub endpoints: Vec<EndpointConfig>,
     /// Seconds to wait for a TCP connection.
     pub connect_timeout_s: f64,
@@ -223,10 +223,15 @@ impl BudgetConfig {
     }
 }
 
-/// The embedded engine twin, used as the upstream when no endpoint is configured.
+/// The embedded engine twin, a simulated vLLM: the upstream only when asked for
+/// (`enabled`, or `meridian serve --twin`) and no endpoint is configured. Its answers are
+/// made up, so it never serves by default: with no upstream and no twin, `meridian
+/// serve` refuses to start.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct TwinConfig {
+    /// Serve simulated answers from the twin (only with no `upstream.endpoints`).
+    pub enabled: bool,
     /// Cost-model profile (see loadtest/twin/profiles.toml).
     pub profile: String,
     /// Model name the twin serves.
@@ -244,6 +249,7 @@ pub struct TwinConfig {
 impl Default for TwinConfig {
     fn default() -> Self {
         TwinConfig {
+            enabled: false,
             profile: "h100-qwen3-8b".into(),
             served_model: "Qwen/Qwen3-8B".into(),
             speed: 1.0,

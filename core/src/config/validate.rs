@@ -152,6 +152,13 @@ impl MeridianConfig {
         }
 
         let tw = &self.twin;
+        if tw.enabled && !self.upstream.endpoints.is_empty() {
+            c.fail(
+                "twin.enabled",
+                "the twin (simulated answers) serves only when no upstream.endpoints are configured; \
+                 drop one or the other",
+            );
+        }
         if !(tw.speed.is_finite() && tw.speed > 0.0) {
             c.fail("twin.speed", format!("must be a positive number; got {}", tw.speed));
         }

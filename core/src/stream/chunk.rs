@@ -37,6 +37,9 @@ struct ChoiceView<'a> {
     text: Option<Text<'a>>,
     #[serde(default)]
     token_ids: Option<TokenIds>,
+    /// Only whether it is set (`null` while the choice goes on); the value is skipped.
+    #[serde(default)]
+    finish_reason: Option<serde::de::IgnoredAny>,
 }
 
 /// Token ids of one chunk: usually one, a few with stream batching; inline up to 8.
@@ -75,6 +78,8 @@ pub struct ChoiceDelta<'a> {
     pub reasoning: Option<Cow<'a, str>>,
     pub content: Option<Cow<'a, str>>,
     pub token_ids: Option<TokenIds>,
+    /// The chunk carries the choice's `finish_reason`: the choice is complete.
+    pub finished: bool,
 }
 
 /// Token counts the server reported.
@@ -98,6 +103,7 @@ pub fn parse_payload(payload: &[u8], mut on_choice: impl FnMut(ChoiceDelta<'_>))
             reasoning: m.reasoning.or(m.reasoning_content).map(|t| t.0),
             content: m.content.or(c.text).map(|t| t.0),
             token_ids: c.token_ids,
+            finished: c.finish_reason.is_some(),
         });
     }
     Some(chunk.usage.and_then(|u| {
@@ -121,6 +127,7 @@ mod tests {
                 reasoning: c.reasoning.map(|s| Cow::Owned(s.into_owned())),
                 content: c.content.map(|s| Cow::Owned(s.into_owned())),
                 token_ids: c.token_ids,
+                finished: c.finished,
             })
         });
         (out, usage)
@@ -155,9 +162,22 @@ mod tests {
         let (_, u) = first(
             r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":10,"completion_tokens_details":{"reasoning_tokens":7}}}"#,
         );
-        assert_eq!(u, Some(Some(Usage { completion_tokens: 10, reasoning_tokens: Some(7), prompt_tokens: Some(3) })));
+        assert_eq!(
+            u,
+            Some(Some(Usage { completion_tokens: 10, reasoning_tokens: Some(7), prompt_tokens: Some(3) }))
+        );
         assert_eq!(first("not json").1, None);
         assert_eq!(first("[1,2]").1, None);
         assert_eq!(first(r#"{"choices":[{"delta":{"content":5}}]}"#).1, None);
+    }
+
+    #[test]
+    fn a_finish_reason_marks_its_choice_finished() {
+        let (c, _) = first(
+            r#"{"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null},{"index":1,"text":"b","finish_reason":"length"}]}"#,
+        );
+        assert_eq!(c.iter().map(|c| c.finished).collect::<Vec<_>>(), vec![false, true]);
+        let (c, _) = first(r#"{"choices":[{"index":0,"delta":{}}]}"#);
+        assert!(!c[0].finished, "absent is not finished");
     }
 }

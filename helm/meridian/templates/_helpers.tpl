@@ -135,6 +135,11 @@ address when the hook is on), then externalUpstreams. Rendered as a YAML list.
 {{- $_ := set $upstream "endpoints" $eps -}}
 {{- end -}}
 {{- $_ := set $cfg "upstream" $upstream -}}
+{{- if and .Values.demo (not $eps) -}}
+{{- $twin := default (dict) $cfg.twin -}}
+{{- $_ := set $twin "enabled" true -}}
+{{- $_ := set $cfg "twin" $twin -}}
+{{- end -}}
 {{- /* The proxy does not listen for the hook; its copy keeps the default address. */ -}}
 {{- toYaml $cfg -}}
 {{- end -}}

@@ -2,7 +2,8 @@
 //! arrives, and the same bytes feed the phase tracker. Upstream failure or silence ends
 //! the client's stream with an OpenAI-style error event instead of a hang; a client that
 //! goes away drops this body, which drops the upstream response and so cancels the
-//! request in the engine.
+//! request in the engine. A stream that ends without its terminator (`[DONE]`, or a
+//! `finish_reason` for every choice) ends with an `upstream_truncated` error event.
 //!
 //! Bytes are forwarded up to the last complete line of what has arrived. A half line is
 //! useless to an SSE client (it cannot act before the newline), and holding it back means
@@ -126,6 +127,15 @@ impl Stream for RelayBody {
                             upstream,
                             reason: "the stream ended mid-line".into(),
                         };
+                        return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
+                    }
+                    // A stream that just stops (a close-delimited body's clean close, a
+                    // chunked body properly ended) without `[DONE]` or a finish_reason for
+                    // every choice is cut short: its answer must not pass for whole.
+                    if !(this.decoder.saw_done() || this.observer.every_choice_finished()) {
+                        let upstream = this.in_flight.upstream().name.clone();
+                        tracing::warn!(%upstream, "upstream ended a stream without [DONE] or finish_reason");
+                        let err = ProxyError::UpstreamTruncated { upstream };
                         return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
                     }
                     this.observer.complete();

@@ -70,6 +70,10 @@ pub struct RequestObserver {
     /// The phase this request is counted under in `meridian_open_streams`.
     open_as: Option<Phase>,
     outcome: &'static str,
+    /// The choices seen and those whose `finish_reason` came (bit i: choice i, the
+    /// first 64).
+    choices_seen: u64,
+    choices_finished: u64,
 }
 
 impl RequestObserver {
@@ -95,6 +99,8 @@ impl RequestObserver {
             open_as,
             // Until told otherwise, a request that goes away was abandoned by its client.
             outcome: "client_disconnected",
+            choices_seen: 0,
+            choices_finished: 0,
         }
     }
 
@@ -134,6 +140,12 @@ impl RequestObserver {
     }
 
     fn on_choice(&mut self, c: ChoiceDelta<'_>, at: Instant) {
+        if let Some(bit) = 1u64.checked_shl(u32::try_from(c.index).unwrap_or(u32::MAX)) {
+            self.choices_seen |= bit;
+            if c.finished {
+                self.choices_finished |= bit;
+            }
+        }
         if c.index >= MAX_TRACKED_CHOICES {
             return;
         }
@@ -209,6 +221,12 @@ impl RequestObserver {
     }
 
     /// The response ended normally.
+    /// Whether every choice the stream started has had its `finish_reason` (some
+    /// OpenAI-compatible servers end a complete stream so, without `[DONE]`).
+    pub fn every_choice_finished(&self) -> bool {
+        self.choices_seen != 0 && self.choices_seen & !self.choices_finished == 0
+    }
+
     pub fn complete(&mut self) {
         let at = Instant::now();
         for i in 0..self.routers.len() {

@@ -18,7 +18,6 @@ use crate::error::HookError;
 use crate::metrics::{Counter, KV_TIERS};
 use crate::phase::{PhaseTracker, ThinkMarkers};
 
-
 mod kv;
 mod objects;
 #[cfg(test)]
@@ -41,7 +40,6 @@ pub(crate) struct Tracked {
     /// The vLLM `Request` object `plan_running` last read it from.
     object: Option<RequestObject>,
 }
-
 
 /// One running request as vLLM's scheduler sees it this step: `(request_id,
 /// arrival_s, priority, prefill_remaining, new_tokens)`, the last being the output tokens

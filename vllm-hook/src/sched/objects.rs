@@ -88,9 +88,7 @@ impl SchedulerCore {
         // Straight from the instance's dict only where nothing on the class could shadow
         // the attribute there (a property, a slot).
         let class = req.get_type();
-        let dict = || {
-            req.getattr(intern!(py, "__dict__")).ok().and_then(|d| d.cast_into::<PyDict>().ok())
-        };
+        let dict = || req.getattr(intern!(py, "__dict__")).ok().and_then(|d| d.cast_into::<PyDict>().ok());
         let attrs = if class.hasattr(intern!(py, "num_computed_tokens"))? { None } else { dict() };
         let output = if class.hasattr(intern!(py, "_output_token_ids"))? {
             None
@@ -158,10 +156,11 @@ impl SchedulerCore {
             0
         } else {
             let name = intern!(py, "num_computed_tokens");
-            let computed = match object.attrs.as_ref().map(|d| d.bind(py).get_item(name)).transpose()?.flatten() {
-                Some(value) => value,
-                None => req.to_owned().getattr(name)?,
-            };
+            let computed =
+                match object.attrs.as_ref().map(|d| d.bind(py).get_item(name)).transpose()?.flatten() {
+                    Some(value) => value,
+                    None => req.to_owned().getattr(name)?,
+                };
             let computed: i64 = computed.extract()?;
             let remaining = u32::try_from((object.prompt_len - computed).max(0)).unwrap_or(u32::MAX);
             object.prefilled = remaining == 0;

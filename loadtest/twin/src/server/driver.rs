@@ -71,6 +71,8 @@ pub(crate) struct StreamCtx {
     pub id: String,
     pub model: String,
     pub created: u64,
+    /// `system_fingerprint` of every chunk and response: says they are simulated.
+    pub fingerprint: Arc<str>,
     pub req: TwinRequest,
     pub plan: Plan,
 }
@@ -89,7 +91,8 @@ impl StreamCtx {
     }
 
     fn chunk(&self, choice: Value) -> Bytes {
-        let v = json!({"id": self.id, "object": self.object(true), "created": self.created, "model": self.model, "choices": [choice]});
+        let v = json!({"id": self.id, "object": self.object(true), "created": self.created, "model": self.model,
+            "system_fingerprint": &*self.fingerprint, "choices": [choice]});
         Bytes::from(format!("data: {v}\n\n"))
     }
 
@@ -123,7 +126,7 @@ impl StreamCtx {
             u.remove("completion_tokens_details");
         }
         let v = json!({"id": self.id, "object": self.object(true), "created": self.created, "model": self.model,
-            "choices": [choice], "usage": usage});
+            "system_fingerprint": &*self.fingerprint, "choices": [choice], "usage": usage});
         Bytes::from(format!("data: {v}\n\n"))
     }
 
@@ -163,7 +166,8 @@ pub(crate) fn sse_body(
                     if t.last {
                         guard.done = true;
                         if ctx.req.include_usage {
-                            let v = json!({"id": ctx.id, "object": ctx.object(true), "created": ctx.created, "model": ctx.model, "choices": [], "usage": ctx.usage(generated)});
+                            let v = json!({"id": ctx.id, "object": ctx.object(true), "created": ctx.created, "model": ctx.model,
+                                "system_fingerprint": &*ctx.fingerprint, "choices": [], "usage": ctx.usage(generated)});
                             out.extend_from_slice(format!("data: {v}\n\n").as_bytes());
                         }
                         out.extend_from_slice(b"data: [DONE]\n\n");
@@ -212,7 +216,8 @@ pub(crate) async fn collect(
     } else {
         json!({"index": 0, "text": format!("{reasoning}{content}"), "finish_reason": ctx.finish_reason(), "logprobs": logprobs})
     };
-    json!({"id": ctx.id, "object": ctx.object(false), "created": ctx.created, "model": ctx.model, "choices": [choice], "usage": ctx.usage(generated)})
+    json!({"id": ctx.id, "object": ctx.object(false), "created": ctx.created, "model": ctx.model,
+        "system_fingerprint": &*ctx.fingerprint, "choices": [choice], "usage": ctx.usage(generated)})
 }
 
 /// One response's logprobs from the per-token objects of [`logprobs_json`].

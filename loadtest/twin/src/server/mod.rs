@@ -15,7 +15,7 @@ use std::time::Instant;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
@@ -73,7 +73,13 @@ pub(crate) struct Shared {
     wake: Notify,
     opts: TwinOptions,
     started: Instant,
+    /// `meridian-twin/<profile>`: the `system_fingerprint` of every answer and the value
+    /// of its [`SIMULATED_HEADER`], so nobody mistakes a simulated answer for a model's.
+    fingerprint: Arc<str>,
 }
+
+/// Response header on everything the twin serves: its answers are simulated.
+pub const SIMULATED_HEADER: &str = "x-meridian-simulated";
 
 impl Shared {
     pub(crate) fn lock(&self) -> MutexGuard<'_, Core> {
@@ -102,6 +108,8 @@ impl TwinServer {
         let listener = TcpListener::bind(opts.listen).await?;
         let addr = listener.local_addr()?;
         let engine = Engine::new(EngineConfig::from(&opts.profile), policy);
+        let fingerprint: Arc<str> = format!("meridian-twin/{}", opts.profile.name).into();
+        let simulated = HeaderValue::from_str(&fingerprint).map_err(std::io::Error::other)?;
         let shared = Arc::new(Shared {
             core: Mutex::new(Core {
                 engine,
@@ -112,6 +120,7 @@ impl TwinServer {
             wake: Notify::new(),
             opts,
             started: Instant::now(),
+            fingerprint,
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
@@ -119,7 +128,11 @@ impl TwinServer {
             .route("/v1/models", get(models))
             .route("/health", get(|| async { StatusCode::OK }))
             .route("/metrics", get(metrics_text))
-            .with_state(shared.clone());
+            .with_state(shared.clone())
+            .layer(axum::middleware::map_response(move |mut response: Response| {
+                response.headers_mut().insert(SIMULATED_HEADER, simulated.clone());
+                std::future::ready(response)
+            }));
         let serve = tokio::spawn(async move {
             let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
                 let _ = tcp.set_nodelay(true);
@@ -245,7 +258,8 @@ async fn generate(shared: Arc<Shared>, headers: HeaderMap, body: axum::body::Byt
     let guard = AbortOnDrop { shared: shared.clone(), seq, done: false };
     let created =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let ctx = driver::StreamCtx { id, model: req.model.clone(), created, req, plan };
+    let fingerprint = Arc::clone(&shared.fingerprint);
+    let ctx = driver::StreamCtx { id, model: req.model.clone(), created, fingerprint, req, plan };
     if ctx.req.stream {
         let body = driver::sse_body(ctx, rx, guard);
         return Response::builder()

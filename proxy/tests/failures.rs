@@ -272,13 +272,15 @@ async fn request_body_reaches_upstream_unchanged() {
 
 /// An upstream speaking raw HTTP/1.1: `GET`s (health checks, the model list) get a
 /// model list; every `POST` gets `response`, byte for byte, and then a clean close.
-async fn scripted_upstream(response: &'static [u8]) -> String {
+async fn scripted_upstream(response: String) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
+    let response: std::sync::Arc<str> = response.into();
     tokio::spawn(async move {
         loop {
             let Ok((mut sock, _)) = listener.accept().await else { return };
+            let response = std::sync::Arc::clone(&response);
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 let mut chunk = [0u8; 4096];
@@ -312,7 +314,7 @@ async fn scripted_upstream(response: &'static [u8]) -> String {
                     );
                     let _ = sock.write_all(reply.as_bytes()).await;
                 } else {
-                    let _ = sock.write_all(response).await;
+                    let _ = sock.write_all(response.as_bytes()).await;
                 }
                 let _ = sock.shutdown().await;
             });
@@ -325,7 +327,7 @@ const CHUNK: &str = r#"data: {"id":"c1","object":"chat.completion.chunk","model"
 const LAST: &str = r#"data: {"id":"c1","object":"chat.completion.chunk","model":"Qwen/Qwen3-8B","choices":[{"index":0,"delta":{"content":"."},"finish_reason":"stop"}]}"#;
 
 /// What the client gets from a streamed chat request to an upstream answering `response`.
-async fn through_proxy(response: &'static [u8]) -> (String, Server) {
+async fn through_proxy(response: String) -> (String, Server) {
     let upstream = scripted_upstream(response).await;
     let proxy = start_proxy(config_for(&[upstream])).await;
     let got = receive(client().post(format!("http://{}/v1/chat/completions", proxy.local_addr)).json(
@@ -338,19 +340,15 @@ async fn through_proxy(response: &'static [u8]) -> (String, Server) {
     (got.text(), proxy)
 }
 
-fn leak(s: String) -> &'static [u8] {
-    Box::leak(s.into_bytes().into_boxed_slice())
-}
-
 #[tokio::test]
 async fn a_stream_that_just_stops_is_never_passed_off_as_complete() {
     let sse = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n";
     // A close-delimited body (no length, not chunked) that ends in a clean FIN after a
     // whole event; and a chunked body properly ended, but with no terminator in it.
-    let close_delimited = leak(format!("{sse}connection: close\r\n\r\n{CHUNK}\n\n{CHUNK}\n\n"));
+    let close_delimited = format!("{sse}connection: close\r\n\r\n{CHUNK}\n\n{CHUNK}\n\n");
     let events = format!("{CHUNK}\n\n");
     let chunked =
-        leak(format!("{sse}transfer-encoding: chunked\r\n\r\n{:x}\r\n{events}\r\n0\r\n\r\n", events.len()));
+        format!("{sse}transfer-encoding: chunked\r\n\r\n{:x}\r\n{events}\r\n0\r\n\r\n", events.len());
     for response in [close_delimited, chunked] {
         let (text, proxy) = through_proxy(response).await;
         assert!(text.starts_with(CHUNK), "what came is relayed: {text}");
@@ -373,10 +371,10 @@ async fn a_stream_that_just_stops_is_never_passed_off_as_complete() {
 async fn a_chunked_body_cut_short_ends_with_an_error_event() {
     let events = format!("{CHUNK}\n\n");
     // The last chunk (`0\r\n\r\n`) never comes: the connection closes after a whole event.
-    let cut = leak(format!(
+    let cut = format!(
         "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{events}\r\n",
         events.len()
-    ));
+    );
     let (text, proxy) = through_proxy(cut).await;
     assert!(text.starts_with(CHUNK), "{text}");
     assert!(text.contains("\"code\":\"upstream_error\""), "{text}");
@@ -393,9 +391,7 @@ async fn a_stream_finished_by_finish_reason_or_done_ends_normally() {
     let sse = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
     // Some OpenAI-compatible servers send no [DONE]: a finish_reason for every choice is
     // complete too.
-    for response in
-        [leak(format!("{sse}{CHUNK}\n\n{LAST}\n\n")), leak(format!("{sse}{CHUNK}\n\ndata: [DONE]\n\n"))]
-    {
+    for response in [format!("{sse}{CHUNK}\n\n{LAST}\n\n"), format!("{sse}{CHUNK}\n\ndata: [DONE]\n\n")] {
         let (text, proxy) = through_proxy(response).await;
         assert!(!text.contains("\"error\""), "{text}");
         eventually("counted", || {

@@ -66,8 +66,9 @@ def sample() -> Sample:
 def between(a: Sample, b: Sample) -> dict[str, float]:
     """Cores' worth (CPU seconds per second) used between two samples: by the benchmark's
     own processes (this one and its descendants: engines, proxies, load tester), by
-    everything else, and stolen by the hypervisor."""
+    everything else, and stolen by the hypervisor; and the machine's cores."""
     wall = max(b.wall - a.wall, 1e-9)
     ours = (b.ours - a.ours) / wall
     busy = (b.busy - a.busy) / wall
-    return {"ours_cores": ours, "other_cores": max(busy - ours, 0.0), "steal_cores": (b.steal - a.steal) / wall}
+    return {"ours_cores": ours, "other_cores": max(busy - ours, 0.0), "steal_cores": (b.steal - a.steal) / wall,
+            "cores": os.cpu_count()}

@@ -5,7 +5,6 @@ the figures here: a regenerated page cannot keep a claim its numbers no longer s
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 from pathlib import Path
@@ -240,7 +239,7 @@ def conditions(data: dict) -> list[str]:
     ours = [c["ours_cores"] for c in cpu]
     worst = max(other)
     line = (f"Conditions, measured during every run: the benchmark's own processes (engine, proxy, load tester) "
-            f"kept {statistics.median(ours):.2f} of the machine's {os.cpu_count()} cores busy (median over runs); "
+            f"kept {statistics.median(ours):.2f} of the machine's {cpu[0].get('cores', '?')} cores busy (median over runs); "
             f"other processes used {statistics.median(other):.2f} cores (median; at most {worst:.2f} in one run), "
             f"and the hypervisor stole {statistics.median(steal):.2f} (at most {max(steal):.2f}).")
     if worst >= 0.1:

@@ -410,6 +410,20 @@ mod tests {
         ExitController::create(vec![465], vec![466], signal, 8, rpdi, budget, Arc::default()).unwrap()
     }
 
+    /// A controller with no signal or budget, acting on the policy channel's directives.
+    fn directed(shared: &Arc<Shared>) -> ExitController {
+        ExitController::create(
+            vec![465],
+            vec![466],
+            "off",
+            0,
+            RpdiConfig::default(),
+            None,
+            Arc::clone(shared),
+        )
+        .unwrap()
+    }
+
     #[test]
     fn budget_forces_the_end_token_once_then_lets_the_answer_run() {
         let mut c = controller("off", None);
@@ -427,16 +441,7 @@ mod tests {
     #[test]
     fn proxy_directive_ends_thinking_by_request_id() {
         let shared = Arc::new(Shared::default());
-        let mut c = ExitController::create(
-            vec![465],
-            vec![466],
-            "off",
-            0,
-            RpdiConfig::default(),
-            None,
-            Arc::clone(&shared),
-        )
-        .unwrap();
+        let mut c = directed(&shared);
         c.add(3, vec![465], Some("req-9".into()), None);
         c.observe(vec![(1, 3, vec![5])]);
         assert!(c.decide(vec![]).is_empty());
@@ -453,16 +458,7 @@ mod tests {
     fn a_directive_arriving_after_a_lookup_still_counts() {
         use meridian_core::channel::{Action, Directive};
         let shared = Arc::new(Shared::default());
-        let mut c = ExitController::create(
-            vec![465],
-            vec![466],
-            "off",
-            0,
-            RpdiConfig::default(),
-            None,
-            Arc::clone(&shared),
-        )
-        .unwrap();
+        let mut c = directed(&shared);
         c.add(0, vec![465], Some("req-1".into()), None);
         let apply = |id: &str, action| {
             shared.directives.lock().unwrap().apply(Directive { request_id: id.into(), action });

@@ -88,16 +88,16 @@ impl SchedulerCore {
         // Straight from the instance's dict only where nothing on the class could shadow
         // the attribute there (a property, a slot).
         let class = req.get_type();
-        let dict = || req.getattr(intern!(py, "__dict__")).ok().and_then(|d| d.cast_into::<PyDict>().ok());
-        let attrs = if class.hasattr(intern!(py, "num_computed_tokens"))? { None } else { dict() };
+        let dict = req.getattr(intern!(py, "__dict__")).ok().and_then(|d| d.cast_into::<PyDict>().ok());
         let output = if class.hasattr(intern!(py, "_output_token_ids"))? {
             None
         } else {
-            dict()
+            dict.as_ref()
                 .and_then(|d| d.get_item(intern!(py, "_output_token_ids")).ok().flatten())
                 .filter(|list| list.is_exact_instance_of::<PyList>())
                 .and_then(|list| list.cast_into::<PyList>().ok())
         };
+        let attrs = if class.hasattr(intern!(py, "num_computed_tokens"))? { None } else { dict };
         self.slot_mut(slot).object = Some(RequestObject {
             address,
             _object: req.clone().unbind(),

@@ -23,6 +23,7 @@ from hookbench.common import MAX_MODEL_LEN, PROMPT_LEN, WARMUP_STEPS
 from hookbench.sched import SchedRaw, SchedResult, bench_scheduler
 from hookbench.logits import LogitsResult, bench_logits
 from hookbench.page import f1, verdicts, write_report
+from realab import machine
 
 
 def parse_args() -> argparse.Namespace:
@@ -57,12 +58,14 @@ def main() -> None:
     raw_logits: dict[int, list[tuple[int, list[float], list[float]]]] = {n: [] for n in sizes}
     for k in range(args.rounds):
         for n in sizes:
+            before = machine.sample()
             r = bench_scheduler(n, args.steps, args.profile and k == 0 and n == max(sizes))
+            r.other_cores = machine.between(before, machine.sample())["other_cores"]
             raw[n].append(r)
             print(
                 f"round {k + 1} scheduler n={n}: stock {f1(statistics.median(r.stock))} µs, "
                 f"hooked {f1(statistics.median(r.hooked))} µs, added {f1(statistics.median(r.added))} µs, "
-                f"paired difference {f1(statistics.median(r.paired))} µs",
+                f"paired difference {f1(statistics.median(r.paired))} µs, other work {r.other_cores:.2f} cores",
                 file=sys.stderr,
             )
             gc.collect()

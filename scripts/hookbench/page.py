@@ -128,6 +128,11 @@ def write_report(
         "- **paired difference**: the hooked engine's `schedule()` minus the stock engine's in",
         "  the same step number, a cross-check from two separate engines; noisier, since each",
         "  engine has its own heap and caches.",
+        "- **other work by round**: cores' worth of CPU that processes other than the",
+        "  benchmark used while the round ran (from `/proc`, as the real-engine A/B records it).",
+        "  The hook's cost is mostly cache misses on vLLM's request objects, so other work on",
+        "  the machine (its cache traffic, not its CPU time) raises the added figure: compare",
+        "  rounds and runs with this column beside the added p50 by round.",
         "- `update_from_output()` is not timed: the hook does not override it.",
         "",
         "During the warm-up the hooked engine ran express steps for the requests closing their",
@@ -138,15 +143,16 @@ def write_report(
         "",
         "| running requests | answering / thinking | stock `schedule()` µs (p50) | hooked `schedule()` µs (p50)"
         " | added µs (p50) | added p10-p90 | added mean | added p50 by round | added / stock | timing"
-        " | paired difference p50 (p10-p90) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        " | paired difference p50 (p10-p90) | other work by round (cores) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in sched:
         lines.append(
             f"| {r.n} | {r.answering} / {r.thinking} | {f1(r.stock.p50)} | {f1(r.hooked.p50)} | "
             f"{f1(r.added.p50)} | {f1(r.added.p10)} to {f1(r.added.p90)} | {f1(r.added_mean)} | "
             f"{' / '.join(f1(x) for x in r.rounds_added)} | {r.added.p50 / r.stock.p50 * 100:.1f}% | {f1(r.floor.p50)} | "
-            f"{f1(r.paired.p50)} ({f1(r.paired.p10)} to {f1(r.paired.p90)}) |"
+            f"{f1(r.paired.p50)} ({f1(r.paired.p10)} to {f1(r.paired.p90)}) | "
+            f"{' / '.join(f'{x:.2f}' for x in r.rounds_other)} |"
         )
     lines += ["", *verdicts(sched), ""]
     lines += [

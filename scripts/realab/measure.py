@@ -24,6 +24,9 @@ class Workload:
     think_len: int
     output_len: int
     range_ratio: float
+    # The engine's KV cache in blocks (`--num-gpu-blocks-override`) for a workload that
+    # must run out of it; None: the cache `kv_cache_gib` makes (far more than any run needs).
+    kv_blocks: int | None = None
 
     def tester_args(self) -> list[str]:
         return ["--num-prompts", str(self.prompts), "--random-input-len", str(self.input_len),
@@ -149,19 +152,20 @@ def measure(s: Setup, results: Path, log=print, append: bool = False) -> dict:
     for w in s.workloads:
         if w.name in names:
             raise ValueError(f"{results} already holds workload {w.name}")
-        data["setup"]["workloads"].append({**asdict(w), "loads": s.loads})
+        data["setup"]["workloads"].append({**asdict(w), "loads": s.loads, "max_model_len": s.spec.max_model_len})
     r = Rig(s)
     raw = s.work / "runs"
     raw.mkdir(exist_ok=True)
     try:
-        # 1. The step-time curve, on the stock engine alone.
+        # 1. The step-time curve, on the stock engine alone. The twin is calibrated on the
+        # first stock engine's trace: an appended run keeps that one's probe window.
         url, engine = r.activate("stock")
-        t0 = time.perf_counter()
-        curve.probe(url, s.spec.served_name, vocab=467, max_batched=s.spec.max_num_batched_tokens)
-        time.sleep(1.0)
-        # The twin is calibrated on the first stock engine's trace: keep its probe window.
-        data.setdefault("curve_window", [t0, time.perf_counter()])
-        log(f"curve probed ({time.time() - started:.0f} s)")
+        if "curve_window" not in data:
+            t0 = time.perf_counter()
+            curve.probe(url, s.spec.served_name, vocab=467, max_batched=s.spec.max_num_batched_tokens)
+            time.sleep(1.0)
+            data["curve_window"] = [t0, time.perf_counter()]
+            log(f"curve probed ({time.time() - started:.0f} s)")
         # 2. Capacity of the stock engine, per workload: everything sent at once.
         for w in s.workloads:
             out = loadtest(s, url, w, "inf", 1000, raw / f"capacity-{w.name}.json")

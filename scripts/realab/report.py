@@ -41,6 +41,27 @@ FIGURES = [
 ]
 
 
+def victim_sentences(data: dict, name: str) -> list[str]:
+    """Whom each configuration's engine preempted in this workload, from the step traces
+    (per load, summed over rounds): the figure that shows victim choice by phase."""
+    out = []
+    for load in sorted({r["load"] for r in data["runs"] if r["workload"] == name}):
+        parts = []
+        for c in data["setup"]["configs"]:
+            runs = runs_of(data, name, load, c)
+            if not runs:
+                continue
+            total = sum(r["engine"]["preempted"] for r in runs)
+            answering = sum(r["engine"]["preempted_output"] for r in runs)
+            thinking = sum(r["engine"]["preempted_think"] for r in runs)
+            parts.append(f"`{c}` {total} ({answering} answering, {thinking} thinking, "
+                         f"{total - answering - thinking} still in their prompt)")
+        if parts:
+            out.append(f"- At {load * 100:.0f}% load, preemptions over {len(runs)} rounds: " + "; ".join(parts) + ".")
+    return (["Preemptions by the phase of the request preempted (the engines' step traces):", "", *out, ""]
+            if out else [])
+
+
 def median_of(runs, get):
     vals = [get(r) for r in runs]
     got = [v for v in vals if v is not None]
@@ -326,6 +347,11 @@ def write(root: Path, results: Path, twin_json: Path, calibration_json: Path, ou
         mine = [r for r in data["runs"] if r["workload"] == name]
         pre = [r["engine"]["preempted"] for r in mine]
         hook_pre = sum(v for r in mine for k, v in (r.get("hook") or {}).items() if "preemptions_total" in k)
+        if w.get("kv_blocks"):
+            L += [f"The engines of this workload ran with a KV cache of {w['kv_blocks']} blocks of 128 tokens "
+                  f"(`--num-gpu-blocks-override {w['kv_blocks']}`, {w['kv_blocks'] * 128:,} tokens; "
+                  f"`--max-model-len {w.get('max_model_len')}`).", ""]
+            L += victim_sentences(data, name)
         if pre and not any(pre) and hook_pre == 0:
             L += [f"No run of this workload preempted a request (the step traces of both engines, and the hook's "
                   "own preemption counters): "

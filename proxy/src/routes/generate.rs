@@ -32,13 +32,41 @@ pub async fn completions(State(state): State<Arc<AppState>>, req: Request) -> Re
 async fn generate(state: Arc<AppState>, route: &'static str, req: Request) -> Response {
     let started = Instant::now();
     let id = request_id(req.headers());
-    match relay_generation(&state, route, req, &id, started).await {
+    let mut left = LeftEarly { state: &state, route, id: &id, started, answered: false };
+    let resp = match relay_generation(&state, route, req, &id, started).await {
         Ok(resp) => resp,
         Err(e) => {
             tracing::info!(request_id = ?id, route, outcome = e.outcome(), error = %e, "request failed");
             state.metrics.count_request(route, e.outcome());
             e.into_response_with_id(&id)
         }
+    };
+    left.answered = true;
+    resp
+}
+
+/// Records a client that left before it had a response: while its request waited for
+/// admission or for the upstream's response headers. The server drops the handler as
+/// soon as the connection closes, and with it everything the request held (its place in
+/// the admission queue, its upstream request, which is then aborted); this guard, dropped
+/// with them, counts the outcome. From the response on, the relay's observer does.
+struct LeftEarly<'a> {
+    state: &'a AppState,
+    route: &'static str,
+    id: &'a HeaderValue,
+    started: Instant,
+    answered: bool,
+}
+
+impl Drop for LeftEarly<'_> {
+    fn drop(&mut self) {
+        if self.answered {
+            return;
+        }
+        let waited_ms = self.started.elapsed().as_secs_f64() * 1e3;
+        tracing::info!(request_id = ?self.id, route = self.route, outcome = "client_disconnected", waited_ms,
+            "client left before the response");
+        self.state.metrics.count_request(self.route, "client_disconnected");
     }
 }
 

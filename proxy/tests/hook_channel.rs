@@ -121,8 +121,15 @@ async fn budgets_go_through_a_ready_hook_in_vllm_xargs() {
     let got =
         receive(req.header("x-mock-fixture", "qwen3-reasoning").header("x-request-id", "via-hook")).await;
     assert_eq!(got.status, 200);
+    let stream_id = got.headers["x-meridian-stream-id"].to_str().unwrap().to_owned();
+    assert!(stream_id.starts_with("mrd_"), "{stream_id}");
     let sent: Value = serde_json::from_str(&rig.mocks[0].requests()[0].body).unwrap();
-    assert_eq!(sent["vllm_xargs"], json!({"meridian_request_id": "via-hook", "meridian_think_budget": 5}));
+    assert_eq!(sent["vllm_xargs"], json!({"meridian_request_id": stream_id, "meridian_think_budget": 5}));
+    assert_eq!(
+        rig.mocks[0].requests()[0].headers["x-request-id"],
+        "via-hook",
+        "the client's id still goes upstream"
+    );
     assert!(sent.get("thinking_token_budget").is_none(), "the hook enforces it, not vLLM's field");
     assert!(sent.get("meridian").is_none());
 }
@@ -152,6 +159,7 @@ async fn thinking_time_budget_sends_end_thinking_for_that_request() {
     let got =
         receive(req.header("x-mock-fixture", "qwen3-reasoning").header("x-mock-interval-ms", "40")).await;
     assert_eq!(got.status, 200);
+    let stream_id = got.headers["x-meridian-stream-id"].to_str().unwrap().to_owned();
     for _ in 0..20 {
         if !hook.directives.lock().unwrap().is_empty() {
             break;
@@ -163,10 +171,10 @@ async fn thinking_time_budget_sends_end_thinking_for_that_request() {
     assert_eq!(
         sent,
         vec![
-            json!({"request_id": "slow-thinker", "action": "end_thinking"}),
-            json!({"request_id": "slow-thinker", "action": "forget"}),
+            json!({"request_id": stream_id, "action": "end_thinking"}),
+            json!({"request_id": stream_id, "action": "forget"}),
         ],
-        "once, by id, then forgotten when the stream ends (ids come from clients and may be reused)"
+        "once, by the stream's id, then forgotten when the stream ends"
     );
 
     // A request that stops thinking before its budget is never told to.
@@ -176,6 +184,71 @@ async fn thinking_time_budget_sends_end_thinking_for_that_request() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let actions: Vec<Value> = hook.directives.lock().unwrap().iter().map(|d| d["action"].clone()).collect();
     assert!(!actions[2..].contains(&json!("end_thinking")), "{actions:?}");
+}
+
+#[tokio::test]
+async fn two_clients_with_the_same_request_id_never_touch_each_others_thinking() {
+    let (addr, hook) = start_fake_hook().await;
+    let rig = rig_with_hook(&addr, "MERIDIAN_TEST_HOOK_SECRET_F", SECRET).await;
+    wait_ready(&rig, 1.0).await;
+    // Both send `X-Request-Id: shared` at once; only the first has a thinking-time budget
+    // short enough to be ended.
+    let send = |budget_s: f64| {
+        let body = json!({"model": "Qwen/Qwen3-8B", "stream": true, "messages": [],
+                          "meridian": {"think_budget_s": budget_s}});
+        receive(
+            rig.client
+                .post(rig.url("/v1/chat/completions"))
+                .json(&body)
+                .header("x-request-id", "shared")
+                .header("x-mock-fixture", "qwen3-reasoning")
+                .header("x-mock-interval-ms", "40"),
+        )
+    };
+    let (short, long) = tokio::join!(send(0.1), send(30.0));
+    assert_eq!((short.status.as_u16(), long.status.as_u16()), (200, 200));
+    let stream_of = |got: &Received| got.headers["x-meridian-stream-id"].to_str().unwrap().to_owned();
+    let (short_id, long_id) = (stream_of(&short), stream_of(&long));
+    assert_ne!(short_id, long_id);
+    assert_eq!(short.headers["x-request-id"], "shared");
+    assert_eq!(long.headers["x-request-id"], "shared");
+
+    // Upstream, each carries its own stream id for the hook; both keep the client's id.
+    let mut sent_ids: Vec<String> = rig.mocks[0]
+        .requests()
+        .iter()
+        .map(|r| {
+            assert_eq!(r.headers["x-request-id"], "shared");
+            let body: Value = serde_json::from_str(&r.body).unwrap();
+            body["vllm_xargs"]["meridian_request_id"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    sent_ids.sort();
+    let mut want = vec![short_id.clone(), long_id.clone()];
+    want.sort();
+    assert_eq!(sent_ids, want);
+
+    // The hook is told to end the first stream's thinking, by its stream id alone.
+    let mut directives = Vec::new();
+    for _ in 0..40 {
+        directives = hook.directives.lock().unwrap().clone();
+        if directives.len() >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ended: Vec<&Value> = directives.iter().filter(|d| d["action"] == "end_thinking").collect();
+    assert_eq!(ended, vec![&json!({"request_id": short_id, "action": "end_thinking"})], "{directives:?}");
+    assert!(directives.iter().all(|d| d["request_id"] != "shared"), "{directives:?}");
+    let mut forgotten: Vec<&str> = directives
+        .iter()
+        .filter(|d| d["action"] == "forget")
+        .map(|d| d["request_id"].as_str().unwrap())
+        .collect();
+    forgotten.sort();
+    let mut both = vec![short_id.as_str(), long_id.as_str()];
+    both.sort();
+    assert_eq!(forgotten, both, "each stream forgotten by its own id: {directives:?}");
 }
 
 #[tokio::test]
@@ -208,6 +281,7 @@ async fn eat_probes_end_thinking_once_the_entropy_settles() {
     let got =
         receive(req.header("x-mock-fixture", "qwen3-reasoning").header("x-mock-interval-ms", "60")).await;
     assert_eq!(got.status, 200);
+    let stream_id = got.headers["x-meridian-stream-id"].to_str().unwrap().to_owned();
     for _ in 0..20 {
         if !hook.directives.lock().unwrap().is_empty() {
             break;
@@ -216,7 +290,7 @@ async fn eat_probes_end_thinking_once_the_entropy_settles() {
     }
     let ends: Vec<Value> =
         hook.directives.lock().unwrap().iter().filter(|d| d["action"] == "end_thinking").cloned().collect();
-    assert_eq!(ends, vec![json!({"request_id": "eat-1", "action": "end_thinking"})]);
+    assert_eq!(ends, vec![json!({"request_id": stream_id, "action": "end_thinking"})]);
     let probes: Vec<Value> = rig.mocks[0]
         .requests()
         .iter()

@@ -169,14 +169,17 @@ def test_live_end_thinking_directive_switches_the_stream_at_that_point(proxy_wit
     before = hook_metric(hook, 'meridian_hook_forced_exits_total{reason="directive"}')
     tokens = []
     sent_at = None
-    for chunk in chat(client, ids, max_tokens=200, request_id="hook-live"):
+    stream = chat(client, ids, max_tokens=200, request_id="hook-live")
+    # Directives name the stream id the proxy minted, not the client's X-Request-Id.
+    stream_id = stream.response.headers["x-meridian-stream-id"]
+    for chunk in stream:
         tokens.extend(tokens_by_phase([chunk]))
         if sent_at is None and len(tokens) >= 10:
             sent_at = len(tokens)
             r = requests.post(
                 f"http://{hook}/meridian/v1/directives",
                 headers={"authorization": f"Bearer {TOKEN}", "meridian-protocol": "1"},
-                json={"directives": [{"request_id": "hook-live", "action": "end_thinking"}]},
+                json={"directives": [{"request_id": stream_id, "action": "end_thinking"}]},
                 timeout=5,
             )
             assert r.status_code == 200 and r.json()["accepted"] == 1

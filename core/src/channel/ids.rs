@@ -1,6 +1,7 @@
 //! vLLM derives its internal request id from the `X-Request-Id` the proxy sends:
 //! `chatcmpl-<id>` or `cmpl-<id>` at the API server, then `-<8 hex>` appended by the
-//! engine so retries never collide. The hook keys directives by the proxy's id.
+//! engine so retries never collide. Requests sent by the proxy carry its stream id
+//! (`vllm_xargs.meridian_request_id`), which directives name; this is for the rest.
 
 /// The proxy's request id inside a vLLM engine request id. Ids that do not have vLLM's
 /// shape come back unchanged, so a directive keyed by the engine's own id also works.

@@ -10,8 +10,10 @@
 //!
 //! Every authenticated request carries `Authorization: Bearer <secret>` and
 //! `Meridian-Protocol: <major>`; a hook answers a major it does not speak with 400 and
-//! the range it does, so neither side acts on messages it might misread. Request ids are
-//! the proxy's `X-Request-Id`, which vLLM turns into `chatcmpl-<id>-<suffix>`; see
+//! the range it does, so neither side acts on messages it might misread. A directive's
+//! request id is the proxy's stream id for the request, which reaches the engine as
+//! `vllm_xargs.meridian_request_id` (clients choose `X-Request-Id` and may share one);
+//! for requests without it, the `X-Request-Id` inside vLLM's own id, see
 //! [`base_request_id`].
 
 mod directives;
@@ -73,7 +75,8 @@ pub enum Action {
 // rejects what it does not know.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Directive {
-    /// The proxy's `X-Request-Id` for the request.
+    /// The proxy's stream id for the request (`vllm_xargs.meridian_request_id`), or
+    /// vLLM's request id.
     pub request_id: String,
     #[serde(flatten)]
     pub action: Action,

@@ -18,7 +18,10 @@ pub struct ProbeTarget {
     pub auth: Option<HeaderValue>,
     /// The client's original request body.
     pub body: Bytes,
+    /// The client's `X-Request-Id`: the probes' own ids derive from it, for logs.
     pub request_id: String,
+    /// The proxy's id for the stream: what a forced exit names at the hook.
+    pub stream_id: String,
     /// The delimiters that close a thought for this model, as text.
     pub think_open: String,
     pub think_close: String,
@@ -129,7 +132,7 @@ async fn run(mut eat: Eat, target: ProbeTarget, mut rx: mpsc::UnboundedReceiver<
         };
         target.metrics.count_eat_probe("ok");
         if eat.update(x).stop {
-            target.end.now(&target.request_id);
+            target.end.now(&target.stream_id);
             target.metrics.count_entropy_exit("eat");
             return;
         }

@@ -23,7 +23,10 @@ pub struct RequestInfo {
     pub family: Option<Arc<ModelFamily>>,
     /// Overrides the family's starting phase (a request that turned thinking off).
     pub initial_phase: Option<Phase>,
+    /// The client's `X-Request-Id`, for logs.
     pub request_id: String,
+    /// The proxy's id for this stream, which the hook's directives name.
+    pub stream_id: String,
     pub upstream: String,
     pub started: Instant,
     /// The think budget applied to this request, if any.
@@ -42,6 +45,7 @@ impl RequestInfo {
             family,
             initial_phase: None,
             request_id: String::new(),
+            stream_id: String::new(),
             upstream: String::new(),
             started: Instant::now(),
             think_budget: None,
@@ -135,7 +139,7 @@ impl RequestObserver {
             return;
         }
         self.deadline_fired = true;
-        deadline.hook.end_thinking(&self.info.request_id);
+        deadline.hook.end_thinking(&self.info.stream_id);
         self.metrics.count_budget_reached(self.info.family.as_ref().map_or("unknown", |f| f.name()));
     }
 
@@ -269,7 +273,7 @@ impl Drop for RequestObserver {
         let hook =
             self.forget_on_drop.take().or_else(|| self.info.think_deadline.as_ref().map(|d| d.hook.clone()));
         if let Some(hook) = hook {
-            hook.forget(&self.info.request_id);
+            hook.forget(&self.info.stream_id);
         }
         self.metrics.move_stream(self.open_as, None);
         if let Some(u) = &self.info.upstream_ref {
@@ -295,6 +299,7 @@ impl Drop for RequestObserver {
         self.metrics.count_request(self.info.route, self.outcome);
         tracing::info!(
             request_id = %self.info.request_id,
+            stream_id = %self.info.stream_id,
             upstream = %self.info.upstream,
             route = self.info.route,
             family,

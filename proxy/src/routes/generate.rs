@@ -18,7 +18,7 @@ use crate::error::ProxyError;
 use crate::exits::EndThinking;
 use crate::headers::{client_response_headers, upstream_request_headers};
 use crate::relay::{RelayBody, RequestInfo, RequestObserver, Sent, UpstreamRequest, send_with_retries};
-use crate::request_id::{REQUEST_ID, request_id};
+use crate::request_id::{REQUEST_ID, STREAM_ID, mint_stream_id, request_id};
 use crate::state::AppState;
 
 pub async fn chat_completions(State(state): State<Arc<AppState>>, req: Request) -> Response {
@@ -32,13 +32,41 @@ pub async fn completions(State(state): State<Arc<AppState>>, req: Request) -> Re
 async fn generate(state: Arc<AppState>, route: &'static str, req: Request) -> Response {
     let started = Instant::now();
     let id = request_id(req.headers());
-    match relay_generation(&state, route, req, &id, started).await {
+    let mut left = LeftEarly { state: &state, route, id: &id, started, answered: false };
+    let resp = match relay_generation(&state, route, req, &id, started).await {
         Ok(resp) => resp,
         Err(e) => {
             tracing::info!(request_id = ?id, route, outcome = e.outcome(), error = %e, "request failed");
             state.metrics.count_request(route, e.outcome());
             e.into_response_with_id(&id)
         }
+    };
+    left.answered = true;
+    resp
+}
+
+/// Records a client that left before it had a response: while its request waited for
+/// admission or for the upstream's response headers. The server drops the handler as
+/// soon as the connection closes, and with it everything the request held (its place in
+/// the admission queue, its upstream request, which is then aborted); this guard, dropped
+/// with them, counts the outcome. From the response on, the relay's observer does.
+struct LeftEarly<'a> {
+    state: &'a AppState,
+    route: &'static str,
+    id: &'a HeaderValue,
+    started: Instant,
+    answered: bool,
+}
+
+impl Drop for LeftEarly<'_> {
+    fn drop(&mut self) {
+        if self.answered {
+            return;
+        }
+        let waited_ms = self.started.elapsed().as_secs_f64() * 1e3;
+        tracing::info!(request_id = ?self.id, route = self.route, outcome = "client_disconnected", waited_ms,
+            "client left before the response");
+        self.state.metrics.count_request(self.route, "client_disconnected");
     }
 }
 
@@ -61,8 +89,10 @@ async fn relay_generation(
         .or(gen_req.client_budget)
         .or_else(|| state.config.budget.for_family(family.as_deref().map(|f| f.name())));
     let id_str = String::from_utf8_lossy(id.as_bytes()).into_owned();
+    // What the engine's hook knows this stream by (see `request_id`).
+    let stream_id = mint_stream_id();
     let for_hook = match state.pool.all().iter().any(|u| u.hook_ready()) {
-        true => Some(hook_body(&body, &gen_req, think_budget, &id_str)?),
+        true => Some(hook_body(&body, &gen_req, think_budget, &stream_id)?),
         false => None,
     };
     let continuable = forcing::plan(state, route, &body, &gen_req, family.as_ref(), think_budget);
@@ -112,6 +142,9 @@ async fn relay_generation(
     let status = resp.status();
     let mut headers = client_response_headers(resp.headers());
     headers.insert(REQUEST_ID, id.clone());
+    if let Ok(v) = HeaderValue::from_str(&stream_id) {
+        headers.insert(STREAM_ID, v);
+    }
     let is_sse = resp
         .headers()
         .get(header::CONTENT_TYPE)
@@ -119,12 +152,12 @@ async fn relay_generation(
         .is_some_and(|v| v.starts_with("text/event-stream"));
     let upstream_name = in_flight.upstream().name.clone();
     let metrics = state.metrics.clone();
-    let eat_family = family.clone();
     let info = RequestInfo {
         route,
         family: family.clone(),
         initial_phase,
         request_id: id_str.clone(),
+        stream_id: stream_id.clone(),
         upstream: upstream_name.clone(),
         started,
         think_budget,
@@ -136,15 +169,14 @@ async fn relay_generation(
         // The relay may append an error event, so the upstream's length cannot stand.
         headers.remove(header::CONTENT_LENGTH);
         let continuation = continuation.filter(|_| !via_hook);
-        let mut observer = RequestObserver::new(metrics.clone(), info, true);
         let end = match &continuation {
             Some(c) => Some(EndThinking::Continuation(c.end_now.clone())),
             None => hook_used(state, &in_flight, via_hook).map(EndThinking::Hook),
         };
-        if let Some((prober, end)) = end.and_then(|end| {
-            eat_prober(state, route, &body, id, &in_flight, eat_family.as_deref(), end.clone())
-                .map(|p| (p, end))
-        }) {
+        let eat =
+            end.and_then(|end| eat_prober(state, &info, &body, &in_flight, end.clone()).map(|p| (p, end)));
+        let mut observer = RequestObserver::new(metrics.clone(), info, true);
+        if let Some((prober, end)) = eat {
             let forget = match end {
                 EndThinking::Hook(h) => Some(h),
                 EndThinking::Continuation(_) => None,
@@ -222,25 +254,24 @@ fn hook_used(
 /// continuation) and whose model family names its think delimiters.
 fn eat_prober(
     state: &AppState,
-    route: &'static str,
+    info: &RequestInfo,
     body: &bytes::Bytes,
-    id: &HeaderValue,
     in_flight: &crate::upstream::InFlight,
-    family: Option<&meridian_core::ModelFamily>,
     end: EndThinking,
 ) -> Option<crate::exits::EatProber> {
     let cfg = &state.config.exit;
-    if cfg.signal != meridian_core::config::ExitSignal::Eat || route != "chat_completions" {
+    if cfg.signal != meridian_core::config::ExitSignal::Eat || info.route != "chat_completions" {
         return None;
     }
     let upstream = in_flight.upstream();
-    let tags = family?.file.tags.as_ref()?;
+    let tags = info.family.as_ref()?.file.tags.as_ref()?;
     let target = crate::exits::ProbeTarget {
         client: state.client.clone(),
         base_url: upstream.base_url.clone(),
         auth: state.upstream_auth.clone(),
         body: body.clone(),
-        request_id: String::from_utf8_lossy(id.as_bytes()).into_owned(),
+        request_id: info.request_id.clone(),
+        stream_id: info.stream_id.clone(),
         think_open: tags.start.first()?.clone(),
         think_close: tags.end.first()?.clone(),
         end,

@@ -28,6 +28,10 @@ use objects::{AddressHasher, RequestObject};
 /// What the hook knows of one request, in a slot of `SchedulerCore::slots`.
 pub(crate) struct Tracked {
     id: String,
+    /// The proxy's id for the stream (`vllm_xargs.meridian_request_id`), which its
+    /// directives name. Clients choose vLLM's request id (`X-Request-Id`) and may share
+    /// one, so a request that has a stream id is looked up by it, never by the client's.
+    stream_id: Option<String>,
     tracker: Option<PhaseTracker>,
     seq: u64,
     think_ended_s: Option<f64>,
@@ -174,6 +178,7 @@ impl SchedulerCore {
         self.next_seq += 1;
         let tracked = Tracked {
             id: request_id.to_owned(),
+            stream_id: None,
             tracker,
             seq: self.next_seq,
             think_ended_s: None,
@@ -241,7 +246,13 @@ impl SchedulerCore {
                 for (view, &i) in views.iter_mut().zip(row_slots) {
                     let t = self.slot_mut(i);
                     if t.directive_generation != Some(generation) {
-                        t.directive_priority = directives_in(&table, &t.id).and_then(|d| d.priority);
+                        let found = match &t.stream_id {
+                            // vLLM's full request id still names it exactly (an operator's
+                            // tool may use it); its client part no longer does.
+                            Some(stream) => table.get(stream).or_else(|| table.get(&t.id)),
+                            None => directives_in(&table, &t.id),
+                        };
+                        t.directive_priority = found.and_then(|d| d.priority);
                         t.directive_generation = Some(generation);
                     }
                     if let Some(p) = t.directive_priority {

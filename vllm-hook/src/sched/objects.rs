@@ -66,6 +66,15 @@ impl Hasher for AddressHasher {
     }
 }
 
+/// The proxy's stream id for a request: `meridian_request_id` in its sampling params'
+/// `extra_args` (the body's `vllm_xargs`), when it is a string.
+fn stream_id_of(req: &Bound<'_, PyAny>) -> Option<String> {
+    let py = req.py();
+    let params = req.getattr(intern!(py, "sampling_params")).ok()?;
+    let extra = params.getattr(intern!(py, "extra_args")).ok()?.cast_into::<PyDict>().ok()?;
+    extra.get_item(intern!(py, "meridian_request_id")).ok()??.extract().ok()
+}
+
 impl SchedulerCore {
     /// Reads what stays put while a request runs from one of vLLM's `Request` objects,
     /// tracks the request from its prompt when it is new, and returns its slot.
@@ -85,6 +94,12 @@ impl SchedulerCore {
                 self.start_tracking(id, Some(&prompt))
             }
         };
+        let stream_id = stream_id_of(req);
+        let entry = self.slot_mut(slot);
+        if entry.stream_id != stream_id {
+            entry.stream_id = stream_id;
+            entry.directive_generation = None;
+        }
         // Straight from the instance's dict only where nothing on the class could shadow
         // the attribute there (a property, a slot).
         let class = req.get_type();

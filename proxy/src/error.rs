@@ -32,6 +32,8 @@ pub enum ProxyError {
         "upstream {upstream} ended the stream before finishing it (no [DONE], no finish_reason): the answer is incomplete"
     )]
     UpstreamTruncated { upstream: String },
+    #[error("the proxy is shutting down and its grace period for open requests is over; retry the request")]
+    ShuttingDown,
 }
 
 impl ProxyError {
@@ -55,7 +57,8 @@ impl ProxyError {
             ProxyError::NotFound(_) | ProxyError::ModelNotFound(_) => StatusCode::NOT_FOUND,
             ProxyError::NoHealthyUpstream
             | ProxyError::AdmissionTimeout { .. }
-            | ProxyError::AdmissionQueueFull => StatusCode::SERVICE_UNAVAILABLE,
+            | ProxyError::AdmissionQueueFull
+            | ProxyError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             ProxyError::UpstreamFailed { .. } | ProxyError::UpstreamTruncated { .. } => StatusCode::BAD_GATEWAY,
         }
@@ -73,6 +76,7 @@ impl ProxyError {
             ProxyError::UpstreamTimeout { .. } => ("server_error", None, "upstream_timeout"),
             ProxyError::UpstreamFailed { .. } => ("server_error", None, "upstream_error"),
             ProxyError::UpstreamTruncated { .. } => ("server_error", None, "upstream_truncated"),
+            ProxyError::ShuttingDown => ("server_error", None, "server_shutting_down"),
         }
     }
 
@@ -100,6 +104,7 @@ impl ProxyError {
             ProxyError::UpstreamTimeout { .. } => "upstream_timeout",
             ProxyError::UpstreamFailed { .. } => "upstream_error",
             ProxyError::UpstreamTruncated { .. } => "upstream_truncated",
+            ProxyError::ShuttingDown => "shutting_down",
         }
     }
 

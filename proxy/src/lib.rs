@@ -11,6 +11,7 @@
 pub mod admission;
 pub mod cli;
 pub mod continuation;
+pub mod drain;
 pub mod error;
 pub mod exits;
 pub mod headers;

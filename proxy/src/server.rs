@@ -1,5 +1,6 @@
 //! Assembles the router and runs the server.
 
+use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +23,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback(routes::passthrough)
         .with_state(state)
 }
+
+/// How long, after the shutdown grace, the streams it ended get to write their error
+/// events before their connections are closed regardless.
+const FAREWELL: Duration = Duration::from_secs(2);
 
 /// A running proxy. Dropping it stops health checks; `shutdown` stops serving.
 pub struct Server {
@@ -61,25 +66,42 @@ impl Server {
             // Small SSE writes must leave at once, not wait for Nagle.
             let _ = tcp.set_nodelay(true);
         });
+        let drain_state = state.clone();
         let serving = tokio::spawn(async move {
             let mut graceful_stop = stopped.clone();
-            let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
-                let _ = graceful_stop.wait_for(|s| *s).await;
-            });
+            let serve = axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = graceful_stop.wait_for(|s| *s).await;
+                })
+                .into_future();
+            tokio::pin!(serve);
             tokio::select! {
-                r = serve => r,
-                // Streams still open after the grace period are cut.
+                r = &mut serve => return r,
                 _ = async {
                     let _ = stopped.wait_for(|s| *s).await;
                     tokio::time::sleep(grace).await;
-                } => Ok(()),
+                } => {}
+            }
+            // The grace is over: every response still open ends with an error event, and
+            // the connections close once those are written.
+            drain_state.drain.end_grace();
+            match tokio::time::timeout(FAREWELL, serve).await {
+                Ok(r) => r,
+                Err(_) => {
+                    tracing::warn!(
+                        "connections still open {FAREWELL:?} after the shutdown grace; closing them"
+                    );
+                    Ok(())
+                }
             }
         });
         Ok(Server { local_addr, state, stop, serving, health, pump })
     }
 
-    /// Stops accepting, lets open streams finish within the grace period, then returns.
+    /// Drains: readiness fails and no request is taken from now on; open responses get
+    /// `server.shutdown_grace_s` to finish, then end with an error event (`crate::drain`).
     pub async fn shutdown(mut self) -> std::io::Result<()> {
+        self.state.drain.begin();
         let _ = self.stop.send(true);
         self.health.abort();
         if let Some(p) = &self.pump {

@@ -9,6 +9,7 @@ use meridian_core::models::ModelFamily;
 use meridian_core::{MeridianConfig, ModelRegistry};
 
 use crate::admission::Admission;
+use crate::drain::Drain;
 use crate::telemetry::Metrics;
 use crate::upstream::UpstreamPool;
 
@@ -24,6 +25,8 @@ pub struct AppState {
     pub hook: HookChannel,
     /// Admission control (`[admission]`).
     pub admission: Arc<Admission>,
+    /// Whether the server is shutting down, and whether its grace is over.
+    pub drain: Drain,
 }
 
 /// Why the proxy could not be assembled from a valid config.
@@ -76,6 +79,7 @@ impl AppState {
             metrics,
             client,
             upstream_auth,
+            drain: Drain::default(),
         })
     }
 

@@ -42,6 +42,11 @@ pub struct ServerConfig {
     pub max_body_bytes: u64,
     /// Seconds to let open streams finish on shutdown.
     pub shutdown_grace_s: f64,
+    /// Longest a streamed response stays silent before the proxy sends an SSE comment
+    /// (`: keep-alive`), so intermediaries with idle timeouts keep the connection; a
+    /// request still queued or awaiting the upstream's headers this long gets its
+    /// response headers early. 0 turns heartbeats off.
+    pub sse_heartbeat_s: f64,
 }
 
 impl Default for ServerConfig {
@@ -50,6 +55,7 @@ impl Default for ServerConfig {
             listen: "127.0.0.1:8080".into(),
             max_body_bytes: 16 * 1024 * 1024,
             shutdown_grace_s: 30.0,
+            sse_heartbeat_s: 15.0,
         }
     }
 }

@@ -71,6 +71,12 @@ impl MeridianConfig {
         if !(s.shutdown_grace_s.is_finite() && s.shutdown_grace_s >= 0.0) {
             c.fail("server.shutdown_grace_s", format!("must be zero or more; got {}", s.shutdown_grace_s));
         }
+        if !(s.sse_heartbeat_s.is_finite() && s.sse_heartbeat_s >= 0.0) {
+            c.fail(
+                "server.sse_heartbeat_s",
+                format!("must be zero (off) or more; got {}", s.sse_heartbeat_s),
+            );
+        }
 
         let u = &self.upstream;
         for (i, ep) in u.endpoints.iter().enumerate() {

@@ -10,6 +10,9 @@
 //! an upstream that dies mid-line leaves the client a well-formed stream that ends in an
 //! error event, not a JSON fragment its parser chokes on. In the usual case, one event per
 //! network read, nothing is held and nothing is copied.
+//!
+//! When a drain's grace runs out, the stream ends with a `server_shutting_down` error
+//! event; dropping the body then aborts the upstream request.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -21,8 +24,10 @@ use bytes::{Bytes, BytesMut};
 use futures::Stream;
 use futures::stream::BoxStream;
 use tokio::time::Sleep;
+use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::observer::RequestObserver;
+use super::tail::Tail;
 use crate::error::ProxyError;
 use crate::telemetry::Metrics;
 use crate::upstream::InFlight;
@@ -51,6 +56,9 @@ pin_project_lite::pin_project! {
         queued: Option<Bytes>,
         // The last bytes sent, to know whether the client is between events.
         tail: Tail,
+        // A drain's grace running out ends the stream (see `crate::drain`).
+        #[pin]
+        grace_over: WaitForCancellationFutureOwned,
     }
 }
 
@@ -62,6 +70,7 @@ impl RelayBody {
         observer: RequestObserver,
         metrics: std::sync::Arc<Metrics>,
         in_flight: InFlight,
+        grace_over: WaitForCancellationFutureOwned,
     ) -> Self {
         RelayBody {
             upstream,
@@ -75,6 +84,7 @@ impl RelayBody {
             held: BytesMut::new(),
             queued: None,
             tail: Tail::default(),
+            grace_over,
         }
     }
 }
@@ -143,6 +153,12 @@ impl Stream for RelayBody {
                     return Poll::Ready(None);
                 }
                 Poll::Pending => {
+                    if this.grace_over.as_mut().poll(cx).is_ready() {
+                        let upstream = &this.in_flight.upstream().name;
+                        tracing::info!(%upstream, "ending a stream still open when the shutdown grace ran out");
+                        let err = ProxyError::ShuttingDown;
+                        return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
+                    }
                     if this.idle.as_mut().poll(cx).is_ready() {
                         let upstream = this.in_flight.upstream().name.clone();
                         tracing::warn!(%upstream, "upstream stream went silent");
@@ -156,28 +172,6 @@ impl Stream for RelayBody {
                 }
             }
         }
-    }
-}
-
-/// The last three bytes sent to the client.
-#[derive(Default)]
-struct Tail {
-    bytes: [u8; 3],
-    len: usize,
-}
-
-impl Tail {
-    fn push(&mut self, out: &[u8]) {
-        for &b in out.iter().rev().take(3).rev() {
-            self.bytes = [self.bytes[1], self.bytes[2], b];
-            self.len = (self.len + 1).min(3);
-        }
-    }
-
-    /// Whether the client has a started event that still needs its blank line.
-    fn mid_event(&self) -> bool {
-        let b = &self.bytes[3 - self.len..];
-        !(self.len == 0 || b.ends_with(b"\n\n") || b.ends_with(b"\n\r\n"))
     }
 }
 

@@ -4,9 +4,12 @@
 
 mod body;
 mod forward;
+mod heartbeat;
 mod observer;
+mod tail;
 
 pub use body::RelayBody;
 pub use forward::{Sent, UpstreamRequest, send_with_retries};
+pub use heartbeat::{Heartbeats, early_response};
 pub use meridian_core::stream::SseDecoder;
 pub use observer::{RequestInfo, RequestObserver};

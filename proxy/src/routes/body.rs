@@ -44,9 +44,10 @@ fn caused_by_length_limit(e: &(dyn std::error::Error + 'static)) -> bool {
 struct RequestView<'a> {
     #[serde(borrow, default)]
     model: Option<&'a RawValue>,
-    /// Checked for type only; the response's content type decides how it is relayed.
-    #[serde(default, rename = "stream")]
-    _stream: Option<bool>,
+    /// How the response is relayed is decided by its content type; this says only
+    /// whether a slow answer may get its headers early, with heartbeats.
+    #[serde(default)]
+    stream: Option<bool>,
     #[serde(default)]
     chat_template_kwargs: Option<TemplateKwargs>,
     #[serde(default)]
@@ -99,6 +100,8 @@ pub struct GenerationRequest<'a> {
     /// The client set vLLM's `priority` field itself.
     pub client_priority: bool,
     pub extension: Option<MeridianExtension>,
+    /// The client asked for a streamed answer (`"stream": true`).
+    pub stream: bool,
 }
 
 impl<'a> GenerationRequest<'a> {
@@ -150,6 +153,7 @@ impl<'a> GenerationRequest<'a> {
             client_budget: view.thinking_token_budget,
             client_priority: view.priority.is_some(),
             extension: view.meridian,
+            stream: view.stream == Some(true),
         })
     }
 }

@@ -1,6 +1,7 @@
 //! `POST /v1/chat/completions` and `POST /v1/completions`: the tracked data path.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -17,7 +18,10 @@ use crate::admission::Class;
 use crate::error::ProxyError;
 use crate::exits::EndThinking;
 use crate::headers::{client_response_headers, upstream_request_headers};
-use crate::relay::{RelayBody, RequestInfo, RequestObserver, Sent, UpstreamRequest, send_with_retries};
+use crate::relay::{
+    Heartbeats, RelayBody, RequestInfo, RequestObserver, Sent, UpstreamRequest, early_response,
+    send_with_retries,
+};
 use crate::request_id::{REQUEST_ID, STREAM_ID, mint_stream_id, request_id};
 use crate::state::AppState;
 
@@ -32,8 +36,58 @@ pub async fn completions(State(state): State<Arc<AppState>>, req: Request) -> Re
 async fn generate(state: Arc<AppState>, route: &'static str, req: Request) -> Response {
     let started = Instant::now();
     let id = request_id(req.headers());
+    // What the engine's hook knows this stream by (see `request_id`).
+    let stream_id = mint_stream_id();
+    let streamed = Arc::new(AtomicBool::new(false));
+    let answer = answer(state.clone(), route, req, id.clone(), stream_id.clone(), started, streamed.clone());
+    let heartbeat = state.config.server.sse_heartbeat_s;
+    if heartbeat <= 0.0 {
+        return answer.await;
+    }
+    // A streamed request still without a response after one heartbeat interval gets its
+    // headers now, and heartbeats until the response comes (see `relay::heartbeat`).
+    let every = Duration::from_secs_f64(heartbeat);
+    let mut answer = Box::pin(answer);
+    loop {
+        tokio::select! {
+            biased;
+            resp = &mut answer => return resp,
+            _ = tokio::time::sleep(every) => {
+                if streamed.load(Ordering::Acquire) {
+                    let mut headers = HeaderMap::new();
+                    headers.insert(REQUEST_ID, id);
+                    if let Ok(v) = HeaderValue::from_str(&stream_id) {
+                        headers.insert(STREAM_ID, v);
+                    }
+                    return early_response(answer, every, headers);
+                }
+            }
+        }
+    }
+}
+
+/// The response to a generation request, its failures counted and answered in
+/// OpenAI's error shape; a drain's grace running out ends the wait with one.
+async fn answer(
+    state: Arc<AppState>,
+    route: &'static str,
+    req: Request,
+    id: HeaderValue,
+    stream_id: String,
+    started: Instant,
+    streamed: Arc<AtomicBool>,
+) -> Response {
     let mut left = LeftEarly { state: &state, route, id: &id, started, answered: false };
-    let resp = match relay_generation(&state, route, req, &id, started).await {
+    let relayed = async {
+        if state.drain.draining() {
+            return Err(ProxyError::ShuttingDown);
+        }
+        tokio::select! {
+            r = relay_generation(&state, route, req, &id, stream_id, started, &streamed) => r,
+            _ = state.drain.grace_over() => Err(ProxyError::ShuttingDown),
+        }
+    };
+    let resp = match relayed.await {
         Ok(resp) => resp,
         Err(e) => {
             tracing::info!(request_id = ?id, route, outcome = e.outcome(), error = %e, "request failed");
@@ -75,11 +129,14 @@ async fn relay_generation(
     route: &'static str,
     req: Request,
     id: &HeaderValue,
+    stream_id: String,
     started: Instant,
+    streamed: &AtomicBool,
 ) -> Result<Response, ProxyError> {
     let (parts, body) = req.into_parts();
     let body = read_body(body, &parts.headers, state.config.server.max_body_bytes).await?;
     let gen_req = GenerationRequest::parse(&body)?;
+    streamed.store(gen_req.stream, Ordering::Release);
     let family = state.family_for(&gen_req.model);
     let initial_phase = gen_req.initial_phase;
     // Budget: the request's extension, else the client's own field, else the config.
@@ -89,8 +146,6 @@ async fn relay_generation(
         .or(gen_req.client_budget)
         .or_else(|| state.config.budget.for_family(family.as_deref().map(|f| f.name())));
     let id_str = String::from_utf8_lossy(id.as_bytes()).into_owned();
-    // What the engine's hook knows this stream by (see `request_id`).
-    let stream_id = mint_stream_id();
     let for_hook = match state.pool.all().iter().any(|u| u.hook_ready()) {
         true => Some(hook_body(&body, &gen_req, think_budget, &stream_id)?),
         false => None,
@@ -208,8 +263,12 @@ async fn relay_generation(
             }
         };
         let idle = Duration::from_secs_f64(state.config.upstream.idle_timeout_s);
-        let relay = RelayBody::new(stream, idle, observer, metrics, in_flight);
-        return Ok(build(status, headers, Body::from_stream(relay)));
+        let relay = RelayBody::new(stream, idle, observer, metrics, in_flight, state.drain.grace_over());
+        let body = match state.config.server.sse_heartbeat_s {
+            s if s > 0.0 => Body::from_stream(Heartbeats::new(relay, Duration::from_secs_f64(s))),
+            _ => Body::from_stream(relay),
+        };
+        return Ok(build(status, headers, body));
     }
 
     // Non-streaming answers and upstream errors arrive whole; read them once, then look.

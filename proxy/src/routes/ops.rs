@@ -14,8 +14,12 @@ pub async fn health() -> Response {
     axum::Json(json!({"status": "ok"})).into_response()
 }
 
-/// Readiness: at least one upstream is in rotation.
+/// Readiness: at least one upstream is in rotation, and the server is not draining.
 pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
+    if state.drain.draining() {
+        let body = json!({"status": "draining"});
+        return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
+    }
     let healthy = state.pool.all().iter().filter(|u| u.is_healthy()).count();
     let total = state.pool.all().len();
     let status = if healthy > 0 { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };

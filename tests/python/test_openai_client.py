@@ -7,7 +7,7 @@ import openai
 import pytest
 import requests
 
-from conftest import FIXTURES, metric
+from conftest import FIXTURES, metric, start_proxy, wait_ready
 
 
 def upstream_deltas(fixture: str):
@@ -102,3 +102,50 @@ def test_models_listing_and_metrics(proxy):
     assert [m.id for m in client.models.list()] == ["Qwen/Qwen3-8B"]
     text = requests.get(f"{proxy.url}/metrics", timeout=5).text
     assert metric(text, "meridian_think_to_output_gap_seconds_count", family="qwen3") >= 1
+
+
+@pytest.fixture(scope="module")
+def beating_proxy(mock_upstream):
+    """A proxy that sends heartbeats after 0.2 s of silence."""
+    p = start_proxy(mock_upstream.url, ["--set", "server.sse_heartbeat_s=0.2"])
+    wait_ready(p.url)
+    yield p
+    p.stop()
+
+
+def test_heartbeats_and_early_headers_are_invisible_to_the_client(beating_proxy):
+    """A slow prefill (early headers, heartbeats) and pauses between events: the client
+    gets the same deltas as from a stream without them."""
+    client = openai.OpenAI(
+        base_url=f"{beating_proxy.url}/v1",
+        api_key="x",
+        default_headers={"x-mock-fixture": "qwen3-reasoning", "x-mock-first-byte-ms": "700",
+                         "x-mock-split": "900,2500", "x-mock-interval-ms": "500"},
+        max_retries=0,
+    )
+    raw = client.chat.completions.with_raw_response.create(
+        model="Qwen/Qwen3-8B", messages=[{"role": "user", "content": "hi"}], stream=True
+    )
+    got_reasoning, got_content = [], []
+    for chunk in raw.parse():
+        for choice in chunk.choices:
+            got_reasoning.append((choice.delta.model_extra or {}).get("reasoning") or "")
+            got_content.append(choice.delta.content or "")
+    assert (got_reasoning, got_content) == upstream_deltas("qwen3-reasoning")
+    assert raw.headers["x-meridian-stream-id"].startswith("mrd_")
+
+
+def test_a_failure_after_early_headers_raises_in_the_client(beating_proxy):
+    client = openai.OpenAI(
+        base_url=f"{beating_proxy.url}/v1",
+        api_key="x",
+        default_headers={"x-mock-first-byte-ms": "600", "x-mock-status": "400"},
+        max_retries=0,
+    )
+    stream = client.chat.completions.create(
+        model="Qwen/Qwen3-8B", messages=[{"role": "user", "content": "hi"}], stream=True
+    )
+    with pytest.raises(openai.APIError) as err:
+        for _ in stream:
+            pass
+    assert "mock error status" in str(err.value)

@@ -14,6 +14,10 @@ pub enum ProxyError {
     BadRequest { message: String, param: Option<&'static str>, code: &'static str },
     #[error("request body is larger than the limit of {limit} bytes")]
     PayloadTooLarge { limit: u64 },
+    #[error("the request's headers and URL are larger than the limit of {limit} bytes")]
+    HeadersTooLarge { limit: usize },
+    #[error("the request body did not arrive within {after_s}s")]
+    RequestTimeout { after_s: f64 },
     #[error("no route {0}")]
     NotFound(String),
     #[error("The model `{0}` does not exist or is not served here.")]
@@ -54,13 +58,17 @@ impl ProxyError {
         match self {
             ProxyError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             ProxyError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ProxyError::RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            ProxyError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ProxyError::NotFound(_) | ProxyError::ModelNotFound(_) => StatusCode::NOT_FOUND,
             ProxyError::NoHealthyUpstream
             | ProxyError::AdmissionTimeout { .. }
             | ProxyError::AdmissionQueueFull
             | ProxyError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            ProxyError::UpstreamFailed { .. } | ProxyError::UpstreamTruncated { .. } => StatusCode::BAD_GATEWAY,
+            ProxyError::UpstreamFailed { .. } | ProxyError::UpstreamTruncated { .. } => {
+                StatusCode::BAD_GATEWAY
+            }
         }
     }
 
@@ -68,6 +76,10 @@ impl ProxyError {
         match self {
             ProxyError::BadRequest { param, code, .. } => ("invalid_request_error", *param, code),
             ProxyError::PayloadTooLarge { .. } => ("invalid_request_error", None, "request_too_large"),
+            ProxyError::RequestTimeout { .. } => ("invalid_request_error", None, "request_timeout"),
+            ProxyError::HeadersTooLarge { .. } => {
+                ("invalid_request_error", None, "request_headers_too_large")
+            }
             ProxyError::NotFound(_) => ("invalid_request_error", None, "not_found"),
             ProxyError::ModelNotFound(_) => ("invalid_request_error", Some("model"), "model_not_found"),
             ProxyError::NoHealthyUpstream => ("server_error", None, "no_healthy_upstream"),
@@ -94,9 +106,11 @@ impl ProxyError {
     /// The outcome label this error is counted under.
     pub fn outcome(&self) -> &'static str {
         match self {
-            ProxyError::BadRequest { .. } | ProxyError::PayloadTooLarge { .. } | ProxyError::NotFound(_) => {
-                "bad_request"
-            }
+            ProxyError::BadRequest { .. }
+            | ProxyError::PayloadTooLarge { .. }
+            | ProxyError::RequestTimeout { .. }
+            | ProxyError::HeadersTooLarge { .. }
+            | ProxyError::NotFound(_) => "bad_request",
             ProxyError::ModelNotFound(_) => "model_not_found",
             ProxyError::NoHealthyUpstream => "no_upstream",
             ProxyError::AdmissionTimeout { .. } => "admission_timeout",

@@ -14,6 +14,7 @@ pub mod continuation;
 pub mod drain;
 pub mod error;
 pub mod exits;
+pub mod head_limit;
 pub mod headers;
 pub mod hook;
 pub mod relay;
@@ -23,6 +24,13 @@ pub mod server;
 pub mod state;
 pub mod telemetry;
 pub mod upstream;
+
+/// Parsers the fuzz targets (`fuzz/`) drive directly; not an API.
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::continuation::{ClientAsked, Emit, Splicer};
+    pub use crate::routes::{GenerationRequest, hook_body, upstream_body};
+}
 
 pub use error::ProxyError;
 pub use server::{Server, router};

@@ -1,11 +1,14 @@
 //! Assembles the router and runs the server.
 
-use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use axum::routing::{get, post};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 
 use crate::routes;
@@ -21,12 +24,59 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/ready", get(routes::ready))
         .route("/metrics", get(routes::metrics))
         .fallback(routes::passthrough)
+        .layer(axum::middleware::from_fn_with_state(
+            usize::try_from(state.config.server.max_header_bytes).unwrap_or(usize::MAX),
+            crate::head_limit::limit_head,
+        ))
         .with_state(state)
 }
 
 /// How long, after the shutdown grace, the streams it ended get to write their error
 /// events before their connections are closed regardless.
 const FAREWELL: Duration = Duration::from_secs(2);
+
+/// Accepts connections and serves `app` on each until `stopped` turns true; returns the
+/// open connections, told to close once their requests are done.
+///
+/// An accept loop of our own rather than `axum::serve`, which runs hyper without a timer:
+/// there, hyper's header read timeout is off and a client that never finishes its
+/// headers holds a connection and a file descriptor for as long as it likes.
+async fn accept_until(
+    listener: TcpListener,
+    app: Router,
+    header_timeout: Duration,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) -> GracefulShutdown {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(header_timeout);
+    let connections = GracefulShutdown::new();
+    loop {
+        let tcp = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stopped.wait_for(|s| *s) => break,
+        };
+        let tcp = match tcp {
+            Ok((tcp, _)) => tcp,
+            Err(e) => {
+                // Out of file descriptors, usually: wait for some to be freed.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        // Small SSE writes must leave at once, not wait for Nagle.
+        let _ = tcp.set_nodelay(true);
+        let service = TowerToHyperService::new(app.clone());
+        let conn = builder.serve_connection_with_upgrades(TokioIo::new(tcp), service).into_owned();
+        let conn = connections.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        });
+    }
+    connections
+}
 
 /// A running proxy. Dropping it stops health checks; `shutdown` stops serving.
 pub struct Server {
@@ -59,41 +109,26 @@ impl Server {
         .spawn()
         .await;
         let pump = state.admission.enabled().then(|| state.admission.clone().spawn_pump());
-        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let (stop, stopped) = tokio::sync::watch::channel(false);
         let grace = Duration::from_secs_f64(state.config.server.shutdown_grace_s);
+        let header_timeout = Duration::from_secs_f64(state.config.server.header_read_timeout_s);
         let app = router(state.clone());
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-            // Small SSE writes must leave at once, not wait for Nagle.
-            let _ = tcp.set_nodelay(true);
-        });
         let drain_state = state.clone();
         let serving = tokio::spawn(async move {
-            let mut graceful_stop = stopped.clone();
-            let serve = axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = graceful_stop.wait_for(|s| *s).await;
-                })
-                .into_future();
-            tokio::pin!(serve);
+            let connections = accept_until(listener, app, header_timeout, stopped).await;
+            let closing = connections.shutdown();
+            tokio::pin!(closing);
             tokio::select! {
-                r = &mut serve => return r,
-                _ = async {
-                    let _ = stopped.wait_for(|s| *s).await;
-                    tokio::time::sleep(grace).await;
-                } => {}
+                _ = &mut closing => return Ok(()),
+                _ = tokio::time::sleep(grace) => {}
             }
             // The grace is over: every response still open ends with an error event, and
             // the connections close once those are written.
             drain_state.drain.end_grace();
-            match tokio::time::timeout(FAREWELL, serve).await {
-                Ok(r) => r,
-                Err(_) => {
-                    tracing::warn!(
-                        "connections still open {FAREWELL:?} after the shutdown grace; closing them"
-                    );
-                    Ok(())
-                }
+            if tokio::time::timeout(FAREWELL, closing).await.is_err() {
+                tracing::warn!("connections still open {FAREWELL:?} after the shutdown grace; closing them");
             }
+            Ok(())
         });
         Ok(Server { local_addr, state, stop, serving, health, pump })
     }

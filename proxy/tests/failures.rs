@@ -1,5 +1,5 @@
-//! What clients see when things go wrong: bad input, slow or dead upstreams, clients that
-//! leave. Every failure is an OpenAI-style error or a terminated stream, never a hang.
+//! What clients see when things go wrong: slow, dead or truncating upstreams, clients that
+//! leave (bad input has its own table: bad_input.rs). Every failure is an OpenAI-style error or a terminated stream, never a hang.
 
 mod support;
 
@@ -10,50 +10,6 @@ use support::*;
 
 fn error_code(v: &serde_json::Value) -> &str {
     v["error"]["code"].as_str().unwrap_or("")
-}
-
-#[tokio::test]
-async fn bad_input_gets_400_with_openai_error_shape() {
-    let rig = Rig::new(1).await;
-    for (body, code, param) in [
-        ("{not json", "invalid_json", None),
-        ("[1,2,3]", "invalid_json", None),
-        (r#"{"messages":[]}"#, "missing_model", Some("model")),
-        (r#"{"model":42}"#, "invalid_model", Some("model")),
-    ] {
-        let got = receive(
-            rig.client
-                .post(rig.url("/v1/chat/completions"))
-                .header("content-type", "application/json")
-                .body(body),
-        )
-        .await;
-        assert_eq!(got.status, 400, "{body}");
-        let v = got.json();
-        assert_eq!(error_code(&v), code, "{body}");
-        assert_eq!(v["error"]["type"], "invalid_request_error");
-        assert_eq!(v["error"]["param"].as_str(), param);
-        assert!(v["error"]["message"].as_str().unwrap().len() > 5);
-        assert!(got.headers.contains_key("x-request-id"));
-    }
-    assert!(rig.mocks[0].requests().is_empty(), "nothing bad reaches the upstream");
-}
-
-#[tokio::test]
-async fn oversized_body_gets_413_declared_or_streamed() {
-    let rig = Rig::with(1, |c| c.server.max_body_bytes = 4096).await;
-    let big = format!(r#"{{"model":"m","messages":[{{"role":"user","content":"{}"}}]}}"#, "x".repeat(8000));
-    let got = receive(rig.client.post(rig.url("/v1/chat/completions")).body(big.clone())).await;
-    assert_eq!(got.status, 413);
-    assert_eq!(error_code(&got.json()), "request_too_large");
-    // Without a Content-Length (chunked upload) the limit still holds.
-    let stream = futures::stream::iter(
-        big.into_bytes().chunks(1000).map(|c| Ok::<_, std::io::Error>(c.to_vec())).collect::<Vec<_>>(),
-    );
-    let got =
-        receive(rig.client.post(rig.url("/v1/chat/completions")).body(reqwest::Body::wrap_stream(stream)))
-            .await;
-    assert_eq!(got.status, 413);
 }
 
 #[tokio::test]
@@ -232,66 +188,13 @@ async fn request_body_reaches_upstream_unchanged() {
     assert_eq!(rig.mocks[0].requests()[0].body, body);
 }
 
-/// An upstream speaking raw HTTP/1.1: `GET`s (health checks, the model list) get a
-/// model list; every `POST` gets `response`, byte for byte, and then a clean close.
-async fn scripted_upstream(response: String) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let response: std::sync::Arc<str> = response.into();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut sock, _)) = listener.accept().await else { return };
-            let response = std::sync::Arc::clone(&response);
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                let head_end = loop {
-                    let Ok(n) = sock.read(&mut chunk).await else { return };
-                    if n == 0 {
-                        return;
-                    }
-                    buf.extend_from_slice(&chunk[..n]);
-                    if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        break i + 4;
-                    }
-                };
-                let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
-                let length: usize = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .map_or(0, |v| v.trim().parse().unwrap());
-                while buf.len() < head_end + length {
-                    let Ok(n) = sock.read(&mut chunk).await else { return };
-                    if n == 0 {
-                        return;
-                    }
-                    buf.extend_from_slice(&chunk[..n]);
-                }
-                if head.starts_with("get") {
-                    let body = r#"{"object":"list","data":[{"id":"Qwen/Qwen3-8B","object":"model"}]}"#;
-                    let reply = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                        body.len()
-                    );
-                    let _ = sock.write_all(reply.as_bytes()).await;
-                } else {
-                    let _ = sock.write_all(response.as_bytes()).await;
-                }
-                let _ = sock.shutdown().await;
-            });
-        }
-    });
-    url
-}
-
 const CHUNK: &str = r#"data: {"id":"c1","object":"chat.completion.chunk","model":"Qwen/Qwen3-8B","choices":[{"index":0,"delta":{"content":"Four"},"finish_reason":null}]}"#;
 const LAST: &str = r#"data: {"id":"c1","object":"chat.completion.chunk","model":"Qwen/Qwen3-8B","choices":[{"index":0,"delta":{"content":"."},"finish_reason":"stop"}]}"#;
 
 /// What the client gets from a streamed chat request to an upstream answering `response`.
 async fn through_proxy(response: String) -> (String, Server) {
-    let upstream = scripted_upstream(response).await;
-    let proxy = start_proxy(config_for(&[upstream])).await;
+    let upstream = Scripted::start(response, Close::Upstream).await;
+    let proxy = start_proxy(config_for(std::slice::from_ref(&upstream.url))).await;
     let got = receive(client().post(format!("http://{}/v1/chat/completions", proxy.local_addr)).json(
         &serde_json::json!({
             "model": "Qwen/Qwen3-8B", "stream": true, "messages": [{"role": "user", "content": "2+2?"}],

@@ -305,3 +305,20 @@ def test_every_decision_record_is_indexed():
     index = (DOCS / "adr" / "index.md").read_text()
     for adr in sorted((DOCS / "adr").glob("[0-9][0-9][0-9][0-9]-*.md")):
         assert f"({adr.name})" in index, adr.name
+
+
+# ---------- bad input ----------
+
+
+def test_every_row_of_the_bad_input_table_is_a_test_and_every_test_a_row():
+    """docs/src/bad-input.md names, in its last column, the test behind each row; the
+    table and proxy/tests/bad_input.rs must list the same tests."""
+    rows = set()
+    for line in (DOCS / "bad-input.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and re.fullmatch(r"`[a-z0-9_]+`", cells[-1]):
+            rows.add(cells[-1].strip("`"))
+    source = (ROOT / "proxy" / "tests" / "bad_input.rs").read_text()
+    tests = set(re.findall(r"#\[tokio::test\]\s*async fn ([a-z0-9_]+)", source))
+    assert len(tests) >= 12, tests
+    assert rows == tests, f"only in the table: {rows - tests}; only in the tests: {tests - rows}"

@@ -40,6 +40,13 @@ pub struct ServerConfig {
     pub listen: String,
     /// Largest request body accepted; larger ones get 413.
     pub max_body_bytes: u64,
+    /// Seconds a client gets to send a request's headers (HTTP/1); a slower one is
+    /// disconnected.
+    pub header_read_timeout_s: f64,
+    /// Largest request head (headers and URL) accepted; larger ones get 431.
+    pub max_header_bytes: u64,
+    /// Seconds a client gets to send its whole request body; a slower one gets 408.
+    pub request_body_timeout_s: f64,
     /// Seconds to let open streams finish on shutdown.
     pub shutdown_grace_s: f64,
     /// Longest a streamed response stays silent before the proxy sends an SSE comment
@@ -54,6 +61,9 @@ impl Default for ServerConfig {
         ServerConfig {
             listen: "127.0.0.1:8080".into(),
             max_body_bytes: 16 * 1024 * 1024,
+            header_read_timeout_s: 30.0,
+            max_header_bytes: 64 * 1024,
+            request_body_timeout_s: 60.0,
             shutdown_grace_s: 30.0,
             sse_heartbeat_s: 15.0,
         }
@@ -76,6 +86,9 @@ pub struct UpstreamConfig {
     pub idle_timeout_s: f64,
     /// Attempts per request, across upstreams, before the first byte reaches the client.
     pub max_attempts: u32,
+    /// Largest whole (non-streamed) answer, or single SSE line, taken from an upstream;
+    /// beyond it the request fails with `upstream_error` instead of growing memory.
+    pub max_response_bytes: u64,
     /// Forward the client's `Authorization` header upstream.
     pub forward_authorization: bool,
     /// Name of an environment variable holding a bearer token to send upstream instead.
@@ -95,6 +108,7 @@ impl Default for UpstreamConfig {
             first_byte_timeout_s: 600.0,
             idle_timeout_s: 120.0,
             max_attempts: 2,
+            max_response_bytes: 64 * 1024 * 1024,
             forward_authorization: false,
             api_key_env: None,
             health_path: "/health".into(),

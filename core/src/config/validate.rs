@@ -68,6 +68,17 @@ impl MeridianConfig {
         if s.max_body_bytes < 1024 {
             c.fail("server.max_body_bytes", format!("must be at least 1024; got {}", s.max_body_bytes));
         }
+        if !(4096..=262_144).contains(&s.max_header_bytes) {
+            c.fail(
+                "server.max_header_bytes",
+                format!(
+                    "must be from 4096 to 262144 (hyper's own buffer is larger); got {}",
+                    s.max_header_bytes
+                ),
+            );
+        }
+        c.positive("server.request_body_timeout_s", s.request_body_timeout_s);
+        c.positive("server.header_read_timeout_s", s.header_read_timeout_s);
         if !(s.shutdown_grace_s.is_finite() && s.shutdown_grace_s >= 0.0) {
             c.fail("server.shutdown_grace_s", format!("must be zero or more; got {}", s.shutdown_grace_s));
         }
@@ -116,6 +127,12 @@ impl MeridianConfig {
         c.positive("upstream.idle_timeout_s", u.idle_timeout_s);
         c.positive("upstream.health_interval_s", u.health_interval_s);
         c.range_u32("upstream.max_attempts", u.max_attempts, 1, 10);
+        if u.max_response_bytes < 65536 {
+            c.fail(
+                "upstream.max_response_bytes",
+                format!("must be at least 65536; got {}", u.max_response_bytes),
+            );
+        }
         c.range_u32("upstream.unhealthy_after", u.unhealthy_after, 1, 100);
         if !u.health_path.starts_with('/') {
             c.fail("upstream.health_path", format!("must start with '/'; got {:?}", u.health_path));

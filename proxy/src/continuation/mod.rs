@@ -24,7 +24,7 @@ mod watch;
 
 pub use driver::{Continuation, Upstream as ContinuationUpstream};
 pub use legs::{ClientAsked, continuable, first_leg_body};
-pub use splice::Splicer;
+pub use splice::{Emit, Splicer};
 pub use watch::{Cut, ThinkWatch, Triggers};
 
 /// The text that closes a thought for a model family, and the one that opens it.

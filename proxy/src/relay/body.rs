@@ -1,6 +1,7 @@
 //! The streaming response body: each upstream chunk goes to the client the moment it
 //! arrives, and the same bytes feed the phase tracker. Upstream failure or silence ends
-//! the client's stream with an OpenAI-style error event instead of a hang; a client that
+//! the client's stream with an OpenAI-style error event instead of a hang, as do bytes
+//! that are not UTF-8 and a line longer than `upstream.max_response_bytes`; a client that
 //! goes away drops this body, which drops the upstream response and so cancels the
 //! request in the engine. A stream that ends without its terminator (`[DONE]`, or a
 //! `finish_reason` for every choice) ends with an `upstream_truncated` error event.
@@ -9,7 +10,8 @@
 //! useless to an SSE client (it cannot act before the newline), and holding it back means
 //! an upstream that dies mid-line leaves the client a well-formed stream that ends in an
 //! error event, not a JSON fragment its parser chokes on. In the usual case, one event per
-//! network read, nothing is held and nothing is copied.
+//! network read, nothing is held and nothing is copied; a line split across reads is
+//! copied once.
 //!
 //! When a drain's grace runs out, the stream ends with a `server_shutting_down` error
 //! event; dropping the body then aborts the upstream request.
@@ -52,8 +54,10 @@ pin_project_lite::pin_project! {
         state: State,
         // The start of a line whose end has not arrived yet.
         held: BytesMut,
-        // Complete lines that follow `held`'s release, sent on the next poll.
-        queued: Option<Bytes>,
+        // The longest line accepted (`upstream.max_response_bytes`).
+        max_line: usize,
+        // An error to end the stream with, once the lines before it are sent.
+        failing: Option<ProxyError>,
         // The last bytes sent, to know whether the client is between events.
         tail: Tail,
         // A drain's grace running out ends the stream (see `crate::drain`).
@@ -71,6 +75,7 @@ impl RelayBody {
         metrics: std::sync::Arc<Metrics>,
         in_flight: InFlight,
         grace_over: WaitForCancellationFutureOwned,
+        max_line: usize,
     ) -> Self {
         RelayBody {
             upstream,
@@ -82,7 +87,8 @@ impl RelayBody {
             in_flight,
             state: State::Open,
             held: BytesMut::new(),
-            queued: None,
+            max_line,
+            failing: None,
             tail: Tail::default(),
             grace_over,
         }
@@ -97,33 +103,69 @@ impl Stream for RelayBody {
         if *this.state == State::Done {
             return Poll::Ready(None);
         }
-        if let Some(next) = this.queued.take() {
-            this.tail.push(&next);
-            return Poll::Ready(Some(Ok(next)));
+        if let Some(err) = this.failing.take() {
+            return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
         }
         loop {
             match this.upstream.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(chunk))) => {
                     let at = Instant::now();
-                    let observer = &mut *this.observer;
-                    this.decoder.feed(&chunk, |payload| observer.on_payload(payload, at));
                     this.metrics.count_chunk();
                     let deadline = tokio::time::Instant::from_std(at) + *this.idle_timeout;
                     this.idle.as_mut().reset(deadline);
                     let Some(last_nl) = memchr::memrchr(b'\n', &chunk) else {
                         this.held.extend_from_slice(&chunk);
+                        if this.held.len() > *this.max_line {
+                            let err = this.in_flight.broken(format!(
+                                "sent an SSE line longer than upstream.max_response_bytes ({} bytes)",
+                                this.max_line
+                            ));
+                            return Poll::Ready(Some(Ok(close_with(
+                                this.tail,
+                                this.observer,
+                                this.state,
+                                err,
+                            ))));
+                        }
                         continue;
                     };
-                    let complete = chunk.slice(..=last_nl);
                     let rest = &chunk[last_nl + 1..];
-                    let out = if this.held.is_empty() {
-                        complete
+                    // Only a line split across reads is copied, into the buffer it started in.
+                    let mut out = if this.held.is_empty() {
+                        chunk.slice(..=last_nl)
                     } else {
-                        let released = this.held.split().freeze();
-                        *this.queued = Some(complete);
-                        released
+                        this.held.extend_from_slice(&chunk[..=last_nl]);
+                        this.held.split().freeze()
                     };
                     this.held.extend_from_slice(rest);
+                    // Complete lines never end inside a UTF-8 sequence, so this checks
+                    // exactly the characters the client will decode. An engine never
+                    // sends invalid UTF-8 (vLLM sends U+FFFD for a partial character);
+                    // relaying it would fail the client's JSON decoder at a random spot.
+                    // The whole lines before the bad one still go out.
+                    if let Err(e) = std::str::from_utf8(&out) {
+                        let err = this.in_flight.broken(format!(
+                            "sent bytes that are not UTF-8 (at byte {} of a chunk)",
+                            e.valid_up_to()
+                        ));
+                        match memchr::memrchr(b'\n', &out[..e.valid_up_to()]) {
+                            Some(nl) => {
+                                out.truncate(nl + 1);
+                                *this.failing = Some(err);
+                            }
+                            None => {
+                                return Poll::Ready(Some(Ok(close_with(
+                                    this.tail,
+                                    this.observer,
+                                    this.state,
+                                    err,
+                                ))));
+                            }
+                        }
+                    }
+                    // The tracker sees exactly the lines the client gets, when it gets them.
+                    let observer = &mut *this.observer;
+                    this.decoder.feed(&out, |payload| observer.on_payload(payload, at));
                     this.tail.push(&out);
                     return Poll::Ready(Some(Ok(out)));
                 }
@@ -132,11 +174,7 @@ impl Stream for RelayBody {
                 }
                 Poll::Ready(None) => {
                     if !this.held.is_empty() {
-                        let upstream = this.in_flight.upstream().name.clone();
-                        let err = ProxyError::UpstreamFailed {
-                            upstream,
-                            reason: "the stream ended mid-line".into(),
-                        };
+                        let err = this.in_flight.broken("ended the stream mid-line".into());
                         return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
                     }
                     // A stream that just stops (a close-delimited body's clean close, a

@@ -7,9 +7,11 @@ mod forward;
 mod heartbeat;
 mod observer;
 mod tail;
+mod whole;
 
 pub use body::RelayBody;
 pub use forward::{Sent, UpstreamRequest, send_with_retries};
 pub use heartbeat::{Heartbeats, early_response};
 pub use meridian_core::stream::SseDecoder;
 pub use observer::{RequestInfo, RequestObserver};
+pub use whole::{read_whole, require_json};

@@ -1,26 +1,36 @@
 //! Reading and checking request bodies.
 
 use std::borrow::Cow;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, header};
 use bytes::Bytes;
 use meridian_core::Phase;
+use meridian_core::config::ServerConfig;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::fields;
 use crate::error::ProxyError;
 
-/// Reads the whole body, refusing more than `limit` bytes (early, from Content-Length,
-/// when the client declared it).
-pub async fn read_body(body: Body, headers: &HeaderMap, limit: u64) -> Result<Bytes, ProxyError> {
+/// Reads the whole body, refusing more than `server.max_body_bytes` (early, from
+/// Content-Length, when the client declared it) and a body still arriving after
+/// `server.request_body_timeout_s` (a stalled or slow-drip upload would hold its
+/// connection and memory for as long as the client liked).
+pub async fn read_body(body: Body, headers: &HeaderMap, server: &ServerConfig) -> Result<Bytes, ProxyError> {
+    let limit = server.max_body_bytes;
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit) {
         return Err(ProxyError::PayloadTooLarge { limit });
     }
     let max = usize::try_from(limit).unwrap_or(usize::MAX);
-    axum::body::to_bytes(body, max).await.map_err(|e| {
+    let timeout = Duration::from_secs_f64(server.request_body_timeout_s);
+    let read = tokio::time::timeout(timeout, axum::body::to_bytes(body, max))
+        .await
+        .map_err(|_| ProxyError::RequestTimeout { after_s: server.request_body_timeout_s })?;
+    read.map_err(|e| {
         if caused_by_length_limit(&e) {
             ProxyError::PayloadTooLarge { limit }
         } else {
@@ -46,18 +56,26 @@ struct RequestView<'a> {
     model: Option<&'a RawValue>,
     /// How the response is relayed is decided by its content type; this says only
     /// whether a slow answer may get its headers early, with heartbeats.
-    #[serde(default)]
-    stream: Option<bool>,
-    #[serde(default)]
-    chat_template_kwargs: Option<TemplateKwargs>,
-    #[serde(default)]
-    thinking_token_budget: Option<u32>,
+    #[serde(borrow, default)]
+    stream: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    chat_template_kwargs: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    thinking_token_budget: Option<&'a RawValue>,
     /// vLLM's own per-request priority, if the client set one.
-    #[serde(default)]
-    priority: Option<i64>,
+    #[serde(borrow, default)]
+    priority: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    max_tokens: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    max_completion_tokens: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    messages: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    prompt: Option<&'a RawValue>,
     /// Meridian's own extension fields; removed before the request goes upstream.
-    #[serde(default)]
-    meridian: Option<MeridianExtension>,
+    #[serde(borrow, default)]
+    meridian: Option<&'a RawValue>,
 }
 
 /// `"meridian": {...}` in a request body.
@@ -106,18 +124,28 @@ pub struct GenerationRequest<'a> {
 
 impl<'a> GenerationRequest<'a> {
     pub fn parse(body: &'a [u8]) -> Result<Self, ProxyError> {
+        // serde_json skips the values of fields it does not read without checking their
+        // UTF-8, and those bytes go upstream verbatim: check the whole body first.
+        if let Err(e) = std::str::from_utf8(body) {
+            return Err(ProxyError::bad_request(
+                format!("request body is not valid UTF-8 (invalid byte at offset {})", e.valid_up_to()),
+                None,
+                "invalid_json",
+            ));
+        }
+        if fields::nests_deeper_than(body, fields::MAX_NESTING) {
+            return Err(ProxyError::bad_request(
+                format!("request body nests arrays and objects more than {} deep", fields::MAX_NESTING),
+                None,
+                "invalid_json",
+            ));
+        }
         // serde would also read a struct from a JSON array, positionally.
         if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
             return Err(ProxyError::bad_request("request body must be a JSON object", None, "invalid_json"));
         }
         let view: RequestView<'a> = serde_json::from_slice(body).map_err(|e| {
-            let text = e.to_string();
-            let message = if ["think_budget_tokens", "think_budget_s", "unknown field", "unknown variant"]
-                .iter()
-                .any(|w| text.contains(w))
-            {
-                format!("bad meridian extension: {e}")
-            } else if e.is_syntax() || e.is_eof() {
+            let message = if e.is_syntax() || e.is_eof() {
                 format!("request body is not valid JSON: {e}")
             } else {
                 format!("request body must be a JSON object with the OpenAI request fields: {e}")
@@ -132,15 +160,29 @@ impl<'a> GenerationRequest<'a> {
         if model.is_empty() {
             return Err(ProxyError::bad_request("model must not be empty", Some("model"), "invalid_model"));
         }
-        let thinking_off = view.chat_template_kwargs.and_then(|k| k.enable_thinking) == Some(false);
-        if view.meridian.and_then(|m| m.think_budget_s).is_some_and(|s| !(s.is_finite() && s > 0.0)) {
+        let stream: Option<bool> = fields::typed(view.stream, "stream", "a boolean")?;
+        let kwargs: Option<TemplateKwargs> = fields::typed(
+            view.chat_template_kwargs,
+            "chat_template_kwargs",
+            "an object with a boolean enable_thinking",
+        )?;
+        let client_budget: Option<u32> =
+            fields::typed(view.thinking_token_budget, "thinking_token_budget", "a non-negative integer")?;
+        let priority: Option<i64> = fields::typed(view.priority, "priority", "an integer")?;
+        fields::token_limit(view.max_tokens, "max_tokens")?;
+        fields::token_limit(view.max_completion_tokens, "max_completion_tokens")?;
+        fields::shaped(view.messages, "messages", "an array of messages", |c| c == b'[')?;
+        fields::shaped(view.prompt, "prompt", "a string or an array", |c| c == b'"' || c == b'[')?;
+        let extension = fields::extension(view.meridian)?;
+        let thinking_off = kwargs.and_then(|k| k.enable_thinking) == Some(false);
+        if extension.and_then(|m| m.think_budget_s).is_some_and(|s| !(s.is_finite() && s > 0.0)) {
             return Err(ProxyError::bad_request(
                 "meridian.think_budget_s must be a positive number of seconds",
                 Some("meridian.think_budget_s"),
                 "invalid_budget",
             ));
         }
-        if view.meridian.and_then(|m| m.think_budget_tokens) == Some(0) {
+        if extension.and_then(|m| m.think_budget_tokens) == Some(0) {
             return Err(ProxyError::bad_request(
                 "meridian.think_budget_tokens must be at least 1",
                 Some("meridian.think_budget_tokens"),
@@ -150,10 +192,10 @@ impl<'a> GenerationRequest<'a> {
         Ok(GenerationRequest {
             model,
             initial_phase: thinking_off.then_some(Phase::Output),
-            client_budget: view.thinking_token_budget,
-            client_priority: view.priority.is_some(),
-            extension: view.meridian,
-            stream: view.stream == Some(true),
+            client_budget,
+            client_priority: priority.is_some(),
+            extension,
+            stream: stream == Some(true),
         })
     }
 }
@@ -176,7 +218,13 @@ mod tests {
         assert_eq!(code(r#"{"messages":[]}"#), "missing_model");
         assert_eq!(code(r#"{"model":7}"#), "invalid_model");
         assert_eq!(code(r#"{"model":""}"#), "invalid_model");
-        assert_eq!(code(r#"{"model":"m","stream":"yes"}"#), "invalid_json");
+        assert_eq!(code(r#"{"model":"m","stream":"yes"}"#), "invalid_type");
+        // Invalid UTF-8 in a field the proxy never reads would otherwise go upstream.
+        let not_utf8 = b"{\"model\":\"m\",\"messages\":[{\"ro\xe9le\":\"user\"}]}";
+        assert!(matches!(
+            GenerationRequest::parse(not_utf8),
+            Err(ProxyError::BadRequest { code: "invalid_json", .. })
+        ));
     }
 
     #[test]

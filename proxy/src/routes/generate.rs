@@ -19,8 +19,8 @@ use crate::error::ProxyError;
 use crate::exits::EndThinking;
 use crate::headers::{client_response_headers, upstream_request_headers};
 use crate::relay::{
-    Heartbeats, RelayBody, RequestInfo, RequestObserver, Sent, UpstreamRequest, early_response,
-    send_with_retries,
+    Heartbeats, RelayBody, RequestInfo, RequestObserver, Sent, UpstreamRequest, early_response, read_whole,
+    require_json, send_with_retries,
 };
 use crate::request_id::{REQUEST_ID, STREAM_ID, mint_stream_id, request_id};
 use crate::state::AppState;
@@ -134,7 +134,7 @@ async fn relay_generation(
     streamed: &AtomicBool,
 ) -> Result<Response, ProxyError> {
     let (parts, body) = req.into_parts();
-    let body = read_body(body, &parts.headers, state.config.server.max_body_bytes).await?;
+    let body = read_body(body, &parts.headers, &state.config.server).await?;
     let gen_req = GenerationRequest::parse(&body)?;
     streamed.store(gen_req.stream, Ordering::Release);
     let family = state.family_for(&gen_req.model);
@@ -263,7 +263,9 @@ async fn relay_generation(
             }
         };
         let idle = Duration::from_secs_f64(state.config.upstream.idle_timeout_s);
-        let relay = RelayBody::new(stream, idle, observer, metrics, in_flight, state.drain.grace_over());
+        let max_line = usize::try_from(state.config.upstream.max_response_bytes).unwrap_or(usize::MAX);
+        let grace_over = state.drain.grace_over();
+        let relay = RelayBody::new(stream, idle, observer, metrics, in_flight, grace_over, max_line);
         let body = match state.config.server.sse_heartbeat_s {
             s if s > 0.0 => Body::from_stream(Heartbeats::new(relay, Duration::from_secs_f64(s))),
             _ => Body::from_stream(relay),
@@ -272,22 +274,14 @@ async fn relay_generation(
     }
 
     // Non-streaming answers and upstream errors arrive whole; read them once, then look.
-    let mut observer = RequestObserver::new(metrics, info, false);
+    // A failure here is counted by the caller, with the error it answers; the observer
+    // records only answers that arrived.
     let timeout = Duration::from_secs_f64(state.config.upstream.first_byte_timeout_s);
-    let bytes = match tokio::time::timeout(timeout, resp.bytes()).await {
-        Err(_) => {
-            observer.fail("upstream_timeout");
-            return Err(ProxyError::UpstreamTimeout {
-                upstream: upstream_name,
-                after_s: timeout.as_secs_f64(),
-            });
-        }
-        Ok(Err(e)) => {
-            observer.fail("upstream_error");
-            return Err(ProxyError::UpstreamFailed { upstream: upstream_name, reason: e.to_string() });
-        }
-        Ok(Ok(b)) => b,
-    };
+    let content_type =
+        resp.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let bytes = read_whole(resp, &in_flight, state.config.upstream.max_response_bytes, timeout).await?;
+    require_json(&bytes, status, content_type.as_deref(), &in_flight)?;
+    let mut observer = RequestObserver::new(metrics, info, false);
     if status.is_success() {
         observer.on_payload(&bytes, Instant::now());
         observer.complete();

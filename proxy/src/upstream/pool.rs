@@ -169,6 +169,13 @@ impl InFlight {
     pub fn upstream(&self) -> &Arc<Upstream> {
         &self.upstream
     }
+
+    /// The error for an answer this upstream broke (`reason` completes "upstream X …"),
+    /// logged once here.
+    pub fn broken(&self, reason: String) -> crate::error::ProxyError {
+        tracing::warn!(upstream = %self.upstream.name, %reason, "upstream answer broken");
+        crate::error::ProxyError::UpstreamFailed { upstream: self.upstream.name.clone(), reason }
+    }
 }
 
 impl Drop for InFlight {

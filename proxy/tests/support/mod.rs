@@ -2,6 +2,10 @@
 //! front of them, and a client that keeps every chunk with its arrival time.
 #![allow(dead_code)]
 
+mod scripted;
+#[allow(unused_imports)]
+pub use scripted::{Close, Scripted};
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -1,0 +1,174 @@
+//! The fuzz targets' bodies. Each takes arbitrary bytes, drives one parser the way the
+//! proxy does, and panics only when a property the proxy relies on breaks; any other
+//! panic is a bug the fuzzer found. libFuzzer runs them from `fuzz/libfuzzer/` (see
+//! `scripts/fuzz.sh`); `tests/corpus.rs` replays the committed corpora through them in
+//! the ordinary test suite.
+//!
+//! Inputs that need more than one value (a stream and where it is cut, a config and its
+//! overrides) carry them in one byte string: see each function.
+
+use meridian_core::stream::{SseDecoder, parse_payload};
+use meridian_core::{Delta, ModelRegistry, PhaseEvent, PhaseRouter};
+use meridian_proxy::internals::{ClientAsked, GenerationRequest, Splicer, hook_body, upstream_body};
+
+/// A fuzz target: arbitrary bytes in, a panic only on a bug.
+pub type Target = fn(&[u8]);
+
+/// Every target by name, as `scripts/fuzz.sh` and the corpus test know them.
+pub const TARGETS: [(&str, Target); 5] = [
+    ("sse_split", sse_split),
+    ("chunk_router", chunk_router),
+    ("config", config),
+    ("request_body", request_body),
+    ("splice", splice),
+];
+
+/// Cut points taken from an input's first byte: the rest is split into pieces of
+/// 1 + (that byte's bits) bytes, cycling, so one input covers many splittings.
+fn pieces(data: &[u8]) -> (Vec<&[u8]>, &[u8]) {
+    let Some((&seed, body)) = data.split_first() else { return (Vec::new(), data) };
+    let mut out = Vec::new();
+    let mut rest = body;
+    let mut i = 0u32;
+    while !rest.is_empty() {
+        let len = 1 + ((seed.rotate_left(i) as usize) & 0x1f);
+        let (a, b) = rest.split_at(len.min(rest.len()));
+        out.push(a);
+        rest = b;
+        i += 1;
+    }
+    (out, body)
+}
+
+/// The SSE decoder hands over the same `data:` payloads, and the same `[DONE]`
+/// verdict, however the stream is cut into network reads.
+pub fn sse_split(data: &[u8]) {
+    let (parts, whole) = pieces(data);
+    let mut one = SseDecoder::new();
+    let mut expected: Vec<Vec<u8>> = Vec::new();
+    one.feed(whole, |p| expected.push(p.to_vec()));
+    let mut split = SseDecoder::new();
+    let mut got: Vec<Vec<u8>> = Vec::new();
+    for p in parts {
+        split.feed(p, |d| got.push(d.to_vec()));
+    }
+    assert_eq!(got, expected, "payloads depend on where the stream was cut");
+    assert_eq!(split.saw_done(), one.saw_done());
+}
+
+/// What a stream's chunks tell the phase tracker, given the events and final token
+/// counts, does not depend on where the stream was cut; nothing panics on any chunk.
+pub fn chunk_router(data: &[u8]) {
+    let registry = registry();
+    let run = |parts: &[&[u8]]| {
+        // The family chosen by the input: every built-in one gets its turn.
+        let families: Vec<_> = registry.families().collect();
+        let family = data.first().and_then(|b| families.get(*b as usize % (families.len() + 1)).cloned());
+        let mut router = PhaseRouter::new(family.cloned()).with_think_budget(8);
+        let mut events: Vec<PhaseEvent> = Vec::new();
+        let mut decoder = SseDecoder::new();
+        for p in parts {
+            decoder.feed(p, |payload| {
+                let _ = parse_payload(payload, |c| {
+                    let delta = Delta {
+                        reasoning: c.reasoning.as_deref(),
+                        content: c.content.as_deref(),
+                        token_ids: c.token_ids.as_deref(),
+                    };
+                    events.extend(router.observe(delta));
+                });
+            });
+        }
+        events.extend(router.finish());
+        (events, router.phase(), router.think_tokens(), router.output_tokens())
+    };
+    let (parts, whole) = pieces(data);
+    assert_eq!(run(&parts), run(&[whole]), "tracking depends on where the stream was cut");
+}
+
+/// The built-in model families, loaded once: parsing them on every input would be most
+/// of each execution.
+fn registry() -> &'static ModelRegistry {
+    static REGISTRY: std::sync::LazyLock<ModelRegistry> = std::sync::LazyLock::new(|| {
+        ModelRegistry::builtin().unwrap_or_else(|e| panic!("built-in model families must load: {e}"))
+    });
+    &REGISTRY
+}
+
+/// The config loader and its validation answer any text and overrides with a config or
+/// an error, never a panic. Input: TOML text, then optionally a 0 byte and `--set`
+/// overrides, one per line.
+pub fn config(data: &[u8]) {
+    let (text, sets) = match data.iter().position(|b| *b == 0) {
+        Some(i) => (&data[..i], &data[i + 1..]),
+        None => (data, &[][..]),
+    };
+    let text = String::from_utf8_lossy(text);
+    let overrides: Vec<_> = String::from_utf8_lossy(sets)
+        .lines()
+        .filter_map(|l| meridian_core::config::Override::parse(l, "--set").ok())
+        .collect();
+    if let Ok(cfg) = meridian_core::config::parse_config(&text, "fuzz.toml", &overrides) {
+        let _ = cfg.validate(registry());
+    }
+}
+
+/// A request body is accepted or refused with a 400, never a panic; one accepted is
+/// forwarded as a JSON object without Meridian's extension, with the budget and the
+/// stream id where the engine looks for them.
+pub fn request_body(data: &[u8]) {
+    let body = bytes::Bytes::copy_from_slice(data);
+    let Ok(req) = GenerationRequest::parse(&body) else { return };
+    let budget = data.len() as u32 % 3;
+    let budget = (budget > 0).then_some(budget * 100);
+    let object = |b: &[u8]| -> serde_json::Map<String, serde_json::Value> {
+        serde_json::from_slice(b).unwrap_or_else(|e| panic!("forwarded body is not a JSON object: {e}"))
+    };
+    if let Ok(up) = upstream_body(&body, &req, budget) {
+        let m = object(&up);
+        if req.extension.is_some() || budget.is_some_and(|b| req.client_budget != Some(b)) {
+            assert!(!m.contains_key("meridian"), "the extension went upstream");
+        }
+        if let Some(b) = budget.filter(|b| req.client_budget != Some(*b)) {
+            assert_eq!(m["thinking_token_budget"], b, "the budget did not go upstream");
+        }
+    }
+    if let Ok(hooked) = hook_body(&body, &req, budget, "mrd_fuzz_1") {
+        let m = object(&hooked);
+        assert!(!m.contains_key("meridian"));
+        assert_eq!(m["vllm_xargs"]["meridian_request_id"], "mrd_fuzz_1");
+    }
+}
+
+/// Two legs of chunks, one per line, the first byte choosing what the client asked for
+/// and where the first leg is cut: the splicer rewrites or drops chunks, never panics,
+/// and every chunk of the second leg it lets through carries the first leg's id.
+pub fn splice(data: &[u8]) {
+    let Some((&flags, rest)) = data.split_first() else { return };
+    let asked =
+        ClientAsked { usage: flags & 1 != 0, continuous_usage: flags & 2 != 0, logprobs: flags & 4 != 0 };
+    let mut splicer = Splicer::new(asked, flags & 8 != 0);
+    let lines: Vec<&[u8]> = rest.split(|b| *b == b'\n').collect();
+    let cut_at = (flags >> 4) as usize % (lines.len() + 1);
+    let mut first_id = None;
+    for (i, line) in lines.iter().enumerate() {
+        let Ok(mut chunk) = serde_json::from_slice::<serde_json::Value>(line) else { continue };
+        if i < cut_at {
+            if first_id.is_none() {
+                first_id = chunk.get("id").cloned();
+            }
+            let _ = splicer.first_leg(&mut chunk);
+            continue;
+        }
+        if i == cut_at {
+            let _ = splicer.cut(i as u32);
+        }
+        let emit = splicer.second_leg(&mut chunk);
+        if emit != meridian_proxy::internals::Emit::Drop
+            && let (Some(id), Some(obj)) = (&first_id, chunk.as_object())
+            && obj.contains_key("id")
+        {
+            assert_eq!(obj.get("id"), Some(id), "a continuation chunk kept its own id");
+        }
+    }
+}

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Fuzzes every target in fuzz/ with libFuzzer (through cargo-fuzz, installed once under
-# ~/.cache/meridian), FUZZ_RUNS executions each (10 million by default), merges what
-# added coverage into the committed corpus (fuzz/corpus/<target>), and writes
-# docs/src/benchmarks/fuzzing.md.
+# ~/.cache/meridian), FUZZ_RUNS executions each (10 million by default), replaces the
+# committed corpus (fuzz/corpus/<target>) with the smallest set of old and new inputs
+# that keeps the coverage reached, and writes docs/src/benchmarks/fuzzing.md. A crash
+# stops the run; its input lands in fuzz/libfuzzer/artifacts/<target>/ (keep it, once
+# fixed, in fuzz/regressions/<target>/, which the test suite replays).
 #
 #   scripts/fuzz.sh                        the documented run (about an hour on 2 cores)
-#   scripts/fuzz.sh --smoke                a few seconds per target, no report
+#   scripts/fuzz.sh --smoke                FUZZ_SMOKE_SECONDS (20) per target, no report;
+#                                          fails on any crash (the test command runs it)
 #   FUZZ_TARGETS="sse_split config" scripts/fuzz.sh
 #
 # cargo-fuzz needs a nightly compiler for its flags; the stable toolchain is told to accept
@@ -38,8 +41,9 @@ for t in "${targets[@]}"; do
     work="$CARGO_TARGET_DIR/corpus/$t"
     mkdir -p "$work"
     if ((smoke)); then
-        # Every committed input, then 20 seconds of new ones.
-        fuzz run "$t" "$work" "fuzz/corpus/$t" -- -max_total_time=20 -print_final_stats=1 \
+        # Every committed input, then some seconds of new ones (written to $work, so the
+        # committed corpus is left alone).
+        fuzz run "$t" "$work" "fuzz/corpus/$t" -- -max_total_time="${FUZZ_SMOKE_SECONDS:-20}" -print_final_stats=1 \
             2>&1 | tail -n 12
         continue
     fi
@@ -47,8 +51,12 @@ for t in "${targets[@]}"; do
     fuzz run "$t" "$work" "fuzz/corpus/$t" -- -runs="$runs" -print_final_stats=1 \
         >"$out/$t.log" 2>&1 || { tail -n 40 "$out/$t.log"; echo "fuzz: $t failed" >&2; exit 1; }
     echo "$(( $(date +%s) - started ))" >"$out/$t.seconds"
-    # Keep only what adds coverage to the committed corpus.
-    fuzz run "$t" "fuzz/corpus/$t" "$work" -- -merge=1 >"$out/$t.merge.log" 2>&1
+    # The committed corpus becomes the smallest set of inputs, old and new, that keeps all
+    # the coverage reached (libFuzzer's merge into an empty directory).
+    minimal="$CARGO_TARGET_DIR/minimal/$t"
+    rm -rf "$minimal" && mkdir -p "$minimal"
+    fuzz run "$t" "$minimal" "fuzz/corpus/$t" "$work" -- -merge=1 >"$out/$t.merge.log" 2>&1
+    rm -rf "fuzz/corpus/$t" && cp -r "$minimal" "fuzz/corpus/$t"
     tail -n 8 "$out/$t.log"
 done
 ((smoke)) && exit 0
@@ -79,8 +87,10 @@ lines = [
     f"{runs:,} executions per target, on the development machine ({cpu} cores). Each target "
     "(`fuzz/src/lib.rs`) feeds arbitrary bytes to one parser the way the proxy does and checks "
     "what the proxy relies on; a crash is any panic or failed check. What added coverage is "
-    "merged into the committed corpus (`fuzz/corpus/<target>/`), which the test suite replays "
-    "through every target (`fuzz/tests/corpus.rs`).",
+    "kept in the committed corpus (`fuzz/corpus/<target>/`, minimised to the smallest set that "
+    "keeps the coverage reached), which the test suite replays through every target "
+    "(`fuzz/tests/corpus.rs`) together with the inputs of crashes found and fixed "
+    "(`fuzz/regressions/<target>/`).",
     "",
     "| target | what it checks | executions | seconds | executions/s | peak RSS (MB) | crashes | corpus inputs |",
     "|---|---|---:|---:|---:|---:|---:|---:|",
@@ -88,7 +98,12 @@ lines = [
 for t, n, s, eps, rss, crashes, corpus in rows:
     lines.append(f"| `{t}` | {what[t]} | {n:,} | {s} | {eps:,} | {rss} | {crashes} | {corpus} |")
 total = sum(r[5] for r in rows)
+fixed = {t: sorted(p.name for p in pathlib.Path(f"fuzz/regressions/{t}").glob("*")) for t in targets}
+fixed = {t: names for t, names in fixed.items() if names}
 lines += ["", f"Crashes over all targets: {total}." + ("" if total else " Every target ran its executions to the end."), "",
+          ("Crashes found by earlier runs, fixed, and kept as regression inputs (`fuzz/regressions/`): "
+           + "; ".join(f"`{t}`: " + ", ".join(f"`{n}`" for n in names) for t, names in fixed.items()) + "."
+           if fixed else "No crash has been found by earlier runs."), "",
           "Reproduce: `scripts/fuzz.sh` (or `FUZZ_TARGETS=config FUZZ_RUNS=1000000 scripts/fuzz.sh`); "
           "`scripts/fuzz.sh --smoke` runs each target for 20 seconds without writing this page.", ""]
 pathlib.Path("docs/src/benchmarks/fuzzing.md").write_text("\n".join(lines))

@@ -5,6 +5,7 @@
 #   - a Python venv with pytest and the official openai client
 #   - vLLM's CPU build (about 6 GB, several minutes the first time) for the real-engine test
 #   - mdBook (built once from crates.io) for the book
+#   - cargo-fuzz (built once from crates.io) for the fuzz smoke run
 # MERIDIAN_SKIP_VLLM=1 skips the real-vLLM test module (it is reported as skipped).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +24,9 @@ step "cargo test (workspace)"
 cargo build --workspace --bins --locked
 LD_LIBRARY_PATH="$NVRTC_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" cargo test --workspace --locked
 cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "fuzz smoke: every libFuzzer target for a few seconds (the corpus replay runs in cargo test)"
+FUZZ_SMOKE_SECONDS=10 scripts/fuzz.sh --smoke
 
 # meridian-kernels: the C ABI cdylib for tests/python/test_kernels_abi.py (ctypes).
 cargo build --locked -p meridian-kernels --lib

@@ -1,5 +1,7 @@
-//! The smoke run of every fuzz target in the test suite: each committed corpus input
-//! (what libFuzzer found interesting, plus the seeds) goes through its target.
+//! Every fuzz target in the test suite: each committed corpus input (the minimal set that
+//! keeps libFuzzer's coverage, from `scripts/fuzz.sh`) and each regression input (a crash
+//! the fuzzer once found, kept by name in `fuzz/regressions/<target>/`) goes through its
+//! target.
 
 use std::path::Path;
 
@@ -13,7 +15,9 @@ fn every_corpus_input_passes_its_target() {
             .map(|e| e.unwrap().path())
             .collect();
         assert!(inputs.len() >= 5, "{name}: a corpus of {} inputs is too thin", inputs.len());
-        for path in inputs {
+        let regressions = root.join("../regressions").join(name);
+        let regressions = std::fs::read_dir(&regressions).into_iter().flatten().map(|e| e.unwrap().path());
+        for path in inputs.into_iter().chain(regressions) {
             let data = std::fs::read(&path).unwrap();
             if let Err(e) = std::panic::catch_unwind(|| target(&data)) {
                 panic!("{name} fails on {}: {e:?}", path.display());

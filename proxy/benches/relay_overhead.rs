@@ -6,11 +6,12 @@
 //!
 //!   scripts/bench-proxy.sh       (builds the release binaries, then runs this)
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{cpu_seconds, spawn, target_dir};
 use futures::StreamExt;
 use hdrhistogram::Histogram;
 
@@ -20,48 +21,6 @@ const SECONDS_PER_RATE: f64 = 3.0;
 /// Runs per rate; the report takes the median of each figure across them, so one VM
 /// hiccup does not decide a p99.
 const REPETITIONS: usize = 3;
-
-/// A child process (killed on drop) and the URL it printed.
-struct Proc {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn spawn(bin: &Path, args: &[&str]) -> Proc {
-    use std::io::BufRead;
-    let mut child = Command::new(bin)
-        .args(args)
-        .env("MERIDIAN_LOG_LEVEL", "error")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{}: {e} (run scripts/bench-proxy.sh, which builds it)", bin.display()));
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let url = loop {
-        let line = lines.next().expect("process exited before listening").unwrap();
-        if let Some(rest) = line.split("listening on ").nth(1) {
-            break rest.trim().to_owned();
-        }
-    };
-    // Keep draining stdout so the child never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Proc { child, url }
-}
-
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-    let ticks: f64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
-        + fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
-    ticks / 100.0
-}
 
 #[derive(Default)]
 struct Side {
@@ -211,11 +170,6 @@ fn tracking_cost_ns(fixture: &[u8]) -> (f64, usize) {
     (start.elapsed().as_nanos() as f64 / (rounds * chunks) as f64, chunks)
 }
 
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
-}
-
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     rt.block_on(bench());
@@ -343,7 +297,7 @@ fn write_report(rows: &[(u32, Summary, bool)], tracking_ns: f64, chunks: usize, 
     ));
     md.push_str("\nTargets (issue 2): p99 added latency under 1 ms at the highest sustained rate; about 20 µs of\nrelay cost per chunk.\n");
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/src/benchmarks/proxy-overhead.md");
-    std::fs::create_dir_all(Path::new(path).parent().unwrap()).unwrap();
+    std::fs::create_dir_all(std::path::Path::new(path).parent().unwrap()).unwrap();
     std::fs::write(path, md).unwrap();
     println!(
         "tracking per chunk: {:.2} µs; proxy CPU per chunk (median): {:.1} µs",

@@ -47,7 +47,9 @@ fn assert_400(got: &Received, code: &str, param: Option<&str>, what: &str) {
 #[tokio::test]
 async fn request_body_that_is_not_json() {
     let rig = Rig::new(1).await;
-    for body in ["{not json", "[1,2,3]", "", "null", r#"{"model":"m""#] {
+    // The last one ends inside a string, right after a backslash (the request_body fuzz
+    // target found it panicking the nesting check).
+    for body in ["{not json", "[1,2,3]", "", "null", r#"{"model":"m""#, r#"{"model":"m\"#] {
         assert_400(&post(&rig, body).await, "invalid_json", None, body);
     }
     still_serving(&rig).await;

@@ -1,15 +1,13 @@
-//! Finds the `data:` payloads in an SSE byte stream that arrives in arbitrary pieces.
-//!
-//! Lines that lie whole inside one network chunk are handed out in place; only a line
-//! split across chunks is copied, into a buffer reused for the life of the stream. Each
-//! `data:` line is handed out on its own, as OpenAI-style servers send one JSON object per
-//! line; the bytes themselves are relayed untouched either way.
+//! The `data:` payloads of an SSE byte stream that arrives in arbitrary pieces, for
+//! readers that hold no `Bytes` (the load tester): lines from [`LineReader::feed`],
+//! borrowed in place unless one spans pieces. Each `data:` line is handed out on its own,
+//! as OpenAI-style servers send one JSON object per line.
 
-use memchr::memchr;
+use super::lines::{LineReader, SseLine, sse_line};
 
 #[derive(Debug, Default)]
 pub struct SseDecoder {
-    partial: Vec<u8>,
+    lines: LineReader,
     done: bool,
 }
 
@@ -24,41 +22,14 @@ impl SseDecoder {
     }
 
     /// Feeds one network chunk; calls `on_data` with each complete `data:` payload.
-    pub fn feed(&mut self, mut chunk: &[u8], mut on_data: impl FnMut(&[u8])) {
-        if !self.partial.is_empty() {
-            match memchr(b'\n', chunk) {
-                None => {
-                    self.partial.extend_from_slice(chunk);
-                    return;
-                }
-                Some(nl) => {
-                    self.partial.extend_from_slice(&chunk[..nl]);
-                    let line = std::mem::take(&mut self.partial);
-                    self.line(&line, &mut on_data);
-                    self.partial = line;
-                    self.partial.clear();
-                    chunk = &chunk[nl + 1..];
-                }
-            }
-        }
-        while let Some(nl) = memchr(b'\n', chunk) {
-            self.line(&chunk[..nl], &mut on_data);
-            chunk = &chunk[nl + 1..];
-        }
-        self.partial.extend_from_slice(chunk);
-    }
-
-    fn line(&mut self, line: &[u8], on_data: &mut impl FnMut(&[u8])) {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        let Some(value) = line.strip_prefix(b"data:") else {
-            return;
-        };
-        let value = value.strip_prefix(b" ").unwrap_or(value);
-        if value == b"[DONE]" {
-            self.done = true;
-        } else {
-            on_data(value);
-        }
+    pub fn feed(&mut self, chunk: &[u8], mut on_data: impl FnMut(&[u8])) {
+        let done = &mut self.done;
+        // No line limit here: the proxy, which must bound memory, limits its own reader.
+        let _ = self.lines.feed(chunk, |line| match sse_line(line) {
+            SseLine::Data(payload) => on_data(payload),
+            SseLine::Done => *done = true,
+            SseLine::Blank | SseLine::Other => {}
+        });
     }
 }
 

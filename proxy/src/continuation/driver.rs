@@ -14,12 +14,12 @@ use serde_json::{Map, Value};
 use tokio::sync::{Notify, mpsc};
 
 use super::legs::{ClientAsked, SoFar, second_leg_body};
-use super::lines::{Lines, data_payload};
 use super::splice::{Emit, Splicer};
 use super::watch::{Cut, ThinkWatch};
 use super::{Delimiters, Route};
 use crate::error::ProxyError;
 use crate::telemetry::Metrics;
+use meridian_core::stream::{LineReader, SseLine, lines, sse_line};
 
 type Sender = mpsc::Sender<Result<Bytes, ProxyError>>;
 
@@ -39,6 +39,8 @@ pub struct Upstream {
     pub headers: HeaderMap,
     pub name: String,
     pub first_byte_timeout: Duration,
+    /// The longest line taken from a leg (`upstream.max_response_bytes`).
+    pub max_line: usize,
 }
 
 pub struct Continuation {
@@ -94,7 +96,7 @@ impl Continuation {
         first: &mut BoxStream<'static, reqwest::Result<Bytes>>,
         tx: &Sender,
     ) -> Option<(Cut, Value)> {
-        let mut lines = Lines::default();
+        let mut reader = LineReader::new(self.upstream.max_line);
         let mut out = Output::default();
         let end_now = self.end_now.clone();
         loop {
@@ -123,7 +125,7 @@ impl Continuation {
                     return Some((c, body));
                 }
                 Next::Item(None) => {
-                    let rest = lines.take_partial();
+                    let rest = reader.take_partial();
                     if !rest.is_empty() {
                         // Half a line: the relay reports the stream as broken.
                         let _ = tx.send(Ok(rest)).await;
@@ -137,8 +139,17 @@ impl Continuation {
                 }
                 Next::Item(Some(Ok(chunk))) => chunk,
             };
+            let block = match reader.push(&chunk) {
+                Ok(Some(block)) => block,
+                Ok(None) => continue,
+                Err(e) => {
+                    let _ =
+                        tx.send(Err(self.failed(&format!("sent {e} (upstream.max_response_bytes)")))).await;
+                    return None;
+                }
+            };
             let mut cut = None;
-            for line in lines.feed(&chunk) {
+            for line in lines(&block) {
                 let Some(mut v) = chunk_of(&line) else {
                     out.other(&line);
                     continue;
@@ -206,7 +217,7 @@ impl Continuation {
             return Err(self.failed("the continuation came back whole, not as an event stream"));
         }
         let mut stream = resp.bytes_stream();
-        let mut lines = Lines::default();
+        let mut reader = LineReader::new(self.upstream.max_line);
         let mut out = Output::default();
         loop {
             let item = tokio::select! {
@@ -215,7 +226,7 @@ impl Continuation {
             };
             let chunk = match item {
                 None => {
-                    let rest = lines.take_partial();
+                    let rest = reader.take_partial();
                     if !rest.is_empty() {
                         let _ = tx.send(Ok(rest)).await;
                     }
@@ -224,7 +235,12 @@ impl Continuation {
                 Some(Err(_)) => return Err(self.failed("the continuation broke off")),
                 Some(Ok(c)) => c,
             };
-            for line in lines.feed(&chunk) {
+            let block = match reader.push(&chunk) {
+                Ok(Some(block)) => block,
+                Ok(None) => continue,
+                Err(e) => return Err(self.failed(&format!("sent {e} (upstream.max_response_bytes)"))),
+            };
+            for line in lines(&block) {
                 match chunk_of(&line) {
                     Some(mut v) => {
                         let emit = self.splicer.second_leg(&mut v);
@@ -248,7 +264,10 @@ impl Continuation {
 
 /// The JSON chunk of a `data:` line.
 fn chunk_of(line: &[u8]) -> Option<Value> {
-    data_payload(line).and_then(|p| serde_json::from_slice(p).ok())
+    match sse_line(line) {
+        SseLine::Data(payload) => serde_json::from_slice(payload).ok(),
+        SseLine::Done | SseLine::Blank | SseLine::Other => None,
+    }
 }
 
 /// What a leg's lines become for the client: chunks kept, rewritten or dropped (with the

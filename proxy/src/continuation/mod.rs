@@ -18,7 +18,6 @@
 
 mod driver;
 mod legs;
-mod lines;
 mod splice;
 mod watch;
 

@@ -22,7 +22,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::Stream;
 use futures::stream::BoxStream;
 use tokio::time::Sleep;
@@ -33,7 +33,7 @@ use super::tail::Tail;
 use crate::error::ProxyError;
 use crate::telemetry::Metrics;
 use crate::upstream::InFlight;
-use meridian_core::stream::SseDecoder;
+use meridian_core::stream::{LineReader, SseLine, lines, sse_line};
 
 #[derive(PartialEq)]
 enum State {
@@ -47,15 +47,13 @@ pin_project_lite::pin_project! {
         #[pin]
         idle: Sleep,
         idle_timeout: Duration,
-        decoder: SseDecoder,
+        // Whole lines of the upstream's stream, at most `upstream.max_response_bytes` each.
+        lines: LineReader,
+        saw_done: bool,
         observer: RequestObserver,
         metrics: std::sync::Arc<Metrics>,
         in_flight: InFlight,
         state: State,
-        // The start of a line whose end has not arrived yet.
-        held: BytesMut,
-        // The longest line accepted (`upstream.max_response_bytes`).
-        max_line: usize,
         // An error to end the stream with, once the lines before it are sent.
         failing: Option<ProxyError>,
         // The last bytes sent, to know whether the client is between events.
@@ -81,13 +79,12 @@ impl RelayBody {
             upstream,
             idle: tokio::time::sleep(idle_timeout),
             idle_timeout,
-            decoder: SseDecoder::new(),
+            lines: LineReader::new(max_line),
+            saw_done: false,
             observer,
             metrics,
             in_flight,
             state: State::Open,
-            held: BytesMut::new(),
-            max_line,
             failing: None,
             tail: Tail::default(),
             grace_over,
@@ -113,13 +110,12 @@ impl Stream for RelayBody {
                     this.metrics.count_chunk();
                     let deadline = tokio::time::Instant::from_std(at) + *this.idle_timeout;
                     this.idle.as_mut().reset(deadline);
-                    let Some(last_nl) = memchr::memrchr(b'\n', &chunk) else {
-                        this.held.extend_from_slice(&chunk);
-                        if this.held.len() > *this.max_line {
-                            let err = this.in_flight.broken(format!(
-                                "sent an SSE line longer than upstream.max_response_bytes ({} bytes)",
-                                this.max_line
-                            ));
+                    let mut out = match this.lines.push(&chunk) {
+                        Ok(Some(block)) => block,
+                        Ok(None) => continue,
+                        Err(e) => {
+                            let err =
+                                this.in_flight.broken(format!("sent {e} (upstream.max_response_bytes)"));
                             return Poll::Ready(Some(Ok(close_with(
                                 this.tail,
                                 this.observer,
@@ -127,18 +123,8 @@ impl Stream for RelayBody {
                                 err,
                             ))));
                         }
-                        continue;
                     };
-                    let rest = &chunk[last_nl + 1..];
-                    // Only a line split across reads is copied, into the buffer it started in.
-                    let mut out = if this.held.is_empty() {
-                        chunk.slice(..=last_nl)
-                    } else {
-                        this.held.extend_from_slice(&chunk[..=last_nl]);
-                        this.held.split().freeze()
-                    };
-                    this.held.extend_from_slice(rest);
-                    // Complete lines never end inside a UTF-8 sequence, so this checks
+                    // Whole lines never end inside a UTF-8 sequence, so this checks
                     // exactly the characters the client will decode. An engine never
                     // sends invalid UTF-8 (vLLM sends U+FFFD for a partial character);
                     // relaying it would fail the client's JSON decoder at a random spot.
@@ -164,8 +150,13 @@ impl Stream for RelayBody {
                         }
                     }
                     // The tracker sees exactly the lines the client gets, when it gets them.
-                    let observer = &mut *this.observer;
-                    this.decoder.feed(&out, |payload| observer.on_payload(payload, at));
+                    for line in lines(&out) {
+                        match sse_line(&line) {
+                            SseLine::Data(payload) => this.observer.on_payload(payload, at),
+                            SseLine::Done => *this.saw_done = true,
+                            SseLine::Blank | SseLine::Other => {}
+                        }
+                    }
                     this.tail.push(&out);
                     return Poll::Ready(Some(Ok(out)));
                 }
@@ -173,14 +164,14 @@ impl Stream for RelayBody {
                     return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
                 }
                 Poll::Ready(None) => {
-                    if !this.held.is_empty() {
+                    if this.lines.has_partial() {
                         let err = this.in_flight.broken("ended the stream mid-line".into());
                         return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
                     }
                     // A stream that just stops (a close-delimited body's clean close, a
                     // chunked body properly ended) without `[DONE]` or a finish_reason for
                     // every choice is cut short: its answer must not pass for whole.
-                    if !(this.decoder.saw_done() || this.observer.every_choice_finished()) {
+                    if !(*this.saw_done || this.observer.every_choice_finished()) {
                         let upstream = this.in_flight.upstream().name.clone();
                         tracing::warn!(%upstream, "upstream ended a stream without [DONE] or finish_reason");
                         let err = ProxyError::UpstreamTruncated { upstream };

@@ -100,9 +100,11 @@ pub fn nests_deeper_than(body: &[u8], max: usize) -> bool {
             b'"' => {
                 // To the closing quote, over escaped characters.
                 loop {
-                    match memchr::memchr2(b'"', b'\\', &body[i + 1..]) {
+                    // A body may end anywhere, even right after a backslash.
+                    let Some(rest) = body.get(i + 1..) else { return false };
+                    match memchr::memchr2(b'"', b'\\', rest) {
                         None => return false,
-                        Some(j) if body[i + 1 + j] == b'\\' => i += j + 2,
+                        Some(j) if rest[j] == b'\\' => i += j + 2,
                         Some(j) => {
                             i += j + 1;
                             break;
@@ -164,6 +166,9 @@ mod tests {
         assert!(nests_deeper_than(quoted.as_bytes(), 2));
         assert!(nests_deeper_than(br#"{"a":[[{"b":1}]]}"#, 3));
         assert!(!nests_deeper_than(br#"{"unterminated":"[[[[["#, 1));
+        // Found by the request_body fuzz target: a body ending in an escape's backslash.
+        assert!(!nests_deeper_than(b"{l\"ode\\\\(( \\", 1));
+        assert!(!nests_deeper_than(b"\"\\", 1));
     }
 
     #[test]

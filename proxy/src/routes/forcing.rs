@@ -139,6 +139,7 @@ impl ContinuationPlan {
                 headers,
                 name: upstream.name.clone(),
                 first_byte_timeout: Duration::from_secs_f64(state.config.upstream.first_byte_timeout_s),
+                max_line: usize::try_from(state.config.upstream.max_response_bytes).unwrap_or(usize::MAX),
             },
             route: self.route,
             delimiters: self.delimiters,

@@ -9,7 +9,7 @@
 #   scripts/fuzz.sh                        the documented run (about an hour on 2 cores)
 #   scripts/fuzz.sh --smoke                FUZZ_SMOKE_SECONDS (20) per target, no report;
 #                                          fails on any crash (the test command runs it)
-#   FUZZ_TARGETS="sse_split config" scripts/fuzz.sh
+#   FUZZ_TARGETS="sse_split config" scripts/fuzz.sh   then: scripts/fuzz.sh --report
 #
 # cargo-fuzz needs a nightly compiler for its flags; the stable toolchain is told to accept
 # them (RUSTC_BOOTSTRAP=1) rather than installing a second toolchain. No sanitizer: the
@@ -26,18 +26,39 @@ export PATH="$TOOLS/bin:$PATH"
 export RUSTC_BOOTSTRAP=1
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}/fuzz"
 
-smoke=0
+smoke=0 report_only=0
 [[ "${1:-}" == "--smoke" ]] && smoke=1
+# --report: write the page from the logs the last runs left (a run may be split, one
+# FUZZ_TARGETS at a time).
+[[ "${1:-}" == "--report" ]] && report_only=1
+minimise_only=0
+# --minimise: shrink the committed corpus as a run would, without fuzzing.
+[[ "${1:-}" == "--minimise" ]] && minimise_only=1
 targets=(${FUZZ_TARGETS:-sse_split chunk_router config request_body splice})
 runs="${FUZZ_RUNS:-10000000}"
 
 # The flags go before the target's own arguments: whatever follows `--` is libFuzzer's.
 fuzz() { cargo fuzz "$1" --fuzz-dir fuzz/libfuzzer --sanitizer none --release "${@:2}"; }
 
-fuzz build
 out="$CARGO_TARGET_DIR/runs"
 mkdir -p "$out"
+
+# The committed corpus becomes a small set of inputs, old and new, that still reaches
+# every code edge reached (libFuzzer's merge into an empty directory, counting edges
+# only: with hit counts it keeps thousands of inputs, megabytes per target).
+minimise() {
+    local t="$1" minimal="$CARGO_TARGET_DIR/minimal/$1"
+    rm -rf "$minimal" && mkdir -p "$minimal"
+    fuzz run "$t" "$minimal" "fuzz/corpus/$t" "${@:2}" -- -merge=1 -use_counters=0 >"$out/$t.merge.log" 2>&1
+    rm -rf "fuzz/corpus/$t" && cp -r "$minimal" "fuzz/corpus/$t"
+}
+((report_only)) || fuzz build
 for t in "${targets[@]}"; do
+    ((report_only)) && break
+    if ((minimise_only)); then
+        minimise "$t"
+        continue
+    fi
     work="$CARGO_TARGET_DIR/corpus/$t"
     mkdir -p "$work"
     if ((smoke)); then
@@ -51,15 +72,11 @@ for t in "${targets[@]}"; do
     fuzz run "$t" "$work" "fuzz/corpus/$t" -- -runs="$runs" -print_final_stats=1 \
         >"$out/$t.log" 2>&1 || { tail -n 40 "$out/$t.log"; echo "fuzz: $t failed" >&2; exit 1; }
     echo "$(( $(date +%s) - started ))" >"$out/$t.seconds"
-    # The committed corpus becomes the smallest set of inputs, old and new, that keeps all
-    # the coverage reached (libFuzzer's merge into an empty directory).
-    minimal="$CARGO_TARGET_DIR/minimal/$t"
-    rm -rf "$minimal" && mkdir -p "$minimal"
-    fuzz run "$t" "$minimal" "fuzz/corpus/$t" "$work" -- -merge=1 >"$out/$t.merge.log" 2>&1
-    rm -rf "fuzz/corpus/$t" && cp -r "$minimal" "fuzz/corpus/$t"
+    minimise "$t" "$work"
     tail -n 8 "$out/$t.log"
 done
-((smoke)) && exit 0
+((smoke || minimise_only)) && exit 0
+((report_only)) || [[ -z "${FUZZ_TARGETS:-}" ]] || exit 0
 
 python3 - "$out" "$runs" "${targets[@]}" <<'PY'
 import pathlib, re, sys, datetime, os
@@ -87,8 +104,8 @@ lines = [
     f"{runs:,} executions per target, on the development machine ({cpu} cores). Each target "
     "(`fuzz/src/lib.rs`) feeds arbitrary bytes to one parser the way the proxy does and checks "
     "what the proxy relies on; a crash is any panic or failed check. What added coverage is "
-    "kept in the committed corpus (`fuzz/corpus/<target>/`, minimised to the smallest set that "
-    "keeps the coverage reached), which the test suite replays through every target "
+    "kept in the committed corpus (`fuzz/corpus/<target>/`, minimised to a small set that still "
+    "reaches every code edge reached), which the test suite replays through every target "
     "(`fuzz/tests/corpus.rs`) together with the inputs of crashes found and fixed "
     "(`fuzz/regressions/<target>/`).",
     "",

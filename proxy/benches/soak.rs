@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{open_fds, rss_kib, spawn, target_dir};
+use common::{malloc_held, open_fds, port_of, rss_kib, sockets_by_side, spawn, target_dir};
 use futures::StreamExt;
 use hdrhistogram::Histogram;
 
@@ -148,6 +148,7 @@ async fn soak() {
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (rss0, fds0) = (rss_kib(pid), open_fds(pid));
+    let heap0 = malloc_held(pid);
     println!("baseline: proxy RSS {:.1} MiB, {fds0} fds", rss0 as f64 / 1024.0);
 
     let live = Arc::new(Live::default());
@@ -228,17 +229,65 @@ async fn soak() {
     for t in tasks {
         let _ = t.await;
     }
-    // Past the proxy's pool idle timeout (90 s), so idle upstream connections have gone too.
-    tokio::time::sleep(Duration::from_secs(100)).await;
+    // Idle upstream connections leave the proxy's pool after 90 s idle, found by a sweep
+    // that runs every 90 s: wait for both.
+    let settle = env_or("SOAK_SETTLE_S", 200u64);
+    tokio::time::sleep(Duration::from_secs(settle)).await;
     let (rss1, fds1) = (rss_kib(pid), open_fds(pid));
-    println!("after: proxy RSS {:.1} MiB, {fds1} fds", rss1 as f64 / 1024.0);
+    let heap1 = malloc_held(pid);
+    let sides = sockets_by_side(pid, port_of(&proxy.url), port_of(&mock.url));
+    println!(
+        "after {settle} s: proxy RSS {:.1} MiB, {fds1} fds (sockets: {} from clients, {} to the upstream, {} other)",
+        rss1 as f64 / 1024.0,
+        sides.0,
+        sides.1,
+        sides.2
+    );
 
     rss_samples.sort_unstable();
     let rss_hold = rss_samples[rss_samples.len() / 2];
     let per_stream_kib = (rss_hold.saturating_sub(rss0)) as f64 / s.streams as f64;
     let completed = live.completed.load(Ordering::Relaxed);
     let failed = live.failed.load(Ordering::Relaxed);
-    write_report(&s, rss0, fds0, rss_hold, rss1, fds1, per_stream_kib, min_open, completed, failed, &minutes);
+    let after = After { settle, rss: rss1, fds: fds1, sides, heap: heap0.zip(heap1) };
+    write_report(&s, rss0, fds0, rss_hold, &after, per_stream_kib, min_open, completed, failed, &minutes);
+}
+
+/// What the allocator says about memory after the streams: in use (held minus free)
+/// against the baseline's, which tells a leak from memory kept for reuse.
+fn heap_line(heap: Option<((u64, u64), (u64, u64))>) -> String {
+    let Some(((held0, free0), (held1, free1))) = heap else {
+        return "(gdb was not found, so the allocator's own account could not be read.)".into();
+    };
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    let (used0, used1) = (held0.saturating_sub(free0), held1.saturating_sub(free1));
+    format!(
+        "The allocator's own account (glibc `malloc_info`, read through gdb) tells why: of the {:.1} MiB \
+         it holds, {:.1} MiB is free and kept for reuse, and the heap in use is {:.2} MiB against {:.2} MiB \
+         before the streams; heap in use back to baseline (within 1 MiB): **{}**. {}",
+        mib(held1),
+        mib(free1),
+        mib(used1),
+        mib(used0),
+        if used1 <= used0 + 1024 * 1024 { "met" } else { "missed" },
+        if used1 <= used0 + 1024 * 1024 {
+            "The memory of ended streams is freed; glibc keeps it for reuse rather than returning it \
+             to the system, so RSS stays near the high-water mark."
+        } else {
+            "Memory of ended streams is still in use: a leak to find."
+        }
+    )
+}
+
+/// The proxy once every stream had ended and `settle` seconds passed.
+struct After {
+    settle: u64,
+    rss: u64,
+    fds: usize,
+    /// Sockets from clients, to the upstream, other.
+    sides: (usize, usize, usize),
+    /// glibc's (bytes held, bytes free) before the streams and after them.
+    heap: Option<((u64, u64), (u64, u64))>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -247,8 +296,7 @@ fn write_report(
     rss0: u64,
     fds0: usize,
     rss_hold: u64,
-    rss1: u64,
-    fds1: usize,
+    after: &After,
     per_stream_kib: f64,
     min_open: u64,
     completed: u64,
@@ -256,6 +304,7 @@ fn write_report(
     minutes: &[Minute],
 ) {
     let mib = |k: u64| k as f64 / 1024.0;
+    let (rss1, fds1, settle) = (after.rss, after.fds, after.settle);
     let verdict = |ok: bool| if ok { "met" } else { "missed" };
     let added_p99: Vec<f64> = minutes.iter().map(|m| m.proxied_p99 - m.direct_p99).collect();
     let worst_added = added_p99.iter().copied().fold(f64::MIN, f64::max);
@@ -278,18 +327,16 @@ fn write_report(
          | | proxy RSS (MiB) | proxy fds |\n|---|---:|---:|\n\
          | before the streams (after 200 warm-up requests) | {b:.1} | {fds0} |\n\
          | while {streams} streams were open (median of samples) | {h:.1} | {fdh} |\n\
-         | 100 s after every stream ended (past the upstream pool's 90 s idle timeout) | {a:.1} | {fds1} |\n\n\
+         | {settle} s after every stream ended | {a:.1} | {fds1} |\n\n\
          - memory per open stream: **{per:.1} KiB** (median RSS while held minus the baseline, over \
          {streams} streams); goal at most 64 KiB: **{v1}**\n\
-         - file descriptors after the streams ended: {fds1} against {fds0} before: **{v2}** \
-         (back to baseline)\n\
+         - file descriptors after the streams ended: {fds1} against {fds0} before, back to \
+         baseline: **{v2}** (open sockets then: {from_clients} from clients, {to_upstream} to the \
+         upstream, {other_sockets} other)\n\
          - memory while streams ended and reopened (every stream lasts {stream_s:.0} s, so about \
          {generations:.0} generations of {streams} went through): {first_rss:.1} MiB in the first minute, \
          {last_rss:.1} MiB in the last ({growth:+.1}%): {v4}\n\
-         - memory after the streams ended: {rb:+.1} MiB against the baseline: {v3}. With the system \
-         allocator (glibc) the memory of ended streams stays resident for reuse: freed chunks in \
-         per-thread arenas are not returned to the system, so RSS keeps its high-water mark; the \
-         row above is what shows whether anything leaks.\n\
+         - memory after the streams ended: RSS {rb:+.1} MiB against the baseline ({v3}). {heap_line}\n\
          - lowest count of open streams sampled during the hold: {min_open}; streams completed: \
          {completed}; failed: {failed}\n\n\
          ## Latency added to new requests, per minute\n\n\
@@ -309,6 +356,9 @@ fn write_report(
         per = per_stream_kib,
         v1 = verdict(per_stream_kib <= 64.0),
         v2 = verdict(fds1 <= fds0 + 2),
+        from_clients = after.sides.0,
+        to_upstream = after.sides.1,
+        other_sockets = after.sides.2,
         rb = rss_back,
         v3 = if rss1 <= rss0 + rss0 / 10 {
             "back to within 10% of the baseline".to_owned()
@@ -318,6 +368,7 @@ fn write_report(
                 100.0 * rss_back / (mib(rss_hold) - mib(rss0)).max(0.001)
             )
         },
+        heap_line = heap_line(after.heap),
         stream_s = 27.0 * s.interval_ms as f64 / 1000.0,
         generations = s.minutes * 60.0 / (27.0 * s.interval_ms as f64 / 1000.0),
         first_rss = first_rss,

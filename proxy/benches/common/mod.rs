@@ -69,3 +69,72 @@ pub fn rss_kib(pid: u32) -> u64 {
 pub fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, Iterator::count)
 }
+
+/// A process's open TCP sockets, by which side they face: `(accepted on local_port,
+/// connected to remote_port, others)`.
+pub fn sockets_by_side(pid: u32, local_port: u16, remote_port: u16) -> (usize, usize, usize) {
+    let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|l| l.to_str()?.strip_prefix("socket:[")?.strip_suffix(']').map(str::to_owned))
+        .collect();
+    let port = |addr: &str| addr.rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok());
+    let (mut accepted, mut connected, mut other) = (0, 0, 0);
+    for table in ["tcp", "tcp6"] {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(remote), Some(inode)) = (f.get(1), f.get(2), f.get(9)) else { continue };
+            if !inodes.contains(*inode) {
+                continue;
+            }
+            if port(remote) == Some(remote_port) {
+                connected += 1;
+            } else if port(local) == Some(local_port) && port(remote) != Some(0) {
+                accepted += 1;
+            } else {
+                other += 1;
+            }
+        }
+    }
+    (accepted, connected, other)
+}
+
+/// The port of a URL like `http://127.0.0.1:8080`.
+pub fn port_of(url: &str) -> u16 {
+    url.rsplit(':').next().and_then(|p| p.trim_end_matches('/').parse().ok()).unwrap_or(0)
+}
+
+/// What glibc's allocator holds in a process, read with `malloc_info` through gdb:
+/// `(bytes obtained from the system, bytes of those free for reuse)`. `None` without gdb.
+pub fn malloc_held(pid: u32) -> Option<(u64, u64)> {
+    let file = std::env::temp_dir().join(format!("meridian-malloc-info-{pid}.xml"));
+    let path = file.to_str()?;
+    let status = Command::new("gdb")
+        .args(["-p", &pid.to_string(), "-batch"])
+        .args(["-ex", &format!("call (void*)fopen(\"{path}\", \"w\")")])
+        .args(["-ex", "call (int)malloc_info(0, $1)", "-ex", "call (int)fclose($1)"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .ok()?;
+    let xml = std::fs::read_to_string(&file).ok().filter(|_| status.success())?;
+    let _ = std::fs::remove_file(&file);
+    // The totals over every arena follow the last `</heap>`.
+    let totals = &xml[xml.rfind("</heap>")?..];
+    let attr = |line: &str, name: &str| -> Option<u64> {
+        let rest = &line[line.find(&format!("{name}=\""))? + name.len() + 2..];
+        rest[..rest.find('"')?].parse().ok()
+    };
+    let mut system = None;
+    let mut free = 0;
+    for line in totals.lines() {
+        if line.contains("<system type=\"current\"") {
+            system = attr(line, "size");
+        } else if line.contains("<total type=\"fast\"") || line.contains("<total type=\"rest\"") {
+            free += attr(line, "size").unwrap_or(0);
+        }
+    }
+    Some((system?, free))
+}

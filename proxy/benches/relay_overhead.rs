@@ -11,11 +11,9 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{cpu_seconds, spawn, target_dir};
-use futures::StreamExt;
+use common::{FIXTURE, cpu_seconds, one_request, spawn, target_dir};
 use hdrhistogram::Histogram;
 
-const FIXTURE: &str = "qwen3-reasoning";
 const RATES: [u32; 6] = [200, 800, 1600, 2400, 3200, 4000];
 const SECONDS_PER_RATE: f64 = 3.0;
 /// Runs per rate; the report takes the median of each figure across them, so one VM
@@ -39,34 +37,6 @@ impl Side {
             done: 0,
         }
     }
-}
-
-async fn one_request(client: &reqwest::Client, url: &str) -> Result<(Duration, Duration), String> {
-    let body = r#"{"model":"Qwen/Qwen3-8B","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
-    let start = Instant::now();
-    let resp = client
-        .post(format!("{url}/v1/chat/completions"))
-        .header("content-type", "application/json")
-        .header("x-mock-fixture", FIXTURE)
-        .body(body)
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    if !resp.status().is_success() {
-        return Err(resp.status().to_string());
-    }
-    let mut stream = resp.bytes_stream();
-    let mut first = None;
-    let mut bytes = 0;
-    while let Some(c) = stream.next().await {
-        let c = c.map_err(|e| e.to_string())?;
-        first.get_or_insert_with(|| start.elapsed());
-        bytes += c.len();
-    }
-    if bytes == 0 {
-        return Err("empty".into());
-    }
-    Ok((first.unwrap_or_default(), start.elapsed()))
 }
 
 struct RateResult {

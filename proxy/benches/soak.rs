@@ -24,12 +24,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{malloc_held, open_fds, port_of, rss_kib, sockets_by_side, spawn, target_dir};
+use common::{
+    chat_request, malloc_held, one_request, open_fds, port_of, rss_kib, sockets_by_side, spawn, target_dir,
+};
 use futures::StreamExt;
 use hdrhistogram::Histogram;
-
-const FIXTURE: &str = "qwen3-reasoning";
-const BODY: &str = r#"{"model":"Qwen/Qwen3-8B","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -56,12 +55,8 @@ async fn hold_streams(client: reqwest::Client, url: String, interval_ms: u64, li
     while !live.stop.load(Ordering::Relaxed) {
         live.open.fetch_add(1, Ordering::Relaxed);
         let ok = async {
-            let resp = client
-                .post(format!("{url}/v1/chat/completions"))
-                .header("content-type", "application/json")
-                .header("x-mock-fixture", FIXTURE)
+            let resp = chat_request(&client, &url)
                 .header("x-mock-interval-ms", interval_ms.to_string())
-                .body(BODY)
                 .send()
                 .await
                 .ok()?;
@@ -94,19 +89,7 @@ async fn hold_streams(client: reqwest::Client, url: String, interval_ms: u64, li
 /// Time to first byte of one short streamed request on a fresh connection.
 async fn probe(url: &str) -> Option<Duration> {
     let client = reqwest::Client::builder().no_proxy().tcp_nodelay(true).build().ok()?;
-    let start = Instant::now();
-    let resp = client
-        .post(format!("{url}/v1/chat/completions"))
-        .header("content-type", "application/json")
-        .header("x-mock-fixture", FIXTURE)
-        .body(BODY)
-        .send()
-        .await
-        .ok()?;
-    let mut body = resp.bytes_stream();
-    let first = body.next().await?.ok().map(|_| start.elapsed());
-    while body.next().await.is_some() {}
-    first
+    one_request(&client, url).await.ok().map(|(first_byte, _)| first_byte)
 }
 
 struct Minute {

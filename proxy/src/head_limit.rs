@@ -8,7 +8,7 @@
 
 use axum::extract::{Request, State};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 
 use crate::error::ProxyError;
 use crate::request_id::request_id;
@@ -19,12 +19,18 @@ fn wire_size(name: &str, value: &[u8]) -> usize {
 }
 
 pub async fn limit_head(State(limit): State<usize>, req: Request, next: Next) -> Response {
-    let size: usize = req.headers().iter().map(|(n, v)| wire_size(n.as_str(), v.as_bytes())).sum::<usize>()
-        + req.uri().to_string().len();
+    // The request target as sent (path and query; an absolute-form target's scheme and
+    // authority too), measured without rendering the URI.
+    let uri = req.uri();
+    let target = uri.path_and_query().map_or(0, |p| p.as_str().len())
+        + uri.authority().map_or(0, |a| a.as_str().len())
+        + uri.scheme_str().map_or(0, |s| s.len() + 3);
+    let size: usize =
+        req.headers().iter().map(|(n, v)| wire_size(n.as_str(), v.as_bytes())).sum::<usize>() + target;
     if size > limit {
         let id = request_id(req.headers());
         tracing::info!(request_id = ?id, size, limit, "request head too large");
         return ProxyError::HeadersTooLarge { limit }.into_response_with_id(&id);
     }
-    next.run(req).await.into_response()
+    next.run(req).await
 }

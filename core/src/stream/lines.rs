@@ -100,14 +100,14 @@ impl LineReader {
     }
 }
 
-/// The lines of a block from [`LineReader::push`], each without its `\n`, as slices of
-/// the block (no copy).
-pub fn lines(block: &Bytes) -> impl Iterator<Item = Bytes> + '_ {
-    let mut start = 0;
+/// The lines of a block from [`LineReader::push`], each without its `\n`, borrowed from
+/// the block.
+pub fn lines(block: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = block;
     std::iter::from_fn(move || {
-        let nl = memchr(b'\n', &block[start..])?;
-        let line = block.slice(start..start + nl);
-        start += nl + 1;
+        let nl = memchr(b'\n', rest)?;
+        let line = &rest[..nl];
+        rest = &rest[nl + 1..];
         Some(line)
     })
 }
@@ -150,7 +150,7 @@ mod tests {
             for piece in [&BODY[..cut], &BODY[cut..]] {
                 if let Some(block) = r.push(&Bytes::copy_from_slice(piece)).unwrap() {
                     assert!(block.ends_with(b"\n"));
-                    got.extend(lines(&block));
+                    got.extend(lines(&block).map(Bytes::copy_from_slice));
                 }
             }
             let got: Vec<&[u8]> = got.iter().map(|b| &b[..]).collect();

@@ -4,6 +4,44 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+
+/// The recorded vLLM answer the mock replays for the benchmarks' requests.
+pub const FIXTURE: &str = "qwen3-reasoning";
+
+/// A streamed chat request for the recorded answer; the mock's own headers
+/// (`x-mock-interval-ms`, …) can be added to it.
+pub fn chat_request(client: &reqwest::Client, url: &str) -> reqwest::RequestBuilder {
+    let body = r#"{"model":"Qwen/Qwen3-8B","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    client
+        .post(format!("{url}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .header("x-mock-fixture", FIXTURE)
+        .body(body)
+}
+
+/// One streamed request read to its end: time to first byte and to the last.
+pub async fn one_request(client: &reqwest::Client, url: &str) -> Result<(Duration, Duration), String> {
+    let start = Instant::now();
+    let resp = chat_request(client, url).send().await.map_err(|e| e.to_string())?;
+    if !resp.status().is_success() {
+        return Err(resp.status().to_string());
+    }
+    let mut stream = resp.bytes_stream();
+    let mut first = None;
+    let mut bytes = 0;
+    while let Some(c) = stream.next().await {
+        let c = c.map_err(|e| e.to_string())?;
+        first.get_or_insert_with(|| start.elapsed());
+        bytes += c.len();
+    }
+    if bytes == 0 {
+        return Err("empty".into());
+    }
+    Ok((first.unwrap_or_default(), start.elapsed()))
+}
 
 /// A child process (killed on drop) and the URL it printed.
 pub struct Proc {

@@ -150,13 +150,13 @@ impl Continuation {
             };
             let mut cut = None;
             for line in lines(&block) {
-                let Some(mut v) = chunk_of(&line) else {
-                    out.other(&line);
+                let Some(mut v) = chunk_of(line) else {
+                    out.other(line);
                     continue;
                 };
                 let due = self.watch.observe(&v, Instant::now());
                 let emit = self.splicer.first_leg(&mut v);
-                out.chunk(emit, &line, &v);
+                out.chunk(emit, line, &v);
                 if let Some(planned) = due.and_then(|c| self.plan(c).map(|b| (c, b))) {
                     out.close_event();
                     cut = Some(planned);
@@ -241,12 +241,12 @@ impl Continuation {
                 Err(e) => return Err(self.failed(&format!("sent {e} (upstream.max_response_bytes)"))),
             };
             for line in lines(&block) {
-                match chunk_of(&line) {
+                match chunk_of(line) {
                     Some(mut v) => {
                         let emit = self.splicer.second_leg(&mut v);
-                        out.chunk(emit, &line, &v);
+                        out.chunk(emit, line, &v);
                     }
-                    None => out.other(&line),
+                    None => out.other(line),
                 }
             }
             if let Some(b) = out.take() {

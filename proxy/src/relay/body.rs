@@ -151,7 +151,7 @@ impl Stream for RelayBody {
                     }
                     // The tracker sees exactly the lines the client gets, when it gets them.
                     for line in lines(&out) {
-                        match sse_line(&line) {
+                        match sse_line(line) {
                             SseLine::Data(payload) => this.observer.on_payload(payload, at),
                             SseLine::Done => *this.saw_done = true,
                             SseLine::Blank | SseLine::Other => {}

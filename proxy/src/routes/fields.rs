@@ -19,22 +19,23 @@ fn wrong_type(name: &'static str, expected: &str) -> ProxyError {
     ProxyError::bad_request(format!("{name} must be {expected}"), Some(name), "invalid_type")
 }
 
+/// A field's value, unless it is absent or `null` (which OpenAI's API treats alike).
+fn present(raw: Option<&RawValue>) -> Option<&RawValue> {
+    raw.filter(|r| r.get() != "null")
+}
+
 /// A field read as `T`; absent or `null` is `None`.
 pub fn typed<'a, T: Deserialize<'a>>(
     raw: Option<&'a RawValue>,
     name: &'static str,
     expected: &str,
 ) -> Result<Option<T>, ProxyError> {
-    match raw {
-        None => Ok(None),
-        Some(r) if r.get() == "null" => Ok(None),
-        Some(r) => serde_json::from_str(r.get()).map(Some).map_err(|_| wrong_type(name, expected)),
-    }
+    present(raw).map(|r| serde_json::from_str(r.get()).map_err(|_| wrong_type(name, expected))).transpose()
 }
 
 /// `max_tokens` / `max_completion_tokens`: a whole number from 1 to [`MAX_TOKEN_LIMIT`].
 pub fn token_limit(raw: Option<&RawValue>, name: &'static str) -> Result<(), ProxyError> {
-    let Some(raw) = raw.filter(|r| r.get() != "null") else { return Ok(()) };
+    let Some(raw) = present(raw) else { return Ok(()) };
     let text = raw.get();
     let is_integer = text.bytes().enumerate().all(|(i, b)| b.is_ascii_digit() || (i == 0 && b == b'-'))
         && text.bytes().any(|b| b.is_ascii_digit());
@@ -58,10 +59,8 @@ pub fn shaped(
     expected: &str,
     accept: impl Fn(u8) -> bool,
 ) -> Result<(), ProxyError> {
-    match raw.and_then(|r| r.get().bytes().next()) {
-        Some(first) if !accept(first) && raw.is_some_and(|r| r.get() != "null") => {
-            Err(wrong_type(name, expected))
-        }
+    match present(raw) {
+        Some(r) if !r.get().bytes().next().is_some_and(accept) => Err(wrong_type(name, expected)),
         _ => Ok(()),
     }
 }
@@ -69,7 +68,7 @@ pub fn shaped(
 /// Meridian's extension object, strictly: unknown fields are refused, so a misspelt
 /// budget is an error rather than silently ignored.
 pub fn extension(raw: Option<&RawValue>) -> Result<Option<MeridianExtension>, ProxyError> {
-    let Some(raw) = raw.filter(|r| r.get() != "null") else { return Ok(None) };
+    let Some(raw) = present(raw) else { return Ok(None) };
     serde_json::from_str(raw.get()).map(Some).map_err(|e| {
         ProxyError::bad_request(format!("bad meridian extension: {e}"), Some("meridian"), "invalid_json")
     })

@@ -179,3 +179,16 @@ fn hook_and_exit_sections_are_checked_by_dotted_path() {
     let err = validate("[[upstream.endpoints]]\nurl = \"http://a:8000\"\nhook = \"a\"\n").unwrap_err();
     assert!(err.contains("upstream.endpoints[0].hook"), "{err}");
 }
+
+#[test]
+fn the_admin_listener_is_off_by_default_and_checked_when_asked_for() {
+    let cfg = validate("").unwrap();
+    assert_eq!(cfg.admin.listen, None);
+    let err = validate("[admin]\nlisten = \"localhost\"\ntoken_env = \" \"\n").unwrap_err();
+    assert!(err.contains("admin.listen must be an address"), "{err}");
+    assert!(err.contains("admin.token_env must name an environment variable"), "{err}");
+    let err = validate("[server]\nlisten = \"127.0.0.1:8080\"\n[admin]\nlisten = \"127.0.0.1:8080\"\n")
+        .unwrap_err();
+    assert!(err.contains("admin.listen must differ from server.listen"), "{err}");
+    assert!(validate("[admin]\nlisten = \"127.0.0.1:9091\"\n").is_ok());
+}

@@ -1,4 +1,4 @@
-//! Command line: `meridian serve` and `meridian check`. Settings come from the config
+//! Command line: `meridian serve`, `meridian check` and `meridian top`. Settings come from the config
 //! file, then `MERIDIAN_SECTION__FIELD` environment variables, then flags.
 
 use std::path::PathBuf;
@@ -23,6 +23,8 @@ pub enum Command {
     Serve(ConfigArgs),
     /// Load and validate the configuration, report problems, and exit.
     Check(ConfigArgs),
+    /// Show a running proxy's open streams live, from its admin listener ([admin]).
+    Top(crate::top::TopArgs),
 }
 
 #[derive(Args, Debug, Clone)]

@@ -6,7 +6,8 @@
 //!
 //! The layout follows the data path: [`routes`] accept requests, [`relay`] sends them
 //! upstream and streams the answer back, [`upstream`] keeps the pool healthy and balanced,
-//! and [`telemetry`] exports what was measured.
+//! and [`telemetry`] exports what was measured; [`streams`] lists every request open
+//! right now, for operators.
 
 pub mod admission;
 pub mod cli;
@@ -22,7 +23,9 @@ pub mod request_id;
 pub mod routes;
 pub mod server;
 pub mod state;
+pub mod streams;
 pub mod telemetry;
+pub mod top;
 pub mod upstream;
 
 /// Parsers the fuzz targets (`fuzz/`) drive directly; not an API.

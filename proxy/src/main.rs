@@ -31,6 +31,13 @@ async fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Command::Top(args) => match meridian_proxy::top::run(args).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("meridian top: {e}");
+                ExitCode::from(2)
+            }
+        },
         Command::Serve(args) => match serve(args).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -79,6 +86,10 @@ async fn serve(args: ConfigArgs) -> Result<(), String> {
     let mut server = Server::start(state, listener).await.map_err(|e| e.to_string())?;
     tracing::info!(addr = %server.local_addr, upstreams = server.state.pool.all().len(), "meridian listening");
     println!("meridian listening on http://{}", server.local_addr);
+    if let Some(admin) = server.admin_addr {
+        tracing::info!(addr = %admin, "admin listener (open streams) on");
+        println!("admin listener on http://{admin}/admin/streams");
+    }
     tokio::select! {
         r = server.wait() => r.map_err(|e| e.to_string())?,
         _ = shutdown_signal() => {

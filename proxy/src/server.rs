@@ -81,6 +81,9 @@ async fn accept_until(
 /// A running proxy. Dropping it stops health checks; `shutdown` stops serving.
 pub struct Server {
     pub local_addr: std::net::SocketAddr,
+    /// Where the admin listener (`[admin]`) serves, when it is on.
+    pub admin_addr: Option<std::net::SocketAddr>,
+    admin: Option<(tokio::sync::watch::Sender<bool>, tokio::task::JoinHandle<()>)>,
     pub state: Arc<AppState>,
     stop: tokio::sync::watch::Sender<bool>,
     serving: tokio::task::JoinHandle<std::io::Result<()>>,
@@ -112,6 +115,24 @@ impl Server {
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let grace = Duration::from_secs_f64(state.config.server.shutdown_grace_s);
         let header_timeout = Duration::from_secs_f64(state.config.server.header_read_timeout_s);
+        // The admin listener keeps serving through a drain, so an operator can watch the
+        // open streams finish; it stops with the server.
+        let (admin_addr, admin) = match &state.config.admin.listen {
+            Some(addr) => {
+                let (listener, app) =
+                    crate::streams::serve_admin(addr, &state.config.admin.token_env, state.streams.clone())
+                        .await
+                        .map_err(std::io::Error::other)?;
+                let local = listener.local_addr()?;
+                let (admin_stop, admin_stopped) = tokio::sync::watch::channel(false);
+                let task = tokio::spawn(async move {
+                    let open = accept_until(listener, app, header_timeout, admin_stopped).await;
+                    open.shutdown().await;
+                });
+                (Some(local), Some((admin_stop, task)))
+            }
+            None => (None, None),
+        };
         let app = router(state.clone());
         let drain_state = state.clone();
         let serving = tokio::spawn(async move {
@@ -124,13 +145,17 @@ impl Server {
             }
             // The grace is over: every response still open ends with an error event, and
             // the connections close once those are written.
+            tracing::warn!(
+                open = drain_state.streams.len(),
+                "shutdown grace over; ending the requests still open"
+            );
             drain_state.drain.end_grace();
             if tokio::time::timeout(FAREWELL, closing).await.is_err() {
                 tracing::warn!("connections still open {FAREWELL:?} after the shutdown grace; closing them");
             }
             Ok(())
         });
-        Ok(Server { local_addr, state, stop, serving, health, pump })
+        Ok(Server { local_addr, admin_addr, admin, state, stop, serving, health, pump })
     }
 
     /// Drains: readiness fails and no request is taken from now on; open responses get
@@ -142,7 +167,12 @@ impl Server {
         if let Some(p) = &self.pump {
             p.abort();
         }
-        (&mut self.serving).await.unwrap_or(Ok(()))
+        let served = (&mut self.serving).await.unwrap_or(Ok(()));
+        if let Some((admin_stop, task)) = self.admin.take() {
+            let _ = admin_stop.send(true);
+            let _ = task.await;
+        }
+        served
     }
 
     /// Waits until the server stops on its own (it only does on error).
@@ -158,5 +188,8 @@ impl Drop for Server {
             p.abort();
         }
         self.serving.abort();
+        if let Some((_, task)) = &self.admin {
+            task.abort();
+        }
     }
 }

@@ -10,6 +10,7 @@ use meridian_core::{MeridianConfig, ModelRegistry};
 
 use crate::admission::Admission;
 use crate::drain::Drain;
+use crate::streams::OpenStreams;
 use crate::telemetry::Metrics;
 use crate::upstream::UpstreamPool;
 
@@ -27,6 +28,8 @@ pub struct AppState {
     pub admission: Arc<Admission>,
     /// Whether the server is shutting down, and whether its grace is over.
     pub drain: Drain,
+    /// Every request open right now (`crate::streams`).
+    pub streams: Arc<OpenStreams>,
 }
 
 /// Why the proxy could not be assembled from a valid config.
@@ -68,7 +71,8 @@ impl AppState {
             metrics.set_upstream_in_flight(&up.name, 0);
             metrics.set_hook_ready(&up.name, false);
         }
-        let hook = HookChannel::new(&config.hook, client.clone());
+        let streams = Arc::new(OpenStreams::default());
+        let hook = HookChannel::new(&config.hook, client.clone()).with_streams(streams.clone());
         let admission = Arc::new(Admission::new(&config.admission, pool.clone(), metrics.clone()));
         Ok(AppState {
             admission,
@@ -80,6 +84,7 @@ impl AppState {
             client,
             upstream_auth,
             drain: Drain::default(),
+            streams,
         })
     }
 

@@ -1,6 +1,6 @@
 //! Secrets stay secret: the `meridian` binary, logging at `trace`, with an upstream API
 //! key and a hook token in its environment, serves streams, upstream refusals, bad
-//! requests and a hook that refuses the token, and neither secret appears in anything an
+//! requests and a hook that refuses the token, and no secret (those two, the admin token) appears in anything an
 //! operator or a client can read (logs, responses, error bodies, metrics) — while both
 //! are verifiably in use on the wire.
 
@@ -14,6 +14,7 @@ use meridian_mock_upstream::MockUpstream;
 
 const UPSTREAM_KEY: &str = "sk-upstream-7f3a91c2e5d8";
 const HOOK_TOKEN: &str = "hook-token-4b6e0d9a1c73";
+const ADMIN_TOKEN: &str = "admin-token-93f1c0b7e25d";
 
 /// A hook that records the authorization it was offered and refuses it.
 async fn refusing_hook(seen: Arc<Mutex<Vec<String>>>) -> String {
@@ -55,7 +56,10 @@ fn no_secret_reaches_logs_responses_or_metrics() {
             "upstream.api_key_env=\"MERIDIAN_TEST_UPSTREAM_KEY\"",
             "--set",
             "upstream.health_interval_s=0.2",
+            "--set",
+            "admin.listen=\"127.0.0.1:0\"",
         ])
+        .env("MERIDIAN_ADMIN_TOKEN", ADMIN_TOKEN)
         .env("MERIDIAN_TEST_UPSTREAM_KEY", UPSTREAM_KEY)
         .env("MERIDIAN_HOOK_TOKEN", HOOK_TOKEN)
         .current_dir(std::env::temp_dir())
@@ -71,14 +75,19 @@ fn no_secret_reaches_logs_responses_or_metrics() {
     });
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut log = String::new();
-    let url = loop {
+    let (mut url, mut admin) = (None, None);
+    while url.is_none() || admin.is_none() {
         let line = lines.next().expect("meridian exited").unwrap();
         log.push_str(&line);
         log.push('\n');
         if let Some(rest) = line.split("listening on ").nth(1) {
-            break rest.split_whitespace().next().unwrap().to_owned();
+            url = rest.split_whitespace().next().map(str::to_owned);
         }
-    };
+        if let Some(rest) = line.split("admin listener on ").nth(1) {
+            admin = rest.split_whitespace().next().map(str::to_owned);
+        }
+    }
+    let (url, admin) = (url.unwrap(), admin.unwrap());
     let out_reader = std::thread::spawn(move || {
         let mut s = String::new();
         for line in lines.map_while(Result::ok) {
@@ -111,6 +120,12 @@ fn no_secret_reaches_logs_responses_or_metrics() {
         for path in ["/v1/models", "/metrics", "/ready", "/health"] {
             seen.push_str(&client.get(format!("{url}{path}")).send().await.unwrap().text().await.unwrap());
         }
+        // The admin listener, refused and answered.
+        for token in ["wrong-token", ADMIN_TOKEN] {
+            let resp = client.get(&admin).bearer_auth(token).send().await.unwrap();
+            seen.push_str(&format!("{} {:?}\n", resp.status(), resp.headers()));
+            seen.push_str(&resp.text().await.unwrap());
+        }
         seen
     });
     let _ = child.kill();
@@ -125,7 +140,11 @@ fn no_secret_reaches_logs_responses_or_metrics() {
     assert!(hook_seen.lock().unwrap().iter().any(|a| a == &format!("Bearer {HOOK_TOKEN}")));
     assert!(log.contains("TRACE") || log.contains("DEBUG"), "logging at trace: {log}");
     assert!(seen_by_client.contains("meridian_requests_total"), "metrics were read");
-    for secret in [UPSTREAM_KEY, HOOK_TOKEN] {
+    assert!(
+        seen_by_client.contains("401 ") && seen_by_client.contains("\"open\""),
+        "admin answered: {seen_by_client}"
+    );
+    for secret in [UPSTREAM_KEY, HOOK_TOKEN, ADMIN_TOKEN] {
         // Any sizeable piece of it, not only the whole (a truncated or quoted copy).
         for piece in secret.as_bytes().windows(12) {
             let piece = std::str::from_utf8(piece).unwrap();

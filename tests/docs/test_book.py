@@ -31,6 +31,7 @@ OPTIONAL_FIELDS = {
     "budget.think_seconds": "unset",
     "budget.per_family.*": "empty",
     "twin.workload": "unset",
+    "admin.listen": "unset",
     "admission.max_streams": "unset",
     "admission.max_waiting": "unset",
     "admission.max_kv_usage": "unset",

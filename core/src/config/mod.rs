@@ -30,6 +30,7 @@ pub struct MeridianConfig {
     pub exit: ExitConfig,
     pub priority: PriorityConfig,
     pub admission: AdmissionConfig,
+    pub admin: AdminConfig,
 }
 
 /// The proxy's listener and request limits.
@@ -163,6 +164,24 @@ impl Default for AdmissionConfig {
             queue_timeout_s: 30.0,
             max_queued: 1024,
         }
+    }
+}
+
+/// The admin listener: a live list of open streams (`GET /admin/streams`) for operators
+/// and `meridian top`, apart from the client-facing listener.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// Address of the admin listener; unset: off.
+    pub listen: Option<String>,
+    /// Environment variable holding the bearer token the admin listener requires; with
+    /// `listen` set and the variable unset or empty, `meridian serve` refuses to start.
+    pub token_env: String,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig { listen: None, token_env: "MERIDIAN_ADMIN_TOKEN".into() }
     }
 }
 

@@ -190,6 +190,19 @@ impl MeridianConfig {
             c.fail("twin.served_model", "must not be empty");
         }
 
+        let a = &self.admin;
+        if let Some(listen) = &a.listen {
+            if listen.parse::<std::net::SocketAddr>().is_err() {
+                c.fail("admin.listen", format!("must be an address like 127.0.0.1:9091; got {listen:?}"));
+            }
+            // Port 0 asks for any free port, which two listeners can both ask for.
+            if listen == &s.listen && !listen.ends_with(":0") {
+                c.fail("admin.listen", "must differ from server.listen (the admin listener is separate)");
+            }
+        }
+        if a.token_env.trim().is_empty() {
+            c.fail("admin.token_env", "must name an environment variable");
+        }
         let h = &self.hook;
         if h.listen.parse::<std::net::SocketAddr>().is_err() {
             c.fail("hook.listen", format!("must be an address like 0.0.0.0:9470; got {:?}", h.listen));

@@ -151,7 +151,8 @@ async fn real_main(args: Args) -> Result<ExitCode, String> {
                 label: label.clone(),
             };
             let out = run(tgt, &plan).await;
-            let summary = RunSummary::of(&label, rate, &out.records, out.duration_s, &slos, args.stall_threshold_ms);
+            let summary =
+                RunSummary::of(&label, rate, &out.records, out.duration_s, &slos, args.stall_threshold_ms);
             if let Some(r) = rate {
                 saturated |= summary.request_throughput < 0.9 * r || summary.failed * 20 > summary.requests;
             }

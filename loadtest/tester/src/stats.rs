@@ -237,7 +237,13 @@ mod tests {
     #[test]
     fn a_metric_nobody_reached_is_null_not_zero() {
         // Thinking the whole max_tokens: no request reached its answer.
-        let thinker = RequestRecord { ok: true, ttft: Some(0.1), e2e: Some(1.0), client_think_tokens: 9, ..Default::default() };
+        let thinker = RequestRecord {
+            ok: true,
+            ttft: Some(0.1),
+            e2e: Some(1.0),
+            client_think_tokens: 9,
+            ..Default::default()
+        };
         let s = RunSummary::of("x", None, &[thinker], 1.0, &[], 250.0);
         let json = serde_json::to_value(&s).unwrap();
         for key in ["ttfo", "think_to_output", "output_itl", "answer_gap", "stalled_answers"] {

@@ -173,7 +173,12 @@ impl StepCurve {
         let rows = |v: &[CurvePoint]| -> Vec<serde_json::Value> {
             v.iter()
                 .map(|p| {
-                    serde_json::json!([p.tokens, p.median_s * 1e3, p.steps, cost.step_seconds(&p.mean_shape) * 1e3])
+                    serde_json::json!([
+                        p.tokens,
+                        p.median_s * 1e3,
+                        p.steps,
+                        cost.step_seconds(&p.mean_shape) * 1e3
+                    ])
                 })
                 .collect()
         };

@@ -62,7 +62,13 @@ pub struct CostModel {
 impl CostModel {
     /// The datasheet form: fixed, per token and per decode-context token only.
     pub fn linear(fixed_s: f64, per_token_s: f64, per_context_token_s: f64) -> Self {
-        CostModel { fixed_s, per_token_s, per_context_token_s, per_decode_request_s: 0.0, per_prefill_attention_s: 0.0 }
+        CostModel {
+            fixed_s,
+            per_token_s,
+            per_context_token_s,
+            per_decode_request_s: 0.0,
+            per_prefill_attention_s: 0.0,
+        }
     }
 
     /// Seconds for a step of this shape.

@@ -56,6 +56,8 @@ pub struct Continuation {
     pub end_now: Arc<Notify>,
     pub metrics: Arc<Metrics>,
     pub family: String,
+    /// The stream's entry in the open-stream registry, marked when thinking is cut.
+    pub live: Option<Arc<crate::streams::StreamGuard>>,
 }
 
 impl Continuation {
@@ -74,6 +76,9 @@ impl Continuation {
         // Dropping the first leg's response closes its connection: the engine aborts it.
         drop(first);
         self.count(cut);
+        if let Some(live) = &self.live {
+            live.entry().set_ending(crate::streams::Ending::Continued);
+        }
         tracing::debug!(reason = cut.label(), upstream = %self.upstream.name, "thinking cut; continuing");
         if let Err(e) = self.second_leg(&body, &tx).await {
             let _ = tx.send(Err(e)).await;

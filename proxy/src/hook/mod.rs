@@ -3,6 +3,7 @@
 //! directives. An upstream whose hook does not answer is driven through its HTTP API
 //! alone (vLLM's `thinking_token_budget`), so a missing hook costs features, not requests.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use meridian_core::channel::Action;
@@ -13,6 +14,8 @@ use meridian_core::channel::{
     PROTOCOL_VERSION,
 };
 use meridian_core::config::HookConfig;
+
+use crate::streams::{Ending, OpenStreams};
 
 /// Why a hook could not be reached or refused a message.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +36,8 @@ pub struct HookChannel {
     client: reqwest::Client,
     secret: Result<HeaderValue, String>,
     timeout: Duration,
+    /// Where a directive to end a stream's thinking is noted, for operators.
+    streams: Option<Arc<OpenStreams>>,
 }
 
 impl HookChannel {
@@ -46,7 +51,13 @@ impl HookChannel {
                 .map_err(|_| cfg.token_env.clone()),
             _ => Err(cfg.token_env.clone()),
         };
-        HookChannel { client, secret, timeout: Duration::from_secs_f64(cfg.timeout_s) }
+        HookChannel { client, secret, timeout: Duration::from_secs_f64(cfg.timeout_s), streams: None }
+    }
+
+    /// Notes each `end_thinking` directive on the stream it names in `streams`.
+    pub fn with_streams(mut self, streams: Arc<OpenStreams>) -> Self {
+        self.streams = Some(streams);
+        self
     }
 
     fn request(
@@ -109,6 +120,9 @@ impl HookTarget {
     /// Sends `end_thinking` for `request_id` in the background (the relay never waits on
     /// the channel); a failure is logged, and the stream simply thinks on.
     pub fn end_thinking(&self, request_id: &str) {
+        if let Some(entry) = self.channel.streams.as_ref().and_then(|s| s.get(request_id)) {
+            entry.set_ending(Ending::HookDirectiveSent);
+        }
         self.send_in_background(request_id, Action::EndThinking);
     }
 

@@ -35,6 +35,9 @@ pub struct RequestInfo {
     pub upstream_ref: Option<Arc<Upstream>>,
     /// A thinking-time budget, enforced through the upstream's hook.
     pub think_deadline: Option<crate::hook::ThinkDeadline>,
+    /// Its entry in the open-stream registry, kept up to date as chunks arrive; the
+    /// request stays listed while this is held.
+    pub live: Option<Arc<crate::streams::StreamGuard>>,
 }
 
 impl RequestInfo {
@@ -51,6 +54,7 @@ impl RequestInfo {
             think_budget: None,
             upstream_ref: None,
             think_deadline: None,
+            live: None,
         }
     }
 }
@@ -214,6 +218,11 @@ impl RequestObserver {
     }
 
     fn update_open_phase(&mut self) {
+        if let Some(live) = &self.info.live {
+            let think = self.routers.iter().map(PhaseRouter::think_tokens).sum();
+            let output = self.routers.iter().map(PhaseRouter::output_tokens).sum();
+            live.entry().set_progress(self.current_phase(), think, output);
+        }
         if self.open_as.is_some() {
             let now = Some(self.current_phase());
             self.metrics.move_stream(self.open_as, now);

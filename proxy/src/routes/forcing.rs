@@ -117,6 +117,7 @@ impl ContinuationPlan {
         request_id: &str,
         family: Option<Arc<ModelFamily>>,
         initial_phase: Option<Phase>,
+        live: Arc<crate::streams::StreamGuard>,
         stream: BoxStream<'static, reqwest::Result<Bytes>>,
     ) -> BoxStream<'static, Result<Bytes, ProxyError>> {
         let upstream = in_flight.upstream();
@@ -145,6 +146,7 @@ impl ContinuationPlan {
             delimiters: self.delimiters,
             first_body: self.first_body,
             asked: self.asked,
+            live: Some(live),
             watch,
             splicer: Splicer::new(self.asked, added_logprobs),
             end_now: self.end_now,

@@ -24,6 +24,7 @@ use crate::relay::{
 };
 use crate::request_id::{REQUEST_ID, STREAM_ID, mint_stream_id, request_id};
 use crate::state::AppState;
+use crate::streams::{Ending, NewStream, Stage};
 
 pub async fn chat_completions(State(state): State<Arc<AppState>>, req: Request) -> Response {
     generate(state, "chat_completions", req).await
@@ -150,6 +151,19 @@ async fn relay_generation(
         true => Some(hook_body(&body, &gen_req, think_budget, &stream_id)?),
         false => None,
     };
+    let class = admission_class(&gen_req);
+    // Listed for operators until the response ends (the observer, or this function on
+    // an early failure, drops the last hold).
+    let live = state.streams.register(NewStream {
+        stream_id: &stream_id,
+        request_id: &id_str,
+        model: &gen_req.model,
+        route,
+        class,
+        streaming: gen_req.stream,
+        think_budget,
+        started,
+    });
     let continuable = forcing::plan(state, route, &body, &gen_req, family.as_ref(), think_budget);
     // Token budgets the proxy forces itself do not go to the engine as well.
     let engine_budget = match &continuable {
@@ -160,11 +174,11 @@ async fn relay_generation(
     let mut continuation = continuable.map(|c| c.with_first_leg(&body)).transpose()?;
     let body = continuation.as_ref().map_or(body, |c| c.body.clone());
     let path = parts.uri.path_and_query().map_or(parts.uri.path(), |p| p.as_str());
-    let class = admission_class(&gen_req);
     let first = match state.admission.enabled() {
         true => Some(state.admission.admit(&gen_req.model, class).await?),
         false => None,
     };
+    live.entry().set_stage(Stage::AwaitingUpstream);
     let mut headers = upstream_request_headers(&parts.headers, state.config.upstream.forward_authorization);
     let pr = &state.config.priority;
     if pr.enabled && !gen_req.client_priority && !headers.contains_key(VLLM_PRIORITY) {
@@ -206,6 +220,8 @@ async fn relay_generation(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
     let upstream_name = in_flight.upstream().name.clone();
+    live.entry().set_upstream(&upstream_name);
+    live.entry().set_stage(Stage::Relaying);
     let metrics = state.metrics.clone();
     let info = RequestInfo {
         route,
@@ -218,12 +234,21 @@ async fn relay_generation(
         think_budget,
         upstream_ref: Some(in_flight.upstream().clone()),
         think_deadline: think_deadline(state, &gen_req, hook_used(state, &in_flight, via_hook)),
+        live: Some(live.clone()),
     };
+    let hook_acts = think_budget.is_some()
+        || info.think_deadline.is_some()
+        || state.config.exit.signal != meridian_core::config::ExitSignal::Off;
 
     if status.is_success() && is_sse {
         // The relay may append an error event, so the upstream's length cannot stand.
         headers.remove(header::CONTENT_LENGTH);
         let continuation = continuation.filter(|_| !via_hook);
+        match (&continuation, hook_used(state, &in_flight, via_hook)) {
+            (Some(_), _) => live.entry().set_ending(Ending::Continuation),
+            (None, Some(_)) if hook_acts => live.entry().set_ending(Ending::Hook),
+            _ => {}
+        }
         let end = match &continuation {
             Some(c) => Some(EndThinking::Continuation(c.end_now.clone())),
             None => hook_used(state, &in_flight, via_hook).map(EndThinking::Hook),
@@ -247,6 +272,7 @@ async fn relay_generation(
                 &id_str,
                 family,
                 initial_phase,
+                live.clone(),
                 resp.bytes_stream().boxed(),
             ),
             _ => {

@@ -286,8 +286,9 @@ async fn main() -> Result<(), String> {
                 capacity,
             )?;
             if let Some(path) = &json {
-                let text = serde_json::to_string_pretty(&serde_json::json!({"capacity": cap, "cells": cells}))
-                    .map_err(|e| e.to_string())?;
+                let text =
+                    serde_json::to_string_pretty(&serde_json::json!({"capacity": cap, "cells": cells}))
+                        .map_err(|e| e.to_string())?;
                 std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
             }
             let mut md = format!(
@@ -366,7 +367,9 @@ fn calibrate_command(
             let trace = calibrate::read_step_trace(&read(path)?).map_err(|e| e.to_string())?;
             (path, calibrate::samples_from_steps(&trace), Some(trace))
         }
-        (Some(path), None) => (path, calibrate::samples_from_report(&read(path)?).map_err(|e| e.to_string())?, None),
+        (Some(path), None) => {
+            (path, calibrate::samples_from_report(&read(path)?).map_err(|e| e.to_string())?, None)
+        }
         (None, None) => return Err("calibrate needs a load-test report or --steps".into()),
     };
     let fit = calibrate::fit(&samples).map_err(|e| e.to_string())?;

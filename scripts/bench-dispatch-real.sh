@@ -37,10 +37,18 @@ fi
 # its cost, output-first on the stock engine's costs too.
 (cd scripts && "$venv/bin/python" -m realab twin-inputs "$ROOT/$RESULTS" "$ROOT/$OUT_DIR")
 if [[ -z "${REALAB_REPORT_ONLY:-}" ]]; then
-  # The first run's traces (the curve probe is in them); an appended run keeps them.
-  work=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["work"][0])' "$RESULTS")
+  # Every run's traces, so each workload's steps are in the calibration: a fresh run
+  # writes them (the curve probe is in them), an appended run adds its own as another
+  # gzip member (gunzip and Python's gzip read the members as one stream).
+  work=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["work"][-1])' "$RESULTS")
   for side in stock hook; do
-    if [[ -f "$work/$side-steps.jsonl" ]]; then gzip -c "$work/$side-steps.jsonl" > "$OUT_DIR/$side-steps.jsonl.gz"; fi
+    if [[ -f "$work/$side-steps.jsonl" ]]; then
+      if [[ "${REALAB_APPEND:-}" == 1 && -f "$OUT_DIR/$side-steps.jsonl.gz" ]]; then
+        gzip -c "$work/$side-steps.jsonl" >> "$OUT_DIR/$side-steps.jsonl.gz"
+      else
+        gzip -c "$work/$side-steps.jsonl" > "$OUT_DIR/$side-steps.jsonl.gz"
+      fi
+    fi
   done
 fi
 # A fixed place (not a temp dir): the calibrated profiles name the trace they came from.

@@ -4,6 +4,8 @@ the figures here: a regenerated page cannot keep a claim its numbers no longer s
 
 from __future__ import annotations
 
+import bisect
+import gzip
 import json
 import statistics
 import subprocess
@@ -266,6 +268,32 @@ def prediction_rows(data, twin, w, loads) -> tuple[list[str], list[Comparison]]:
     return rows, compared
 
 
+def trace_coverage(data: dict, plots: Path) -> list[str]:
+    """Which workloads' runs the kept step traces cover (by the runs' time windows), and
+    so which the twin's calibrated cost models have seen."""
+    out = []
+    # The stock engine serves both configurations without the hook.
+    for side, configs in (("stock", ("stock", "proxy")), ("hook", ("hook",))):
+        path = plots / f"{side}-steps.jsonl.gz"
+        if not path.exists():
+            continue
+        with gzip.open(path, "rt") as f:
+            times = sorted(json.loads(line)["t"] for line in f if line.strip())
+        counts = {}
+        for w in data["setup"]["workloads"]:
+            windows = [r["window"] for r in data["runs"] if r["workload"] == w["name"] and r["config"] in configs]
+            counts[w["name"]] = sum(bisect.bisect_right(times, b) - bisect.bisect_left(times, a) for a, b in windows)
+        missing = [n for n, c in counts.items() if c == 0]
+        seen = ", ".join(f"{n} {c:,}" for n, c in counts.items())
+        line = f"The `{side}` engine's kept trace holds {len(times):,} steps; steps inside the workloads' runs: {seen}."
+        if missing:
+            line += (f" The runs of {', '.join(missing)} left no steps in it (their work directories were not "
+                     "kept), so its calibrated cost model was fitted without them and the twin's predictions for "
+                     "those workloads extrapolate it.")
+        out.append(line)
+    return [" ".join(out), ""] if out else []
+
+
 def hook_step_cost(stock_cal: dict | None, hook_cal: dict | None) -> list[str]:
     """What the hook adds to a decode step, from the two engines' own traces."""
     if not stock_cal or not hook_cal:
@@ -360,6 +388,7 @@ def write(root: Path, results: Path, twin_json: Path, calibration_json: Path, ou
     if cal:
         L += curve_section(cal)
         L += hook_step_cost(cal, hook_cal)
+        L += trace_coverage(data, plots)
     for w in setup["workloads"]:
         name = w["name"]
         cap = data["capacity"][name]

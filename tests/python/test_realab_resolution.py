@@ -78,3 +78,21 @@ def test_a_p99_over_a_few_dozen_requests_is_the_slowest_one():
     assert worst_requests(48) == 1
     assert worst_requests(100) == 2
     assert worst_requests(400) == 5
+
+
+def test_the_page_says_which_workloads_the_kept_traces_cover(tmp_path):
+    import gzip
+    import json
+
+    from realab.report import trace_coverage
+
+    with gzip.open(tmp_path / "stock-steps.jsonl.gz", "wt") as f:
+        for t in (1.0, 2.0, 3.0, 11.0):  # the mix runs (stock, then proxy) and one stray step
+            f.write(json.dumps({"t": t}) + "\n")
+    data = {"setup": {"workloads": [{"name": "mix"}, {"name": "long"}]},
+            "runs": [{"workload": "mix", "config": "stock", "window": [0.5, 1.5]},
+                     {"workload": "mix", "config": "proxy", "window": [1.5, 3.5]},
+                     {"workload": "long", "config": "stock", "window": [20.0, 30.0]}]}
+    text = " ".join(trace_coverage(data, tmp_path))
+    assert "holds 4 steps; steps inside the workloads' runs: mix 3, long 0." in text
+    assert "The runs of long left no steps in it" in text

@@ -10,7 +10,8 @@
 #   scripts/bench-dispatch-real.sh            # measure, predict, write the page
 #   REALAB_REPORT_ONLY=1 scripts/bench-dispatch-real.sh   # predict and rewrite from results.json
 #
-# REALAB_ROUNDS, REALAB_LOADS, REALAB_WORKLOADS narrow a run (see scripts/realab);
+# REALAB_ROUNDS, REALAB_LOADS, REALAB_WORKLOADS narrow a run, REALAB_PROMPTS sets the
+# requests per run (see scripts/realab);
 # REALAB_APPEND=1 adds workloads to an existing results.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."

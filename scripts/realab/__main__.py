@@ -8,11 +8,13 @@
 summary, the step traces' preemptions, the capacity, the setup); the step traces stay in
 the work directory it prints. `report` writes the page from the measured and the
 twin's predicted figures. Knobs (environment): REALAB_ROUNDS, REALAB_LOADS,
-REALAB_WORKLOADS (names, comma-separated), REALAB_APPEND=1 (add to an existing
+REALAB_WORKLOADS (names, comma-separated), REALAB_PROMPTS (requests per run, for every
+workload of the run), REALAB_APPEND=1 (add to an existing
 RESULTS_JSON: say, a second workload at other loads)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -23,25 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "vllm"))
 from tiny_family import write_family  # noqa: E402
 
 from . import measure as m  # noqa: E402
+from .workloads import WORKLOADS  # noqa: E402
 
 SERVED = "bench-qwen3"
-
-# Lengths scaled to a CPU engine (~100x slower than a GPU): what is thousands of tokens
-# on an H100 in seconds is the same shape here in tokens a 2-core machine can run through
-# in a benchmark's time. The long-prompt workload keeps prompts in the thousands: its
-# prefill chunks are what stretch the steps answering requests wait on.
-WORKLOADS = {
-    "mix": m.Workload("mix", "reasoning mix: prompts ~128, thoughts ~192, answers ~64 tokens",
-                      prompts=48, input_len=128, think_len=192, output_len=64, range_ratio=0.5),
-    "long": m.Workload("long", "long prompts (RAG / agent context): prompts ~1,000, thoughts ~128, answers ~64 tokens",
-                       prompts=24, input_len=1000, think_len=128, output_len=64, range_ratio=0.5),
-    # KV pressure: thoughts long enough that the running requests outgrow a cache of 50
-    # blocks (6,400 tokens; a request ends near 1,000), so the engine must preempt, and
-    # whom it preempts (stock: the latest arrival; the hook: a thinker before anyone
-    # answering) decides whose answer stops to be recomputed.
-    "kv": m.Workload("kv", "KV pressure: prompts ~128, thoughts ~512, answers ~128 tokens, a 6,400-token KV cache",
-                     prompts=48, input_len=128, think_len=512, output_len=128, range_ratio=0.5, kv_blocks=50),
-}
 
 #: The engines' longest request; a workload with its own small KV cache must still hold
 #: one such request (vLLM refuses to start otherwise).
@@ -58,6 +44,11 @@ def setup(root: Path, model: Path, work: Path) -> m.Setup:
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:
         raise SystemExit(f"REALAB_WORKLOADS: unknown {unknown}; known: {sorted(WORKLOADS)}")
+    # Requests per run: more than the default make a p99 that several requests set, not
+    # the single slowest (see the page's "What this measurement can resolve").
+    prompts = os.environ.get("REALAB_PROMPTS")
+    workloads = [WORKLOADS[n] if not prompts else dataclasses.replace(WORKLOADS[n], prompts=int(prompts))
+                 for n in names]
     # One engine pair serves a whole run: its workloads must agree on the KV cache.
     caches = {WORKLOADS[n].kv_blocks for n in names}
     if len(caches) > 1:
@@ -71,7 +62,7 @@ def setup(root: Path, model: Path, work: Path) -> m.Setup:
         extra=["--block-size", str(BLOCK_SIZE)] + ([] if blocks is None else ["--num-gpu-blocks-override", str(blocks)]))
     loads = [float(x) for x in os.environ.get("REALAB_LOADS", "0.5,0.7,0.9,1.0").split(",")]
     return m.Setup(root=root, work=work, spec=spec, think_end_id=ids["</think>"], models_dir=work / "models",
-                   workloads=[WORKLOADS[n] for n in names], loads=loads,
+                   workloads=workloads, loads=loads,
                    rounds=int(os.environ.get("REALAB_ROUNDS", "3")), slo_ttot_ms=250.0, slo_gap_ms=250.0)
 
 

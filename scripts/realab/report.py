@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 from .resolution import Comparison, Effect, agreement_sentences, overall_sentences, paired, resolution_sentences
+from .workloads import WORKLOADS
 
 CONFIG_TITLES = {
     "stock": "stock vLLM, clients direct",
@@ -476,8 +477,12 @@ def reproduce(setup: dict) -> list[str]:
             groups.append(([w["name"]], loads))
     lines = []
     rounds = "" if setup["rounds"] == 3 else f"REALAB_ROUNDS={setup['rounds']} "
+    prompts = {w["name"]: w["prompts"] for w in setup["workloads"]}
     for i, (names, loads) in enumerate(groups):
         env = rounds + ("REALAB_APPEND=1 " if i else "") + f"REALAB_WORKLOADS={','.join(names)} "
+        asked = {prompts[n] for n in names if n in WORKLOADS and prompts[n] != WORKLOADS[n].prompts}
+        if asked:
+            env += f"REALAB_PROMPTS={asked.pop()} "
         if loads != default_loads:
             env += f"REALAB_LOADS={','.join(f'{x:g}' for x in loads)} "
         lines.append(f"{env}scripts/bench-dispatch-real.sh")

@@ -96,3 +96,12 @@ def test_the_page_says_which_workloads_the_kept_traces_cover(tmp_path):
     text = " ".join(trace_coverage(data, tmp_path))
     assert "holds 4 steps; steps inside the workloads' runs: mix 3, long 0." in text
     assert "The runs of long left no steps in it" in text
+
+
+def test_the_reproduce_command_names_a_non_default_request_count():
+    from realab.report import reproduce
+
+    assert reproduce({"rounds": 3, "workloads": [{"name": "mix", "prompts": 240, "loads": [0.9]}]}) == [
+        "REALAB_WORKLOADS=mix REALAB_PROMPTS=240 REALAB_LOADS=0.9 scripts/bench-dispatch-real.sh"]
+    assert reproduce({"rounds": 3, "workloads": [{"name": "mix", "prompts": 48, "loads": [0.5, 0.7, 0.9, 1.0]}]}) == [
+        "REALAB_WORKLOADS=mix scripts/bench-dispatch-real.sh"]

@@ -458,7 +458,8 @@ def write(root: Path, results: Path, twin_json: Path, calibration_json: Path, ou
             L += residual_sentences(data, name)
     L += ["## Reproduce", "", "The command(s) that measured these figures:", "", "```sh", *reproduce(setup), "```", "",
           f"Measured in {data.get('elapsed_s', 0) / 60:.0f} minutes. "
-          "`REALAB_ROUNDS`, `REALAB_LOADS` and `REALAB_WORKLOADS` narrow a run; the page is always "
+          "`REALAB_ROUNDS`, `REALAB_LOADS` and `REALAB_WORKLOADS` narrow a run, `REALAB_PROMPTS` sets the "
+          "requests per run; the page is always "
           "regenerated from `docs/src/benchmarks/dispatch-real-engine/results.json`.", ""]
     out.write_text("\n".join(L))
     print("\n".join(L))

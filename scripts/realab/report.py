@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 import gzip
+import itertools
 import json
 import statistics
 import subprocess
@@ -270,8 +271,10 @@ def prediction_rows(data, twin, w, loads) -> tuple[list[str], list[Comparison]]:
 
 
 def trace_coverage(data: dict, plots: Path) -> list[str]:
-    """Which workloads' runs the kept step traces cover (by the runs' time windows), and
-    so which the twin's calibrated cost models have seen."""
+    """Which workloads' runs the kept step traces cover (by the runs' time windows), so
+    which the twin's calibrated cost models have seen; and, where a trace covers a
+    workload, how many prompt tokens the engine computed against how many it was sent
+    (the rest came from its prefix cache)."""
     out = []
     # The stock engine serves both configurations without the hook.
     for side, configs in (("stock", ("stock", "proxy")), ("hook", ("hook",))):
@@ -279,11 +282,19 @@ def trace_coverage(data: dict, plots: Path) -> list[str]:
         if not path.exists():
             continue
         with gzip.open(path, "rt") as f:
-            times = sorted(json.loads(line)["t"] for line in f if line.strip())
-        counts = {}
+            steps = sorted((s["t"], s.get("prefill_tokens", 0)) for s in map(json.loads, f) if s)
+        times = [t for t, _ in steps]
+        prefill = list(itertools.accumulate((p for _, p in steps), initial=0))
+        counts, computed = {}, {}
         for w in data["setup"]["workloads"]:
-            windows = [r["window"] for r in data["runs"] if r["workload"] == w["name"] and r["config"] in configs]
-            counts[w["name"]] = sum(bisect.bisect_right(times, b) - bisect.bisect_left(times, a) for a, b in windows)
+            runs = [r for r in data["runs"] if r["workload"] == w["name"] and r["config"] in configs]
+            spans = [(bisect.bisect_left(times, r["window"][0]), bisect.bisect_right(times, r["window"][1]))
+                     for r in runs]
+            counts[w["name"]] = sum(j - i for i, j in spans)
+            sent = sum(prompt_tokens(r) for r in runs)
+            if counts[w["name"]] and sent:
+                preempted = sum(r["engine"]["preempted"] for r in runs)
+                computed[w["name"]] = (sum(prefill[j] - prefill[i] for i, j in spans), sent, preempted)
         missing = [n for n, c in counts.items() if c == 0]
         seen = ", ".join(f"{n} {c:,}" for n, c in counts.items())
         line = f"The `{side}` engine's kept trace holds {len(times):,} steps; steps inside the workloads' runs: {seen}."
@@ -291,8 +302,25 @@ def trace_coverage(data: dict, plots: Path) -> list[str]:
             line += (f" The runs of {', '.join(missing)} left no steps in it (their work directories were not "
                      "kept), so its calibrated cost model was fitted without them and the twin's predictions for "
                      "those workloads extrapolate it.")
+        for name, (done, sent, preempted) in computed.items():
+            share = done / sent
+            line += (f" In the {name} runs it computed {done:,} prompt tokens of the {sent:,} its clients sent "
+                     f"({100 * share:.0f}%" + (f"; {preempted} preemptions recomputed some" if preempted else "") + ")")
+            if share >= 0.9:
+                line += "."
+            else:
+                line += (f": the rest were prefix-cache hits, so these runs measured prompts "
+                         f"{'mostly' if share < 0.5 else 'partly'} not prefilled at all (the twin, without a prefix "
+                         "cache, prefills every one).")
         out.append(line)
     return [" ".join(out), ""] if out else []
+
+
+def prompt_tokens(run: dict) -> int:
+    """The prompt tokens a run's clients sent: its total tokens less what was generated."""
+    s = run["summary"]
+    total = s["total_token_throughput"] * s["duration_s"]
+    return max(0, round(total - (s.get("think_tokens") or 0) - (s.get("output_tokens") or 0)))
 
 
 def hook_step_cost(stock_cal: dict | None, hook_cal: dict | None) -> list[str]:
@@ -357,8 +385,11 @@ def write(root: Path, results: Path, twin_json: Path, calibration_json: Path, ou
     L += [
         "",
         f"Engine limits, the same for all: max_num_seqs {eng['max_num_seqs']}, max_num_batched_tokens "
-        f"{eng['max_num_batched_tokens']} (chunked prefill), {eng['kv_cache_gib']} GiB KV cache, one OMP thread. "
-        "The proxies hold requests beyond max_num_seqs open streams in their own queue (`[admission]`) and send "
+        f"{eng['max_num_batched_tokens']} (chunked prefill), {eng['kv_cache_gib']} GiB KV cache, one OMP thread, "
+        + ("prefix caching off (every run prefills its prompts). " if "--no-enable-prefix-caching" in str(eng.get("extra"))
+           else "prefix caching on (vLLM's default), which these runs' repeated prompts hit: see the step-time section "
+                "for how much. ")
+        + "The proxies hold requests beyond max_num_seqs open streams in their own queue (`[admission]`) and send "
         "priorities (`[priority]`; every request here is interactive, so all get the same priority). Each "
         "engine's scheduler records every step (`meridian_hook.steptrace`); preemptions below come from those "
         "traces, classified by whether the victim had ended its thought.",

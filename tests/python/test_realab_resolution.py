@@ -80,22 +80,32 @@ def test_a_p99_over_a_few_dozen_requests_is_the_slowest_one():
     assert worst_requests(400) == 5
 
 
-def test_the_page_says_which_workloads_the_kept_traces_cover(tmp_path):
+def test_the_page_says_which_workloads_the_kept_traces_cover_and_what_they_prefilled(tmp_path):
     import gzip
     import json
 
     from realab.report import trace_coverage
 
     with gzip.open(tmp_path / "stock-steps.jsonl.gz", "wt") as f:
-        for t in (1.0, 2.0, 3.0, 11.0):  # the mix runs (stock, then proxy) and one stray step
-            f.write(json.dumps({"t": t}) + "\n")
+        # The mix runs (stock, then proxy) and one stray step outside every run.
+        for t, prefill in ((1.0, 100), (2.0, 50), (3.0, 0), (11.0, 999)):
+            f.write(json.dumps({"t": t, "prefill_tokens": prefill}) + "\n")
+
+    def run(workload, config, window, prompt):
+        # 1,000 tokens generated; `prompt` sent.
+        summary = {"total_token_throughput": (prompt + 1000) / 10, "duration_s": 10,
+                   "think_tokens": 400, "output_tokens": 600}
+        return {"workload": workload, "config": config, "window": window, "summary": summary,
+                "engine": {"preempted": 0}}
+
     data = {"setup": {"workloads": [{"name": "mix"}, {"name": "long"}]},
-            "runs": [{"workload": "mix", "config": "stock", "window": [0.5, 1.5]},
-                     {"workload": "mix", "config": "proxy", "window": [1.5, 3.5]},
-                     {"workload": "long", "config": "stock", "window": [20.0, 30.0]}]}
+            "runs": [run("mix", "stock", [0.5, 1.5], 300), run("mix", "proxy", [1.5, 3.5], 300),
+                     run("long", "stock", [20.0, 30.0], 5000)]}
     text = " ".join(trace_coverage(data, tmp_path))
     assert "holds 4 steps; steps inside the workloads' runs: mix 3, long 0." in text
     assert "The runs of long left no steps in it" in text
+    assert "computed 150 prompt tokens of the 600 its clients sent (25%): the rest were prefix-cache hits" in text
+    assert "mostly not prefilled" in text
 
 
 def test_the_reproduce_command_names_a_non_default_request_count():

@@ -87,6 +87,8 @@ pub struct Server {
     health: tokio::task::JoinHandle<()>,
     /// Admission control's release loop, when admission is on.
     pump: Option<tokio::task::JoinHandle<()>>,
+    /// Folds histogram samples into buckets between scrapes.
+    upkeep: tokio::task::JoinHandle<()>,
 }
 
 impl Server {
@@ -109,6 +111,7 @@ impl Server {
         .spawn()
         .await;
         let pump = state.admission.enabled().then(|| state.admission.clone().spawn_pump());
+        let upkeep = crate::telemetry::spawn_upkeep(state.metrics.clone());
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let grace = Duration::from_secs_f64(state.config.server.shutdown_grace_s);
         let header_timeout = Duration::from_secs_f64(state.config.server.header_read_timeout_s);
@@ -130,7 +133,7 @@ impl Server {
             }
             Ok(())
         });
-        Ok(Server { local_addr, state, stop, serving, health, pump })
+        Ok(Server { local_addr, state, stop, serving, health, pump, upkeep })
     }
 
     /// Drains: readiness fails and no request is taken from now on; open responses get
@@ -139,6 +142,7 @@ impl Server {
         self.state.drain.begin();
         let _ = self.stop.send(true);
         self.health.abort();
+        self.upkeep.abort();
         if let Some(p) = &self.pump {
             p.abort();
         }
@@ -154,6 +158,7 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.health.abort();
+        self.upkeep.abort();
         if let Some(p) = &self.pump {
             p.abort();
         }

@@ -73,6 +73,11 @@ pub(super) const TTOT: Def = Def::histogram(
     Latency,
     "TTOT: end of thinking to the first visible token, for requests that thought.",
 );
+pub(super) const OUTPUT_ITL: Def = Def::histogram(
+    "meridian_output_inter_token_latency_seconds",
+    Latency,
+    "Output ITL: gaps between consecutive chunks of visible output in a stream.",
+);
 pub(super) const E2E: Def =
     Def::histogram("meridian_request_duration_seconds", Latency, "Request start to the last byte.");
 pub(super) const THINK_TOKENS: Def =
@@ -130,11 +135,12 @@ pub(super) const CONTINUATIONS: Def = Def::counter(
     "Streams whose thinking the proxy cut and continued past the end-of-thinking delimiter (upstreams without a ready hook), by reason.",
 );
 
-pub(super) const ALL: [Def; 22] = [
+pub(super) const ALL: [Def; 23] = [
     REQUESTS,
     TTFT,
     TTFO,
     TTOT,
+    OUTPUT_ITL,
     E2E,
     THINK_TOKENS,
     OUTPUT_TOKENS,

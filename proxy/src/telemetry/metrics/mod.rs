@@ -59,6 +59,7 @@ struct ClassSeries {
 #[derive(Default)]
 struct FamilySeries {
     histograms: [OnceLock<Histogram>; 6],
+    output_itl: OnceLock<Histogram>,
     budget_reached: OnceLock<Counter>,
 }
 
@@ -188,8 +189,8 @@ impl Metrics {
         );
     }
 
-    fn with_family(&self, family: &str, f: impl FnOnce(&FamilySeries)) {
-        self.families.with(family, || (family.into(), FamilySeries::default()), f);
+    fn with_family<R>(&self, family: &str, f: impl FnOnce(&FamilySeries) -> R) -> R {
+        self.families.with(family, || (family.into(), FamilySeries::default()), f)
     }
 
     fn family_label(&self, def: Def, family: &str) -> Key {
@@ -227,6 +228,19 @@ impl Metrics {
                 })
                 .increment(1);
         });
+    }
+
+    /// The output-ITL histogram of `family`, for a stream to keep and record into per
+    /// chunk without a lookup.
+    pub fn output_itl(&self, family: &str) -> Histogram {
+        self.with_family(family, |s| {
+            s.output_itl
+                .get_or_init(|| {
+                    self.recorder
+                        .register_histogram(&self.family_label(catalogue::OUTPUT_ITL, family), &METADATA)
+                })
+                .clone()
+        })
     }
 
     /// Moves one open stream from phase `from` to phase `to` (`None` = not open).

@@ -29,6 +29,7 @@ fn every_histogram_renders_its_buckets_type_and_help() {
     m.count_request("chat", "ok");
     m.count_budget_reached("qwen3");
     m.set_upstream_healthy("a:8000", true);
+    m.output_itl("qwen3").record(0.02);
     let text = m.render();
     let mut histograms = 0;
     for def in catalogue::ALL {
@@ -53,7 +54,7 @@ fn every_histogram_renders_its_buckets_type_and_help() {
         want.push(f64::INFINITY);
         assert_eq!(les, want, "{}", def.name);
     }
-    assert_eq!(histograms, 7);
+    assert_eq!(histograms, 8);
 }
 
 #[test]

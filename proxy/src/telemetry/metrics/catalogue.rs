@@ -165,14 +165,12 @@ pub(super) const ALL: [Def; 23] = [
 /// without buckets would be rendered as a summary.
 pub(super) fn builder() -> PrometheusBuilder {
     ALL.iter().fold(PrometheusBuilder::new(), |b, def| match def.kind {
-        // `set_buckets_for_metric` fails only on an empty slice, and `bounds()` never is
-        // one; the unit test `every_histogram_renders_its_buckets` checks the result.
-        Kind::Histogram(buckets) => {
-            match b.set_buckets_for_metric(Matcher::Full(def.name.into()), &buckets.bounds()) {
-                Ok(b) => b,
-                Err(_) => PrometheusBuilder::new(),
-            }
-        }
+        // `set_buckets_for_metric` fails only on an empty slice, which `bounds()` never
+        // is. Were it to, every histogram would render as a summary, which the unit test
+        // `every_histogram_renders_its_buckets_type_and_help` catches.
+        Kind::Histogram(buckets) => b
+            .set_buckets_for_metric(Matcher::Full(def.name.into()), &buckets.bounds())
+            .unwrap_or_else(|_| PrometheusBuilder::new()),
         Kind::Counter | Kind::Gauge => b,
     })
 }

@@ -193,10 +193,6 @@ impl Metrics {
         self.families.with(family, || (family.into(), FamilySeries::default()), f)
     }
 
-    fn family_label(&self, def: Def, family: &str) -> Key {
-        Key::from_parts(def.name, vec![Label::new("family", family.to_owned())])
-    }
-
     pub fn record_timings(&self, family: &str, t: &RequestTimings) {
         let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
         let values = [
@@ -211,7 +207,7 @@ impl Metrics {
             for ((slot, def), value) in s.histograms.iter().zip(FAMILY_HISTOGRAMS).zip(values) {
                 if let Some(v) = value {
                     slot.get_or_init(|| {
-                        self.recorder.register_histogram(&self.family_label(def, family), &METADATA)
+                        self.recorder.register_histogram(&family_key(def, family), &METADATA)
                     })
                     .record(v);
                 }
@@ -223,8 +219,7 @@ impl Metrics {
         self.with_family(family, |s| {
             s.budget_reached
                 .get_or_init(|| {
-                    self.recorder
-                        .register_counter(&self.family_label(catalogue::BUDGET_REACHED, family), &METADATA)
+                    self.recorder.register_counter(&family_key(catalogue::BUDGET_REACHED, family), &METADATA)
                 })
                 .increment(1);
         });
@@ -236,8 +231,7 @@ impl Metrics {
         self.with_family(family, |s| {
             s.output_itl
                 .get_or_init(|| {
-                    self.recorder
-                        .register_histogram(&self.family_label(catalogue::OUTPUT_ITL, family), &METADATA)
+                    self.recorder.register_histogram(&family_key(catalogue::OUTPUT_ITL, family), &METADATA)
                 })
                 .clone()
         })
@@ -348,6 +342,10 @@ impl Metrics {
     pub fn count_chunk(&self) {
         self.relayed_chunks.increment(1);
     }
+}
+
+fn family_key(def: Def, family: &str) -> Key {
+    Key::from_parts(def.name, vec![Label::new("family", family.to_owned())])
 }
 
 fn labelled(def: Def, key: &'static str, value: &'static str) -> Key {

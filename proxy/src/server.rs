@@ -87,7 +87,8 @@ pub struct Server {
     health: tokio::task::JoinHandle<()>,
     /// Admission control's release loop, when admission is on.
     pump: Option<tokio::task::JoinHandle<()>>,
-    /// Folds histogram samples into buckets between scrapes.
+    /// Folds histogram samples into buckets between scrapes; runs through a drain (open
+    /// streams still record), stopped on drop.
     upkeep: tokio::task::JoinHandle<()>,
 }
 
@@ -142,7 +143,6 @@ impl Server {
         self.state.drain.begin();
         let _ = self.stop.send(true);
         self.health.abort();
-        self.upkeep.abort();
         if let Some(p) = &self.pump {
             p.abort();
         }

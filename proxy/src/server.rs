@@ -90,6 +90,9 @@ pub struct Server {
     health: tokio::task::JoinHandle<()>,
     /// Admission control's release loop, when admission is on.
     pump: Option<tokio::task::JoinHandle<()>>,
+    /// Folds histogram samples into buckets between scrapes; runs through a drain (open
+    /// streams still record), stopped on drop.
+    upkeep: tokio::task::JoinHandle<()>,
 }
 
 impl Server {
@@ -112,6 +115,7 @@ impl Server {
         .spawn()
         .await;
         let pump = state.admission.enabled().then(|| state.admission.clone().spawn_pump());
+        let upkeep = crate::telemetry::spawn_upkeep(state.metrics.clone());
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let grace = Duration::from_secs_f64(state.config.server.shutdown_grace_s);
         let header_timeout = Duration::from_secs_f64(state.config.server.header_read_timeout_s);
@@ -155,7 +159,7 @@ impl Server {
             }
             Ok(())
         });
-        Ok(Server { local_addr, admin_addr, admin, state, stop, serving, health, pump })
+        Ok(Server { local_addr, admin_addr, admin, state, stop, serving, health, pump, upkeep })
     }
 
     /// Drains: readiness fails and no request is taken from now on; open responses get
@@ -184,6 +188,7 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.health.abort();
+        self.upkeep.abort();
         if let Some(p) = &self.pump {
             p.abort();
         }

@@ -88,6 +88,13 @@ impl AppState {
         })
     }
 
+    /// The metrics as a scrape sees them: the open-stream gauges read from the registry
+    /// of open streams first.
+    pub fn render_metrics(&self) -> String {
+        self.metrics.set_open_streams(self.streams.streams_by_phase());
+        self.metrics.render()
+    }
+
     /// The model family for a served model name: explicit alias, then the families'
     /// match patterns, then the configured default.
     pub fn family_for(&self, served_model: &str) -> Option<Arc<ModelFamily>> {

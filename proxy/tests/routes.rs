@@ -78,6 +78,7 @@ async fn metrics_endpoint_serves_prometheus_text_with_every_family() {
     .await;
     let resp = rig.client.get(rig.url("/metrics")).send().await.unwrap();
     assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "text/plain; version=0.0.4; charset=utf-8");
     let text = resp.text().await.unwrap();
     for name in [
         "meridian_time_to_first_token_seconds_bucket",
@@ -92,5 +93,6 @@ async fn metrics_endpoint_serves_prometheus_text_with_every_family() {
     ] {
         assert!(text.contains(name), "{name} missing from /metrics");
     }
-    assert!(text.trim_end().ends_with("# EOF"));
+    // Prometheus text format 0.0.4: counters typed under their `_total` name.
+    assert!(text.contains("# TYPE meridian_relayed_chunks_total counter\n"), "{text}");
 }

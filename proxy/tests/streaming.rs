@@ -71,6 +71,28 @@ async fn usage_from_the_server_wins_over_client_side_counts() {
 }
 
 #[tokio::test]
+async fn output_inter_token_latency_is_the_gap_between_visible_chunks() {
+    let rig = Rig::new(1).await;
+    let got = receive(rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[("x-mock-interval-ms", "20")])).await;
+    assert_eq!(got.status, 200);
+    let itl = "meridian_output_inter_token_latency_seconds";
+    eventually("request recorded", || {
+        sample(&rig.scrape(), "meridian_requests_total", &[("outcome", "ok")]) == Some(1.0)
+    })
+    .await;
+    let text = rig.scrape();
+    let output_tokens = sample(&text, "meridian_output_tokens_sum", &[("family", "qwen3")]).unwrap();
+    let count = sample(&text, &format!("{itl}_count"), &[("family", "qwen3")]).unwrap();
+    let sum = sample(&text, &format!("{itl}_sum"), &[("family", "qwen3")]).unwrap();
+    // One gap between each pair of visible chunks (one token each in this recording),
+    // none across the thinking: those are TTOT's.
+    assert!(output_tokens >= 5.0, "{text}");
+    assert_eq!(count, output_tokens - 1.0, "{text}");
+    // The upstream paused 20 ms between writes; reads that coalesce give smaller gaps.
+    assert!(sum >= count * 0.010, "{sum} s over {count} gaps");
+}
+
+#[tokio::test]
 async fn open_stream_gauges_follow_the_phase() {
     let rig = Rig::new(1).await;
     let req = rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[("x-mock-interval-ms", "40")]);
@@ -82,22 +104,24 @@ async fn open_stream_gauges_follow_the_phase() {
     let mut saw_output = false;
     while let Some(chunk) = stream.next().await {
         seen.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
-        let m = rig.metrics();
         let non_empty_content =
             seen.matches("\"content\":\"").count() - seen.matches("\"content\":\"\"").count();
         if seen.contains("\"reasoning\"") && non_empty_content == 0 {
-            saw_think |= m.open_streams(meridian_core::Phase::Think) == 1;
+            saw_think |= rig.open_streams(meridian_core::Phase::Think) == 1
+                && support::sample(&rig.scrape(), "meridian_open_streams", &[("phase", "think")])
+                    == Some(1.0);
         }
         if non_empty_content > 0 {
-            saw_output |= m.open_streams(meridian_core::Phase::Output) == 1;
+            saw_output |= rig.open_streams(meridian_core::Phase::Output) == 1
+                && support::sample(&rig.scrape(), "meridian_open_streams", &[("phase", "output")])
+                    == Some(1.0);
         }
     }
     assert!(saw_think && saw_output, "think {saw_think} output {saw_output}");
     eventually("stream closed", || {
-        let m = rig.metrics();
         [meridian_core::Phase::Pending, meridian_core::Phase::Think, meridian_core::Phase::Output]
             .iter()
-            .all(|p| m.open_streams(*p) == 0)
+            .all(|p| rig.open_streams(*p) == 0)
     })
     .await;
 }

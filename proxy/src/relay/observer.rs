@@ -82,13 +82,17 @@ pub struct RequestObserver {
     /// first 64).
     choices_seen: u64,
     choices_finished: u64,
+    /// Per tracked choice: arrival of its last chunk of visible output, for output ITL.
+    last_output: Vec<Option<Instant>>,
+    /// This family's output-ITL histogram, looked up at the first gap and kept, so a
+    /// chunk costs one record and no lookup.
+    output_itl: Option<metrics::Histogram>,
 }
 
 impl RequestObserver {
     /// Starts observing; `streaming` requests are counted in the open-stream gauges.
     pub fn new(metrics: Arc<Metrics>, info: RequestInfo, streaming: bool) -> Self {
         let open_as = streaming.then_some(Phase::Pending);
-        metrics.move_stream(None, open_as);
         if let Some(u) = &info.upstream_ref {
             u.move_stream(None, open_as);
         }
@@ -109,6 +113,8 @@ impl RequestObserver {
             outcome: "client_disconnected",
             choices_seen: 0,
             choices_finished: 0,
+            last_output: Vec::new(),
+            output_itl: None,
         }
     }
 
@@ -166,6 +172,7 @@ impl RequestObserver {
                 r = r.with_think_budget(b);
             }
             self.routers.push(r);
+            self.last_output.push(None);
         }
         let has_token = c.reasoning.as_deref().is_some_and(|s| !s.is_empty())
             || c.content.as_deref().is_some_and(|s| !s.is_empty())
@@ -174,12 +181,13 @@ impl RequestObserver {
             self.first_token.get_or_insert(at);
         }
         let router = &mut self.routers[c.index];
-        let think_before = router.think_tokens();
+        let (think_before, output_before) = (router.think_tokens(), router.output_tokens());
         let events = router.observe(Delta {
             reasoning: c.reasoning.as_deref(),
             content: c.content.as_deref(),
             token_ids: c.token_ids.as_deref(),
         });
+        let output_grew = router.output_tokens() > output_before;
         if router.think_tokens() > think_before && self.first_output.is_none() {
             self.last_think = Some(at);
             self.think_started.get_or_insert(at);
@@ -188,7 +196,20 @@ impl RequestObserver {
                 prober.on_thinking(router.think_tokens(), text);
             }
         }
+        if output_grew {
+            self.on_output_chunk(c.index, at);
+        }
         self.on_events(&events, at);
+    }
+
+    /// Output ITL: the gap since this choice's previous chunk of visible output.
+    fn on_output_chunk(&mut self, choice: usize, at: Instant) {
+        let Some(slot) = self.last_output.get_mut(choice) else { return };
+        let Some(prev) = slot.replace(at) else { return };
+        let family = self.info.family.as_ref().map_or("unknown", |f| f.name());
+        let metrics = &self.metrics;
+        let itl = self.output_itl.get_or_insert_with(|| metrics.output_itl(family));
+        itl.record(at.saturating_duration_since(prev).as_secs_f64());
     }
 
     fn on_events(&mut self, events: &[PhaseEvent], at: Instant) {
@@ -225,7 +246,6 @@ impl RequestObserver {
         }
         if self.open_as.is_some() {
             let now = Some(self.current_phase());
-            self.metrics.move_stream(self.open_as, now);
             if let Some(u) = &self.info.upstream_ref {
                 u.move_stream(self.open_as, now);
             }
@@ -284,7 +304,6 @@ impl Drop for RequestObserver {
         if let Some(hook) = hook {
             hook.forget(&self.info.stream_id);
         }
-        self.metrics.move_stream(self.open_as, None);
         if let Some(u) = &self.info.upstream_ref {
             u.move_stream(self.open_as, None);
         }

@@ -28,9 +28,6 @@ pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
 }
 
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    (
-        [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
-        state.metrics.render(),
-    )
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], state.render_metrics())
         .into_response()
 }

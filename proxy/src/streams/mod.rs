@@ -150,6 +150,11 @@ impl StreamEntry {
     }
 }
 
+/// Where `p` is counted in [`OpenStreams::streams_by_phase`].
+pub fn phase_slot(p: Phase) -> usize {
+    usize::from(phase_code(p))
+}
+
 fn phase_code(p: Phase) -> u8 {
     match p {
         Phase::Pending => 0,

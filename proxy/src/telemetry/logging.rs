@@ -1,3 +1,5 @@
+use std::io::IsTerminal;
+
 use meridian_core::config::{LogFormat, TelemetryConfig};
 use tracing_subscriber::EnvFilter;
 
@@ -8,10 +10,33 @@ pub fn init_logging(cfg: &TelemetryConfig) -> Result<(), String> {
         _ => EnvFilter::try_new(&cfg.log_level),
     }
     .map_err(|e| format!("telemetry.log_level is not a valid filter: {e}"))?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    let ansi = use_colour(std::io::stdout().is_terminal(), std::env::var_os("NO_COLOR").as_deref());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false).with_ansi(ansi);
     let result = match cfg.log_format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
     result.map_err(|e| e.to_string())
+}
+
+/// Colour only for a person at a terminal: a file, a pipe or a log collector would keep
+/// the escape sequences as text. `NO_COLOR` set to anything but the empty string turns
+/// it off there too (https://no-color.org).
+fn use_colour(stdout_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stdout_is_terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsStr;
+
+    use super::use_colour;
+
+    #[test]
+    fn colour_only_at_a_terminal_without_no_color() {
+        assert!(use_colour(true, None));
+        assert!(use_colour(true, Some(OsStr::new(""))));
+        assert!(!use_colour(true, Some(OsStr::new("1"))));
+        assert!(!use_colour(false, None));
+    }
 }

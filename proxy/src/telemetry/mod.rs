@@ -4,4 +4,4 @@ mod logging;
 mod metrics;
 
 pub use logging::init_logging;
-pub use metrics::{Metrics, RequestTimings};
+pub use metrics::{Metrics, RequestTimings, spawn_upkeep};

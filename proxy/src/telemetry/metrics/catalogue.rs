@@ -1,0 +1,176 @@
+//! Every metric the proxy exports: its name as scraped, type, help text and, for
+//! histograms, bucket bounds. `docs/src/metrics.md` catalogues the same names, and
+//! `tests/docs/test_book.py` reads the `Def::…("name", …)` lines below to check it.
+//!
+//! Names, help texts and buckets are those the proxy exported through `prometheus-client`
+//! (help texts end with the full stop that crate added), so dashboards and alerts written
+//! against earlier releases keep working. Counters carry their `_total` here because the
+//! exporter writes names as given.
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Kind {
+    Counter,
+    Gauge,
+    Histogram(Buckets),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Buckets {
+    /// 1 ms doubling to ~9 min.
+    Latency,
+    /// 1 doubling to 131072 tokens.
+    Tokens,
+}
+
+impl Buckets {
+    /// The upper bounds, computed as `prometheus_client::exponential_buckets` did (`start *
+    /// factor^i`), so each bound is the same `f64` as before.
+    pub(super) fn bounds(self) -> Vec<f64> {
+        let (start, factor, len) = match self {
+            Buckets::Latency => (0.001, 2.0_f64, 20),
+            Buckets::Tokens => (1.0, 2.0_f64, 18),
+        };
+        (0..len).map(|i| start * factor.powf(f64::from(i))).collect()
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Def {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub help: &'static str,
+}
+
+impl Def {
+    const fn counter(name: &'static str, help: &'static str) -> Def {
+        Def { name, kind: Kind::Counter, help }
+    }
+    const fn gauge(name: &'static str, help: &'static str) -> Def {
+        Def { name, kind: Kind::Gauge, help }
+    }
+    const fn histogram(name: &'static str, buckets: Buckets, help: &'static str) -> Def {
+        Def { name, kind: Kind::Histogram(buckets), help }
+    }
+}
+
+use Buckets::{Latency, Tokens};
+
+pub(super) const REQUESTS: Def = Def::counter("meridian_requests_total", "Requests by route and outcome.");
+pub(super) const TTFT: Def = Def::histogram(
+    "meridian_time_to_first_token_seconds",
+    Latency,
+    "Request start to the first generated token of any kind (reasoning included).",
+);
+pub(super) const TTFO: Def = Def::histogram(
+    "meridian_time_to_first_output_token_seconds",
+    Latency,
+    "Request start to the first visible (non-reasoning, non-whitespace) token.",
+);
+pub(super) const TTOT: Def = Def::histogram(
+    "meridian_think_to_output_gap_seconds",
+    Latency,
+    "TTOT: end of thinking to the first visible token, for requests that thought.",
+);
+pub(super) const OUTPUT_ITL: Def = Def::histogram(
+    "meridian_output_inter_token_latency_seconds",
+    Latency,
+    "Output ITL: gaps between consecutive chunks of visible output in a stream.",
+);
+pub(super) const E2E: Def =
+    Def::histogram("meridian_request_duration_seconds", Latency, "Request start to the last byte.");
+pub(super) const THINK_TOKENS: Def =
+    Def::histogram("meridian_think_tokens", Tokens, "Reasoning tokens per request (usage when reported).");
+pub(super) const OUTPUT_TOKENS: Def = Def::histogram(
+    "meridian_output_tokens",
+    Tokens,
+    "Visible output tokens per request (usage when reported).",
+);
+pub(super) const OPEN_STREAMS: Def =
+    Def::gauge("meridian_open_streams", "Streams being relayed, by current phase.");
+pub(super) const UPSTREAM_IN_FLIGHT: Def =
+    Def::gauge("meridian_upstream_in_flight", "Requests in flight per upstream.");
+pub(super) const UPSTREAM_HEALTHY: Def =
+    Def::gauge("meridian_upstream_healthy", "1 when the upstream is in rotation.");
+pub(super) const HOOK_READY: Def = Def::gauge(
+    "meridian_upstream_hook_ready",
+    "1 while the upstream's Meridian hook answers the policy channel.",
+);
+pub(super) const RETRIES: Def = Def::counter(
+    "meridian_upstream_retries_total",
+    "Attempts moved to another upstream before the first byte.",
+);
+pub(super) const RELAYED_CHUNKS: Def =
+    Def::counter("meridian_relayed_chunks_total", "Upstream body chunks relayed to clients.");
+pub(super) const BUDGET_REACHED: Def = Def::counter(
+    "meridian_think_budget_reached_total",
+    "Requests whose thinking reached the think budget applied to them.",
+);
+pub(super) const ADMISSION_QUEUED: Def =
+    Def::gauge("meridian_admission_queued", "Requests waiting in the proxy's admission queue, by class.");
+pub(super) const ADMISSION_WAIT: Def = Def::histogram(
+    "meridian_admission_wait_seconds",
+    Latency,
+    "Time admitted requests spent in the admission queue (0 when let through at once).",
+);
+pub(super) const ADMISSION_ADMITTED: Def =
+    Def::counter("meridian_admission_admitted_total", "Requests let through by admission control, by class.");
+pub(super) const ADMISSION_TIMED_OUT: Def = Def::counter(
+    "meridian_admission_timed_out_total",
+    "Requests that waited admission.queue_timeout_s and got 503, by class.",
+);
+pub(super) const ADMISSION_REJECTED: Def = Def::counter(
+    "meridian_admission_rejected_total",
+    "Requests refused because the admission queue was full, by class.",
+);
+pub(super) const EAT_PROBES: Def =
+    Def::counter("meridian_eat_probes_total", "EAT probe requests the proxy sent, by outcome.");
+pub(super) const ENTROPY_EXITS: Def = Def::counter(
+    "meridian_entropy_exits_total",
+    "Ends of thinking the proxy caused on an entropy signal (through a hook or by continuation), by signal.",
+);
+pub(super) const CONTINUATIONS: Def = Def::counter(
+    "meridian_continuations_total",
+    "Streams whose thinking the proxy cut and continued past the end-of-thinking delimiter (upstreams without a ready hook), by reason.",
+);
+
+pub(super) const ALL: [Def; 23] = [
+    REQUESTS,
+    TTFT,
+    TTFO,
+    TTOT,
+    OUTPUT_ITL,
+    E2E,
+    THINK_TOKENS,
+    OUTPUT_TOKENS,
+    OPEN_STREAMS,
+    UPSTREAM_IN_FLIGHT,
+    UPSTREAM_HEALTHY,
+    HOOK_READY,
+    RETRIES,
+    RELAYED_CHUNKS,
+    BUDGET_REACHED,
+    ADMISSION_QUEUED,
+    ADMISSION_WAIT,
+    ADMISSION_ADMITTED,
+    ADMISSION_TIMED_OUT,
+    ADMISSION_REJECTED,
+    EAT_PROBES,
+    ENTROPY_EXITS,
+    CONTINUATIONS,
+];
+
+/// The exporter's builder with each histogram's buckets set by its full name: a histogram
+/// without buckets would be rendered as a summary.
+pub(super) fn builder() -> PrometheusBuilder {
+    ALL.iter().fold(PrometheusBuilder::new(), |b, def| match def.kind {
+        // `set_buckets_for_metric` fails only on an empty slice, which `bounds()` never
+        // is. Were it to, every histogram would render as a summary, which the unit test
+        // `every_histogram_renders_its_buckets_type_and_help` catches.
+        Kind::Histogram(buckets) => b
+            .set_buckets_for_metric(Matcher::Full(def.name.into()), &buckets.bounds())
+            .unwrap_or_else(|_| PrometheusBuilder::new()),
+        Kind::Counter | Kind::Gauge => b,
+    })
+}

@@ -8,9 +8,11 @@ use std::time::Instant;
 use meridian_core::models::ModelFamily;
 use meridian_core::{Delta, Phase, PhaseEvent, PhaseRouter};
 
+use crate::telemetry::spans::TARGET;
 use crate::telemetry::{Metrics, RequestTimings};
 use crate::upstream::Upstream;
 use meridian_core::stream::{ChoiceDelta, Usage, parse_payload};
+use tracing::Level;
 
 /// More choices than this (`n` > 16) are relayed but not tracked: bounded memory
 /// whatever an upstream sends.
@@ -35,6 +37,11 @@ pub struct RequestInfo {
     pub upstream_ref: Option<Arc<Upstream>>,
     /// A thinking-time budget, enforced through the upstream's hook.
     pub think_deadline: Option<crate::hook::ThinkDeadline>,
+    /// The request's span (`Span::none()` untraced): phase events and the final counts
+    /// land on it, and it ends with the response.
+    pub span: tracing::Span,
+    /// The upstream attempt serving the response, ended with it.
+    pub attempt: tracing::Span,
 }
 
 impl RequestInfo {
@@ -51,6 +58,8 @@ impl RequestInfo {
             think_budget: None,
             upstream_ref: None,
             think_deadline: None,
+            span: tracing::Span::none(),
+            attempt: tracing::Span::none(),
         }
     }
 }
@@ -78,7 +87,14 @@ pub struct RequestObserver {
     /// first 64).
     choices_seen: u64,
     choices_finished: u64,
+    /// The phase events already put on the request span (each goes on once).
+    traced: u8,
 }
+
+/// The span events of a stream's phases, first occurrence only (bits of `traced`).
+const THINK_START: u8 = 1;
+const THINK_END: u8 = 2;
+const FIRST_VISIBLE: u8 = 4;
 
 impl RequestObserver {
     /// Starts observing; `streaming` requests are counted in the open-stream gauges.
@@ -105,6 +121,7 @@ impl RequestObserver {
             outcome: "client_disconnected",
             choices_seen: 0,
             choices_finished: 0,
+            traced: 0,
         }
     }
 
@@ -190,15 +207,73 @@ impl RequestObserver {
     fn on_events(&mut self, events: &[PhaseEvent], at: Instant) {
         for e in events {
             match e {
+                PhaseEvent::EnterThink => self.trace_phase(THINK_START),
+                PhaseEvent::ExitThink { .. } => self.trace_phase(THINK_END),
                 PhaseEvent::FirstOutput { .. } => {
                     self.first_output.get_or_insert(at);
+                    self.trace_phase(FIRST_VISIBLE);
                 }
                 PhaseEvent::ForceBudget { .. } => {
                     self.metrics
                         .count_budget_reached(self.info.family.as_ref().map_or("unknown", |f| f.name()));
                 }
-                _ => {}
             }
+        }
+    }
+
+    /// Puts a phase boundary on the request span, with the token counts so far; only at
+    /// boundaries, never per chunk, and not at all untraced.
+    fn trace_phase(&mut self, which: u8) {
+        if self.info.span.is_none() || self.traced & which != 0 {
+            return;
+        }
+        self.traced |= which;
+        let think: u32 = self.routers.iter().map(PhaseRouter::think_tokens).sum();
+        let output: u32 = self.routers.iter().map(PhaseRouter::output_tokens).sum();
+        let elapsed_ms = self.info.started.elapsed().as_secs_f64() * 1e3;
+        let span = &self.info.span;
+        // Literal keys: `tracing`'s macros cannot parse dotted names after `parent:`.
+        match which {
+            THINK_START => tracing::event!(target: TARGET, parent: span, Level::INFO,
+                "meridian.think_tokens" = think, "meridian.elapsed_ms" = elapsed_ms, "think_start"),
+            THINK_END => tracing::event!(target: TARGET, parent: span, Level::INFO,
+                "meridian.think_tokens" = think, "meridian.elapsed_ms" = elapsed_ms, "think_end"),
+            _ => tracing::event!(target: TARGET, parent: span, Level::INFO,
+                "meridian.think_tokens" = think, "meridian.output_tokens" = output,
+                "meridian.elapsed_ms" = elapsed_ms, "first_visible_token"),
+        }
+    }
+
+    /// The request's outcome and counts, as attributes of its span.
+    fn trace_end(&self, timings: &RequestTimings, family: &str) {
+        let span = &self.info.span;
+        if span.is_none() {
+            return;
+        }
+        span.record("meridian.outcome", self.outcome);
+        span.record("meridian.family", family);
+        if let (Some(think), Some(output)) = (timings.think_tokens, timings.output_tokens) {
+            span.record("gen_ai.usage.output_tokens", think.saturating_add(output));
+            span.record("gen_ai.usage.reasoning.output_tokens", think);
+            span.record("meridian.think_tokens", think);
+        }
+        if let Some(n) = self.usage.as_ref().and_then(|u| u.prompt_tokens) {
+            span.record("gen_ai.usage.input_tokens", n);
+        }
+        let ms = |d: Option<std::time::Duration>| d.map(|d| d.as_secs_f64() * 1e3);
+        if let Some(v) = ms(timings.time_to_first_token) {
+            span.record("meridian.ttft_ms", v);
+        }
+        if let Some(v) = ms(timings.time_to_first_output) {
+            span.record("meridian.ttfo_ms", v);
+        }
+        if let Some(v) = ms(timings.think_to_output_gap) {
+            span.record("meridian.ttot_ms", v);
+        }
+        // A client that left is not the proxy's failure.
+        if !matches!(self.outcome, "ok" | "client_disconnected") {
+            crate::telemetry::spans::fail(span, self.outcome);
+            crate::telemetry::spans::fail(&self.info.attempt, self.outcome);
         }
     }
 
@@ -296,8 +371,11 @@ impl Drop for RequestObserver {
         };
         let family = self.info.family.as_ref().map_or("unknown", |f| f.name());
         self.metrics.record_timings(family, &timings);
+        self.trace_end(&timings, family);
         self.metrics.count_request(self.info.route, self.outcome);
+        // Its parent is the request span, so a JSON log line carries the trace's ids.
         tracing::info!(
+            parent: &self.info.span,
             request_id = %self.info.request_id,
             stream_id = %self.info.stream_id,
             upstream = %self.info.upstream,

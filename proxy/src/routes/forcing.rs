@@ -118,6 +118,7 @@ impl ContinuationPlan {
         family: Option<Arc<ModelFamily>>,
         initial_phase: Option<Phase>,
         stream: BoxStream<'static, reqwest::Result<Bytes>>,
+        span: tracing::Span,
     ) -> BoxStream<'static, Result<Bytes, ProxyError>> {
         let upstream = in_flight.upstream();
         if let Ok(v) = HeaderValue::from_str(&format!("{request_id}-continued")) {
@@ -150,6 +151,7 @@ impl ContinuationPlan {
             end_now: self.end_now,
             metrics: state.metrics.clone(),
             family: family.as_ref().map_or("unknown", |f| f.name()).to_owned(),
+            span,
         }
         .spawn(stream)
     }

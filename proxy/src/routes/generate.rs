@@ -24,6 +24,8 @@ use crate::relay::{
 };
 use crate::request_id::{REQUEST_ID, STREAM_ID, mint_stream_id, request_id};
 use crate::state::AppState;
+use crate::telemetry::spans;
+use tracing::Instrument;
 
 pub async fn chat_completions(State(state): State<Arc<AppState>>, req: Request) -> Response {
     generate(state, "chat_completions", req).await
@@ -39,7 +41,14 @@ async fn generate(state: Arc<AppState>, route: &'static str, req: Request) -> Re
     // What the engine's hook knows this stream by (see `request_id`).
     let stream_id = mint_stream_id();
     let streamed = Arc::new(AtomicBool::new(false));
-    let answer = answer(state.clone(), route, req, id.clone(), stream_id.clone(), started, streamed.clone());
+    // The request's span: it lives as long as the response, in the relay's observer.
+    let span = spans::request_span(route, req.uri().path(), req.headers());
+    if !span.is_none() {
+        span.record("meridian.request_id", String::from_utf8_lossy(id.as_bytes()).as_ref());
+        span.record("meridian.stream_id", stream_id.as_str());
+    }
+    let ids = Ids { id: id.clone(), stream_id: stream_id.clone(), span: span.clone() };
+    let answer = answer(state.clone(), route, req, ids, started, streamed.clone()).instrument(span);
     let heartbeat = state.config.server.sse_heartbeat_s;
     if heartbeat <= 0.0 {
         return answer.await;
@@ -66,30 +75,40 @@ async fn generate(state: Arc<AppState>, route: &'static str, req: Request) -> Re
     }
 }
 
+/// Who a generation request is: its client's id, the proxy's stream id, its span.
+struct Ids {
+    id: HeaderValue,
+    stream_id: String,
+    span: tracing::Span,
+}
+
 /// The response to a generation request, its failures counted and answered in
 /// OpenAI's error shape; a drain's grace running out ends the wait with one.
 async fn answer(
     state: Arc<AppState>,
     route: &'static str,
     req: Request,
-    id: HeaderValue,
-    stream_id: String,
+    ids: Ids,
     started: Instant,
     streamed: Arc<AtomicBool>,
 ) -> Response {
+    let Ids { id, stream_id, span } = ids;
     let mut left = LeftEarly { state: &state, route, id: &id, started, answered: false };
     let relayed = async {
         if state.drain.draining() {
             return Err(ProxyError::ShuttingDown);
         }
         tokio::select! {
-            r = relay_generation(&state, route, req, &id, stream_id, started, &streamed) => r,
+            r = relay_generation(&state, route, req, &id, stream_id, started, &streamed, &span) => r,
             _ = state.drain.grace_over() => Err(ProxyError::ShuttingDown),
         }
     };
     let resp = match relayed.await {
         Ok(resp) => resp,
         Err(e) => {
+            spans::fail(&span, e.outcome());
+            span.record("meridian.outcome", e.outcome());
+            span.record("http.response.status_code", e.status().as_u16());
             tracing::info!(request_id = ?id, route, outcome = e.outcome(), error = %e, "request failed");
             state.metrics.count_request(route, e.outcome());
             e.into_response_with_id(&id)
@@ -124,6 +143,7 @@ impl Drop for LeftEarly<'_> {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn relay_generation(
     state: &Arc<AppState>,
     route: &'static str,
@@ -132,11 +152,13 @@ async fn relay_generation(
     stream_id: String,
     started: Instant,
     streamed: &AtomicBool,
+    span: &tracing::Span,
 ) -> Result<Response, ProxyError> {
     let (parts, body) = req.into_parts();
     let body = read_body(body, &parts.headers, &state.config.server).await?;
     let gen_req = GenerationRequest::parse(&body)?;
     streamed.store(gen_req.stream, Ordering::Release);
+    spans::name_request(span, route, &gen_req.model);
     let family = state.family_for(&gen_req.model);
     let initial_phase = gen_req.initial_phase;
     // Budget: the request's extension, else the client's own field, else the config.
@@ -162,7 +184,16 @@ async fn relay_generation(
     let path = parts.uri.path_and_query().map_or(parts.uri.path(), |p| p.as_str());
     let class = admission_class(&gen_req);
     let first = match state.admission.enabled() {
-        true => Some(state.admission.admit(&gen_req.model, class).await?),
+        true => {
+            let waiting = spans::admission_span(span, class.as_str());
+            let admitted = state.admission.admit(&gen_req.model, class).instrument(waiting.clone()).await;
+            let outcome = admitted.as_ref().map_or_else(ProxyError::outcome, |_| "admitted");
+            waiting.record("meridian.outcome", outcome);
+            if admitted.is_err() {
+                spans::fail(&waiting, outcome);
+            }
+            Some(admitted?)
+        }
         false => None,
     };
     let mut headers = upstream_request_headers(&parts.headers, state.config.upstream.forward_authorization);
@@ -179,7 +210,7 @@ async fn relay_generation(
         }
     }
     let continuation_headers = continuation.as_ref().map(|_| headers.clone());
-    let Sent { in_flight, response: resp, via_hook } = send_with_retries(
+    let Sent { in_flight, response: resp, via_hook, attempt } = send_with_retries(
         state,
         UpstreamRequest {
             method: Method::POST,
@@ -190,11 +221,19 @@ async fn relay_generation(
             request_id: id,
             model: Some(&gen_req.model),
             first,
+            span: span.clone(),
         },
     )
     .await?;
 
     let status = resp.status();
+    if !span.is_none() {
+        span.record("http.response.status_code", status.as_u16());
+        span.record("meridian.upstream", in_flight.upstream().name.as_str());
+        if let Some(b) = think_budget {
+            span.record("meridian.think_budget_tokens", b);
+        }
+    }
     let mut headers = client_response_headers(resp.headers());
     headers.insert(REQUEST_ID, id.clone());
     if let Ok(v) = HeaderValue::from_str(&stream_id) {
@@ -217,7 +256,9 @@ async fn relay_generation(
         started,
         think_budget,
         upstream_ref: Some(in_flight.upstream().clone()),
-        think_deadline: think_deadline(state, &gen_req, hook_used(state, &in_flight, via_hook)),
+        think_deadline: think_deadline(state, &gen_req, hook_used(state, &in_flight, via_hook, span)),
+        span: span.clone(),
+        attempt,
     };
 
     if status.is_success() && is_sse {
@@ -226,7 +267,7 @@ async fn relay_generation(
         let continuation = continuation.filter(|_| !via_hook);
         let end = match &continuation {
             Some(c) => Some(EndThinking::Continuation(c.end_now.clone())),
-            None => hook_used(state, &in_flight, via_hook).map(EndThinking::Hook),
+            None => hook_used(state, &in_flight, via_hook, span).map(EndThinking::Hook),
         };
         let eat =
             end.and_then(|end| eat_prober(state, &info, &body, &in_flight, end.clone()).map(|p| (p, end)));
@@ -248,6 +289,7 @@ async fn relay_generation(
                 family,
                 initial_phase,
                 resp.bytes_stream().boxed(),
+                span.clone(),
             ),
             _ => {
                 let name = upstream_name.clone();
@@ -298,9 +340,10 @@ fn hook_used(
     state: &AppState,
     in_flight: &crate::upstream::InFlight,
     via_hook: bool,
+    span: &tracing::Span,
 ) -> Option<crate::hook::HookTarget> {
     let addr = in_flight.upstream().hook.as_ref().filter(|_| via_hook)?;
-    Some(crate::hook::HookTarget { channel: state.hook.clone(), addr: addr.clone() })
+    Some(crate::hook::HookTarget { channel: state.hook.clone(), addr: addr.clone(), span: span.clone() })
 }
 
 /// EAT probing for a streamed chat that can be acted on (`end`: a ready hook or a

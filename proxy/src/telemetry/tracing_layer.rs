@@ -1,0 +1,70 @@
+//! Wires the trace pipeline into the `tracing` subscriber: the OpenTelemetry layer sees
+//! only Meridian's trace spans and events (target [`TARGET`]), and the log layers leave
+//! those out, so turning traces on changes no log line except the ids JSON lines gain.
+
+use meridian_core::config::TracingConfig;
+use tracing::Subscriber;
+use tracing_subscriber::filter::{EnvFilter, FilterExt, Targets, filter_fn};
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::{Layer, layer::Filter};
+
+use super::otel::{TracePipeline, TracingError};
+use super::spans::{self, TARGET};
+
+/// Keeps the trace pipeline for as long as the proxy runs.
+pub struct TraceGuard(Option<TracePipeline>);
+
+impl TraceGuard {
+    /// Whether spans are exported.
+    pub fn exporting(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Flushes the spans still queued and stops the exporter, off the async workers
+    /// (the flush blocks while gRPC's channel needs the runtime to make progress).
+    pub async fn shutdown(self) {
+        if let Some(p) = self.0 {
+            let _ = tokio::task::spawn_blocking(move || p.shutdown()).await;
+        }
+    }
+}
+
+type BoxedLayer<S> = Box<dyn Layer<S> + Send + Sync>;
+
+/// The OpenTelemetry layer when `cfg` turns tracing on (else `None`), and its guard.
+pub fn start<S>(cfg: &TracingConfig) -> Result<(Option<BoxedLayer<S>>, TraceGuard), TracingError>
+where
+    S: Subscriber + for<'a> LookupSpan<'a> + Send + Sync,
+{
+    let Some(pipeline) = TracePipeline::start(cfg)? else {
+        return Ok((None, TraceGuard(None)));
+    };
+    let layer = tracing_opentelemetry::layer()
+        .with_tracer(pipeline.tracer.clone())
+        // No code locations, thread names or levels on every span: the attributes are
+        // the ones Meridian sets.
+        .with_location(false)
+        .with_threads(false)
+        .with_level(false)
+        .with_tracked_inactivity(false)
+        .with_filter(Targets::new().with_target(TARGET, tracing::Level::TRACE));
+    spans::set_on();
+    Ok((Some(Box::new(layer)), TraceGuard(Some(pipeline))))
+}
+
+/// Text logs: the operator's filter, without the trace spans and their events.
+pub fn log_filter(filter: EnvFilter) -> EnvFilter {
+    match format!("{TARGET}=off").parse() {
+        Ok(directive) => filter.add_directive(directive),
+        Err(_) => filter,
+    }
+}
+
+/// JSON logs: as text logs, but the trace spans stay visible to the formatter (never
+/// printed themselves), which takes each line's trace and span ids from them.
+pub fn json_log_filter<S>(filter: EnvFilter) -> impl Filter<S> + Send + Sync
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    log_filter(filter).or(filter_fn(|meta| meta.is_span() && meta.target() == TARGET))
+}

@@ -211,7 +211,7 @@ impl Continuation {
             Ok(Err(e)) => return Err(self.failed(&format!("the continuation could not be sent: {e}"))),
             Ok(Ok(r)) => r,
         };
-        leg.record("http.response.status_code", resp.status().as_u16());
+        leg.record("http.response.status_code", i64::from(resp.status().as_u16()));
         if !resp.status().is_success() {
             let status = resp.status();
             let text = resp.text().await.unwrap_or_default();

@@ -88,7 +88,7 @@ pub async fn send_with_retries(state: &AppState, mut req: UpstreamRequest<'_>) -
         let last_attempt = attempt + 1 == cfg.max_attempts;
         let answered = tokio::time::timeout(first_byte_timeout, send).instrument(span.clone()).await;
         if let Ok(Ok(resp)) = &answered {
-            span.record("http.response.status_code", resp.status().as_u16());
+            span.record("http.response.status_code", i64::from(resp.status().as_u16()));
         }
         match answered {
             Err(_) => {

@@ -228,8 +228,9 @@ impl RequestObserver {
             return;
         }
         self.traced |= which;
-        let think: u32 = self.routers.iter().map(PhaseRouter::think_tokens).sum();
-        let output: u32 = self.routers.iter().map(PhaseRouter::output_tokens).sum();
+        // As i64: the OpenTelemetry bridge records unsigned integers as strings.
+        let think: i64 = self.routers.iter().map(|r| i64::from(r.think_tokens())).sum();
+        let output: i64 = self.routers.iter().map(|r| i64::from(r.output_tokens())).sum();
         let elapsed_ms = self.info.started.elapsed().as_secs_f64() * 1e3;
         let span = &self.info.span;
         // Literal keys: `tracing`'s macros cannot parse dotted names after `parent:`.
@@ -253,12 +254,12 @@ impl RequestObserver {
         span.record("meridian.outcome", self.outcome);
         span.record("meridian.family", family);
         if let (Some(think), Some(output)) = (timings.think_tokens, timings.output_tokens) {
-            span.record("gen_ai.usage.output_tokens", think.saturating_add(output));
-            span.record("gen_ai.usage.reasoning.output_tokens", think);
-            span.record("meridian.think_tokens", think);
+            span.record("gen_ai.usage.output_tokens", i64::from(think) + i64::from(output));
+            span.record("gen_ai.usage.reasoning.output_tokens", i64::from(think));
+            span.record("meridian.think_tokens", i64::from(think));
         }
         if let Some(n) = self.usage.as_ref().and_then(|u| u.prompt_tokens) {
-            span.record("gen_ai.usage.input_tokens", n);
+            span.record("gen_ai.usage.input_tokens", i64::from(n));
         }
         let ms = |d: Option<std::time::Duration>| d.map(|d| d.as_secs_f64() * 1e3);
         if let Some(v) = ms(timings.time_to_first_token) {
@@ -275,6 +276,8 @@ impl RequestObserver {
             crate::telemetry::spans::fail(span, self.outcome);
             crate::telemetry::spans::fail(&self.info.attempt, self.outcome);
         }
+        crate::telemetry::spans::end_now(&self.info.attempt);
+        crate::telemetry::spans::end_now(span);
     }
 
     fn current_phase(&self) -> Phase {

@@ -108,7 +108,7 @@ async fn answer(
         Err(e) => {
             spans::fail(&span, e.outcome());
             span.record("meridian.outcome", e.outcome());
-            span.record("http.response.status_code", e.status().as_u16());
+            span.record("http.response.status_code", i64::from(e.status().as_u16()));
             tracing::info!(request_id = ?id, route, outcome = e.outcome(), error = %e, "request failed");
             state.metrics.count_request(route, e.outcome());
             e.into_response_with_id(&id)
@@ -228,10 +228,10 @@ async fn relay_generation(
 
     let status = resp.status();
     if !span.is_none() {
-        span.record("http.response.status_code", status.as_u16());
+        span.record("http.response.status_code", i64::from(status.as_u16()));
         span.record("meridian.upstream", in_flight.upstream().name.as_str());
         if let Some(b) = think_budget {
-            span.record("meridian.think_budget_tokens", b);
+            span.record("meridian.think_budget_tokens", i64::from(b));
         }
     }
     let mut headers = client_response_headers(resp.headers());

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
+use opentelemetry::trace::TraceContextExt;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing::Span;
 use tracing::field::Empty;
@@ -115,7 +116,9 @@ pub fn name_request(span: &Span, route: &str, model: &str) {
     if span.is_none() {
         return;
     }
-    span.record("otel.name", format!("{} {model}", operation(route)));
+    // The span started when the request was first polled, and `otel.name` only names
+    // spans not started yet: rename the OpenTelemetry span itself.
+    span.context().span().update_name(format!("{} {model}", operation(route)));
     span.record("gen_ai.request.model", model);
 }
 
@@ -151,7 +154,7 @@ pub fn attempt_span(parent: &Span, attempt: u32, upstream: &str, url: &str) -> S
         url.full = url,
         http.request.method = "POST",
         http.response.status_code = Empty,
-        meridian.attempt = attempt,
+        meridian.attempt = i64::from(attempt),
         meridian.upstream = upstream,
         meridian.via_hook = Empty,
     )
@@ -169,7 +172,7 @@ pub fn leg_span(parent: &Span, reason: &'static str, upstream: &str) -> Span {
         otel.name = "continuation leg",
         otel.kind = "client",
         otel.status_code = Empty,
-        meridian.continuation.leg = 2u32,
+        meridian.continuation.leg = 2i64,
         meridian.continuation.reason = reason,
         meridian.upstream = upstream,
         http.response.status_code = Empty,
@@ -200,6 +203,15 @@ pub fn fail(span: &Span, outcome: &str) {
     }
     span.record("otel.status_code", "error");
     span.record("error.type", outcome);
+}
+
+/// Marks `span` as ending now. The bridge ends a span at the last time it was exited,
+/// not when it is dropped, and the spans that outlive their handler (the request, the
+/// attempt serving the response) are not entered while the response streams.
+pub fn end_now(span: &Span) {
+    if !span.is_none() {
+        drop(span.enter());
+    }
 }
 
 /// Puts `span`'s context in `headers` as `traceparent` (and `tracestate`), replacing the
@@ -240,7 +252,6 @@ mod tests {
             HeaderValue::from_static("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
         );
         let cx = TraceContextPropagator::new().extract(&Headers(&h));
-        use opentelemetry::trace::TraceContextExt;
         let sc = cx.span().span_context().clone();
         assert_eq!(sc.trace_id().to_string(), "0af7651916cd43dd8448eb211c80319c");
         assert!(sc.is_remote() && sc.is_sampled());

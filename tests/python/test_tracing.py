@@ -203,10 +203,49 @@ class Upstream:
 # ---------- the proxy, its logs read as they come ----------
 
 
+class Hook:
+    """The policy channel of Meridian's engine hook, as far as the proxy sees it: a hello
+    that says it can end thinking, and directives recorded."""
+
+    def __init__(self):
+        self.directives = []
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def reply(self, obj):
+                body = json.dumps(obj).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                self.reply({"protocol": 1, "min_protocol": 1, "hook_version": "test", "policy": "fcfs",
+                            "entropy": False, "can_end_thinking": True})
+
+            def do_POST(self):
+                batch = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                hook.directives += batch["directives"]
+                self.reply({"accepted": len(batch["directives"]), "seq": len(hook.directives)})
+
+            def log_message(self, *_):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.addr = f"127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+
+
 class Proxy:
     def __init__(self, upstream_url, settings=(), env=None):
-        args = [binary("meridian"), "serve", "--listen", "127.0.0.1:0", "--upstream", upstream_url,
+        args = [binary("meridian"), "serve", "--listen", "127.0.0.1:0",
                 "--set", "upstream.health_interval_s=0.5", "--set", "telemetry.log_format=json"]
+        if upstream_url:
+            args += ["--upstream", upstream_url]
         for s in settings:
             args += ["--set", s]
         self.proc = subprocess.Popen([str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -394,6 +433,37 @@ def test_continuation_leg_is_a_span_and_carries_its_own_traceparent():
     assert parent_of(second["headers"]["traceparent"]) == (trace_id, leg["span_id"])
     names = [e["name"] for e in request["events"]]
     assert names == ["think_start", "think_end", "first_visible_token"], names
+
+
+def test_hook_directives_are_spans_under_the_request():
+    receiver = HttpReceiver()
+    hook = Hook()
+    # Thinking outlasts the 0.2 s time budget: the proxy tells the hook to end it, and
+    # to forget the request once it is over.
+    upstream = Upstream(gap_s=0.05, think_chunks=[f" step{i}" for i in range(12)])
+    proxy = Proxy(None, [
+        f'upstream.endpoints=[{{url = "{upstream.url}", hook = "{hook.addr}"}}]',
+        "telemetry.tracing.enabled=true", "telemetry.tracing.protocol=http/protobuf",
+        f"telemetry.tracing.endpoint={receiver.endpoint}", "budget.think_seconds=0.2",
+    ], env={"OTEL_BSP_SCHEDULE_DELAY": "100", "MERIDIAN_HOOK_TOKEN": "s3cret"})
+    try:
+        trace_id, _, header = traceparent()
+        stream_chat(proxy.url, {"traceparent": header})
+        spans = receiver.spans.wait_for(lambda s: sum(x["name"].startswith("hook ") for x in s) >= 2)
+    finally:
+        proxy.stop()
+        upstream.stop()
+        hook.stop()
+        receiver.stop()
+    assert [d["action"] for d in hook.directives] == ["end_thinking", "forget"], hook.directives
+    [request] = by_name(spans, f"chat {MODEL}")
+    [attempt] = by_name(spans, "upstream attempt")
+    assert attempt["attrs"]["meridian.via_hook"] is True
+    for action in ("end_thinking", "forget"):
+        [d] = by_name(spans, f"hook {action}")
+        assert d["parent"] == request["span_id"] and d["trace_id"] == trace_id
+        assert d["attrs"]["meridian.hook.action"] == action and d["attrs"]["meridian.hook.addr"] == hook.addr
+        assert d["kind"] == CLIENT and d["status"] != ERROR
 
 
 def test_json_logs_carry_the_ids_of_the_exported_spans():

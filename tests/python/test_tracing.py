@@ -14,6 +14,7 @@ import json
 import os
 import queue
 import secrets
+import ssl
 import subprocess
 import threading
 import time
@@ -88,7 +89,7 @@ def span_dict(s):
 
 
 class HttpReceiver:
-    def __init__(self):
+    def __init__(self, tls=None):
         self.spans = Spans()
         spans = self.spans
 
@@ -110,6 +111,11 @@ class HttpReceiver:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        if tls:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(tls.chain, tls.key)
+            self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
+            self.endpoint = f"https://localhost:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def stop(self):
@@ -117,7 +123,7 @@ class HttpReceiver:
 
 
 class GrpcReceiver:
-    def __init__(self):
+    def __init__(self, tls=None):
         self.spans = Spans()
         spans = self.spans
 
@@ -128,12 +134,37 @@ class GrpcReceiver:
 
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Service(), self.server)
-        port = self.server.add_insecure_port("127.0.0.1:0")
+        if tls:
+            creds = grpc.ssl_server_credentials([(tls.key.read_bytes(), tls.chain.read_bytes())])
+            port = self.server.add_secure_port("127.0.0.1:0", creds)
+            self.endpoint = f"https://localhost:{port}"
+        else:
+            port = self.server.add_insecure_port("127.0.0.1:0")
+            self.endpoint = f"http://127.0.0.1:{port}"
         self.server.start()
-        self.endpoint = f"http://127.0.0.1:{port}"
 
     def stop(self):
         self.server.stop(0)
+
+
+class Certs:
+    """A private CA and a `localhost` certificate it signed (the proxy trusts the CA
+    through SSL_CERT_FILE, which the system-roots loader reads)."""
+
+    def __init__(self, d):
+        def run(*args):
+            subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+        self.ca, ca_key = d / "ca.pem", d / "ca.key"
+        self.key, csr, leaf, self.chain = d / "leaf.key", d / "leaf.csr", d / "leaf.pem", d / "chain.pem"
+        run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca_key, "-out", self.ca, "-days", "1",
+            "-subj", "/CN=meridian test CA")
+        run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", self.key, "-out", csr, "-subj", "/CN=localhost")
+        ext = d / "leaf.ext"
+        ext.write_text("subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n")
+        run("x509", "-req", "-in", csr, "-CA", self.ca, "-CAkey", ca_key, "-CAcreateserial", "-out", leaf,
+            "-days", "1", "-extfile", ext)
+        self.chain.write_bytes(leaf.read_bytes() + self.ca.read_bytes())
 
 
 # ---------- an upstream that records what it is sent ----------
@@ -379,6 +410,27 @@ def test_request_span_tree_events_and_propagation(protocol):
     assert parent_of(sent["headers"]["traceparent"]) == (trace_id, attempt["span_id"]), (
         "the upstream joins the trace under the attempt span")
     assert receiver.spans.resources[0]["service.name"] == "meridian"
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_collector_over_tls(protocol, tmp_path):
+    certs = Certs(tmp_path)
+    receiver = HttpReceiver(certs) if protocol == "http/protobuf" else GrpcReceiver(certs)
+    upstream = Upstream()
+    proxy = Proxy(upstream.url, [
+        "telemetry.tracing.enabled=true", f"telemetry.tracing.protocol={protocol}",
+        f"telemetry.tracing.endpoint={receiver.endpoint}",
+    ], env={"OTEL_BSP_SCHEDULE_DELAY": "100", "SSL_CERT_FILE": str(certs.ca)})
+    try:
+        trace_id, _, header = traceparent()
+        stream_chat(proxy.url, {"traceparent": header})
+        spans = receiver.spans.wait_for(lambda s: any(x["name"].startswith("chat ") for x in s))
+    finally:
+        proxy.stop()
+        upstream.stop()
+        receiver.stop()
+    assert receiver.endpoint.startswith("https://")
+    assert {s["trace_id"] for s in spans} == {trace_id}
 
 
 def test_proxy_starts_a_trace_when_the_client_sends_none_and_flushes_at_exit():

@@ -4,7 +4,8 @@
 
 use meridian_core::config::TracingConfig;
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_otlp::tonic_types::transport::ClientTlsConfig;
+use opentelemetry_otlp::{Protocol, WithExportConfig, WithTonicConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider, Tracer};
 
@@ -94,9 +95,19 @@ impl TracePipeline {
         let endpoint = endpoint(cfg, transport);
         let built = match transport {
             Transport::Grpc => {
+                // tonic speaks TLS only when given a config: an https:// collector, from
+                // the config or the variables, gets one with the system's roots.
+                let tls = endpoint
+                    .clone()
+                    .or_else(|| read_env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+                    .or_else(|| read_env("OTEL_EXPORTER_OTLP_ENDPOINT"))
+                    .is_some_and(|e| e.trim().starts_with("https://"));
                 let mut b = opentelemetry_otlp::SpanExporter::builder().with_tonic();
                 if let Some(e) = endpoint {
                     b = b.with_endpoint(e);
+                }
+                if tls {
+                    b = b.with_tls_config(ClientTlsConfig::new().with_native_roots());
                 }
                 b.build()
             }

@@ -556,3 +556,32 @@ def test_tracing_off_passes_the_client_traceparent_through_unchanged():
     assert sent["headers"]["traceparent"] == header and sent["headers"]["tracestate"] == "vendor=1"
     finished = [line for line in proxy.json_logs() if line.get("message") == "request finished"]
     assert finished and "trace_id" not in finished[0], "no ids without traces"
+
+
+def test_otel_sdk_disabled_turns_tracing_off_and_the_context_passes_through():
+    receiver = HttpReceiver()
+    upstream = Upstream()
+    proxy = Proxy(upstream.url, [
+        "telemetry.tracing.enabled=true", "telemetry.tracing.protocol=http/protobuf",
+        f"telemetry.tracing.endpoint={receiver.endpoint}",
+    ], env={"OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_SDK_DISABLED": "true"})
+    try:
+        _, _, header = traceparent()
+        stream_chat(proxy.url, {"traceparent": header})
+    finally:
+        proxy.stop()
+        upstream.stop()
+        receiver.stop()
+    assert proxy.proc.returncode == 0
+    assert receiver.spans.items == [], "no exporter with OTEL_SDK_DISABLED=true"
+    assert upstream.requests[0]["headers"]["traceparent"] == header
+
+
+def test_an_unsupported_protocol_variable_stops_the_start_naming_it():
+    out = subprocess.run(
+        [str(binary("meridian")), "serve", "--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:9",
+         "--set", "telemetry.tracing.enabled=true"],
+        env={**os.environ, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, capture_output=True, text=True, timeout=30,
+    )
+    assert out.returncode == 2, out
+    assert "OTEL_EXPORTER_OTLP_PROTOCOL" in out.stderr and "http/json" in out.stderr, out.stderr

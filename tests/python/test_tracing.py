@@ -585,3 +585,26 @@ def test_an_unsupported_protocol_variable_stops_the_start_naming_it():
     )
     assert out.returncode == 2, out
     assert "OTEL_EXPORTER_OTLP_PROTOCOL" in out.stderr and "http/json" in out.stderr, out.stderr
+
+
+def test_sample_ratio_zero_keeps_only_traces_the_client_sampled():
+    receiver = HttpReceiver()
+    upstream = Upstream()
+    proxy = Proxy(upstream.url, [
+        "telemetry.tracing.enabled=true", "telemetry.tracing.protocol=http/protobuf",
+        f"telemetry.tracing.endpoint={receiver.endpoint}", "telemetry.tracing.sample_ratio=0",
+    ], env={"OTEL_BSP_SCHEDULE_DELAY": "100"})
+    try:
+        stream_chat(proxy.url, {})  # a new trace: dropped at ratio 0
+        trace_id, _, header = traceparent()
+        stream_chat(proxy.url, {"traceparent": header})  # the client sampled it: kept
+        spans = receiver.spans.wait_for(lambda s: any(x["name"].startswith("chat ") for x in s))
+        time.sleep(0.5)
+    finally:
+        proxy.stop()
+        upstream.stop()
+        receiver.stop()
+    assert {s["trace_id"] for s in receiver.spans.items} == {trace_id}, spans
+    unsampled, sampled = (r["headers"]["traceparent"] for r in upstream.requests)
+    assert unsampled.endswith("-00"), "the drop decision travels upstream too"
+    assert sampled.split("-")[1] == trace_id and sampled.endswith("-01")

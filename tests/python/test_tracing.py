@@ -180,8 +180,9 @@ class Upstream:
     `delta.content`, then usage and `[DONE]`. A continuation (an assistant message to
     continue) is answered with the answer alone. `gap_s` paces the chunks."""
 
-    def __init__(self, gap_s=0.02, think_chunks=REASONING):
+    def __init__(self, gap_s=0.02, think_chunks=REASONING, head_delay_s=0.0):
         self.requests = []
+        self.head_delay_s = head_delay_s
         up = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -199,6 +200,7 @@ class Upstream:
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
                 up.requests.append({"headers": {k.lower(): v for k, v in self.headers.items()}, "body": body})
                 continued = body.get("continue_final_message") is True
+                time.sleep(up.head_delay_s)
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
                 self.end_headers()
@@ -608,3 +610,26 @@ def test_sample_ratio_zero_keeps_only_traces_the_client_sampled():
     unsampled, sampled = (r["headers"]["traceparent"] for r in upstream.requests)
     assert unsampled.endswith("-00"), "the drop decision travels upstream too"
     assert sampled.split("-")[1] == trace_id and sampled.endswith("-01")
+
+
+def test_a_client_that_leaves_before_the_response_ends_the_span_so_marked():
+    receiver = HttpReceiver()
+    upstream = Upstream(head_delay_s=1.0)
+    proxy = Proxy(upstream.url, [
+        "telemetry.tracing.enabled=true", "telemetry.tracing.protocol=http/protobuf",
+        f"telemetry.tracing.endpoint={receiver.endpoint}",
+    ], env={"OTEL_BSP_SCHEDULE_DELAY": "100"})
+    try:
+        trace_id, _, header = traceparent()
+        body = {"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+        with pytest.raises(requests.exceptions.ReadTimeout):
+            requests.post(f"{proxy.url}/v1/chat/completions", json=body, headers={"traceparent": header}, timeout=0.3)
+        spans = receiver.spans.wait_for(lambda s: any(x["name"].startswith("chat ") for x in s))
+    finally:
+        proxy.stop()
+        upstream.stop()
+        receiver.stop()
+    [request] = by_name(spans, f"chat {MODEL}")
+    assert request["trace_id"] == trace_id
+    assert request["attrs"]["meridian.outcome"] == "client_disconnected"
+    assert request["status"] != ERROR, "a client that left is not the proxy's failure"

@@ -92,26 +92,26 @@ async fn answer(
     started: Instant,
     streamed: Arc<AtomicBool>,
 ) -> Response {
-    let Ids { id, stream_id, span } = ids;
-    let mut left = LeftEarly { state: &state, route, id: &id, started, answered: false };
+    let mut left = LeftEarly { state: &state, route, ids: &ids, started, answered: false };
+    let (id, span) = (&ids.id, &ids.span);
     let relayed = async {
         if state.drain.draining() {
             return Err(ProxyError::ShuttingDown);
         }
         tokio::select! {
-            r = relay_generation(&state, route, req, &id, stream_id, started, &streamed, &span) => r,
+            r = relay_generation(&state, route, req, &ids, started, &streamed) => r,
             _ = state.drain.grace_over() => Err(ProxyError::ShuttingDown),
         }
     };
     let resp = match relayed.await {
         Ok(resp) => resp,
         Err(e) => {
-            spans::fail(&span, e.outcome());
+            spans::fail(span, e.outcome());
             span.record("meridian.outcome", e.outcome());
             span.record("http.response.status_code", i64::from(e.status().as_u16()));
             tracing::info!(request_id = ?id, route, outcome = e.outcome(), error = %e, "request failed");
             state.metrics.count_request(route, e.outcome());
-            e.into_response_with_id(&id)
+            e.into_response_with_id(id)
         }
     };
     left.answered = true;
@@ -126,7 +126,7 @@ async fn answer(
 struct LeftEarly<'a> {
     state: &'a AppState,
     route: &'static str,
-    id: &'a HeaderValue,
+    ids: &'a Ids,
     started: Instant,
     answered: bool,
 }
@@ -137,23 +137,22 @@ impl Drop for LeftEarly<'_> {
             return;
         }
         let waited_ms = self.started.elapsed().as_secs_f64() * 1e3;
-        tracing::info!(request_id = ?self.id, route = self.route, outcome = "client_disconnected", waited_ms,
-            "client left before the response");
+        self.ids.span.record("meridian.outcome", "client_disconnected");
+        tracing::info!(parent: &self.ids.span, request_id = ?self.ids.id, route = self.route,
+            outcome = "client_disconnected", waited_ms, "client left before the response");
         self.state.metrics.count_request(self.route, "client_disconnected");
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn relay_generation(
     state: &Arc<AppState>,
     route: &'static str,
     req: Request,
-    id: &HeaderValue,
-    stream_id: String,
+    ids: &Ids,
     started: Instant,
     streamed: &AtomicBool,
-    span: &tracing::Span,
 ) -> Result<Response, ProxyError> {
+    let (id, span, stream_id) = (&ids.id, &ids.span, &ids.stream_id);
     let (parts, body) = req.into_parts();
     let body = read_body(body, &parts.headers, &state.config.server).await?;
     let gen_req = GenerationRequest::parse(&body)?;
@@ -169,7 +168,7 @@ async fn relay_generation(
         .or_else(|| state.config.budget.for_family(family.as_deref().map(|f| f.name())));
     let id_str = String::from_utf8_lossy(id.as_bytes()).into_owned();
     let for_hook = match state.pool.all().iter().any(|u| u.hook_ready()) {
-        true => Some(hook_body(&body, &gen_req, think_budget, &stream_id)?),
+        true => Some(hook_body(&body, &gen_req, think_budget, stream_id)?),
         false => None,
     };
     let continuable = forcing::plan(state, route, &body, &gen_req, family.as_ref(), think_budget);
@@ -236,7 +235,7 @@ async fn relay_generation(
     }
     let mut headers = client_response_headers(resp.headers());
     headers.insert(REQUEST_ID, id.clone());
-    if let Ok(v) = HeaderValue::from_str(&stream_id) {
+    if let Ok(v) = HeaderValue::from_str(stream_id) {
         headers.insert(STREAM_ID, v);
     }
     let is_sse = resp

@@ -180,9 +180,11 @@ class Upstream:
     `delta.content`, then usage and `[DONE]`. A continuation (an assistant message to
     continue) is answered with the answer alone. `gap_s` paces the chunks."""
 
-    def __init__(self, gap_s=0.02, think_chunks=REASONING, head_delay_s=0.0):
+    def __init__(self, gap_s=0.02, think_chunks=REASONING, head_delay_s=0.0, stall_after=None):
         self.requests = []
         self.head_delay_s = head_delay_s
+        # After this many events the stream goes silent for good (an engine that hangs).
+        self.stall_after = stall_after
         up = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -212,7 +214,10 @@ class Upstream:
                            {"id": "chatcmpl-t", "object": "chat.completion.chunk", "created": 1, "model": MODEL,
                             "choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 7, "total_tokens": 14}}]
                 try:
-                    for e in events:
+                    for i, e in enumerate(events):
+                        if i == up.stall_after:
+                            time.sleep(5)
+                            return
                         self.wfile.write(f"data: {json.dumps(e)}\n\n".encode())
                         self.wfile.flush()
                         time.sleep(up.gap_s)
@@ -633,3 +638,31 @@ def test_a_client_that_leaves_before_the_response_ends_the_span_so_marked():
     assert request["trace_id"] == trace_id
     assert request["attrs"]["meridian.outcome"] == "client_disconnected"
     assert request["status"] != ERROR, "a client that left is not the proxy's failure"
+
+
+def test_an_upstream_that_goes_silent_fails_the_spans_and_its_warning_joins_the_trace():
+    receiver = HttpReceiver()
+    upstream = Upstream(stall_after=3)
+    proxy = Proxy(upstream.url, [
+        "telemetry.tracing.enabled=true", "telemetry.tracing.protocol=http/protobuf",
+        f"telemetry.tracing.endpoint={receiver.endpoint}", "upstream.idle_timeout_s=0.5",
+    ], env={"OTEL_BSP_SCHEDULE_DELAY": "100"})
+    try:
+        trace_id, _, header = traceparent()
+        body = {"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+        with requests.post(f"{proxy.url}/v1/chat/completions", json=body, headers={"traceparent": header},
+                           stream=True, timeout=30) as r:
+            text = b"".join(r.iter_content(None)).decode()
+        assert "upstream_timeout" in text, text
+        spans = receiver.spans.wait_for(lambda s: any(x["name"].startswith("chat ") for x in s))
+    finally:
+        proxy.stop()
+        upstream.stop()
+        receiver.stop()
+    [request] = by_name(spans, f"chat {MODEL}")
+    [attempt] = by_name(spans, "upstream attempt")
+    for s in (request, attempt):
+        assert s["status"] == ERROR and s["attrs"]["error.type"] == "upstream_timeout", s
+    assert [e["name"] for e in request["events"]] == ["think_start"], "it stalled while thinking"
+    [silent] = [line for line in proxy.json_logs() if line.get("message") == "upstream stream went silent"]
+    assert silent["trace_id"] == trace_id and silent["span_id"] == request["span_id"], silent

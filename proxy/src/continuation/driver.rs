@@ -140,7 +140,7 @@ impl Continuation {
                     return None;
                 }
                 Next::Item(Some(Err(e))) => {
-                    tracing::warn!(upstream = %self.upstream.name, error = %e, "upstream stream failed");
+                    tracing::warn!(parent: &self.span, upstream = %self.upstream.name, error = %e, "upstream stream failed");
                     let _ = tx.send(Err(self.failed("the stream broke off"))).await;
                     return None;
                 }

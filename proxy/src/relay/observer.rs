@@ -323,6 +323,11 @@ impl RequestObserver {
         self.outcome = outcome;
     }
 
+    /// The request's span, for log lines written about it while it streams.
+    pub fn span(&self) -> &tracing::Span {
+        &self.info.span
+    }
+
     pub fn phase(&self) -> Phase {
         self.current_phase()
     }

@@ -291,10 +291,10 @@ async fn relay_generation(
                 span.clone(),
             ),
             _ => {
-                let name = upstream_name.clone();
+                let (name, span) = (upstream_name.clone(), span.clone());
                 resp.bytes_stream()
                     .map_err(move |e| {
-                        tracing::warn!(upstream = %name, error = %e, "upstream stream failed");
+                        tracing::warn!(parent: &span, upstream = %name, error = %e, "upstream stream failed");
                         ProxyError::UpstreamFailed {
                             upstream: name.clone(),
                             reason: "the stream broke off".into(),

@@ -78,3 +78,95 @@ where
         writeln!(writer, "{text}")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    use tracing_subscriber::filter::{EnvFilter, Targets};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::{Layer, fmt};
+
+    use super::JsonWithTrace;
+    use crate::telemetry::spans::TARGET;
+    use crate::telemetry::tracing_layer::{json_log_filter, log_filter};
+
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Buf {
+        fn lines(&self) -> Vec<String> {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap().lines().map(str::to_owned).collect()
+        }
+    }
+
+    /// Logs `inside` within a trace span, `outside` after it, and a span event; returns
+    /// the log lines and the span's (trace id, span id).
+    fn run(json: bool) -> (Vec<String>, String, String) {
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+        let otel = tracing_opentelemetry::layer()
+            .with_tracer(provider.tracer("test"))
+            .with_filter(Targets::new().with_target(TARGET, tracing::Level::TRACE));
+        let buf = Buf::default();
+        let out = buf.clone();
+        let logs = fmt::layer().with_target(false).with_ansi(false).with_writer(move || out.clone());
+        let logs = match json {
+            true => {
+                logs.event_format(JsonWithTrace).with_filter(json_log_filter(EnvFilter::new("info"))).boxed()
+            }
+            false => logs.with_filter(log_filter(EnvFilter::new("info"))).boxed(),
+        };
+        let subscriber = tracing_subscriber::registry().with(logs).with(otel);
+        let (trace_id, span_id) = tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!(target: TARGET, "request", meridian.request_id = "r1");
+            let cx = span.context();
+            {
+                let _in = span.enter();
+                tracing::info!(answer = 42u64, "inside");
+            }
+            tracing::event!(target: TARGET, parent: &span, tracing::Level::INFO, "think_start");
+            tracing::info!("outside");
+            let sc = cx.span().span_context().clone();
+            (sc.trace_id().to_string(), sc.span_id().to_string())
+        });
+        (buf.lines(), trace_id, span_id)
+    }
+
+    #[test]
+    fn json_lines_inside_a_trace_span_carry_its_ids_and_others_none() {
+        let (lines, trace_id, span_id) = run(true);
+        assert_eq!(lines.len(), 2, "two log lines, the span event not among them: {lines:?}");
+        let inside: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+        assert_eq!(inside["message"], "inside");
+        assert_eq!(inside["answer"], 42);
+        assert_eq!(inside["level"], "INFO");
+        assert_eq!(inside["trace_id"], trace_id.as_str());
+        assert_eq!(inside["span_id"], span_id.as_str());
+        assert_ne!(trace_id, opentelemetry::TraceId::INVALID.to_string());
+        let outside: serde_json::Value = serde_json::from_str(&lines[1]).unwrap();
+        assert_eq!(outside["message"], "outside");
+        assert!(outside.get("trace_id").is_none(), "{outside}");
+    }
+
+    #[test]
+    fn text_lines_are_unchanged_by_trace_spans() {
+        let (lines, _, _) = run(false);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[0].ends_with("inside answer=42"), "no span prefix: {}", lines[0]);
+        assert!(!lines.iter().any(|l| l.contains("request") || l.contains("think_start")), "{lines:?}");
+    }
+}

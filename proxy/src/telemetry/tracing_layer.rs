@@ -53,7 +53,7 @@ where
 }
 
 /// Text logs: the operator's filter, without the trace spans and their events.
-pub fn log_filter(filter: EnvFilter) -> EnvFilter {
+pub(super) fn log_filter(filter: EnvFilter) -> EnvFilter {
     match format!("{TARGET}=off").parse() {
         Ok(directive) => filter.add_directive(directive),
         Err(_) => filter,
@@ -62,7 +62,7 @@ pub fn log_filter(filter: EnvFilter) -> EnvFilter {
 
 /// JSON logs: as text logs, but the trace spans stay visible to the formatter (never
 /// printed themselves), which takes each line's trace and span ids from them.
-pub fn json_log_filter<S>(filter: EnvFilter) -> impl Filter<S> + Send + Sync
+pub(super) fn json_log_filter<S>(filter: EnvFilter) -> impl Filter<S> + Send + Sync
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {

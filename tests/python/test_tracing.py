@@ -440,13 +440,15 @@ def test_collector_over_tls(protocol, tmp_path):
     assert {s["trace_id"] for s in spans} == {trace_id}
 
 
-def test_proxy_starts_a_trace_when_the_client_sends_none_and_flushes_at_exit():
-    receiver = HttpReceiver()
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_proxy_starts_a_trace_when_the_client_sends_none_and_flushes_at_exit(protocol):
+    receiver = HttpReceiver() if protocol == "http/protobuf" else GrpcReceiver()
     upstream = Upstream()
-    # The default batch delay (5 s) outlasts the test: the spans leave at shutdown.
+    # The default batch delay (5 s) outlasts the test: the spans leave at shutdown. The
+    # collector comes from the standard variables alone.
     proxy = Proxy(upstream.url, [
         "telemetry.tracing.enabled=true", "telemetry.tracing.service_name=edge-proxy",
-    ], env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"})
+    ], env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": protocol})
     try:
         stream_chat(proxy.url, {})
         assert not receiver.spans.items, "nothing exported before the batch delay or shutdown"
@@ -666,3 +668,28 @@ def test_an_upstream_that_goes_silent_fails_the_spans_and_its_warning_joins_the_
     assert [e["name"] for e in request["events"]] == ["think_start"], "it stalled while thinking"
     [silent] = [line for line in proxy.json_logs() if line.get("message") == "upstream stream went silent"]
     assert silent["trace_id"] == trace_id and silent["span_id"] == request["span_id"], silent
+
+
+def test_a_collector_that_hangs_delays_the_exit_at_most_the_flush_limit():
+    import socket
+
+    hung = socket.socket()  # accepts connections, never answers
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(16)
+    upstream = Upstream()
+    proxy = Proxy(upstream.url, [
+        "telemetry.tracing.enabled=true", "telemetry.tracing.protocol=http/protobuf",
+        f"telemetry.tracing.endpoint=http://127.0.0.1:{hung.getsockname()[1]}",
+    ])
+    try:
+        stream_chat(proxy.url, {})
+        started = time.time()
+        proxy.stop()
+        took = time.time() - started
+    finally:
+        proxy.stop()
+        upstream.stop()
+        hung.close()
+    assert proxy.proc.returncode == 0, "".join(proxy.log)
+    assert 2.5 < took < 6, f"exit took {took:.1f} s: the flush waits 3 s at most, the export timeout is 10 s"
+    assert any("did not take the last spans" in line for line in proxy.log), proxy.log[-5:]

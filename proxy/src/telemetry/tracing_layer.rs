@@ -20,14 +20,33 @@ impl TraceGuard {
         self.0.is_some()
     }
 
-    /// Flushes the spans still queued and stops the exporter, off the async workers
-    /// (the flush blocks while gRPC's channel needs the runtime to make progress).
+    /// Flushes the spans still queued and stops the exporter, for at most
+    /// [`FLUSH_LIMIT`]: a collector that hangs must not hold the process past its
+    /// drain. The flush blocks (and gRPC's channel needs the runtime meanwhile), so it
+    /// runs on a thread of its own, which exiting abandons if it overruns; a blocking
+    /// task would not do, the runtime waits for those when it stops.
     pub async fn shutdown(self) {
-        if let Some(p) = self.0 {
-            let _ = tokio::task::spawn_blocking(move || p.shutdown()).await;
+        let Some(p) = self.0 else { return };
+        let (done, flushed) = tokio::sync::oneshot::channel();
+        let flush = std::thread::Builder::new().name("trace-flush".into()).spawn(move || {
+            p.shutdown();
+            let _ = done.send(());
+        });
+        if let Err(e) = flush {
+            tracing::warn!(error = %e, "cannot flush the last spans: no thread for it");
+            return;
+        }
+        if tokio::time::timeout(FLUSH_LIMIT, flushed).await.is_err() {
+            tracing::warn!(
+                limit_s = FLUSH_LIMIT.as_secs(),
+                "the trace collector did not take the last spans in time; exiting without them"
+            );
         }
     }
 }
+
+/// The longest the proxy waits at exit for its last spans to be exported.
+pub const FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 type BoxedLayer<S> = Box<dyn Layer<S> + Send + Sync>;
 

@@ -321,7 +321,7 @@ def test_vllm_span_joins_the_proxy_trace_under_the_attempt(tiny_model, tmp_path_
     """vLLM with its own OTLP tracing (`--otlp-traces-endpoint`) behind a tracing proxy:
     the engine's request span lands in the client's trace, as the child of the proxy's
     upstream-attempt span, through the `traceparent` the proxy sent."""
-    from test_tracing import GrpcReceiver, by_name, traceparent
+    from tracing_rig import GrpcReceiver, by_name, traceparent
 
     receiver = GrpcReceiver()
     models, _ = tiny_family(tiny_model, tmp_path_factory)

@@ -192,3 +192,30 @@ fn the_admin_listener_is_off_by_default_and_checked_when_asked_for() {
     assert!(err.contains("admin.listen must differ from server.listen"), "{err}");
     assert!(validate("[admin]\nlisten = \"127.0.0.1:9091\"\n").is_ok());
 }
+
+#[test]
+fn tracing_section_is_off_by_default_and_checked_by_dotted_path() {
+    let cfg = validate("").unwrap();
+    assert!(!cfg.telemetry.tracing.enabled, "traces are off unless asked for");
+    let err = validate(
+        "[telemetry.tracing]\nenabled = true\nprotocol = \"http/json\"\nsample_ratio = 1.5\n\
+         endpoint = \"collector:4317\"\nservice_name = \" \"\n",
+    )
+    .unwrap_err();
+    for path in [
+        "telemetry.tracing.protocol",
+        "telemetry.tracing.sample_ratio",
+        "telemetry.tracing.endpoint",
+        "telemetry.tracing.service_name",
+    ] {
+        assert!(err.contains(path), "{path} missing from: {err}");
+    }
+    let ok = validate(
+        "[telemetry.tracing]\nenabled = true\nprotocol = \"http/protobuf\"\nsample_ratio = 0.25\n\
+         endpoint = \"http://collector:4318/v1/traces\"\nservice_name = \"edge\"\n",
+    )
+    .unwrap();
+    assert_eq!(ok.telemetry.tracing.protocol.as_deref(), Some("http/protobuf"));
+    let err = validate("[telemetry.tracing]\nsampler = 1\n").unwrap_err();
+    assert!(err.contains("telemetry.tracing"), "{err}");
+}

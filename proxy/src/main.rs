@@ -50,7 +50,21 @@ async fn main() -> ExitCode {
 
 async fn serve(args: ConfigArgs) -> Result<(), String> {
     let (config, models) = load(&args)?;
-    meridian_proxy::telemetry::init_logging(&config.telemetry)?;
+    let traces = meridian_proxy::telemetry::init_logging(&config.telemetry)?;
+    if traces.exporting() {
+        tracing::info!("exporting traces over OTLP (telemetry.tracing)");
+    }
+    let served = run(&args, config, models).await;
+    // The last requests' spans leave before the process does.
+    traces.shutdown().await;
+    served
+}
+
+async fn run(
+    args: &ConfigArgs,
+    config: meridian_core::MeridianConfig,
+    models: meridian_core::ModelRegistry,
+) -> Result<(), String> {
     let mut config = config;
     if let Some(problem) = no_upstream(&config) {
         return Err(problem);

@@ -35,6 +35,10 @@ OPTIONAL_FIELDS = {
     "admission.max_streams": "unset",
     "admission.max_waiting": "unset",
     "admission.max_kv_usage": "unset",
+    "telemetry.tracing.endpoint": "unset",
+    "telemetry.tracing.protocol": "unset",
+    "telemetry.tracing.sample_ratio": "unset",
+    "telemetry.tracing.service_name": "unset",
 }
 
 

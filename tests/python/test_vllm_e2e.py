@@ -315,3 +315,45 @@ def test_budget_forced_by_continuation_reads_as_one_stream(continuing_proxy):
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
     scrape = requests.get(f"{proxy.url}/metrics", timeout=5).text
     assert metric(scrape, "meridian_continuations_total", reason="budget_tokens") == 1
+
+
+def test_vllm_span_joins_the_proxy_trace_under_the_attempt(tiny_model, tmp_path_factory, monkeypatch):
+    """vLLM with its own OTLP tracing (`--otlp-traces-endpoint`) behind a tracing proxy:
+    the engine's request span lands in the client's trace, as the child of the proxy's
+    upstream-attempt span, through the `traceparent` the proxy sent."""
+    from tracing_rig import GrpcReceiver, by_name, traceparent
+
+    receiver = GrpcReceiver()
+    models, _ = tiny_family(tiny_model, tmp_path_factory)
+    log = tmp_path_factory.mktemp("vllm-traced") / "vllm.log"
+    # Both exporters batch; short delays so the spans arrive while the test waits.
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
+    try:
+        with running_vllm(tiny_model, log, ["--max-model-len", "2048", "--otlp-traces-endpoint", receiver.endpoint]) as url:
+            proxy = start_proxy(url, ["--set", f"models.dir={models}", "--set", "telemetry.tracing.enabled=true",
+                                      "--set", "telemetry.tracing.protocol=grpc",
+                                      "--set", f"telemetry.tracing.endpoint={receiver.endpoint}"])
+            try:
+                wait_ready(proxy.url)
+                trace_id, client_span, header = traceparent()
+                r = requests.post(f"{proxy.url}/v1/chat/completions", headers={"traceparent": header}, timeout=300,
+                                  json={"model": "tiny-qwen3", "max_tokens": 8, "stream": True,
+                                        "messages": [{"role": "user", "content": "hi"}]})
+                assert r.status_code == 200 and "[DONE]" in r.text, r.text[-500:]
+
+                def joined(spans):
+                    ours = [s for s in spans if s["trace_id"] == trace_id]
+                    return any(s["name"] == "upstream attempt" for s in ours) and len(ours) >= 3
+
+                spans = receiver.spans.wait_for(joined, timeout=60)
+            finally:
+                proxy.stop()
+    finally:
+        receiver.stop()
+    ours = [s for s in spans if s["trace_id"] == trace_id]
+    [request] = by_name(ours, "chat tiny-qwen3")
+    assert request["parent"] == client_span
+    [attempt] = by_name(ours, "upstream attempt")
+    engine = [s for s in ours if s["parent"] == attempt["span_id"]]
+    assert engine, f"no engine span under the attempt; spans in the trace: {[(s['name'], s['parent']) for s in ours]}"
+    assert any(s["name"] == "llm_request" for s in engine), [s["name"] for s in engine]

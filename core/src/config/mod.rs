@@ -206,13 +206,44 @@ pub struct TelemetryConfig {
     pub log_level: String,
     /// `text` or `json`.
     pub log_format: LogFormat,
+    /// Traces over OTLP.
+    pub tracing: TracingConfig,
 }
 
 impl Default for TelemetryConfig {
     fn default() -> Self {
-        TelemetryConfig { log_level: "info".into(), log_format: LogFormat::Text }
+        TelemetryConfig {
+            log_level: "info".into(),
+            log_format: LogFormat::Text,
+            tracing: TracingConfig::default(),
+        }
     }
 }
+
+/// Traces over OTLP. Off by default; when on, every unset field falls back to the
+/// standard `OTEL_*` environment variable, then to the OpenTelemetry default, so a
+/// deployment that already sets those for its other services needs only `enabled`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TracingConfig {
+    /// Export spans. `OTEL_SDK_DISABLED=true` turns it off again.
+    pub enabled: bool,
+    /// Collector URL. Unset: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, then
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`, then `http://localhost:4317` (gRPC) or
+    /// `http://localhost:4318/v1/traces` (HTTP).
+    pub endpoint: Option<String>,
+    /// `grpc` or `http/protobuf`. Unset: `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`, then
+    /// `OTEL_EXPORTER_OTLP_PROTOCOL`, then `grpc`.
+    pub protocol: Option<String>,
+    /// Share of new traces kept, 0 to 1 (a client's sampled flag is followed). Unset:
+    /// `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG`, then every trace.
+    pub sample_ratio: Option<f64>,
+    /// `service.name` of the spans. Unset: `OTEL_SERVICE_NAME`, then `meridian`.
+    pub service_name: Option<String>,
+}
+
+/// The OTLP transports `telemetry.tracing.protocol` names.
+pub const TRACING_PROTOCOLS: [&str; 2] = ["grpc", "http/protobuf"];
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]

@@ -264,6 +264,31 @@ impl MeridianConfig {
         if t.log_level.trim().is_empty() {
             c.fail("telemetry.log_level", "must not be empty");
         }
+        let tr = &t.tracing;
+        if let Some(p) = &tr.protocol {
+            if !super::TRACING_PROTOCOLS.contains(&p.as_str()) {
+                c.fail(
+                    "telemetry.tracing.protocol",
+                    format!("must be one of {:?}; got {p:?}", super::TRACING_PROTOCOLS),
+                );
+            }
+        }
+        if let Some(r) = tr.sample_ratio {
+            if !(0.0..=1.0).contains(&r) {
+                c.fail("telemetry.tracing.sample_ratio", format!("must be in [0, 1]; got {r}"));
+            }
+        }
+        if let Some(e) = &tr.endpoint {
+            if !(e.starts_with("http://") || e.starts_with("https://")) {
+                c.fail(
+                    "telemetry.tracing.endpoint",
+                    format!("must be an http:// or https:// URL; got {e:?}"),
+                );
+            }
+        }
+        if tr.service_name.as_deref().is_some_and(|n| n.trim().is_empty()) {
+            c.fail("telemetry.tracing.service_name", "must not be empty when set");
+        }
 
         if c.errors.is_empty() { Ok(()) } else { Err(c.errors) }
     }

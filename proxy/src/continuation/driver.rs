@@ -18,8 +18,9 @@ use super::splice::{Emit, Splicer};
 use super::watch::{Cut, ThinkWatch};
 use super::{Delimiters, Route};
 use crate::error::ProxyError;
-use crate::telemetry::Metrics;
+use crate::telemetry::{Metrics, spans};
 use meridian_core::stream::{LineReader, SseLine, lines, sse_line};
+use tracing::Instrument;
 
 type Sender = mpsc::Sender<Result<Bytes, ProxyError>>;
 
@@ -58,6 +59,9 @@ pub struct Continuation {
     pub family: String,
     /// The stream's entry in the open-stream registry, marked when thinking is cut.
     pub live: Option<Arc<crate::streams::StreamGuard>>,
+    /// The request's span: each leg after the cut gets a span under it, whose context
+    /// goes upstream (`Span::none()`: untraced, headers as they are).
+    pub span: tracing::Span,
 }
 
 impl Continuation {
@@ -80,7 +84,10 @@ impl Continuation {
             live.entry().set_ending(crate::streams::Ending::Continued);
         }
         tracing::debug!(reason = cut.label(), upstream = %self.upstream.name, "thinking cut; continuing");
-        if let Err(e) = self.second_leg(&body, &tx).await {
+        let leg = spans::leg_span(&self.span, cut.label(), &self.upstream.name);
+        let sent = self.second_leg(&body, &tx, &leg).instrument(leg.clone()).await;
+        if let Err(e) = sent {
+            spans::fail(&leg, e.outcome());
             let _ = tx.send(Err(e)).await;
         }
     }
@@ -138,7 +145,7 @@ impl Continuation {
                     return None;
                 }
                 Next::Item(Some(Err(e))) => {
-                    tracing::warn!(upstream = %self.upstream.name, error = %e, "upstream stream failed");
+                    tracing::warn!(parent: &self.span, upstream = %self.upstream.name, error = %e, "upstream stream failed");
                     let _ = tx.send(Err(self.failed("the stream broke off"))).await;
                     return None;
                 }
@@ -190,9 +197,11 @@ impl Continuation {
         body
     }
 
-    async fn second_leg(&mut self, body: &Value, tx: &Sender) -> Result<(), ProxyError> {
+    async fn second_leg(&mut self, body: &Value, tx: &Sender, leg: &tracing::Span) -> Result<(), ProxyError> {
         let up = &self.upstream;
-        let send = up.client.post(&up.url).headers(up.headers.clone()).json(body).send();
+        let mut headers = up.headers.clone();
+        spans::inject(leg, &mut headers);
+        let send = up.client.post(&up.url).headers(headers).json(body).send();
         let resp = tokio::select! {
             _ = tx.closed() => return Ok(()),
             r = tokio::time::timeout(up.first_byte_timeout, send) => r,
@@ -207,6 +216,7 @@ impl Continuation {
             Ok(Err(e)) => return Err(self.failed(&format!("the continuation could not be sent: {e}"))),
             Ok(Ok(r)) => r,
         };
+        leg.record("http.response.status_code", i64::from(resp.status().as_u16()));
         if !resp.status().is_success() {
             let status = resp.status();
             let text = resp.text().await.unwrap_or_default();

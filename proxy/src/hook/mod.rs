@@ -114,6 +114,8 @@ pub struct HookTarget {
     pub channel: HookChannel,
     /// The hook's `host:port`.
     pub addr: String,
+    /// The request's span, parent of each directive's (`Span::none()` untraced).
+    pub span: tracing::Span,
 }
 
 impl HookTarget {
@@ -135,12 +137,26 @@ impl HookTarget {
     fn send_in_background(&self, request_id: &str, action: Action) {
         let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
         let (channel, addr) = (self.channel.clone(), self.addr.clone());
+        let span = crate::telemetry::spans::directive_span(&self.span, action_name(&action), &addr);
         let directive = Directive { request_id: request_id.to_owned(), action };
-        rt.spawn(async move {
+        let send = async move {
             if let Err(e) = channel.send(&addr, vec![directive]).await {
+                crate::telemetry::spans::fail(&tracing::Span::current(), "hook_unreachable");
                 tracing::warn!(error = %e, "policy channel: directive not delivered");
             }
-        });
+        };
+        rt.spawn(tracing::Instrument::instrument(send, span));
+    }
+}
+
+/// A directive's name in span names and attributes.
+fn action_name(action: &Action) -> &'static str {
+    match action {
+        Action::Phase { .. } => "phase",
+        Action::Priority { .. } => "priority",
+        Action::ThinkBudget { .. } => "think_budget",
+        Action::EndThinking => "end_thinking",
+        Action::Forget => "forget",
     }
 }
 

@@ -173,7 +173,7 @@ impl Stream for RelayBody {
                     // every choice is cut short: its answer must not pass for whole.
                     if !(*this.saw_done || this.observer.every_choice_finished()) {
                         let upstream = this.in_flight.upstream().name.clone();
-                        tracing::warn!(%upstream, "upstream ended a stream without [DONE] or finish_reason");
+                        tracing::warn!(parent: this.observer.span(), %upstream, "upstream ended a stream without [DONE] or finish_reason");
                         let err = ProxyError::UpstreamTruncated { upstream };
                         return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
                     }
@@ -184,13 +184,13 @@ impl Stream for RelayBody {
                 Poll::Pending => {
                     if this.grace_over.as_mut().poll(cx).is_ready() {
                         let upstream = &this.in_flight.upstream().name;
-                        tracing::info!(%upstream, "ending a stream still open when the shutdown grace ran out");
+                        tracing::info!(parent: this.observer.span(), %upstream, "ending a stream still open when the shutdown grace ran out");
                         let err = ProxyError::ShuttingDown;
                         return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
                     }
                     if this.idle.as_mut().poll(cx).is_ready() {
                         let upstream = this.in_flight.upstream().name.clone();
-                        tracing::warn!(%upstream, "upstream stream went silent");
+                        tracing::warn!(parent: this.observer.span(), %upstream, "upstream stream went silent");
                         let err = ProxyError::UpstreamTimeout {
                             upstream,
                             after_s: this.idle_timeout.as_secs_f64(),

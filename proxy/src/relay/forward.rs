@@ -12,7 +12,9 @@ use bytes::Bytes;
 use crate::error::ProxyError;
 use crate::request_id::REQUEST_ID;
 use crate::state::AppState;
+use crate::telemetry::spans;
 use crate::upstream::{InFlight, NoPick, Upstream};
+use tracing::Instrument;
 
 /// What to send, minus the upstream it goes to.
 pub struct UpstreamRequest<'a> {
@@ -28,6 +30,8 @@ pub struct UpstreamRequest<'a> {
     pub model: Option<&'a str>,
     /// The upstream of the first attempt, already chosen (by admission control).
     pub first: Option<InFlight>,
+    /// The request's span, parent of each attempt's (`Span::none()`: untraced).
+    pub span: tracing::Span,
 }
 
 /// An answered request.
@@ -36,6 +40,8 @@ pub struct Sent {
     pub response: reqwest::Response,
     /// The hook body went, the upstream's hook being ready when it was sent.
     pub via_hook: bool,
+    /// The attempt that was answered: its span lasts as long as the upstream's response.
+    pub attempt: tracing::Span,
 }
 
 fn is_retryable_status(status: reqwest::StatusCode) -> bool {
@@ -64,20 +70,29 @@ pub async fn send_with_retries(state: &AppState, mut req: UpstreamRequest<'_>) -
         if attempt > 0 {
             state.metrics.count_retry();
         }
+        let url = format!("{}{}", upstream.base_url, req.path_and_query);
+        let span = spans::attempt_span(&req.span, attempt, &upstream.name, &url);
         let mut headers = req.headers.clone();
         headers.insert(REQUEST_ID, req.request_id.clone());
         if let Some(key) = &state.upstream_auth {
             headers.insert(axum::http::header::AUTHORIZATION, key.clone());
         }
-        let url = format!("{}{}", upstream.base_url, req.path_and_query);
+        // The engine's spans, if it traces, go under this attempt.
+        spans::inject(&span, &mut headers);
         let (body, via_hook) = match &req.hook_body {
             Some(b) if upstream.hook_ready() => (b.clone(), true),
             _ => (req.body.clone(), false),
         };
+        span.record("meridian.via_hook", via_hook);
         let send = state.client.request(req.method.clone(), url).headers(headers).body(body).send();
         let last_attempt = attempt + 1 == cfg.max_attempts;
-        match tokio::time::timeout(first_byte_timeout, send).await {
+        let answered = tokio::time::timeout(first_byte_timeout, send).instrument(span.clone()).await;
+        if let Ok(Ok(resp)) = &answered {
+            span.record("http.response.status_code", i64::from(resp.status().as_u16()));
+        }
+        match answered {
             Err(_) => {
+                spans::fail(&span, "upstream_timeout");
                 return Err(ProxyError::UpstreamTimeout {
                     upstream: upstream.name.clone(),
                     after_s: cfg.first_byte_timeout_s,
@@ -87,12 +102,14 @@ pub async fn send_with_retries(state: &AppState, mut req: UpstreamRequest<'_>) -
                 let reason = describe(&e);
                 tracing::warn!(upstream = %upstream.name, %reason, attempt, "upstream request failed");
                 upstream.record_failure(cfg.unhealthy_after, &state.metrics, &reason);
+                spans::fail(&span, "upstream_error");
                 last_error = ProxyError::UpstreamFailed { upstream: upstream.name.clone(), reason };
             }
             Ok(Ok(resp)) if is_retryable_status(resp.status()) && !last_attempt => {
                 let status = resp.status();
                 tracing::warn!(upstream = %upstream.name, %status, attempt, "upstream refused; trying another");
                 upstream.record_failure(cfg.unhealthy_after, &state.metrics, status.as_str());
+                spans::fail(&span, "upstream_error");
                 last_error = ProxyError::UpstreamFailed {
                     upstream: upstream.name.clone(),
                     reason: format!("answered {status}"),
@@ -100,7 +117,7 @@ pub async fn send_with_retries(state: &AppState, mut req: UpstreamRequest<'_>) -
             }
             Ok(Ok(resp)) => {
                 upstream.record_success(&state.metrics);
-                return Ok(Sent { in_flight: guard, response: resp, via_hook });
+                return Ok(Sent { in_flight: guard, response: resp, via_hook, attempt: span });
             }
         }
     }

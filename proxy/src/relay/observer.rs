@@ -8,9 +8,11 @@ use std::time::Instant;
 use meridian_core::models::ModelFamily;
 use meridian_core::{Delta, Phase, PhaseEvent, PhaseRouter};
 
+use crate::telemetry::spans::TARGET;
 use crate::telemetry::{Metrics, RequestTimings};
 use crate::upstream::Upstream;
 use meridian_core::stream::{ChoiceDelta, Usage, parse_payload};
+use tracing::Level;
 
 /// More choices than this (`n` > 16) are relayed but not tracked: bounded memory
 /// whatever an upstream sends.
@@ -38,6 +40,11 @@ pub struct RequestInfo {
     /// Its entry in the open-stream registry, kept up to date as chunks arrive; the
     /// request stays listed while this is held.
     pub live: Option<Arc<crate::streams::StreamGuard>>,
+    /// The request's span (`Span::none()` untraced): phase events and the final counts
+    /// land on it, and it ends with the response.
+    pub span: tracing::Span,
+    /// The upstream attempt serving the response, ended with it.
+    pub attempt: tracing::Span,
 }
 
 impl RequestInfo {
@@ -55,6 +62,8 @@ impl RequestInfo {
             upstream_ref: None,
             think_deadline: None,
             live: None,
+            span: tracing::Span::none(),
+            attempt: tracing::Span::none(),
         }
     }
 }
@@ -87,7 +96,14 @@ pub struct RequestObserver {
     /// This family's output-ITL histogram, looked up at the first gap and kept, so a
     /// chunk costs one record and no lookup.
     output_itl: Option<metrics::Histogram>,
+    /// The phase events already put on the request span (each goes on once).
+    traced: u8,
 }
+
+/// The span events of a stream's phases, first occurrence only (bits of `traced`).
+const THINK_START: u8 = 1;
+const THINK_END: u8 = 2;
+const FIRST_VISIBLE: u8 = 4;
 
 impl RequestObserver {
     /// Starts observing; `streaming` requests are counted in the open-stream gauges.
@@ -115,6 +131,7 @@ impl RequestObserver {
             choices_finished: 0,
             last_output: Vec::new(),
             output_itl: None,
+            traced: 0,
         }
     }
 
@@ -215,16 +232,77 @@ impl RequestObserver {
     fn on_events(&mut self, events: &[PhaseEvent], at: Instant) {
         for e in events {
             match e {
+                PhaseEvent::EnterThink => self.trace_phase(THINK_START),
+                PhaseEvent::ExitThink { .. } => self.trace_phase(THINK_END),
                 PhaseEvent::FirstOutput { .. } => {
                     self.first_output.get_or_insert(at);
+                    self.trace_phase(FIRST_VISIBLE);
                 }
                 PhaseEvent::ForceBudget { .. } => {
                     self.metrics
                         .count_budget_reached(self.info.family.as_ref().map_or("unknown", |f| f.name()));
                 }
-                _ => {}
             }
         }
+    }
+
+    /// Puts a phase boundary on the request span, with the token counts so far; only at
+    /// boundaries, never per chunk, and not at all untraced.
+    fn trace_phase(&mut self, which: u8) {
+        if self.info.span.is_none() || self.traced & which != 0 {
+            return;
+        }
+        self.traced |= which;
+        // As i64: the OpenTelemetry bridge records unsigned integers as strings.
+        let think: i64 = self.routers.iter().map(|r| i64::from(r.think_tokens())).sum();
+        let output: i64 = self.routers.iter().map(|r| i64::from(r.output_tokens())).sum();
+        let elapsed_ms = self.info.started.elapsed().as_secs_f64() * 1e3;
+        let span = &self.info.span;
+        // Literal keys: `tracing`'s macros cannot parse dotted names after `parent:`.
+        match which {
+            THINK_START => tracing::event!(target: TARGET, parent: span, Level::INFO,
+                "meridian.think_tokens" = think, "meridian.elapsed_ms" = elapsed_ms, "think_start"),
+            THINK_END => tracing::event!(target: TARGET, parent: span, Level::INFO,
+                "meridian.think_tokens" = think, "meridian.elapsed_ms" = elapsed_ms, "think_end"),
+            _ => tracing::event!(target: TARGET, parent: span, Level::INFO,
+                "meridian.think_tokens" = think, "meridian.output_tokens" = output,
+                "meridian.elapsed_ms" = elapsed_ms, "first_visible_token"),
+        }
+    }
+
+    /// The request's outcome and counts, as attributes of its span.
+    fn trace_end(&self, timings: &RequestTimings, family: &str) {
+        let span = &self.info.span;
+        if span.is_none() {
+            return;
+        }
+        span.record("meridian.outcome", self.outcome);
+        span.record("meridian.family", family);
+        if let (Some(think), Some(output)) = (timings.think_tokens, timings.output_tokens) {
+            span.record("gen_ai.usage.output_tokens", i64::from(think) + i64::from(output));
+            span.record("gen_ai.usage.reasoning.output_tokens", i64::from(think));
+            span.record("meridian.think_tokens", i64::from(think));
+        }
+        if let Some(n) = self.usage.as_ref().and_then(|u| u.prompt_tokens) {
+            span.record("gen_ai.usage.input_tokens", i64::from(n));
+        }
+        let ms = |d: Option<std::time::Duration>| d.map(|d| d.as_secs_f64() * 1e3);
+        if let Some(v) = ms(timings.time_to_first_token) {
+            span.record("meridian.ttft_ms", v);
+        }
+        if let Some(v) = ms(timings.time_to_first_output) {
+            span.record("meridian.ttfo_ms", v);
+        }
+        if let Some(v) = ms(timings.think_to_output_gap) {
+            span.record("meridian.ttot_ms", v);
+        }
+        // A client that left is not the proxy's failure.
+        if !matches!(self.outcome, "ok" | "client_disconnected") {
+            crate::telemetry::spans::fail(span, self.outcome);
+            crate::telemetry::spans::fail(&self.info.attempt, self.outcome);
+        }
+        crate::telemetry::spans::end_now(&self.info.attempt);
+        crate::telemetry::spans::end_now(span);
     }
 
     fn current_phase(&self) -> Phase {
@@ -272,6 +350,11 @@ impl RequestObserver {
     /// The response ended badly; `outcome` names how.
     pub fn fail(&mut self, outcome: &'static str) {
         self.outcome = outcome;
+    }
+
+    /// The request's span, for log lines written about it while it streams.
+    pub fn span(&self) -> &tracing::Span {
+        &self.info.span
     }
 
     pub fn phase(&self) -> Phase {
@@ -324,8 +407,11 @@ impl Drop for RequestObserver {
         };
         let family = self.info.family.as_ref().map_or("unknown", |f| f.name());
         self.metrics.record_timings(family, &timings);
+        self.trace_end(&timings, family);
         self.metrics.count_request(self.info.route, self.outcome);
+        // Its parent is the request span, so a JSON log line carries the trace's ids.
         tracing::info!(
+            parent: &self.info.span,
             request_id = %self.info.request_id,
             stream_id = %self.info.stream_id,
             upstream = %self.info.upstream,

@@ -119,6 +119,7 @@ impl ContinuationPlan {
         initial_phase: Option<Phase>,
         live: Arc<crate::streams::StreamGuard>,
         stream: BoxStream<'static, reqwest::Result<Bytes>>,
+        span: tracing::Span,
     ) -> BoxStream<'static, Result<Bytes, ProxyError>> {
         let upstream = in_flight.upstream();
         if let Ok(v) = HeaderValue::from_str(&format!("{request_id}-continued")) {
@@ -152,6 +153,7 @@ impl ContinuationPlan {
             end_now: self.end_now,
             metrics: state.metrics.clone(),
             family: family.as_ref().map_or("unknown", |f| f.name()).to_owned(),
+            span,
         }
         .spawn(stream)
     }

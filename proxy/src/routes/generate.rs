@@ -25,6 +25,8 @@ use crate::relay::{
 use crate::request_id::{REQUEST_ID, STREAM_ID, mint_stream_id, request_id};
 use crate::state::AppState;
 use crate::streams::{Ending, NewStream, Stage};
+use crate::telemetry::spans;
+use tracing::Instrument;
 
 pub async fn chat_completions(State(state): State<Arc<AppState>>, req: Request) -> Response {
     generate(state, "chat_completions", req).await
@@ -40,7 +42,14 @@ async fn generate(state: Arc<AppState>, route: &'static str, req: Request) -> Re
     // What the engine's hook knows this stream by (see `request_id`).
     let stream_id = mint_stream_id();
     let streamed = Arc::new(AtomicBool::new(false));
-    let answer = answer(state.clone(), route, req, id.clone(), stream_id.clone(), started, streamed.clone());
+    // The request's span: it lives as long as the response, in the relay's observer.
+    let span = spans::request_span(route, req.uri().path(), req.headers());
+    if !span.is_none() {
+        span.record("meridian.request_id", String::from_utf8_lossy(id.as_bytes()).as_ref());
+        span.record("meridian.stream_id", stream_id.as_str());
+    }
+    let ids = Ids { id: id.clone(), stream_id: stream_id.clone(), span: span.clone() };
+    let answer = answer(state.clone(), route, req, ids, started, streamed.clone()).instrument(span);
     let heartbeat = state.config.server.sse_heartbeat_s;
     if heartbeat <= 0.0 {
         return answer.await;
@@ -67,33 +76,43 @@ async fn generate(state: Arc<AppState>, route: &'static str, req: Request) -> Re
     }
 }
 
+/// Who a generation request is: its client's id, the proxy's stream id, its span.
+struct Ids {
+    id: HeaderValue,
+    stream_id: String,
+    span: tracing::Span,
+}
+
 /// The response to a generation request, its failures counted and answered in
 /// OpenAI's error shape; a drain's grace running out ends the wait with one.
 async fn answer(
     state: Arc<AppState>,
     route: &'static str,
     req: Request,
-    id: HeaderValue,
-    stream_id: String,
+    ids: Ids,
     started: Instant,
     streamed: Arc<AtomicBool>,
 ) -> Response {
-    let mut left = LeftEarly { state: &state, route, id: &id, started, answered: false };
+    let mut left = LeftEarly { state: &state, route, ids: &ids, started, answered: false };
+    let (id, span) = (&ids.id, &ids.span);
     let relayed = async {
         if state.drain.draining() {
             return Err(ProxyError::ShuttingDown);
         }
         tokio::select! {
-            r = relay_generation(&state, route, req, &id, stream_id, started, &streamed) => r,
+            r = relay_generation(&state, route, req, &ids, started, &streamed) => r,
             _ = state.drain.grace_over() => Err(ProxyError::ShuttingDown),
         }
     };
     let resp = match relayed.await {
         Ok(resp) => resp,
         Err(e) => {
+            spans::fail(span, e.outcome());
+            span.record("meridian.outcome", e.outcome());
+            span.record("http.response.status_code", i64::from(e.status().as_u16()));
             tracing::info!(request_id = ?id, route, outcome = e.outcome(), error = %e, "request failed");
             state.metrics.count_request(route, e.outcome());
-            e.into_response_with_id(&id)
+            e.into_response_with_id(id)
         }
     };
     left.answered = true;
@@ -108,7 +127,7 @@ async fn answer(
 struct LeftEarly<'a> {
     state: &'a AppState,
     route: &'static str,
-    id: &'a HeaderValue,
+    ids: &'a Ids,
     started: Instant,
     answered: bool,
 }
@@ -119,8 +138,9 @@ impl Drop for LeftEarly<'_> {
             return;
         }
         let waited_ms = self.started.elapsed().as_secs_f64() * 1e3;
-        tracing::info!(request_id = ?self.id, route = self.route, outcome = "client_disconnected", waited_ms,
-            "client left before the response");
+        self.ids.span.record("meridian.outcome", "client_disconnected");
+        tracing::info!(parent: &self.ids.span, request_id = ?self.ids.id, route = self.route,
+            outcome = "client_disconnected", waited_ms, "client left before the response");
         self.state.metrics.count_request(self.route, "client_disconnected");
     }
 }
@@ -129,15 +149,16 @@ async fn relay_generation(
     state: &Arc<AppState>,
     route: &'static str,
     req: Request,
-    id: &HeaderValue,
-    stream_id: String,
+    ids: &Ids,
     started: Instant,
     streamed: &AtomicBool,
 ) -> Result<Response, ProxyError> {
+    let (id, span, stream_id) = (&ids.id, &ids.span, &ids.stream_id);
     let (parts, body) = req.into_parts();
     let body = read_body(body, &parts.headers, &state.config.server).await?;
     let gen_req = GenerationRequest::parse(&body)?;
     streamed.store(gen_req.stream, Ordering::Release);
+    spans::name_request(span, route, &gen_req.model);
     let family = state.family_for(&gen_req.model);
     let initial_phase = gen_req.initial_phase;
     // Budget: the request's extension, else the client's own field, else the config.
@@ -148,14 +169,14 @@ async fn relay_generation(
         .or_else(|| state.config.budget.for_family(family.as_deref().map(|f| f.name())));
     let id_str = String::from_utf8_lossy(id.as_bytes()).into_owned();
     let for_hook = match state.pool.all().iter().any(|u| u.hook_ready()) {
-        true => Some(hook_body(&body, &gen_req, think_budget, &stream_id)?),
+        true => Some(hook_body(&body, &gen_req, think_budget, stream_id)?),
         false => None,
     };
     let class = admission_class(&gen_req);
     // Listed for operators until the response ends (the observer, or this function on
     // an early failure, drops the last hold).
     let live = state.streams.register(NewStream {
-        stream_id: &stream_id,
+        stream_id,
         request_id: &id_str,
         model: &gen_req.model,
         route,
@@ -175,7 +196,16 @@ async fn relay_generation(
     let body = continuation.as_ref().map_or(body, |c| c.body.clone());
     let path = parts.uri.path_and_query().map_or(parts.uri.path(), |p| p.as_str());
     let first = match state.admission.enabled() {
-        true => Some(state.admission.admit(&gen_req.model, class).await?),
+        true => {
+            let waiting = spans::admission_span(span, class.as_str());
+            let admitted = state.admission.admit(&gen_req.model, class).instrument(waiting.clone()).await;
+            let outcome = admitted.as_ref().map_or_else(ProxyError::outcome, |_| "admitted");
+            waiting.record("meridian.outcome", outcome);
+            if admitted.is_err() {
+                spans::fail(&waiting, outcome);
+            }
+            Some(admitted?)
+        }
         false => None,
     };
     live.entry().set_stage(Stage::AwaitingUpstream);
@@ -193,7 +223,7 @@ async fn relay_generation(
         }
     }
     let continuation_headers = continuation.as_ref().map(|_| headers.clone());
-    let Sent { in_flight, response: resp, via_hook } = send_with_retries(
+    let Sent { in_flight, response: resp, via_hook, attempt } = send_with_retries(
         state,
         UpstreamRequest {
             method: Method::POST,
@@ -204,14 +234,22 @@ async fn relay_generation(
             request_id: id,
             model: Some(&gen_req.model),
             first,
+            span: span.clone(),
         },
     )
     .await?;
 
     let status = resp.status();
+    if !span.is_none() {
+        span.record("http.response.status_code", i64::from(status.as_u16()));
+        span.record("meridian.upstream", in_flight.upstream().name.as_str());
+        if let Some(b) = think_budget {
+            span.record("meridian.think_budget_tokens", i64::from(b));
+        }
+    }
     let mut headers = client_response_headers(resp.headers());
     headers.insert(REQUEST_ID, id.clone());
-    if let Ok(v) = HeaderValue::from_str(&stream_id) {
+    if let Ok(v) = HeaderValue::from_str(stream_id) {
         headers.insert(STREAM_ID, v);
     }
     let is_sse = resp
@@ -233,8 +271,10 @@ async fn relay_generation(
         started,
         think_budget,
         upstream_ref: Some(in_flight.upstream().clone()),
-        think_deadline: think_deadline(state, &gen_req, hook_used(state, &in_flight, via_hook)),
+        think_deadline: think_deadline(state, &gen_req, hook_used(state, &in_flight, via_hook, span)),
         live: Some(live.clone()),
+        span: span.clone(),
+        attempt,
     };
     let hook_acts = think_budget.is_some()
         || info.think_deadline.is_some()
@@ -244,14 +284,14 @@ async fn relay_generation(
         // The relay may append an error event, so the upstream's length cannot stand.
         headers.remove(header::CONTENT_LENGTH);
         let continuation = continuation.filter(|_| !via_hook);
-        match (&continuation, hook_used(state, &in_flight, via_hook)) {
+        match (&continuation, hook_used(state, &in_flight, via_hook, span)) {
             (Some(_), _) => live.entry().set_ending(Ending::Continuation),
             (None, Some(_)) if hook_acts => live.entry().set_ending(Ending::Hook),
             _ => {}
         }
         let end = match &continuation {
             Some(c) => Some(EndThinking::Continuation(c.end_now.clone())),
-            None => hook_used(state, &in_flight, via_hook).map(EndThinking::Hook),
+            None => hook_used(state, &in_flight, via_hook, span).map(EndThinking::Hook),
         };
         let eat =
             end.and_then(|end| eat_prober(state, &info, &body, &in_flight, end.clone()).map(|p| (p, end)));
@@ -274,12 +314,13 @@ async fn relay_generation(
                 initial_phase,
                 live.clone(),
                 resp.bytes_stream().boxed(),
+                span.clone(),
             ),
             _ => {
-                let name = upstream_name.clone();
+                let (name, span) = (upstream_name.clone(), span.clone());
                 resp.bytes_stream()
                     .map_err(move |e| {
-                        tracing::warn!(upstream = %name, error = %e, "upstream stream failed");
+                        tracing::warn!(parent: &span, upstream = %name, error = %e, "upstream stream failed");
                         ProxyError::UpstreamFailed {
                             upstream: name.clone(),
                             reason: "the stream broke off".into(),
@@ -324,9 +365,10 @@ fn hook_used(
     state: &AppState,
     in_flight: &crate::upstream::InFlight,
     via_hook: bool,
+    span: &tracing::Span,
 ) -> Option<crate::hook::HookTarget> {
     let addr = in_flight.upstream().hook.as_ref().filter(|_| via_hook)?;
-    Some(crate::hook::HookTarget { channel: state.hook.clone(), addr: addr.clone() })
+    Some(crate::hook::HookTarget { channel: state.hook.clone(), addr: addr.clone(), span: span.clone() })
 }
 
 /// EAT probing for a streamed chat that can be acted on (`end`: a ready hook or a

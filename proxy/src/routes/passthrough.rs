@@ -40,6 +40,9 @@ pub async fn passthrough(State(state): State<Arc<AppState>>, req: Request) -> Re
                 request_id: &id,
                 model: None,
                 first: None,
+                // Untracked routes have no request span: the client's trace context
+                // passes through as it came.
+                span: tracing::Span::none(),
             },
         )
         .await?;

@@ -1,7 +1,13 @@
-//! Prometheus metrics and logging set-up.
+//! Prometheus metrics, logs, and traces over OTLP.
 
+mod json_log;
 mod logging;
 mod metrics;
+mod otel;
+pub mod spans;
+mod tracing_layer;
 
 pub use logging::init_logging;
 pub use metrics::{Metrics, RequestTimings, spawn_upkeep};
+pub use otel::{TracePipeline, TracingError};
+pub use tracing_layer::TraceGuard;

@@ -118,15 +118,15 @@ def resolution_sentences(data: dict, effects: dict[str, list[Effect]]) -> list[s
     if tails:
         per_run = sorted({w["prompts"] for w in data["setup"]["workloads"]})
         worst = sorted({worst_requests(n) for n in per_run})
-        runs = " and ".join(str(n) for n in per_run)
+        runs = " and ".join(str(n) for n in per_run)  # requests per run, by workload
         sizes = (f"with {runs} requests per run, the single slowest" if worst == [1]
                  else ", ".join(f"{n} requests: the {worst_requests(n)} slowest" for n in per_run))
         lines += ["", f"Mostly unresolved: {', '.join(tails)}. A per-request p99 (TTOT, largest answer "
                   f"gap) over one run is set by its slowest few ({sizes}), and a pooled ITL p99 by the run's "
                   "few longest stalls"
                   + (f"; {', '.join(steady)}, which every request adds to, mostly resolves" if steady else "")
-                  + f". Resolving those effects to ±{TOLERANCE * 100:.0f}% needs runs of hundreds of requests "
-                  "(a p99 set by several requests, not one) or many more rounds."]
+                  + f". Resolving those effects to ±{TOLERANCE * 100:.0f}% needs more requests per run than the "
+                  f"{runs} here (a p99 that more requests set) or more rounds."]
     return lines + [""]
 
 

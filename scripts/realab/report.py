@@ -520,23 +520,24 @@ def write(root: Path, results: Path, twin_json: Path, calibration_json: Path, ou
 
 def reproduce(setup: dict) -> list[str]:
     """The invocations that measured `setup`: one per workload after the first, appended
-    with its own loads (consecutive workloads sharing loads go in one)."""
+    with its own settings. Consecutive workloads go in one invocation only when they share
+    loads, requests per run and KV cache (one engine pair serves a whole invocation)."""
     default_loads = [0.5, 0.7, 0.9, 1.0]
-    groups: list[tuple[list[str], list[float]]] = []
+    groups: list[tuple[list[str], tuple]] = []
     for w in setup["workloads"]:
-        loads = w.get("loads", default_loads)
-        if groups and groups[-1][1] == loads:
+        known = WORKLOADS.get(w["name"])
+        asked = w["prompts"] if known is None or w["prompts"] != known.prompts else None
+        key = (w.get("loads", default_loads), asked, w.get("kv_blocks"))
+        if groups and groups[-1][1] == key:
             groups[-1][0].append(w["name"])
         else:
-            groups.append(([w["name"]], loads))
+            groups.append(([w["name"]], key))
     lines = []
     rounds = "" if setup["rounds"] == 3 else f"REALAB_ROUNDS={setup['rounds']} "
-    prompts = {w["name"]: w["prompts"] for w in setup["workloads"]}
-    for i, (names, loads) in enumerate(groups):
+    for i, (names, (loads, asked, _)) in enumerate(groups):
         env = rounds + ("REALAB_APPEND=1 " if i else "") + f"REALAB_WORKLOADS={','.join(names)} "
-        asked = {prompts[n] for n in names if n in WORKLOADS and prompts[n] != WORKLOADS[n].prompts}
         if asked:
-            env += f"REALAB_PROMPTS={asked.pop()} "
+            env += f"REALAB_PROMPTS={asked} "
         if loads != default_loads:
             env += f"REALAB_LOADS={','.join(f'{x:g}' for x in loads)} "
         lines.append(f"{env}scripts/bench-dispatch-real.sh")

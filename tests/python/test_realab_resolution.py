@@ -115,3 +115,11 @@ def test_the_reproduce_command_names_a_non_default_request_count():
         "REALAB_WORKLOADS=mix REALAB_PROMPTS=240 REALAB_LOADS=0.9 scripts/bench-dispatch-real.sh"]
     assert reproduce({"rounds": 3, "workloads": [{"name": "mix", "prompts": 48, "loads": [0.5, 0.7, 0.9, 1.0]}]}) == [
         "REALAB_WORKLOADS=mix scripts/bench-dispatch-real.sh"]
+    # Different requests per run, or a KV cache of its own, take an invocation each.
+    assert reproduce({"rounds": 3, "workloads": [
+        {"name": "mix", "prompts": 200, "loads": [0.9]},
+        {"name": "long", "prompts": 100, "loads": [0.9]},
+        {"name": "kv", "prompts": 96, "loads": [0.9], "kv_blocks": 50}]}) == [
+        "REALAB_WORKLOADS=mix REALAB_PROMPTS=200 REALAB_LOADS=0.9 scripts/bench-dispatch-real.sh",
+        "REALAB_APPEND=1 REALAB_WORKLOADS=long REALAB_PROMPTS=100 REALAB_LOADS=0.9 scripts/bench-dispatch-real.sh",
+        "REALAB_APPEND=1 REALAB_WORKLOADS=kv REALAB_PROMPTS=96 REALAB_LOADS=0.9 scripts/bench-dispatch-real.sh"]

@@ -56,6 +56,12 @@ fn open_stream(rig: &Rig, hang_after: &str) {
     });
 }
 
+/// Every listed stream has been relayed up to where its upstream hangs (seven reasoning
+/// deltas): the phase flips at the first, the count settles only at the last.
+fn all_thought_seven(l: &StreamList, n: usize) -> bool {
+    l.streams.len() == n && l.streams.iter().all(|s| s.phase == "think" && s.think_tokens == 7)
+}
+
 async fn wait_for(
     rig: &Rig,
     token: &str,
@@ -112,7 +118,7 @@ async fn a_proxy_asked_for_an_admin_listener_without_a_token_refuses_to_start() 
 async fn each_stream_is_listed_with_its_phase_and_tokens_until_it_ends() {
     let (rig, token) = rig_with_admin("MERIDIAN_TEST_ADMIN_TOKEN_PHASES", |_| {}).await;
     open_stream(&rig, HANG_THINKING);
-    let l = wait_for(&rig, &token, "a thinking stream", |l| l.streams_by_phase.think == 1).await;
+    let l = wait_for(&rig, &token, "a thinking stream", |l| all_thought_seven(l, 1)).await;
     let s: &StreamView = &l.streams[0];
     assert_eq!((s.stage, s.phase.as_str(), s.model.as_str()), (Stage::Relaying, "think", "Qwen/Qwen3-8B"));
     assert_eq!((s.think_tokens, s.output_tokens), (7, 0));
@@ -196,9 +202,8 @@ async fn the_registry_answers_with_a_thousand_streams_open() {
     for _ in 0..STREAMS {
         open_stream(&rig, HANG_THINKING);
     }
-    let l =
-        wait_for(&rig, &token, "a thousand thinking streams", |l| l.streams_by_phase.think == STREAMS as u64)
-            .await;
+    let l = wait_for(&rig, &token, "a thousand thinking streams", |l| all_thought_seven(l, STREAMS)).await;
+    assert_eq!(l.streams_by_phase.think, STREAMS as u64);
     assert_eq!(l.open, STREAMS);
     assert_eq!(l.streams.len(), STREAMS);
     assert!(l.streams.iter().all(|s| s.think_tokens == 7 && s.stage == Stage::Relaying));
@@ -216,7 +221,7 @@ async fn the_registry_answers_with_a_thousand_streams_open() {
 async fn meridian_top_shows_the_open_streams() {
     let (rig, token) = rig_with_admin("MERIDIAN_TEST_ADMIN_TOKEN_TOP", |_| {}).await;
     open_stream(&rig, HANG_THINKING);
-    wait_for(&rig, &token, "the stream", |l| l.streams_by_phase.think == 1).await;
+    wait_for(&rig, &token, "the stream", |l| all_thought_seven(l, 1)).await;
     let admin = format!("http://{}", rig.proxy.admin_addr.unwrap());
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_meridian"))
         .args(["top", "--once", "--admin", &admin, "--token-env", "MERIDIAN_TEST_ADMIN_TOKEN_TOP"])

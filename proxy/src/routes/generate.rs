@@ -284,15 +284,15 @@ async fn relay_generation(
         // The relay may append an error event, so the upstream's length cannot stand.
         headers.remove(header::CONTENT_LENGTH);
         let continuation = continuation.filter(|_| !via_hook);
-        match (&continuation, hook_used(state, &in_flight, via_hook, span)) {
-            (Some(_), _) => live.entry().set_ending(Ending::Continuation),
-            (None, Some(_)) if hook_acts => live.entry().set_ending(Ending::Hook),
-            _ => {}
-        }
         let end = match &continuation {
             Some(c) => Some(EndThinking::Continuation(c.end_now.clone())),
             None => hook_used(state, &in_flight, via_hook, span).map(EndThinking::Hook),
         };
+        match &end {
+            Some(EndThinking::Continuation(_)) => live.entry().set_ending(Ending::Continuation),
+            Some(EndThinking::Hook(_)) if hook_acts => live.entry().set_ending(Ending::Hook),
+            _ => {}
+        }
         let eat =
             end.and_then(|end| eat_prober(state, &info, &body, &in_flight, end.clone()).map(|p| (p, end)));
         let mut observer = RequestObserver::new(metrics.clone(), info, true);

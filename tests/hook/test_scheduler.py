@@ -286,3 +286,52 @@ def test_a_prompt_going_in_over_many_steps_is_never_mistaken_for_a_thinker(
     out = e.step({})
     assert set(out.num_scheduled_tokens) == {"answerer"}, "with its prompt in, it is a thinker held by the cap"
     assert e.scheduler._meridian.phase("long") == "think"
+
+
+def _prompt_tokens(e, out) -> dict[str, int]:
+    """The prompt tokens each request computed in the step ``out`` (before it sampled)."""
+    got = {}
+    for rid, n in out.num_scheduled_tokens.items():
+        req = e.scheduler.requests[rid]
+        if req.num_computed_tokens - n < req.num_prompt_tokens:
+            got[rid] = n
+    return got
+
+
+def _two_long_prompts_beside_an_answer(scheduler_cls, cap: int):
+    e = build(scheduler_cls, num_blocks=256, budget=1024)
+    e.scheduler.scheduler_config.long_prefill_token_threshold = cap  # stock's own per-request cap
+    e.add("answerer", PROMPT, arrival=1.0)
+    e.add("thinker", PROMPT, arrival=2.0)
+    e.step({"answerer": THINK_END})
+    e.step({})  # the answer's first visible token
+    for i in range(2):
+        e.add(f"long{i}", [2] * 600 + [THINK_START], arrival=3.0 + i)
+    return e
+
+
+@pytest.mark.parametrize("cap", [64, 200])
+def test_the_prefill_cap_bounds_the_whole_step_not_each_prompt(tmp_path, monkeypatch: pytest.MonkeyPatch, cap):
+    """Two long prompts going in while someone answers: each step computes at most the
+    cap of prompt tokens in all, every decoding request still decodes, and the prompts
+    do go in."""
+    cfg = tmp_path / "meridian.toml"
+    cfg.write_text(f'[hook]\npolicy = "output-first:output_prefill_cap={cap},express=0"\n')
+    monkeypatch.setenv("MERIDIAN_HOOK_CONFIG", str(cfg))
+    e = _two_long_prompts_beside_an_answer(MeridianScheduler, cap)
+    longs = [e.scheduler.requests[f"long{i}"] for i in range(2)]
+    steps = 0
+    while any(r.num_computed_tokens < r.num_prompt_tokens for r in longs):
+        out = e.step({})
+        steps += 1
+        assert sum(_prompt_tokens(e, out).values()) <= cap, f"step {steps}: {dict(out.num_scheduled_tokens)}"
+        assert {"answerer", "thinker"} <= set(out.num_scheduled_tokens), "decodes never sit out for a prompt"
+        assert steps < 100
+    assert steps >= 2 * 601 // cap, "both prompts went in at the cap's pace"
+    assert e.scheduler.max_num_scheduled_tokens == 1024, "vLLM's budget is back after the step"
+
+
+def test_stock_vllm_caps_each_prompt_so_two_prompts_double_the_step():
+    e = _two_long_prompts_beside_an_answer(AsyncScheduler, 64)
+    out = e.step({})
+    assert sorted(_prompt_tokens(e, out).values()) == [64, 64]

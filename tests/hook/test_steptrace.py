@@ -39,6 +39,8 @@ def test_each_step_is_one_line_with_its_shape(tmp_path, monkeypatch):
     assert second["prefill_context"] == 32, "a's second chunk attends to its first"
     assert (third["tokens"], third["decode_reqs"], third["decode_context"]) == (2, 2, 41 + 10)
     assert fourth["decode_context"] == 41 + 10 + 2
+    assert [s["prefill_reqs"] for s in steps] == [1, 2, 0, 0]
+    assert all("prefill_cap" not in s for s in steps), "stock vLLM has no policy limits"
     assert all(s["step_s"] >= s["sched_s"] > 0 for s in steps)
     assert [s["t"] for s in steps] == sorted(s["t"] for s in steps)
 
@@ -71,3 +73,21 @@ def test_without_the_variable_nothing_is_written(tmp_path, monkeypatch):
     assert e.scheduler._meridian_trace is None
     assert e.scheduler._meridian is not None, "the hook still schedules"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_hooked_engine_records_the_prefill_cap_its_policy_set(tmp_path, monkeypatch):
+    trace = tmp_path / "steps.jsonl"
+    monkeypatch.setenv("MERIDIAN_STEP_TRACE", str(trace))
+    cfg = tmp_path / "meridian.toml"
+    cfg.write_text('[hook]\npolicy = "output-first:output_prefill_cap=48"\n')
+    monkeypatch.setenv("MERIDIAN_HOOK_CONFIG", str(cfg))
+    e = build(TracedMeridianScheduler, num_blocks=64)
+    e.add("answerer", [1] * 20 + [THINK_START], arrival=1.0)
+    e.step({"answerer": THINK_END})  # prefill; the thought ends at once
+    e.step({})  # express: the first visible token
+    e.add("long", [1] * 200 + [THINK_START], arrival=2.0)
+    e.step({})
+    e.scheduler._meridian_trace.close()
+    caps = [s["prefill_cap"] for s in lines(trace)]
+    assert caps == [None, 0, 48]
+    assert lines(trace)[-1]["prefill_tokens"] == 48

@@ -51,9 +51,11 @@ class SchedulerCore:
         """Like ``order``, plus the step's (max_prefill_tokens, max_think_decodes)."""
     def plan_running(
         self, running: list[Any]
-    ) -> tuple[list[int] | None, int | None, int | None, list[int] | None]:
+    ) -> tuple[list[int] | None, int | None, int | None, list[int] | None, int | None]:
         """From vLLM's running ``Request`` objects: (order or None to keep vLLM's,
-        max_prefill_tokens, max_think_decodes, positions held out of the step or None)."""
+        max_prefill_tokens, max_think_decodes, positions held out of the step or None,
+        the step's token budget or None for vLLM's own: one token per decoding request
+        plus the prefill cap, the prefilling requests ordered after the decoding ones)."""
     def phase(self, request_id: str) -> str: ...
     def preempted(self, request_id: str) -> str:
         """Counts a preemption; returns the victim's KV tier."""

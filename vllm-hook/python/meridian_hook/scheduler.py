@@ -5,8 +5,10 @@ that list (answering requests first, thinking ones filling the rest of the token
 and puts the policy's victim last. It also carries out the policy's step limits: in an
 express step (a request has just finished thinking and awaits its first visible token)
 thinking and prefilling requests sit the step out and no new request is admitted, so
-the step is short; otherwise long prompts are fed in chunks of at most the policy's
-prefill cap while someone is answering. Every failure falls back to vLLM's own order."""
+the step is short; otherwise, while someone is answering, a step computes at most the
+policy's prefill cap of prompt tokens in all (vLLM's own threshold caps each request's
+chunk, so the hook also narrows the step's token budget to one token per decoding request
+plus the cap). Every failure falls back to vLLM's own order."""
 
 from __future__ import annotations
 
@@ -24,8 +26,10 @@ log = logging.getLogger("meridian_hook")
 #: Steps between two KV-tier measurements and clean-ups of finished requests.
 _HOUSEKEEPING_EVERY = 16
 
-#: A step the policy puts no limit on: (prefill cap, think-decode cap, held positions).
-_NO_PLAN: tuple[int | None, int | None, list[int] | None] = (None, None, None)
+#: A step the policy puts no limit on: (prefill cap, think-decode cap, held positions,
+#: token budget).
+_Plan = tuple[int | None, int | None, list[int] | None, int | None]
+_NO_PLAN: _Plan = (None, None, None, None)
 
 
 class MeridianScheduler(AsyncScheduler):
@@ -34,6 +38,8 @@ class MeridianScheduler(AsyncScheduler):
         self._meridian: _native.SchedulerCore | None = None
         self._meridian_held: list[Any] = []
         self._meridian_steps = 0
+        #: The limits of the step last planned (read by the step trace).
+        self._meridian_plan: _Plan = _NO_PLAN
         rt = None
         try:
             rt = runtime()
@@ -67,6 +73,7 @@ class MeridianScheduler(AsyncScheduler):
             plan = self._meridian_reorder(core)
         except Exception:  # noqa: BLE001 - never crash the engine
             rt.failed("scheduler")
+        self._meridian_plan = plan
         restore: list[Any] = []
         self._meridian_held = []
         try:
@@ -89,13 +96,20 @@ class MeridianScheduler(AsyncScheduler):
                 self.running.extend(r for r in held if id(r) not in present)
 
     def _meridian_apply_limits(
-        self, prefill_cap: int | None, think_cap: int | None, hold: list[int] | None, restore: list[Any]
+        self,
+        prefill_cap: int | None,
+        think_cap: int | None,
+        hold: list[int] | None,
+        budget: int | None,
+        restore: list[Any],
     ) -> None:
         """Holds requests out of this step's running list and narrows admission as the
         policy's limits say, appending the undo actions to ``restore``. ``hold``: the
         positions in the running list of the requests the limits keep out of the step
         (still prefilling when no prompt token may be computed; thinking past the
-        think-decode cap), as the core worked them out."""
+        think-decode cap), as the core worked them out; ``budget``: the step's token
+        budget that bounds its prompt tokens, the core having put the prefilling
+        requests behind the decoding ones."""
         if hold:
             running = self.running
             kept = len(running) - len(hold)
@@ -122,21 +136,25 @@ class MeridianScheduler(AsyncScheduler):
             if before == 0 or before > prefill_cap:
                 cfg.long_prefill_token_threshold = prefill_cap
                 restore.append(lambda: setattr(cfg, "long_prefill_token_threshold", before))
+            tokens = self.max_num_scheduled_tokens
+            if budget is not None and budget < tokens:
+                self.max_num_scheduled_tokens = budget
+                restore.append(lambda: setattr(self, "max_num_scheduled_tokens", tokens))
 
-    def _meridian_reorder(self, core: _native.SchedulerCore) -> tuple[int | None, int | None, list[int] | None]:
+    def _meridian_reorder(self, core: _native.SchedulerCore) -> _Plan:
         """Orders the running list by the policy (the core reads the requests and only
-        their tokens generated since the last step); returns the step's limits and whom
-        they hold out."""
+        their tokens generated since the last step); returns the step's limits, whom
+        they hold out and the token budget that bounds its prompt tokens."""
         running = self.running
         if not running:
             return _NO_PLAN
-        order, prefill_cap, think_cap, hold = core.plan_running(running)
+        order, prefill_cap, think_cap, hold, budget = core.plan_running(running)
         if order is not None and len(order) == len(running):
             running[:] = [running[i] for i in order]
         self._meridian_steps += 1
         if self._meridian_steps % _HOUSEKEEPING_EVERY == 0:
             self._meridian_housekeeping(core)
-        return (prefill_cap, think_cap, hold)
+        return (prefill_cap, think_cap, hold, budget)
 
     def _meridian_housekeeping(self, core: _native.SchedulerCore) -> None:
         core.retain(self.requests.keys())

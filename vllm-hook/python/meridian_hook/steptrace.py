@@ -23,7 +23,9 @@ both classes only schedule). Each step is one JSON line:
   (prompt chunks, or a preempted request's recompute); ``decode_reqs``: requests
   decoding one token; ``decode_context``: tokens of KV cache those decoders attend to;
   ``prefill_context``: tokens already computed before each prefill chunk (its attention
-  reads them); ``running``, ``waiting``: queue lengths after scheduling;
+  reads them); ``prefill_reqs``: requests computing prompt tokens; ``prefill_cap``
+  (hooked engine only): the prompt tokens the hook's policy allowed the step (``null``:
+  no limit; 0: an express step); ``running``, ``waiting``: queue lengths after scheduling;
   ``preempted``: requests vLLM preempted in this step, and ``preempted_output``,
   ``preempted_think``: those of them that had already ended their thought (answering:
   the victims a reader notices) and those still thinking (by the reasoning end token of
@@ -83,7 +85,7 @@ class _StepTrace:
         tokens = int(getattr(output, "total_num_scheduled_tokens", 0))
         if tokens == 0:
             return
-        prefill_tokens = decode_reqs = decode_context = prefill_context = 0
+        prefill_tokens = prefill_reqs = decode_reqs = decode_context = prefill_context = 0
         for rid, n in output.num_scheduled_tokens.items():
             req = sched.requests.get(rid)
             if req is None:
@@ -95,9 +97,10 @@ class _StepTrace:
                 decode_context += before
             else:
                 prefill_tokens += int(n)
+                prefill_reqs += 1
                 prefill_context += before
         preempted, preempted_output, preempted_think = self._victims(sched, output)
-        self._open.append({
+        step = {
             "t": started,
             "sched_s": time.perf_counter() - started,
             "tokens": tokens,
@@ -110,7 +113,12 @@ class _StepTrace:
             "preempted": preempted,
             "preempted_output": preempted_output,
             "preempted_think": preempted_think,
-        })
+            "prefill_reqs": prefill_reqs,
+        }
+        plan = getattr(sched, "_meridian_plan", None)
+        if plan is not None:
+            step["prefill_cap"] = plan[0]
+        self._open.append(step)
 
     def updated(self, sched: Any) -> None:
         if not self._open:

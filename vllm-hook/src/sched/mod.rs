@@ -52,9 +52,10 @@ pub(crate) struct Tracked {
 pub struct RunningRow(String, f64, i32, u32, Vec<u32>);
 
 /// What `plan_running` returns: the order to run in (`None`: vLLM's order as it is),
-/// the step's prefill and think-decode caps, and the positions (in the new order) of the
-/// requests those caps hold out of the step (`None`: nobody).
-type RunningPlan = (Option<Vec<usize>>, Option<u32>, Option<u32>, Option<Vec<usize>>);
+/// the step's prefill and think-decode caps, the positions (in the new order) of the
+/// requests those caps hold out of the step (`None`: nobody), and the step's token
+/// budget (`None`: vLLM's own), which makes the prefill cap a cap on the whole step.
+type RunningPlan = (Option<Vec<usize>>, Option<u32>, Option<u32>, Option<Vec<usize>>, Option<u32>);
 
 #[pyclass(module = "meridian_hook._native")]
 pub struct SchedulerCore {
@@ -286,6 +287,14 @@ impl SchedulerCore {
     }
 }
 
+/// Moves the still-prefilling requests behind the decoding ones, each group keeping its
+/// order, and the victim (the last entry) last.
+fn prefill_after_decodes(order: &mut [usize], prefilling: &[bool]) {
+    if let Some((_victim, rest)) = order.split_last_mut() {
+        rest.sort_by_key(|&i| prefilling.get(i).copied().unwrap_or(false));
+    }
+}
+
 #[pymethods]
 impl SchedulerCore {
     /// `policy` as in `hook.policy`; `think_start` / `think_end`: the served model's
@@ -324,7 +333,11 @@ impl SchedulerCore {
             self.last_running.push((req.as_ptr() as usize, slot));
         }
         let prefilling: Vec<bool> = views.iter().map(|v| v.prefill_remaining > 0).collect();
-        let (order, limits) = self.finish_plan(views, &row_slots, now);
+        let (mut order, limits) = self.finish_plan(views, &row_slots, now);
+        let capped = limits.max_prefill_tokens.filter(|&cap| cap > 0);
+        if capped.is_some() {
+            prefill_after_decodes(&mut order, &prefilling);
+        }
         if limits.max_think_decodes == Some(0) && limits.max_prefill_tokens == Some(0) {
             self.shared.counters.add(Counter::ExpressSteps, 1);
         }
@@ -350,11 +363,21 @@ impl SchedulerCore {
                 }
             }
         }
+        // vLLM's `long_prefill_token_threshold` caps each request's chunk, not the step:
+        // two prompts going in, or one running and one admitted, would each get the cap.
+        // A token budget of one per decoding request plus the cap bounds the step's prompt
+        // tokens (with the prefilling requests after the decoding ones, which it
+        // therefore never starves; new admissions get what the running ones leave).
+        let budget = capped.map(|cap| {
+            let decoding =
+                order.iter().filter(|&&i| !prefilling.get(i).copied().unwrap_or(false)).count().saturating_sub(hold.len());
+            u32::try_from(decoding).unwrap_or(u32::MAX).saturating_add(cap)
+        });
         let identity = order.len() == n && order.iter().enumerate().all(|(pos, &i)| pos == i);
         if !identity && order.len() == n {
             self.last_running = order.iter().map(|&i| self.last_running[i]).collect();
         }
-        Ok(((!identity).then_some(order), prefill_cap, think_cap, (!hold.is_empty()).then_some(hold)))
+        Ok(((!identity).then_some(order), prefill_cap, think_cap, (!hold.is_empty()).then_some(hold), budget))
     }
 
     fn knows(&self, request_id: &str) -> bool {

@@ -55,11 +55,14 @@ class Engine:
     scheduler: Any
     block_hasher: Any
 
-    def add(self, request_id: str, prompt: list[int], *, arrival: float, max_tokens: int = 512) -> Request:
+    def add(
+        self, request_id: str, prompt: list[int], *, arrival: float, max_tokens: int = 512, **params: Any
+    ) -> Request:
+        """``params``: more ``SamplingParams`` (``thinking_token_budget``, ``extra_args``)."""
         req = Request(
             request_id=request_id,
             prompt_token_ids=prompt,
-            sampling_params=SamplingParams(max_tokens=max_tokens, ignore_eos=True),
+            sampling_params=SamplingParams(max_tokens=max_tokens, ignore_eos=True, **params),
             pooling_params=None,
             arrival_time=arrival,
             block_hasher=self.block_hasher,

@@ -335,3 +335,28 @@ def test_stock_vllm_caps_each_prompt_so_two_prompts_double_the_step():
     e = _two_long_prompts_beside_an_answer(AsyncScheduler, 64)
     out = e.step({})
     assert sorted(_prompt_tokens(e, out).values()) == [64, 64]
+
+
+@pytest.mark.parametrize(
+    "budget",
+    [{"thinking_token_budget": 3}, {"extra_args": {"meridian_think_budget": 3}}],
+    ids=["vllm-budget", "hook-budget"],
+)
+def test_the_step_that_samples_a_forced_end_of_thought_is_capped_too(tmp_path, monkeypatch, budget):
+    """A thinker whose budget is spent samples the closing delimiter next: nothing shows,
+    but its first visible token waits for that step, so a long prompt must not go in
+    whole there, though nobody is answering yet."""
+    cfg = tmp_path / "meridian.toml"
+    cfg.write_text('[hook]\npolicy = "output-first:output_prefill_cap=64"\n')
+    monkeypatch.setenv("MERIDIAN_HOOK_CONFIG", str(cfg))
+    e = build(MeridianScheduler, num_blocks=256, budget=1024)
+    e.add("thinker", PROMPT, arrival=1.0, **budget)
+    e.step({})  # prefill; the first thinking token
+    e.step({})
+    e.add("long", [2] * 600 + [THINK_START], arrival=2.0)
+    out = e.step({})  # the thinker has thought 2 tokens: its third may still be anything
+    assert out.num_scheduled_tokens["long"] > 64, "nobody answers, nothing ends: no cap"
+    e.add("long2", [2] * 600 + [THINK_START], arrival=3.0)
+    out = e.step({})  # 3 tokens thought, the budget is spent: the delimiter comes next
+    assert set(out.num_scheduled_tokens) >= {"thinker"}
+    assert sum(_prompt_tokens(e, out).values()) <= 64

@@ -38,6 +38,10 @@ pub struct RequestView {
     pub output_tokens: u32,
     /// Engine time when the request last left the think phase, if it did.
     pub think_ended_s: Option<f64>,
+    /// Thinking, and the next token it samples is forced to close the thought (its
+    /// think budget is spent): the step that samples that delimiter shows the reader
+    /// nothing, but the first visible token waits for it. Natural ends cannot be known.
+    pub think_ends_next: bool,
     /// Engine time since when it has been waiting (arrival or preemption); `None` while
     /// running.
     pub queued_s: Option<f64>,

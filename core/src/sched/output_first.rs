@@ -83,8 +83,12 @@ impl OutputFirst {
     /// (its prompt, or its context again after a preemption) shows its reader nothing
     /// this step, so it must not set the step's limits: they would cap its own
     /// recompute, and with a cap of 0 (express steps) hold it back for good.
+    ///
+    /// A thinker whose budget forces the closing delimiter next counts too: the first
+    /// visible token comes one step after that one, so a long step there delays it as
+    /// much as one after it.
     fn answering_now(&self, r: &RequestView, now_s: f64) -> bool {
-        r.prefill_remaining == 0 && self.answering(r, now_s)
+        r.prefill_remaining == 0 && (r.think_ends_next || self.answering(r, now_s))
     }
 
     fn starving(&self, r: &RequestView, now_s: f64) -> bool {
@@ -168,6 +172,7 @@ mod tests {
             think_tokens: 0,
             output_tokens: 0,
             think_ended_s,
+            think_ends_next: false,
             queued_s,
         }
     }

@@ -45,6 +45,7 @@ mod tests {
             think_tokens: 0,
             output_tokens: 0,
             think_ended_s: None,
+            think_ends_next: false,
             queued_s: None,
         }
     }

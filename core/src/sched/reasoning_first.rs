@@ -100,6 +100,7 @@ mod tests {
             think_tokens: 10,
             output_tokens,
             think_ended_s: Some(think_ended_s),
+            think_ends_next: false,
             queued_s: None,
         }
     }

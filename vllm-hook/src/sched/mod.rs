@@ -43,6 +43,8 @@ pub(crate) struct Tracked {
     directive_generation: Option<u64>,
     /// The vLLM `Request` object `plan_running` last read it from.
     object: Option<RequestObject>,
+    /// The think budget the engine enforces on it (vLLM's or the hook's), if any.
+    think_budget: Option<u32>,
 }
 
 /// One running request as vLLM's scheduler sees it this step: `(request_id,
@@ -124,6 +126,9 @@ fn view_of(entry: &Tracked, arrival_s: f64, priority: i32, prefill_remaining: u3
         think_tokens: think,
         output_tokens: output,
         think_ended_s: entry.think_ended_s,
+        think_ends_next: prefill_remaining == 0
+            && phase == Phase::Think
+            && entry.think_budget.is_some_and(|budget| think >= budget),
         queued_s: None,
     }
 }
@@ -187,6 +192,7 @@ impl SchedulerCore {
             directive_priority: None,
             directive_generation: None,
             object: None,
+            think_budget: None,
         };
         if let Some(&i) = self.by_id.get(request_id) {
             self.slots[i] = Some(tracked);

@@ -75,6 +75,26 @@ fn stream_id_of(req: &Bound<'_, PyAny>) -> Option<String> {
     extra.get_item(intern!(py, "meridian_request_id")).ok()??.extract().ok()
 }
 
+/// The think budget the engine enforces for a request, where it has one: vLLM's own
+/// `thinking_token_budget` or the hook's `meridian_think_budget` extra argument (the
+/// smaller when both). Either forces the closing delimiter once that many tokens are
+/// thought, so the step that samples it can be seen coming.
+fn think_budget_of(req: &Bound<'_, PyAny>) -> Option<u32> {
+    let py = req.py();
+    let params = req.getattr(intern!(py, "sampling_params")).ok()?;
+    let own: Option<u32> = params.getattr(intern!(py, "thinking_token_budget")).ok().and_then(|b| b.extract().ok());
+    let hook: Option<u32> = params
+        .getattr(intern!(py, "extra_args"))
+        .ok()
+        .and_then(|e| e.cast_into::<PyDict>().ok())
+        .and_then(|e| e.get_item(intern!(py, "meridian_think_budget")).ok().flatten())
+        .and_then(|b| b.extract().ok());
+    match (own, hook) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 impl SchedulerCore {
     /// Reads what stays put while a request runs from one of vLLM's `Request` objects,
     /// tracks the request from its prompt when it is new, and returns its slot.
@@ -95,7 +115,9 @@ impl SchedulerCore {
             }
         };
         let stream_id = stream_id_of(req);
+        let think_budget = think_budget_of(req);
         let entry = self.slot_mut(slot);
+        entry.think_budget = think_budget;
         if entry.stream_id != stream_id {
             entry.stream_id = stream_id;
             entry.directive_generation = None;

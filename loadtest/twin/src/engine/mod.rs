@@ -202,6 +202,7 @@ impl Engine {
                 priority: req.priority,
                 prompt: req.prompt_tokens,
                 think_len,
+                think_forced: req.think_budget.is_some_and(|b| b <= req.think_tokens),
                 answer_len: req.answer_tokens,
                 generated: 0,
                 computed: 0,

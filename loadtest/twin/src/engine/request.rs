@@ -30,6 +30,8 @@ pub(crate) struct SimRequest {
     pub prompt: u32,
     /// Think tokens this generation will have (budget applied).
     pub think_len: u32,
+    /// The budget, not the model, ends the thought (so the scheduler can see it coming).
+    pub think_forced: bool,
     pub answer_len: u32,
     /// Tokens sampled so far (think + answer).
     pub generated: u32,
@@ -81,6 +83,11 @@ impl SimRequest {
             think_tokens: self.generated.min(self.think_len),
             output_tokens: self.generated.saturating_sub(self.think_len),
             think_ended_s: self.think_ended_s,
+            // A thought the budget cut short ends at a token everyone can count to.
+            think_ends_next: self.think_forced
+                && self.phase() == Phase::Think
+                && self.kv_to_compute() == 0
+                && self.generated + 1 == self.think_len,
             queued_s: (self.state == State::Waiting).then_some(self.queued_s),
         }
     }

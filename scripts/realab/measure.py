@@ -258,9 +258,20 @@ def attribute_stalls(raw: dict, steps: list[dict], t0: float, threshold_s: float
     of the gap around then (one long step, or idle), else `delivery` (the engine kept
     stepping and the tokens waited between it and the client: API server, proxy,
     tester, OS). Client times are placed on the engine's clock by the run's start
-    (within the tester's start-up, tens of milliseconds)."""
-    done = sorted(s["t"] + s["step_s"] for s in steps)
+    (within the tester's start-up, tens of milliseconds).
+
+    Under the hook (whose trace says what prefill cap its policy set for each step) an
+    engine stall is also sorted by the step that held it: `engine_uncapped` (the policy
+    saw nobody answering or about to, so the step had no limit), `engine_capped`
+    (limited, and long all the same); stalls with no completed step inside count in
+    neither."""
+    by_end = sorted(((s["t"] + s["step_s"], s) for s in steps), key=lambda x: x[0])
+    done = [c for c, _ in by_end]
+    step_at = dict(by_end)
+    traced_caps = any("prefill_cap" in s for s in steps)
     out = {"engine": 0, "delivery": 0}
+    if traced_caps:
+        out.update(engine_uncapped=0, engine_capped=0)
     for r in raw["runs"][0]["requests"]:
         if not r["ok"] or r.get("ttfo") is None:
             continue
@@ -271,8 +282,12 @@ def attribute_stalls(raw: dict, steps: list[dict], t0: float, threshold_s: float
             lo, hi = t0 + r["sent_at"] + a - 0.1, t0 + r["sent_at"] + b + 0.1
             inside = [c for c in done if lo <= c <= hi]
             marks = [lo, *inside, hi]
-            longest = max(y - x for x, y in zip(marks, marks[1:]))
-            out["engine" if longest >= 0.5 * (b - a) else "delivery"] += 1
+            longest, end = max((y - x, y) for x, y in zip(marks, marks[1:]))
+            engine = longest >= 0.5 * (b - a)
+            out["engine" if engine else "delivery"] += 1
+            held_by = step_at.get(end) if engine and traced_caps else None
+            if held_by is not None:
+                out["engine_uncapped" if held_by.get("prefill_cap") is None else "engine_capped"] += 1
     return out
 
 

@@ -228,6 +228,12 @@ def residual_sentences(data, twin, w, loads) -> list[str]:
                    f"completed no step (a long step: the twin's output-first keeps answers out of those), {dlv} "
                    f"({100 * dlv / (eng + dlv):.0f}%) while it kept stepping (the delivery path, which the twin "
                    "does not model).")
+        uncapped = sum(r["stalls"].get("engine_uncapped", 0) for r in runs)
+        capped = sum(r["stalls"].get("engine_capped", 0) for r in runs)
+        if uncapped + capped:
+            out.append(f"Of the engine's stalls that a step held, {uncapped} were in steps the hook's policy left "
+                       "without a prefill cap (it saw nobody answering and no thought about to end: a natural end "
+                       f"of thought cannot be seen coming), {capped} in steps it had capped.")
     return [" ".join(out), ""] if out else []
 
 

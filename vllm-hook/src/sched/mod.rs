@@ -375,8 +375,11 @@ impl SchedulerCore {
         // tokens (with the prefilling requests after the decoding ones, which it
         // therefore never starves; new admissions get what the running ones leave).
         let budget = capped.map(|cap| {
-            let decoding =
-                order.iter().filter(|&&i| !prefilling.get(i).copied().unwrap_or(false)).count().saturating_sub(hold.len());
+            let decoding = order
+                .iter()
+                .filter(|&&i| !prefilling.get(i).copied().unwrap_or(false))
+                .count()
+                .saturating_sub(hold.len());
             u32::try_from(decoding).unwrap_or(u32::MAX).saturating_add(cap)
         });
         let identity = order.len() == n && order.iter().enumerate().all(|(pos, &i)| pos == i);

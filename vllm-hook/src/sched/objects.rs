@@ -66,33 +66,26 @@ impl Hasher for AddressHasher {
     }
 }
 
-/// The proxy's stream id for a request: `meridian_request_id` in its sampling params'
-/// `extra_args` (the body's `vllm_xargs`), when it is a string.
-fn stream_id_of(req: &Bound<'_, PyAny>) -> Option<String> {
-    let py = req.py();
-    let params = req.getattr(intern!(py, "sampling_params")).ok()?;
-    let extra = params.getattr(intern!(py, "extra_args")).ok()?.cast_into::<PyDict>().ok()?;
-    extra.get_item(intern!(py, "meridian_request_id")).ok()??.extract().ok()
-}
-
-/// The think budget the engine enforces for a request, where it has one: vLLM's own
+/// What a request's sampling params tell the scheduler, read once: the proxy's stream id
+/// (`meridian_request_id` in `extra_args`, the body's `vllm_xargs`, when a string), and
+/// the think budget the engine enforces, where it has one: vLLM's own
 /// `thinking_token_budget` or the hook's `meridian_think_budget` extra argument (the
 /// smaller when both). Either forces the closing delimiter once that many tokens are
 /// thought, so the step that samples it can be seen coming.
-fn think_budget_of(req: &Bound<'_, PyAny>) -> Option<u32> {
+fn params_of<'py>(req: &Bound<'py, PyAny>) -> (Option<String>, Option<u32>) {
     let py = req.py();
-    let params = req.getattr(intern!(py, "sampling_params")).ok()?;
-    let own: Option<u32> = params.getattr(intern!(py, "thinking_token_budget")).ok().and_then(|b| b.extract().ok());
-    let hook: Option<u32> = params
-        .getattr(intern!(py, "extra_args"))
-        .ok()
-        .and_then(|e| e.cast_into::<PyDict>().ok())
-        .and_then(|e| e.get_item(intern!(py, "meridian_think_budget")).ok().flatten())
-        .and_then(|b| b.extract().ok());
-    match (own, hook) {
+    let Ok(params) = req.getattr(intern!(py, "sampling_params")) else { return (None, None) };
+    let own: Option<u32> =
+        params.getattr(intern!(py, "thinking_token_budget")).ok().and_then(|b| b.extract().ok());
+    let extra = params.getattr(intern!(py, "extra_args")).ok().and_then(|e| e.cast_into::<PyDict>().ok());
+    let arg = |key: &Bound<'py, PyString>| extra.as_ref().and_then(|e| e.get_item(key).ok().flatten());
+    let stream_id = arg(intern!(py, "meridian_request_id")).and_then(|v| v.extract().ok());
+    let hook: Option<u32> = arg(intern!(py, "meridian_think_budget")).and_then(|b| b.extract().ok());
+    let budget = match (own, hook) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
-    }
+    };
+    (stream_id, budget)
 }
 
 impl SchedulerCore {
@@ -114,8 +107,7 @@ impl SchedulerCore {
                 self.start_tracking(id, Some(&prompt))
             }
         };
-        let stream_id = stream_id_of(req);
-        let think_budget = think_budget_of(req);
+        let (stream_id, think_budget) = params_of(req);
         let entry = self.slot_mut(slot);
         entry.think_budget = think_budget;
         if entry.stream_id != stream_id {

@@ -244,10 +244,16 @@ def observed_lengths(raw_dir: Path, workload: str) -> dict[str, list[float]]:
 
 
 def twin_workload(lengths: dict[str, list[float]]) -> str:
-    """The twin's workload file for these observed lengths (uniform between the extremes)."""
+    """The twin's workload file for these observed lengths (uniform between the extremes).
+    vLLM's usage counts the end-of-thought delimiter with the answer (completion tokens
+    less the reasoning ones); the twin adds the delimiter itself after any thought, so
+    the answer it is given is one shorter."""
     lines = ["# Written by scripts/realab from the lengths a real vLLM reported (usage) in the A/B."]
+    delimiter = 1 if lengths["think"][0] > 0 else 0
     for key in ("prompt", "think", "answer"):
         lo, _, hi = lengths[key]
+        if key == "answer":
+            lo, hi = max(lo - delimiter, 1), max(hi - delimiter, 1)
         lines.append(f'{key} = {{ kind = "uniform", min = {int(lo)}, max = {int(hi)} }}')
     return "\n".join(lines) + "\n"
 

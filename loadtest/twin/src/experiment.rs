@@ -20,13 +20,15 @@ pub struct SimRecord {
     pub arrival_s: f64,
     pub ttft: Option<f64>,
     pub ttfo: Option<f64>,
-    /// Last think token to first output token.
+    /// Last visible think token to first output token (two steps at least: the
+    /// end-of-thought delimiter's and the first answer token's).
     pub think_to_output: Option<f64>,
     pub output_itl: Vec<f64>,
     /// Every token's time, from arrival.
     pub token_times: Vec<f64>,
     pub e2e: Option<f64>,
     pub think_tokens: u32,
+    /// Answer tokens and the end-of-thought delimiter before them, as vLLM's usage counts.
     pub output_tokens: u32,
     pub prompt_tokens: u32,
 }
@@ -129,6 +131,15 @@ pub fn run_poisson(
             let Some(&i) = by_seq.get(&tok.seq) else { continue };
             let r = &mut records[i];
             let since = tok.at_s - r.arrival_s;
+            if tok.ends_thought {
+                // Sampled and counted (vLLM's usage counts it with the answer), never seen.
+                r.output_tokens += 1;
+                if tok.last {
+                    r.e2e = Some(since);
+                    last_token.remove(&tok.seq);
+                }
+                continue;
+            }
             r.ttft.get_or_insert(since);
             r.token_times.push(since);
             let prev = last_token.insert(tok.seq, (tok.at_s, tok.phase));
@@ -183,12 +194,15 @@ mod tests {
         let res = run_poisson(cfg, Box::new(Fcfs), spec(2, 2), 1.0, 1, 0);
         let r = &res.records[0];
         assert!((r.ttft.unwrap() - 0.020).abs() < 1e-9);
-        // tokens at 20.0, 32.1, 44.3, 56.6 ms: think, think, output, output.
-        assert!((r.think_to_output.unwrap() - 0.0122).abs() < 1e-9);
-        assert!((r.ttfo.unwrap() - 0.0443).abs() < 1e-9);
+        // tokens at 20.0, 32.1, 44.3, 56.6, 69.0 ms: think, think, the end-of-thought
+        // delimiter (no client sees it), output, output.
+        assert!((r.think_to_output.unwrap() - 0.0245).abs() < 1e-9);
+        assert!((r.ttfo.unwrap() - 0.0566).abs() < 1e-9);
+        assert_eq!(r.token_times.len(), 4, "the delimiter is not a visible token");
         assert_eq!(r.output_itl.len(), 1);
-        assert_eq!((r.think_tokens, r.output_tokens), (2, 2));
-        assert_eq!(res.steps, 4);
+        assert!((r.output_itl[0] - 0.0124).abs() < 1e-9);
+        assert_eq!((r.think_tokens, r.output_tokens), (2, 3), "usage counts the delimiter with the answer");
+        assert_eq!(res.steps, 5);
     }
 
     #[test]

@@ -40,8 +40,12 @@ fn one_request_step_by_step() {
     assert_eq!(s2.tokens[0].phase, Phase::Think);
     let s3 = e.step().unwrap();
     assert!(close(s3.duration_s, 0.0122));
-    assert_eq!((s3.tokens[0].phase, s3.tokens[0].last), (Phase::Output, true));
-    assert!(close(e.now(), 0.0443));
+    // The end-of-thought delimiter: a step of its own, still thinking, seen by no client.
+    assert_eq!((s3.tokens[0].phase, s3.tokens[0].ends_thought), (Phase::Think, true));
+    let s4 = e.step().unwrap();
+    assert!(close(s4.duration_s, 0.0123));
+    assert_eq!((s4.tokens[0].phase, s4.tokens[0].ends_thought, s4.tokens[0].last), (Phase::Output, false, true));
+    assert!(close(e.now(), 0.0566));
     assert!(e.step().is_none());
     assert_eq!(e.kv_usage(), 0.0, "blocks returned");
 }
@@ -136,7 +140,11 @@ fn ending_thinking_early_switches_the_next_token_to_output() {
     while let Some(s) = e.step() {
         phases.extend(s.tokens.iter().map(|t| t.phase));
     }
-    assert_eq!(phases, vec![Phase::Think, Phase::Think, Phase::Think, Phase::Output, Phase::Output]);
+    // Three thoughts, the forced delimiter, then the answer.
+    assert_eq!(
+        phases,
+        vec![Phase::Think, Phase::Think, Phase::Think, Phase::Think, Phase::Output, Phase::Output]
+    );
     assert!(!e.end_thinking(seq), "finished requests are gone");
 }
 
@@ -144,12 +152,14 @@ fn ending_thinking_early_switches_the_next_token_to_output() {
 fn think_budget_caps_reasoning() {
     let mut e = Engine::new(tiny(), Box::new(Fcfs));
     e.submit(NewRequest { think_budget: Some(3), ..req("a", 4, 50, 2) }).unwrap();
-    let mut phases = Vec::new();
+    let mut tokens = Vec::new();
     while let Some(s) = e.step() {
-        phases.extend(s.tokens.iter().map(|t| t.phase));
+        tokens.extend(s.tokens);
     }
-    assert_eq!(phases.iter().filter(|p| **p == Phase::Think).count(), 3);
-    assert_eq!(phases.len(), 5);
+    let visible_thoughts = tokens.iter().filter(|t| t.phase == Phase::Think && !t.ends_thought).count();
+    assert_eq!(visible_thoughts, 3);
+    assert_eq!(tokens.iter().filter(|t| t.ends_thought).count(), 1, "the forced delimiter");
+    assert_eq!(tokens.len(), 6);
 }
 
 #[test]
@@ -177,7 +187,7 @@ proptest! {
         let mut e = Engine::new(cfg, Box::new(Fcfs));
         let mut expected = std::collections::HashMap::new();
         let mut pending: Vec<_> = reqs.iter().enumerate().collect();
-        let mut got: std::collections::HashMap<u64, Vec<(u32, Phase)>> = Default::default();
+        let mut got: std::collections::HashMap<u64, Vec<(u32, Phase, bool)>> = Default::default();
         let mut last_clock = 0.0;
         let mut guard = 0;
         loop {
@@ -195,7 +205,7 @@ proptest! {
                     prop_assert!(e.now() > last_clock);
                     last_clock = e.now();
                     for t in s.tokens {
-                        got.entry(t.seq).or_default().push((t.index, t.phase));
+                        got.entry(t.seq).or_default().push((t.index, t.phase, t.ends_thought));
                     }
                 }
                 None if pending.is_empty() => break,
@@ -206,10 +216,14 @@ proptest! {
         }
         for (seq, (think, answer)) in expected {
             let toks = &got[&seq];
-            prop_assert_eq!(toks.len() as u32, think + answer);
-            for (i, (index, phase)) in toks.iter().enumerate() {
-                prop_assert_eq!(*index, i as u32);
-                prop_assert_eq!(*phase, if (i as u32) < think { Phase::Think } else { Phase::Output });
+            // A thought followed by an answer closes with the delimiter, one more token.
+            let delimiter = u32::from(think > 0 && answer > 0);
+            prop_assert_eq!(toks.len() as u32, think + delimiter + answer);
+            for (i, (index, phase, ends_thought)) in toks.iter().enumerate() {
+                let i = i as u32;
+                prop_assert_eq!(*index, i);
+                prop_assert_eq!(*phase, if i < think + delimiter { Phase::Think } else { Phase::Output });
+                prop_assert_eq!(*ends_thought, delimiter == 1 && i == think);
             }
         }
         prop_assert_eq!(e.kv_usage(), 0.0);

@@ -73,7 +73,8 @@ fn run_to_completion(config: EngineConfig, policy: &str, arrivals: &[Arrival]) -
                     think_budget: None,
                 })
                 .map_err(|e| format!("request {next} refused: {e}"))?;
-            expected.insert(seq, a.think + a.answer);
+            // A thought followed by an answer closes with the delimiter token.
+            expected.insert(seq, a.think + u32::from(a.think > 0 && a.answer > 0) + a.answer);
             next += 1;
         }
         let wake = arrivals.get(next).map_or(f64::INFINITY, |a| a.at_s);
@@ -216,7 +217,7 @@ fn reasoning_first_answer_alone_ahead_of_its_reader_finishes() {
         assert_eq!(records.len(), 3);
         for r in &records {
             assert!(r.e2e.is_some(), "{policy}: a request never finished");
-            assert_eq!(r.output_tokens, 120);
+            assert_eq!(r.output_tokens, 121, "the answer and the end-of-thought delimiter");
         }
     }
 }

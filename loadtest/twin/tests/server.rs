@@ -66,7 +66,8 @@ async fn streams_reasoning_then_content_with_usage() {
     let fields: Vec<&str> = d.iter().map(|(f, _)| f.as_str()).collect();
     assert_eq!(fields, [vec!["reasoning"; 6], vec!["content"; 4]].concat());
     let u = usage.unwrap();
-    assert_eq!(u["completion_tokens"], 10);
+    // vLLM counts the end-of-thought delimiter, which no delta shows, with the answer.
+    assert_eq!(u["completion_tokens"], 11);
     assert_eq!(u["completion_tokens_details"]["reasoning_tokens"], 6);
 }
 
@@ -75,7 +76,7 @@ async fn thinking_budget_max_tokens_and_thinking_off() {
     let t = twin(50, 5).await;
     let (d, u) = deltas(&chat(&t, json!({"thinking_token_budget": 3})).await);
     assert_eq!(d.iter().filter(|(f, _)| f == "reasoning").count(), 3);
-    assert_eq!(u.unwrap()["completion_tokens"], 8);
+    assert_eq!(u.unwrap()["completion_tokens"], 9, "3 thinking, the forced delimiter, 5 answering");
     let (d, _) = deltas(&chat(&t, json!({"max_tokens": 10})).await);
     assert_eq!(d.len(), 10);
     let (d, _) = deltas(&chat(&t, json!({"chat_template_kwargs": {"enable_thinking": false}})).await);
@@ -149,7 +150,7 @@ async fn metrics_use_vllm_names() {
     ] {
         assert!(m.contains(name), "{name}");
     }
-    assert!(m.contains("vllm:generation_tokens_total{engine=\"0\",model_name=\"Qwen/Qwen3-8B\"} 6"));
+    assert!(m.contains("vllm:generation_tokens_total{engine=\"0\",model_name=\"Qwen/Qwen3-8B\"} 7"));
 }
 
 #[tokio::test]

@@ -56,6 +56,9 @@ pub struct Token {
     /// 0-based position in the generation.
     pub index: u32,
     pub phase: Phase,
+    /// The end-of-thought delimiter (phase `Think`): it costs a step like any token, but
+    /// the reasoning parser swallows it, so a client sees nothing for it.
+    pub ends_thought: bool,
     /// Engine time at the end of the step that produced it.
     pub at_s: f64,
     /// This token ends the generation.
@@ -182,11 +185,12 @@ impl Engine {
         if think_len + req.answer_tokens == 0 {
             return Err(SubmitError::Empty);
         }
-        let longest = req.prompt_tokens + think_len + req.answer_tokens;
-        if self.pool.blocks_for(longest) > self.pool.capacity() {
+        let closes_thought = think_len > 0 && req.answer_tokens > 0;
+        let generated = think_len + u32::from(closes_thought) + req.answer_tokens;
+        if self.pool.blocks_for(req.prompt_tokens + generated) > self.pool.capacity() {
             return Err(SubmitError::TooLong {
                 prompt: req.prompt_tokens,
-                generated: think_len + req.answer_tokens,
+                generated,
                 blocks: self.pool.capacity(),
                 block_size: self.pool.block_size(),
             });
@@ -203,6 +207,7 @@ impl Engine {
                 prompt: req.prompt_tokens,
                 think_len,
                 think_forced: req.think_budget.is_some_and(|b| b <= req.think_tokens),
+                closes_thought,
                 answer_len: req.answer_tokens,
                 generated: 0,
                 computed: 0,
@@ -227,12 +232,15 @@ impl Engine {
         true
     }
 
-    /// Ends thinking now: the next token is the first answer token ("end thinking now"
-    /// from the proxy, or an entropy-gated exit). No effect once answering.
+    /// Ends thinking now: the next token is the forced delimiter, then the answer ("end
+    /// thinking now" from the proxy, or an entropy-gated exit). No effect once the
+    /// delimiter is due or out. Not marked as seen coming (`think_forced`): the hook's
+    /// scheduler learns of such an exit only from the delimiter itself.
     pub fn end_thinking(&mut self, seq: u64) -> bool {
         match self.requests.get_mut(&seq) {
             Some(r) if r.generated < r.think_len => {
                 r.think_len = r.generated;
+                r.closes_thought = r.answer_len > 0;
                 true
             }
             _ => false,
@@ -415,13 +423,14 @@ impl Engine {
                 continue; // a prefill chunk that did not reach the end of the prompt
             }
             let index = r.generated;
-            let phase = if index < r.think_len { Phase::Think } else { Phase::Output };
+            let phase = if index < r.answer_starts() { Phase::Think } else { Phase::Output };
+            let ends_thought = r.closes_thought && index == r.think_len;
             r.generated += 1;
-            if r.generated == r.think_len {
+            if r.generated == r.answer_starts() {
                 r.think_ended_s = Some(end);
             }
             let last = r.generated >= r.target();
-            report.tokens.push(Token { seq, index, phase, at_s: end, last });
+            report.tokens.push(Token { seq, index, phase, ends_thought, at_s: end, last });
             if last {
                 finished.push(seq);
             }

@@ -32,6 +32,11 @@ pub(crate) struct SimRequest {
     pub think_len: u32,
     /// The budget, not the model, ends the thought (so the scheduler can see it coming).
     pub think_forced: bool,
+    /// An end-of-thought delimiter (`</think>`) follows the thought: one more sampled
+    /// token, in a step of its own, that the reasoning parser swallows, so no client sees
+    /// it and the first answer token comes a step later. Only when an answer follows (a
+    /// thought cut by `max_tokens` just stops).
+    pub closes_thought: bool,
     pub answer_len: u32,
     /// Tokens sampled so far (think + answer).
     pub generated: u32,
@@ -51,14 +56,20 @@ impl SimRequest {
     }
 
     pub fn target(&self) -> u32 {
-        self.think_len + self.answer_len
+        self.answer_starts() + self.answer_len
     }
 
-    /// The phase of the next token this request will produce.
+    /// Tokens sampled before the first answer token: the thought and its delimiter.
+    pub fn answer_starts(&self) -> u32 {
+        self.think_len + u32::from(self.closes_thought)
+    }
+
+    /// The phase of the next token this request will produce (sampling the delimiter is
+    /// still thinking: the phase turns once it is out).
     pub fn phase(&self) -> Phase {
         if self.computed < self.prompt && self.generated == 0 {
             Phase::Pending
-        } else if self.generated < self.think_len {
+        } else if self.generated < self.answer_starts() {
             Phase::Think
         } else {
             Phase::Output
@@ -81,13 +92,14 @@ impl SimRequest {
             phase: self.phase(),
             prefill_remaining: self.kv_to_compute(),
             think_tokens: self.generated.min(self.think_len),
-            output_tokens: self.generated.saturating_sub(self.think_len),
+            output_tokens: self.generated.saturating_sub(self.answer_starts()),
             think_ended_s: self.think_ended_s,
-            // A thought the budget cut short ends at a token everyone can count to.
+            // A thought the budget cut short ends at a token everyone can count to: the
+            // next step samples the forced delimiter.
             think_ends_next: self.think_forced
-                && self.phase() == Phase::Think
+                && self.closes_thought
                 && self.kv_to_compute() == 0
-                && self.generated + 1 == self.think_len,
+                && self.generated == self.think_len,
             queued_s: (self.state == State::Waiting).then_some(self.queued_s),
         }
     }

@@ -96,18 +96,21 @@ impl StreamCtx {
         Bytes::from(format!("data: {v}\n\n"))
     }
 
-    /// The chunk of the `generated`-th token.
-    fn token_chunk(&self, t: &Token, generated: u32) -> Bytes {
-        let text = token_text(t);
+    /// The chunk of the `generated`-th token; `None` for the end-of-thought delimiter on
+    /// chat, which vLLM's reasoning parser swallows (it is never a stream's last token:
+    /// the engine closes a thought only when an answer follows).
+    fn token_chunk(&self, t: &Token, generated: u32) -> Option<Bytes> {
+        let text = if t.ends_thought { "</think>\n\n" } else { token_text(t) };
         let mut choice = if self.req.chat {
+            if t.ends_thought {
+                return None;
+            }
             let field =
                 if t.phase == Phase::Think || self.req.continues_answer { "reasoning" } else { "content" };
             json!({"index": 0, "delta": {field: text}, "logprobs": null, "finish_reason": null})
         } else if t.phase == Phase::Think && t.index == 0 {
             // No reasoning parser on /v1/completions: the raw text carries the tags.
             json!({"index": 0, "text": format!("<think>\n{text}"), "logprobs": null, "finish_reason": null})
-        } else if t.phase == Phase::Output && t.index == self.plan.think_len && self.plan.think_len > 0 {
-            json!({"index": 0, "text": format!("</think>\n\n{text}"), "logprobs": null, "finish_reason": null})
         } else {
             json!({"index": 0, "text": text, "logprobs": null, "finish_reason": null})
         };
@@ -118,7 +121,7 @@ impl StreamCtx {
             choice["finish_reason"] = json!(self.finish_reason());
         }
         if !self.req.continuous_usage {
-            return self.chunk(choice);
+            return Some(self.chunk(choice));
         }
         // vLLM's per-chunk usage: the counts so far, without details.
         let mut usage = self.usage(generated);
@@ -127,7 +130,7 @@ impl StreamCtx {
         }
         let v = json!({"id": self.id, "object": self.object(true), "created": self.created, "model": self.model,
             "system_fingerprint": &*self.fingerprint, "choices": [choice], "usage": usage});
-        Bytes::from(format!("data: {v}\n\n"))
+        Some(Bytes::from(format!("data: {v}\n\n")))
     }
 
     fn usage(&self, generated: u32) -> Value {
@@ -149,7 +152,7 @@ pub(crate) fn sse_body(
         Done,
     }
     let state = (ctx, rx, guard, Stage::Start, 0u32);
-    futures::stream::unfold(state, |(ctx, mut rx, mut guard, stage, generated)| async move {
+    futures::stream::unfold(state, |(ctx, mut rx, mut guard, stage, mut generated)| async move {
         match stage {
             Stage::Start => {
                 let first = if ctx.req.chat {
@@ -159,23 +162,22 @@ pub(crate) fn sse_body(
                 };
                 Some((Ok(first), (ctx, rx, guard, Stage::Tokens, generated)))
             }
-            Stage::Tokens => match rx.recv().await {
-                Some(t) => {
-                    let generated = generated + 1;
-                    let mut out = ctx.token_chunk(&t, generated).to_vec();
-                    if t.last {
-                        guard.done = true;
-                        if ctx.req.include_usage {
-                            let v = json!({"id": ctx.id, "object": ctx.object(true), "created": ctx.created, "model": ctx.model,
-                                "system_fingerprint": &*ctx.fingerprint, "choices": [], "usage": ctx.usage(generated)});
-                            out.extend_from_slice(format!("data: {v}\n\n").as_bytes());
-                        }
-                        out.extend_from_slice(b"data: [DONE]\n\n");
-                        return Some((Ok(Bytes::from(out)), (ctx, rx, guard, Stage::Done, generated)));
-                    }
-                    Some((Ok(Bytes::from(out)), (ctx, rx, guard, Stage::Tokens, generated)))
+            Stage::Tokens => loop {
+                let Some(t) = rx.recv().await else { return None };
+                generated += 1;
+                let Some(chunk) = ctx.token_chunk(&t, generated) else { continue };
+                if !t.last {
+                    return Some((Ok(chunk), (ctx, rx, guard, Stage::Tokens, generated)));
                 }
-                None => None,
+                guard.done = true;
+                let mut out = chunk.to_vec();
+                if ctx.req.include_usage {
+                    let v = json!({"id": ctx.id, "object": ctx.object(true), "created": ctx.created, "model": ctx.model,
+                        "system_fingerprint": &*ctx.fingerprint, "choices": [], "usage": ctx.usage(generated)});
+                    out.extend_from_slice(format!("data: {v}\n\n").as_bytes());
+                }
+                out.extend_from_slice(b"data: [DONE]\n\n");
+                return Some((Ok(Bytes::from(out)), (ctx, rx, guard, Stage::Done, generated)));
             },
             Stage::Done => None,
         }
@@ -194,6 +196,15 @@ pub(crate) async fn collect(
     let mut logprobs: Vec<Value> = Vec::new();
     while let Some(t) = rx.recv().await {
         generated += 1;
+        if t.ends_thought {
+            // Swallowed by the reasoning parser on chat; completions' text carries no tags
+            // here either. Counted in usage all the same.
+            if t.last {
+                guard.done = true;
+                break;
+            }
+            continue;
+        }
         let text = token_text(&t);
         let into =
             if t.phase == Phase::Think || ctx.req.continues_answer { &mut reasoning } else { &mut content };

@@ -224,14 +224,18 @@ async fn generate(shared: Arc<Shared>, headers: HeaderMap, body: axum::body::Byt
         let shape = core.workload.next_shape();
         // The budget ends thinking early; max_tokens then caps thinking plus answer, as
         // in vLLM, where the model goes on answering after a forced end of thinking.
-        let think = if req.thinking && !req.continues_answer { shape.think } else { 0 };
-        let think = req.think_budget.map_or(think, |b| think.min(b));
-        let (think, answer, truncated) = match req.max_tokens {
-            Some(max) if think + shape.answer > max => {
+        let natural = if req.thinking && !req.continues_answer { shape.think } else { 0 };
+        let think = req.think_budget.map_or(natural, |b| natural.min(b));
+        // The end-of-thought delimiter is a generated token too.
+        let delimiter = u32::from(think > 0 && shape.answer > 0);
+        let (think, answer, truncated, budget) = match req.max_tokens {
+            Some(max) if think + delimiter + shape.answer > max => {
                 let t = think.min(max);
-                (t, max - t, true)
+                // The delimiter takes one of what is left, when anything is.
+                (t, (max - t).saturating_sub(1), true, None)
             }
-            _ => (think, shape.answer, false),
+            // The engine applies the budget itself, so it sees a forced end coming.
+            _ => (natural, shape.answer, false, req.think_budget),
         };
         let now = shared.virtual_now();
         core.engine.advance_to(now);
@@ -241,7 +245,7 @@ async fn generate(shared: Arc<Shared>, headers: HeaderMap, body: axum::body::Byt
             think_tokens: think,
             answer_tokens: answer,
             priority: req.priority,
-            think_budget: None,
+            think_budget: budget,
         });
         let seq = match submitted {
             Ok(seq) => seq,
@@ -252,7 +256,8 @@ async fn generate(shared: Arc<Shared>, headers: HeaderMap, body: axum::body::Byt
         // ahead by the step that is being slept out.
         let arrival_s = shared.virtual_now();
         core.subs.insert(seq, Subscriber { tx, arrival_s, last_token_s: None });
-        (seq, driver::Plan { think_len: think, truncated, entropy: shape.entropy })
+        let think_len = budget.map_or(think, |b| think.min(b));
+        (seq, driver::Plan { think_len, truncated, entropy: shape.entropy })
     };
     shared.wake.notify_one();
     let guard = AbortOnDrop { shared: shared.clone(), seq, done: false };

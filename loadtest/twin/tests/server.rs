@@ -81,6 +81,14 @@ async fn thinking_budget_max_tokens_and_thinking_off() {
     assert_eq!(d.len(), 10);
     let (d, _) = deltas(&chat(&t, json!({"chat_template_kwargs": {"enable_thinking": false}})).await);
     assert!(d.iter().all(|(f, _)| f == "content") && d.len() == 5);
+    // A limit past the thought: the delimiter takes one token of it, unseen.
+    let (d, u) = deltas(&chat(&t, json!({"max_tokens": 52})).await);
+    assert_eq!(d.iter().filter(|(f, _)| f == "content").count(), 1);
+    assert_eq!(u.unwrap()["completion_tokens"], 52);
+    // No thought, no delimiter: the whole limit is answer (the EAT prober asks so).
+    let off = json!({"max_tokens": 1, "chat_template_kwargs": {"enable_thinking": false}});
+    let (d, _) = deltas(&chat(&t, off).await);
+    assert_eq!(d.len(), 1);
 }
 
 #[tokio::test]

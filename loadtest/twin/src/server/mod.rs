@@ -231,8 +231,8 @@ async fn generate(shared: Arc<Shared>, headers: HeaderMap, body: axum::body::Byt
         let (think, answer, truncated, budget) = match req.max_tokens {
             Some(max) if think + delimiter + shape.answer > max => {
                 let t = think.min(max);
-                // The delimiter takes one of what is left, when anything is.
-                (t, (max - t).saturating_sub(1), true, None)
+                // After a thought, the delimiter takes one of what is left, when anything is.
+                (t, (max - t).saturating_sub(u32::from(t > 0)), true, None)
             }
             // The engine applies the budget itself, so it sees a forced end coming.
             _ => (natural, shape.answer, false, req.think_budget),

@@ -44,7 +44,10 @@ fn one_request_step_by_step() {
     assert_eq!((s3.tokens[0].phase, s3.tokens[0].ends_thought), (Phase::Think, true));
     let s4 = e.step().unwrap();
     assert!(close(s4.duration_s, 0.0123));
-    assert_eq!((s4.tokens[0].phase, s4.tokens[0].ends_thought, s4.tokens[0].last), (Phase::Output, false, true));
+    assert_eq!(
+        (s4.tokens[0].phase, s4.tokens[0].ends_thought, s4.tokens[0].last),
+        (Phase::Output, false, true)
+    );
     assert!(close(e.now(), 0.0566));
     assert!(e.step().is_none());
     assert_eq!(e.kv_usage(), 0.0, "blocks returned");

@@ -163,7 +163,7 @@ pub(crate) fn sse_body(
                 Some((Ok(first), (ctx, rx, guard, Stage::Tokens, generated)))
             }
             Stage::Tokens => loop {
-                let Some(t) = rx.recv().await else { return None };
+                let t = rx.recv().await?;
                 generated += 1;
                 let Some(chunk) = ctx.token_chunk(&t, generated) else { continue };
                 if !t.last {

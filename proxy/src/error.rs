@@ -1,6 +1,9 @@
 //! The proxy's one error type. Every failure a client can see is an OpenAI-style JSON
 //! body (`{"error": {"message", "type", "param", "code"}}`) with the matching status, so
-//! OpenAI SDKs raise their usual exceptions.
+//! OpenAI SDKs raise their usual exceptions. Each error also says which side failed
+//! ([`Side`]) and whether sending the request again is safe ([`ProxyError::retry_safe`]):
+//! the proxy's own retries follow it, and clients and operators see both in the
+//! response headers and the log line.
 
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -30,6 +33,16 @@ pub enum ProxyError {
     AdmissionQueueFull,
     #[error("upstream {upstream} did not answer within {after_s}s")]
     UpstreamTimeout { upstream: String, after_s: f64 },
+    /// The upstream never took the request on: the connection failed, or it answered
+    /// 502/503 before doing any work.
+    #[error("upstream {upstream} could not take the request: {reason}")]
+    UpstreamUnreachable {
+        upstream: String,
+        reason: String,
+        #[source]
+        source: Option<reqwest::Error>,
+    },
+    /// The upstream took the request on and its answer broke.
     #[error("upstream {upstream} failed: {reason}")]
     UpstreamFailed { upstream: String, reason: String },
     #[error(
@@ -39,6 +52,31 @@ pub enum ProxyError {
     #[error("the proxy is shutting down and its grace period for open requests is over; retry the request")]
     ShuttingDown,
 }
+
+/// Which side of the proxy a failure is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// The request itself, or how the client sent it.
+    Client,
+    /// An upstream engine: unreachable, slow, or a broken answer.
+    Upstream,
+    /// The proxy's own limits and lifecycle: admission, shutdown.
+    Proxy,
+}
+
+impl Side {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Side::Client => "client",
+            Side::Upstream => "upstream",
+            Side::Proxy => "proxy",
+        }
+    }
+}
+
+/// Response headers that carry an error's side and retry-safety.
+pub const ERROR_SIDE: &str = "x-meridian-error-side";
+pub const RETRY_SAFE: &str = "x-meridian-retry-safe";
 
 impl ProxyError {
     /// 404 for a model no upstream serves; the name is the client's own, shortened.
@@ -66,9 +104,55 @@ impl ProxyError {
             | ProxyError::AdmissionQueueFull
             | ProxyError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            ProxyError::UpstreamFailed { .. } | ProxyError::UpstreamTruncated { .. } => {
-                StatusCode::BAD_GATEWAY
-            }
+            ProxyError::UpstreamUnreachable { .. }
+            | ProxyError::UpstreamFailed { .. }
+            | ProxyError::UpstreamTruncated { .. } => StatusCode::BAD_GATEWAY,
+        }
+    }
+
+    /// Which side failed.
+    pub fn side(&self) -> Side {
+        match self {
+            ProxyError::BadRequest { .. }
+            | ProxyError::PayloadTooLarge { .. }
+            | ProxyError::HeadersTooLarge { .. }
+            | ProxyError::RequestTimeout { .. }
+            | ProxyError::NotFound(_)
+            | ProxyError::ModelNotFound(_) => Side::Client,
+            ProxyError::NoHealthyUpstream
+            | ProxyError::UpstreamTimeout { .. }
+            | ProxyError::UpstreamUnreachable { .. }
+            | ProxyError::UpstreamFailed { .. }
+            | ProxyError::UpstreamTruncated { .. } => Side::Upstream,
+            ProxyError::AdmissionTimeout { .. }
+            | ProxyError::AdmissionQueueFull
+            | ProxyError::ShuttingDown => Side::Proxy,
+        }
+    }
+
+    /// Whether sending the same request again is safe and may succeed: no engine is
+    /// known to be working on it (a copy would not double its load) and nothing in the
+    /// request itself is wrong. A request that failed after the upstream took it on (a
+    /// timeout waiting for its answer, an answer that broke) is not: the engine may still
+    /// be generating it, and a streamed answer the client has partly seen cannot be
+    /// resumed by sending it again.
+    pub fn retry_safe(&self) -> bool {
+        match self {
+            // The body never arrived whole; nothing went upstream.
+            ProxyError::RequestTimeout { .. } => true,
+            ProxyError::NoHealthyUpstream
+            | ProxyError::UpstreamUnreachable { .. }
+            | ProxyError::AdmissionTimeout { .. }
+            | ProxyError::AdmissionQueueFull
+            | ProxyError::ShuttingDown => true,
+            ProxyError::BadRequest { .. }
+            | ProxyError::PayloadTooLarge { .. }
+            | ProxyError::HeadersTooLarge { .. }
+            | ProxyError::NotFound(_)
+            | ProxyError::ModelNotFound(_)
+            | ProxyError::UpstreamTimeout { .. }
+            | ProxyError::UpstreamFailed { .. }
+            | ProxyError::UpstreamTruncated { .. } => false,
         }
     }
 
@@ -86,7 +170,9 @@ impl ProxyError {
             ProxyError::AdmissionTimeout { .. } => ("server_error", None, "admission_timeout"),
             ProxyError::AdmissionQueueFull => ("server_error", None, "admission_queue_full"),
             ProxyError::UpstreamTimeout { .. } => ("server_error", None, "upstream_timeout"),
-            ProxyError::UpstreamFailed { .. } => ("server_error", None, "upstream_error"),
+            ProxyError::UpstreamUnreachable { .. } | ProxyError::UpstreamFailed { .. } => {
+                ("server_error", None, "upstream_error")
+            }
             ProxyError::UpstreamTruncated { .. } => ("server_error", None, "upstream_truncated"),
             ProxyError::ShuttingDown => ("server_error", None, "server_shutting_down"),
         }
@@ -116,7 +202,7 @@ impl ProxyError {
             ProxyError::AdmissionTimeout { .. } => "admission_timeout",
             ProxyError::AdmissionQueueFull => "admission_queue_full",
             ProxyError::UpstreamTimeout { .. } => "upstream_timeout",
-            ProxyError::UpstreamFailed { .. } => "upstream_error",
+            ProxyError::UpstreamUnreachable { .. } | ProxyError::UpstreamFailed { .. } => "upstream_error",
             ProxyError::UpstreamTruncated { .. } => "upstream_truncated",
             ProxyError::ShuttingDown => "shutting_down",
         }
@@ -132,6 +218,58 @@ impl ProxyError {
 
 impl IntoResponse for ProxyError {
     fn into_response(self) -> Response {
-        (self.status(), axum::Json(self.body())).into_response()
+        let headers = [
+            (ERROR_SIDE, HeaderValue::from_static(self.side().as_str())),
+            (RETRY_SAFE, HeaderValue::from_static(if self.retry_safe() { "true" } else { "false" })),
+        ];
+        (self.status(), headers, axum::Json(self.body())).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header<'a>(resp: &'a Response, name: &str) -> &'a str {
+        resp.headers().get(name).and_then(|v| v.to_str().ok()).unwrap_or("absent")
+    }
+
+    #[test]
+    fn a_response_says_which_side_failed_and_whether_to_retry() {
+        let cases = [
+            (ProxyError::bad_request("no", None, "invalid_json"), "client", "false"),
+            (ProxyError::RequestTimeout { after_s: 30.0 }, "client", "true"),
+            (ProxyError::AdmissionQueueFull, "proxy", "true"),
+            (
+                ProxyError::UpstreamUnreachable {
+                    upstream: "a".into(),
+                    reason: "answered 503".into(),
+                    source: None,
+                },
+                "upstream",
+                "true",
+            ),
+            (ProxyError::UpstreamTimeout { upstream: "a".into(), after_s: 1.0 }, "upstream", "false"),
+            (
+                ProxyError::UpstreamFailed { upstream: "a".into(), reason: "broke".into() },
+                "upstream",
+                "false",
+            ),
+        ];
+        for (err, side, retry) in cases {
+            let what = err.to_string();
+            let resp = err.into_response();
+            assert_eq!((header(&resp, ERROR_SIDE), header(&resp, RETRY_SAFE)), (side, retry), "{what}");
+        }
+    }
+
+    #[test]
+    fn an_unreachable_upstream_keeps_its_cause() {
+        let err = ProxyError::UpstreamUnreachable { upstream: "a".into(), reason: "x".into(), source: None };
+        assert!(std::error::Error::source(&err).is_none());
+        // The client sees the same code either way: the split is for retries and logs.
+        let failed = ProxyError::UpstreamFailed { upstream: "a".into(), reason: "x".into() };
+        assert_eq!(err.body()["error"]["code"], failed.body()["error"]["code"]);
+        assert_eq!((err.status(), err.outcome()), (failed.status(), failed.outcome()));
     }
 }

@@ -132,18 +132,6 @@ pub fn second_leg_body(
     Some(Value::Object(body))
 }
 
-/// Whether a request can be continued at all: streamed, one choice, and for
-/// completions a single text prompt.
-pub fn continuable(body: &Map<String, Value>, route: Route) -> bool {
-    let streamed = body.get("stream").and_then(Value::as_bool) == Some(true);
-    let one_choice = body.get("n").and_then(Value::as_u64).is_none_or(|n| n == 1);
-    let shape = match route {
-        Route::Chat => body.get("messages").is_some_and(Value::is_array),
-        Route::Completions => body.get("prompt").is_some_and(Value::is_string),
-    };
-    streamed && one_choice && shape
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,9 +213,5 @@ mod tests {
         assert!(
             second_leg_body(&first, Route::Completions, &tags(), so_far(), ClientAsked::default()).is_none()
         );
-        assert!(continuable(&map(json!({"stream": true, "messages": []})), Route::Chat));
-        assert!(!continuable(&map(json!({"stream": true, "n": 2, "messages": []})), Route::Chat));
-        assert!(!continuable(&map(json!({"messages": []})), Route::Chat), "not streamed");
-        assert!(!continuable(&map(json!({"stream": true, "prompt": ["a", "b"]})), Route::Completions));
     }
 }

@@ -22,7 +22,7 @@ mod splice;
 mod watch;
 
 pub use driver::{Continuation, Upstream as ContinuationUpstream};
-pub use legs::{ClientAsked, continuable, first_leg_body};
+pub use legs::{ClientAsked, first_leg_body};
 pub use splice::{Emit, Splicer};
 pub use watch::{Cut, ThinkWatch, Triggers};
 

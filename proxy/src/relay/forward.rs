@@ -1,7 +1,7 @@
-//! Sends a request upstream. Attempts move to another healthy upstream only while nothing
-//! has reached the client: on connection failures and 502/503 answers. A timeout is not
-//! retried, since the engine may well be working on the request and a second copy would
-//! only add load.
+//! Sends a request upstream. Attempts move to another healthy upstream only while the
+//! failure is retry-safe ([`ProxyError::retry_safe`]): connection failures and 502/503
+//! answers. A timeout is not retried, since the engine may well be working on the
+//! request and a second copy would only add load.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,32 +93,41 @@ pub async fn send_with_retries(state: &AppState, mut req: UpstreamRequest<'_>) -
         match answered {
             Err(_) => {
                 spans::fail(&span, "upstream_timeout");
-                return Err(ProxyError::UpstreamTimeout {
+                last_error = ProxyError::UpstreamTimeout {
                     upstream: upstream.name.clone(),
                     after_s: cfg.first_byte_timeout_s,
-                });
+                };
             }
             Ok(Err(e)) => {
                 let reason = describe(&e);
                 tracing::warn!(upstream = %upstream.name, %reason, attempt, "upstream request failed");
                 upstream.record_failure(cfg.unhealthy_after, &state.metrics, &reason);
                 spans::fail(&span, "upstream_error");
-                last_error = ProxyError::UpstreamFailed { upstream: upstream.name.clone(), reason };
+                last_error = ProxyError::UpstreamUnreachable {
+                    upstream: upstream.name.clone(),
+                    reason,
+                    source: Some(e),
+                };
             }
             Ok(Ok(resp)) if is_retryable_status(resp.status()) && !last_attempt => {
                 let status = resp.status();
                 tracing::warn!(upstream = %upstream.name, %status, attempt, "upstream refused; trying another");
                 upstream.record_failure(cfg.unhealthy_after, &state.metrics, status.as_str());
                 spans::fail(&span, "upstream_error");
-                last_error = ProxyError::UpstreamFailed {
+                last_error = ProxyError::UpstreamUnreachable {
                     upstream: upstream.name.clone(),
                     reason: format!("answered {status}"),
+                    source: None,
                 };
             }
             Ok(Ok(resp)) => {
                 upstream.record_success(&state.metrics);
                 return Ok(Sent { in_flight: guard, response: resp, via_hook, attempt: span });
             }
+        }
+        // Another upstream only when this one is known not to be working on the request.
+        if !last_error.retry_safe() {
+            break;
         }
     }
     Err(last_error)

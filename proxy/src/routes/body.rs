@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::fields;
+use super::members::{Edit, Members};
 use crate::error::ProxyError;
 
 /// Reads the whole body, refusing more than `server.max_body_bytes` (early, from
@@ -50,33 +51,24 @@ fn caused_by_length_limit(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
-#[derive(Deserialize)]
-struct RequestView<'a> {
-    #[serde(borrow, default)]
-    model: Option<&'a RawValue>,
-    /// How the response is relayed is decided by its content type; this says only
-    /// whether a slow answer may get its headers early, with heartbeats.
-    #[serde(borrow, default)]
-    stream: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    chat_template_kwargs: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    thinking_token_budget: Option<&'a RawValue>,
-    /// vLLM's own per-request priority, if the client set one.
-    #[serde(borrow, default)]
-    priority: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    max_tokens: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    max_completion_tokens: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    messages: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    prompt: Option<&'a RawValue>,
-    /// Meridian's own extension fields; removed before the request goes upstream.
-    #[serde(borrow, default)]
-    meridian: Option<&'a RawValue>,
-}
+/// The fields the proxy reads, by name. Each must come at most once: with two values,
+/// the proxy and the engine could act on different ones.
+const READ_FIELDS: [&str; 10] = [
+    "model",
+    // How the response is relayed is decided by its content type; `stream` says only
+    // whether a slow answer may get its headers early, with heartbeats.
+    "stream",
+    "chat_template_kwargs",
+    "thinking_token_budget",
+    // vLLM's own per-request priority, if the client set one.
+    "priority",
+    "max_tokens",
+    "max_completion_tokens",
+    "messages",
+    "prompt",
+    // Meridian's own extension fields; removed before the request goes upstream.
+    "meridian",
+];
 
 /// `"meridian": {...}` in a request body.
 #[derive(Deserialize, Debug, Clone, Copy, Default, PartialEq)]
@@ -107,9 +99,11 @@ struct TemplateKwargs {
     enable_thinking: Option<bool>,
 }
 
-/// What the proxy needs to know about a generation request.
+/// What the proxy needs to know about a generation request, from one parse of its body.
 #[derive(Debug)]
 pub struct GenerationRequest<'a> {
+    /// The body's members, for rewriting it (see [`Members`]).
+    members: Members<'a>,
     pub model: Cow<'a, str>,
     /// Set when the request turned thinking off (`chat_template_kwargs.enable_thinking`).
     pub initial_phase: Option<Phase>,
@@ -144,7 +138,7 @@ impl<'a> GenerationRequest<'a> {
         if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
             return Err(ProxyError::bad_request("request body must be a JSON object", None, "invalid_json"));
         }
-        let view: RequestView<'a> = serde_json::from_slice(body).map_err(|e| {
+        let members: Members<'a> = serde_json::from_slice(body).map_err(|e| {
             let message = if e.is_syntax() || e.is_eof() {
                 format!("request body is not valid JSON: {e}")
             } else {
@@ -152,7 +146,33 @@ impl<'a> GenerationRequest<'a> {
             };
             ProxyError::bad_request(message, None, "invalid_json")
         })?;
-        let raw = view.model.ok_or_else(|| {
+        let mut read: [Option<&'a RawValue>; READ_FIELDS.len()] = [None; READ_FIELDS.len()];
+        for (slot, name) in read.iter_mut().zip(READ_FIELDS) {
+            let mut values = members.all(name);
+            *slot = values.next();
+            if values.next().is_some() {
+                return Err(ProxyError::bad_request(
+                    format!(
+                        "request body must be a JSON object with the OpenAI request fields: duplicate field `{name}`"
+                    ),
+                    Some(name),
+                    "invalid_json",
+                ));
+            }
+        }
+        let [
+            model,
+            stream,
+            chat_template_kwargs,
+            thinking_token_budget,
+            priority,
+            max_tokens,
+            max_completion_tokens,
+            messages,
+            prompt,
+            meridian,
+        ] = read;
+        let raw = model.ok_or_else(|| {
             ProxyError::bad_request("you must provide a model parameter", Some("model"), "missing_model")
         })?;
         let model: Cow<'a, str> = serde_json::from_str(raw.get())
@@ -160,20 +180,20 @@ impl<'a> GenerationRequest<'a> {
         if model.is_empty() {
             return Err(ProxyError::bad_request("model must not be empty", Some("model"), "invalid_model"));
         }
-        let stream: Option<bool> = fields::typed(view.stream, "stream", "a boolean")?;
+        let stream: Option<bool> = fields::typed(stream, "stream", "a boolean")?;
         let kwargs: Option<TemplateKwargs> = fields::typed(
-            view.chat_template_kwargs,
+            chat_template_kwargs,
             "chat_template_kwargs",
             "an object with a boolean enable_thinking",
         )?;
         let client_budget: Option<u32> =
-            fields::typed(view.thinking_token_budget, "thinking_token_budget", "a non-negative integer")?;
-        let priority: Option<i64> = fields::typed(view.priority, "priority", "an integer")?;
-        fields::token_limit(view.max_tokens, "max_tokens")?;
-        fields::token_limit(view.max_completion_tokens, "max_completion_tokens")?;
-        fields::shaped(view.messages, "messages", "an array of messages", |c| c == b'[')?;
-        fields::shaped(view.prompt, "prompt", "a string or an array", |c| c == b'"' || c == b'[')?;
-        let extension = fields::extension(view.meridian)?;
+            fields::typed(thinking_token_budget, "thinking_token_budget", "a non-negative integer")?;
+        let priority: Option<i64> = fields::typed(priority, "priority", "an integer")?;
+        fields::token_limit(max_tokens, "max_tokens")?;
+        fields::token_limit(max_completion_tokens, "max_completion_tokens")?;
+        fields::shaped(messages, "messages", "an array of messages", |c| c == b'[')?;
+        fields::shaped(prompt, "prompt", "a string or an array", |c| c == b'"' || c == b'[')?;
+        let extension = fields::extension(meridian)?;
         let thinking_off = kwargs.and_then(|k| k.enable_thinking) == Some(false);
         if extension.and_then(|m| m.think_budget_s).is_some_and(|s| !(s.is_finite() && s > 0.0)) {
             return Err(ProxyError::bad_request(
@@ -190,6 +210,7 @@ impl<'a> GenerationRequest<'a> {
             ));
         }
         Ok(GenerationRequest {
+            members,
             model,
             initial_phase: thinking_off.then_some(Phase::Output),
             client_budget,
@@ -197,6 +218,20 @@ impl<'a> GenerationRequest<'a> {
             extension,
             stream: stream == Some(true),
         })
+    }
+}
+
+impl GenerationRequest<'_> {
+    /// Whether the continuation can take this request: streamed, one choice, and the
+    /// prompt in the shape it appends to (chat: `messages`, an array; completions: a
+    /// single text `prompt`). Read from the members, without parsing the body again.
+    pub fn continuable(&self, chat: bool) -> bool {
+        let starts_with = |field: &str, b: u8| {
+            self.members.all(field).last().is_some_and(|v| v.get().starts_with(b as char))
+        };
+        let n = self.members.all("n").last().and_then(|v| serde_json::from_str::<u64>(v.get()).ok());
+        let shape = if chat { starts_with("messages", b'[') } else { starts_with("prompt", b'"') };
+        self.stream && n.is_none_or(|n| n == 1) && shape
     }
 }
 
@@ -251,6 +286,19 @@ mod tests {
     }
 
     #[test]
+    fn only_one_streamed_choice_in_the_continued_shape_is_continuable() {
+        let continuable =
+            |body: &str, chat: bool| GenerationRequest::parse(body.as_bytes()).unwrap().continuable(chat);
+        assert!(continuable(r#"{"model":"m","stream":true,"messages":[]}"#, true));
+        assert!(continuable(r#"{"model":"m","stream":true,"n":1,"messages":[]}"#, true));
+        assert!(!continuable(r#"{"model":"m","stream":true,"n":2,"messages":[]}"#, true));
+        assert!(!continuable(r#"{"model":"m","messages":[]}"#, true), "not streamed");
+        assert!(continuable(r#"{"model":"m","stream":true,"prompt":"a"}"#, false));
+        assert!(!continuable(r#"{"model":"m","stream":true,"prompt":["a","b"]}"#, false));
+        assert!(!continuable(r#"{"model":"m","stream":true,"prompt":"a"}"#, true), "chat needs messages");
+    }
+
+    #[test]
     fn class_is_read_from_the_extension() {
         let r = GenerationRequest::parse(br#"{"model":"m","meridian":{"class":"batch"}}"#).unwrap();
         assert_eq!(r.extension.and_then(|e| e.class), Some(ClientClass::Batch));
@@ -273,19 +321,15 @@ pub fn upstream_body(
     budget: Option<u32>,
 ) -> Result<Bytes, ProxyError> {
     let set_budget = budget.filter(|b| req.client_budget != Some(*b));
-    if req.extension.is_none() && set_budget.is_none() {
+    if !req.members.contains("meridian") && set_budget.is_none() {
         return Ok(body.clone());
     }
-    let mut map: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(body).map_err(|e| {
-        ProxyError::bad_request(format!("request body is not a JSON object: {e}"), None, "invalid_json")
-    })?;
-    map.remove("meridian");
-    if let Some(b) = set_budget {
-        map.insert("thinking_token_budget".into(), b.into());
+    let budget_text = set_budget.map(|b| b.to_string());
+    let mut edits = vec![("meridian", Edit::Remove)];
+    if let Some(b) = &budget_text {
+        edits.push(("thinking_token_budget", Edit::Set(b.as_str().into())));
     }
-    serde_json::to_vec(&map).map(Bytes::from).map_err(|e| {
-        ProxyError::bad_request(format!("cannot re-encode the request: {e}"), None, "invalid_json")
-    })
+    Ok(Bytes::from(req.members.rewrite(&edits, body.len())))
 }
 
 /// The body for an upstream whose Meridian hook is ready: without Meridian's extension,
@@ -300,20 +344,22 @@ pub fn hook_body(
     request_id: &str,
 ) -> Result<Bytes, ProxyError> {
     let invalid = |msg: String| ProxyError::bad_request(msg, Some("vllm_xargs"), "invalid_json");
-    let mut map: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(body)
-        .map_err(|e| invalid(format!("request body is not a JSON object: {e}")))?;
-    map.remove("meridian");
-    let xargs = map.entry("vllm_xargs").or_insert_with(|| serde_json::Value::Object(Default::default()));
-    let serde_json::Value::Object(xargs) = xargs else {
-        return Err(invalid("vllm_xargs must be an object".into()));
-    };
+    // The client's own `vllm_xargs` (small) is the one value parsed again, to add to it.
+    let mut xargs = serde_json::Map::new();
+    for raw in req.members.all("vllm_xargs") {
+        match serde_json::from_str::<serde_json::Value>(raw.get()) {
+            Ok(serde_json::Value::Object(own)) => xargs = own,
+            _ => return Err(invalid("vllm_xargs must be an object".into())),
+        }
+    }
     xargs.insert("meridian_request_id".into(), request_id.into());
     if let Some(b) = budget.filter(|_| req.client_budget.is_none()) {
         xargs.insert("meridian_think_budget".into(), b.into());
     }
-    serde_json::to_vec(&map)
-        .map(Bytes::from)
-        .map_err(|e| invalid(format!("cannot re-encode the request: {e}")))
+    let xargs =
+        serde_json::to_string(&xargs).map_err(|e| invalid(format!("cannot re-encode vllm_xargs: {e}")))?;
+    let edits = [("meridian", Edit::Remove), ("vllm_xargs", Edit::Set(xargs.into()))];
+    Ok(Bytes::from(req.members.rewrite(&edits, body.len())))
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use tokio::sync::Notify;
 use super::body::GenerationRequest;
 use crate::continuation::{
     ClientAsked, Continuation, ContinuationUpstream, Delimiters, Route, Splicer, ThinkWatch, Triggers,
-    continuable, first_leg_body,
+    first_leg_body,
 };
 use crate::error::ProxyError;
 use crate::request_id::REQUEST_ID;
@@ -52,8 +52,7 @@ pub struct ContinuationPlan {
 /// be continued (not streamed, `n` > 1), or nothing that would cut.
 pub fn plan(
     state: &AppState,
-    route: &'static str,
-    original: &Bytes,
+    chat: bool,
     req: &GenerationRequest<'_>,
     family: Option<&Arc<ModelFamily>>,
     think_budget: Option<u32>,
@@ -63,7 +62,7 @@ pub fn plan(
         return None;
     }
     let delimiters = Delimiters::of(family?)?;
-    let route = if route == "chat_completions" { Route::Chat } else { Route::Completions };
+    let route = if chat { Route::Chat } else { Route::Completions };
     let exit = &state.config.exit;
     let triggers = Triggers {
         tokens: think_budget.filter(|_| forcing == Forcing::Continuation),
@@ -74,8 +73,7 @@ pub fn plan(
     if !triggers.any() {
         return None;
     }
-    let map: Map<String, Value> = serde_json::from_slice(original).ok()?;
-    if !continuable(&map, route) {
+    if !req.continuable(chat) {
         return None;
     }
     Some(Continuable { triggers, delimiters, route })

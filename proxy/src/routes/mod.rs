@@ -4,6 +4,7 @@ mod body;
 mod fields;
 mod forcing;
 mod generate;
+mod members;
 mod models;
 mod ops;
 mod passthrough;

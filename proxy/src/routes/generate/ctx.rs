@@ -1,0 +1,114 @@
+//! One generation request's context: what every stage of its handling needs to know,
+//! decided once when its body has been read (the body parsed once, its route, model
+//! family, think budget, admission class, ids) and read by every stage after.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::http::HeaderValue;
+use bytes::Bytes;
+use meridian_core::Phase;
+use meridian_core::models::ModelFamily;
+
+use super::super::body::{ClientClass, GenerationRequest};
+use crate::admission::Class;
+use crate::error::ProxyError;
+use crate::state::AppState;
+
+/// The generation endpoints the proxy tracks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// `POST /v1/chat/completions`
+    ChatCompletions,
+    /// `POST /v1/completions`
+    Completions,
+}
+
+impl Route {
+    /// The route's label in metrics, logs and spans.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Route::ChatCompletions => "chat_completions",
+            Route::Completions => "completions",
+        }
+    }
+
+    pub fn is_chat(self) -> bool {
+        self == Route::ChatCompletions
+    }
+}
+
+/// Who a generation request is: its client's id, the proxy's stream id, its span.
+pub struct Ids {
+    pub id: HeaderValue,
+    pub stream_id: String,
+    pub span: tracing::Span,
+}
+
+/// A generation request, read and decided once.
+pub struct RequestCtx<'a> {
+    pub route: Route,
+    pub ids: &'a Ids,
+    /// The client's `X-Request-Id` as text, for logs and the open-stream registry.
+    pub request_id: String,
+    pub started: Instant,
+    /// The body as the client sent it.
+    pub body: &'a Bytes,
+    /// The body parsed, once.
+    pub request: GenerationRequest<'a>,
+    pub family: Option<Arc<ModelFamily>>,
+    /// The think budget in tokens: the request's extension, else the client's own
+    /// `thinking_token_budget`, else the config's for the family.
+    pub think_budget: Option<u32>,
+    pub class: Class,
+}
+
+impl<'a> RequestCtx<'a> {
+    pub fn new(
+        state: &AppState,
+        route: Route,
+        ids: &'a Ids,
+        started: Instant,
+        body: &'a Bytes,
+    ) -> Result<Self, ProxyError> {
+        let request = GenerationRequest::parse(body)?;
+        let family = state.family_for(&request.model);
+        let think_budget = request
+            .extension
+            .and_then(|e| e.think_budget_tokens)
+            .or(request.client_budget)
+            .or_else(|| state.config.budget.for_family(family.as_deref().map(|f| f.name())));
+        let class = admission_class(&request);
+        Ok(RequestCtx {
+            route,
+            ids,
+            request_id: String::from_utf8_lossy(ids.id.as_bytes()).into_owned(),
+            started,
+            body,
+            request,
+            family,
+            think_budget,
+            class,
+        })
+    }
+
+    /// The phase the request starts in when it is not the family's (thinking switched off).
+    pub fn initial_phase(&self) -> Option<Phase> {
+        self.request.initial_phase
+    }
+
+    pub fn span(&self) -> &tracing::Span {
+        &self.ids.span
+    }
+}
+
+/// Output-phase starts first (a user waits for visible text), batch last.
+fn admission_class(req: &GenerationRequest<'_>) -> Class {
+    if req.initial_phase == Some(Phase::Output) {
+        Class::Output
+    } else if req.extension.and_then(|e| e.class) == Some(ClientClass::Batch) {
+        Class::Batch
+    } else {
+        Class::Interactive
+    }
+}

@@ -10,7 +10,8 @@ the work directory it prints. `report` writes the page from the measured and the
 twin's predicted figures. Knobs (environment): REALAB_ROUNDS, REALAB_LOADS,
 REALAB_WORKLOADS (names, comma-separated), REALAB_PROMPTS (requests per run, for every
 workload of the run), REALAB_APPEND=1 (add to an existing
-RESULTS_JSON: say, a second workload at other loads)."""
+RESULTS_JSON: say, a second workload at other loads), REALAB_HOOK_POLICY (the hooked
+engine's policy, for exploratory runs; the setup in RESULTS_JSON records it)."""
 
 from __future__ import annotations
 

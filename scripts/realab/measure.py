@@ -6,6 +6,7 @@ Writes one JSON file of everything measured; `report.py` turns it into the page.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import time
@@ -61,7 +62,10 @@ class Rig:
         self.procs: list[rig.Proc] = []
         self.hook_port = rig.free_port()
         cfg = s.work / "hook.toml"
-        cfg.write_text(f'[hook]\nlisten = "127.0.0.1:{self.hook_port}"\npolicy = "output-first"\n')
+        # REALAB_HOOK_POLICY tries a variant (say `output-first:pressure_hold_s=0`) in an
+        # exploratory run; the reported A/B runs the default.
+        policy = os.environ.get("REALAB_HOOK_POLICY", "output-first")
+        cfg.write_text(f'[hook]\nlisten = "127.0.0.1:{self.hook_port}"\npolicy = "{policy}"\n')
         self.stock = self._add(rig.start_engine(s.spec, "stock", s.work, "meridian_hook.steptrace.StepTraceScheduler"))
         rig.wait_http(self.stock, "/health", 600)
         self.stock.pause()
@@ -152,7 +156,8 @@ def measure(s: Setup, results: Path, log=print, append: bool = False) -> dict:
     for w in s.workloads:
         if w.name in names:
             raise ValueError(f"{results} already holds workload {w.name}")
-        data["setup"]["workloads"].append({**asdict(w), "loads": s.loads, "max_model_len": s.spec.max_model_len})
+        data["setup"]["workloads"].append({**asdict(w), "loads": s.loads, "max_model_len": s.spec.max_model_len,
+                                           "hook_policy": os.environ.get("REALAB_HOOK_POLICY", "output-first")})
     r = Rig(s)
     raw = s.work / "runs"
     raw.mkdir(exist_ok=True)

@@ -41,6 +41,7 @@ listen = "nowhere"
 [upstream]
 max_attempts = 0
 health_interval_s = -1.0
+pool_idle_timeout_s = 0
 [[upstream.endpoints]]
 url = "http://vllm:8000/v1"
 [[upstream.endpoints]]
@@ -65,6 +66,7 @@ max_queued = 0
         "server.listen must be an address",
         "upstream.max_attempts must be in [1, 10]; got 0",
         "upstream.health_interval_s must be a positive number of seconds; got -1",
+        "upstream.pool_idle_timeout_s must be a positive number of seconds; got 0",
         "upstream.endpoints[0].url must be the server's base URL without /v1",
         "upstream.endpoints[1].url must be an http:// or https:// URL",
         "upstream.endpoints[2].models must list at least one served model name",

@@ -51,7 +51,8 @@ impl AppState {
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs_f64(u.connect_timeout_s))
             .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(90))
+            // Shorter than the upstream's keep-alive (see the setting).
+            .pool_idle_timeout(Duration::from_secs_f64(u.pool_idle_timeout_s))
             // A reverse proxy talks to its upstreams directly, whatever HTTP_PROXY says.
             .no_proxy()
             .build()?;

@@ -80,6 +80,11 @@ pub struct UpstreamConfig {
     pub endpoints: Vec<EndpointConfig>,
     /// Seconds to wait for a TCP connection.
     pub connect_timeout_s: f64,
+    /// Seconds an idle pooled connection to an upstream is kept for reuse. Below the
+    /// upstream's own keep-alive timeout (vLLM's API server closes idle connections after
+    /// 5 s), or a request may go out on a connection the server is closing that instant
+    /// and fail with "connection closed before message completed".
+    pub pool_idle_timeout_s: f64,
     /// Seconds to wait for the response head. Covers queueing and prefill, which for a
     /// long prompt on a busy engine takes a while.
     pub first_byte_timeout_s: f64,
@@ -106,6 +111,7 @@ impl Default for UpstreamConfig {
         UpstreamConfig {
             endpoints: Vec::new(),
             connect_timeout_s: 5.0,
+            pool_idle_timeout_s: 4.0,
             first_byte_timeout_s: 600.0,
             idle_timeout_s: 120.0,
             max_attempts: 2,

@@ -123,6 +123,7 @@ impl MeridianConfig {
             }
         }
         c.positive("upstream.connect_timeout_s", u.connect_timeout_s);
+        c.positive("upstream.pool_idle_timeout_s", u.pool_idle_timeout_s);
         c.positive("upstream.first_byte_timeout_s", u.first_byte_timeout_s);
         c.positive("upstream.idle_timeout_s", u.idle_timeout_s);
         c.positive("upstream.health_interval_s", u.health_interval_s);

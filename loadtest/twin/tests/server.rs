@@ -169,4 +169,17 @@ async fn logprobs_are_reported_when_asked() {
     let v: Value = serde_json::from_str(&line[6..]).unwrap();
     let top = v["choices"][0]["logprobs"]["content"][0]["top_logprobs"].as_array().unwrap();
     assert!(!top.is_empty() && top.len() <= 5);
+    // As vLLM: the delimiter's chunk has an empty delta and its logprobs; without
+    // logprobs asked for there is no chunk for it at all.
+    let chunks: Vec<Value> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|v: &Value| v["choices"][0]["logprobs"].is_object())
+        .collect();
+    assert_eq!(chunks.len(), 5, "3 thinking, the delimiter, 1 answering");
+    assert_eq!(chunks[3]["choices"][0]["delta"], json!({}));
+    let plain = chat(&t, json!({})).await;
+    let empty = plain.lines().filter(|l| l.contains("\"delta\":{}")).count();
+    assert_eq!(empty, 0);
 }

@@ -96,15 +96,16 @@ impl StreamCtx {
         Bytes::from(format!("data: {v}\n\n"))
     }
 
-    /// The chunk of the `generated`-th token; `None` for the end-of-thought delimiter on
-    /// chat, which vLLM's reasoning parser swallows (it is never a stream's last token:
-    /// the engine closes a thought only when an answer follows).
+    /// The chunk of the `generated`-th token. On chat, vLLM's reasoning parser swallows
+    /// the end-of-thought delimiter: `None`, unless logprobs were asked for, when (as vLLM
+    /// does) a chunk with an empty delta carries its logprobs. It is never a stream's last
+    /// token: the engine closes a thought only when an answer follows.
     fn token_chunk(&self, t: &Token, generated: u32) -> Option<Bytes> {
         let text = if t.ends_thought { "</think>\n\n" } else { token_text(t) };
-        let mut choice = if self.req.chat {
-            if t.ends_thought {
-                return None;
-            }
+        let mut choice = if self.req.chat && t.ends_thought {
+            self.req.logprobs?;
+            json!({"index": 0, "delta": {}, "logprobs": null, "finish_reason": null})
+        } else if self.req.chat {
             let field =
                 if t.phase == Phase::Think || self.req.continues_answer { "reasoning" } else { "content" };
             json!({"index": 0, "delta": {field: text}, "logprobs": null, "finish_reason": null})

@@ -33,8 +33,9 @@ pub enum ProxyError {
     AdmissionQueueFull,
     #[error("upstream {upstream} did not answer within {after_s}s")]
     UpstreamTimeout { upstream: String, after_s: f64 },
-    /// The upstream never took the request on: the connection failed, or it answered
-    /// 502/503 before doing any work.
+    /// The upstream never answered the request: the connection failed, or closed before a
+    /// response head (vLLM aborts a request whose connection closes, so no copy of it is
+    /// left running), or it answered 502/503 before doing any work.
     #[error("upstream {upstream} could not take the request: {reason}")]
     UpstreamUnreachable {
         upstream: String,

@@ -172,7 +172,8 @@ impl<'a> GenerationRequest<'a> {
             prompt,
             meridian,
         ] = read;
-        let raw = model.ok_or_else(|| {
+        // `null` is absent, as OpenAI's API treats it.
+        let raw = model.filter(|m| m.get() != "null").ok_or_else(|| {
             ProxyError::bad_request("you must provide a model parameter", Some("model"), "missing_model")
         })?;
         let model: Cow<'a, str> = serde_json::from_str(raw.get())
@@ -251,6 +252,7 @@ mod tests {
         assert_eq!(code("{"), "invalid_json");
         assert_eq!(code("[]"), "invalid_json");
         assert_eq!(code(r#"{"messages":[]}"#), "missing_model");
+        assert_eq!(code(r#"{"model":null,"messages":[]}"#), "missing_model", "null is absent");
         assert_eq!(code(r#"{"model":7}"#), "invalid_model");
         assert_eq!(code(r#"{"model":""}"#), "invalid_model");
         assert_eq!(code(r#"{"model":"m","stream":"yes"}"#), "invalid_type");
@@ -345,8 +347,9 @@ pub fn hook_body(
 ) -> Result<Bytes, ProxyError> {
     let invalid = |msg: String| ProxyError::bad_request(msg, Some("vllm_xargs"), "invalid_json");
     // The client's own `vllm_xargs` (small) is the one value parsed again, to add to it.
+    // Sent twice, the last one counts (as for the engine's JSON parser).
     let mut xargs = serde_json::Map::new();
-    for raw in req.members.all("vllm_xargs") {
+    if let Some(raw) = req.members.all("vllm_xargs").last() {
         match serde_json::from_str::<serde_json::Value>(raw.get()) {
             Ok(serde_json::Value::Object(own)) => xargs = own,
             _ => return Err(invalid("vllm_xargs must be an object".into())),
@@ -388,6 +391,12 @@ mod hook_body_tests {
             &out[..],
             br#"{"model":"m","thinking_token_budget":5,"vllm_xargs":{"meridian_request_id":"r"}}"#
         );
+        // Sent twice, the last counts: it is the one the engine would read.
+        let twice = Bytes::from_static(br#"{"model":"m","vllm_xargs":1,"vllm_xargs":{"own":2}}"#);
+        let req = GenerationRequest::parse(&twice).unwrap();
+        let out: serde_json::Value =
+            serde_json::from_slice(&hook_body(&twice, &req, None, "r").unwrap()).unwrap();
+        assert_eq!(out["vllm_xargs"], serde_json::json!({"own": 2, "meridian_request_id": "r"}));
         let bad = Bytes::from_static(br#"{"model":"m","vllm_xargs":[1]}"#);
         let req = GenerationRequest::parse(&bad).unwrap();
         assert!(hook_body(&bad, &req, None, "r").is_err());

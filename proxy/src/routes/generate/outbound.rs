@@ -40,7 +40,9 @@ impl Outbound {
             _ => ctx.think_budget,
         };
         let body = upstream_body(ctx.body, req, engine_budget)?;
-        let continuation = continuable.map(|c| c.with_first_leg(&body)).transpose()?;
+        // A body the continuation cannot rebuild (a number beyond serde_json's range, a
+        // lone surrogate: valid JSON all the same) goes as it is, without one.
+        let continuation = continuable.and_then(|c| c.with_first_leg(&body).ok());
         let body = continuation.as_ref().map_or(body, |c| c.body.clone());
         Ok(Outbound { body, hook_body, continuation, continuation_headers: None })
     }

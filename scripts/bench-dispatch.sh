@@ -95,10 +95,12 @@ mechanisms behind them, not the numbers.
   rows follow reasoning-first's.
 - These are simulations: the cost model's step times come from datasheets and the
   model's shape (docs: the engine twin), calibrated against a real vLLM only on CPU. The
-  same policy code runs inside vLLM through the hook (ordering, victims, KV tiers,
-  express steps; the prefill cap as vLLM's per-request chunk limit), tested in vLLM's
-  own scheduler on CPU; reasoning-first's answer pacing is not applied there (the hook
-  does not hold decoding requests back). GPU measurements of the real engine are still
-  to be taken.
+  H100 profile was checked against engine steps of a Qwen3-8B-shaped model timed on an
+  H100 (gpu-step-curve.md, which also runs this A/B on the measured profile: the default
+  mix's verdicts keep their direction there). The same policy code runs inside vLLM
+  through the hook (ordering, victims, KV tiers, express steps; the prefill cap as vLLM's
+  per-request chunk limit), tested in vLLM's own scheduler on CPU; reasoning-first's
+  answer pacing is not applied there (the hook does not hold decoding requests back).
+  A GPU vLLM under this A/B is still to be measured.
 MD
 echo "wrote $out"

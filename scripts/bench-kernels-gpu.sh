@@ -20,11 +20,34 @@ if [[ -z "$LIB" ]]; then
   cargo build --release --locked -p meridian-kernels --lib
   LIB="$PWD/target/release/libmeridian_kernels.so"
 fi
-NVRTC_DIR="$("$PYTHON" -c 'import os, nvidia.cuda_nvrtc as n; print(os.path.join(list(n.__path__)[0], "lib"))' 2>/dev/null || true)"
+# NVRTC: the directory of PyTorch's own (nvidia/cuda_nvrtc/lib for CUDA 12 wheels,
+# nvidia/cu13/lib for CUDA 13), unless one is on the library path already.
+NVRTC_DIR="$("$PYTHON" - <<'PY' 2>/dev/null || true
+import glob, os
+import nvidia
+for root in nvidia.__path__:
+    for lib in sorted(glob.glob(os.path.join(root, "*", "lib", "libnvrtc.so*"))):
+        if "builtins" not in lib and "alt" not in lib:
+            print(os.path.dirname(lib))
+            raise SystemExit
+PY
+)"
 if [[ -n "$NVRTC_DIR" ]]; then
   export LD_LIBRARY_PATH="$NVRTC_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
-if command -v cargo >/dev/null; then
-  cargo test --locked -p meridian-kernels --test gpu -- --nocapture
+# The GPU-vs-CPU agreement tests: through cargo, or a test binary built elsewhere
+# (`cargo test --release -p meridian-kernels --test gpu --no-run` prints its path) named
+# by $MERIDIAN_KERNELS_GPU_TESTS. Their closing line goes into the page.
+tests_log=$(mktemp)
+trap 'rm -f "$tests_log"' EXIT
+if [[ -n "${MERIDIAN_KERNELS_GPU_TESTS:-}" ]]; then
+  "$MERIDIAN_KERNELS_GPU_TESTS" --nocapture --test-threads=1 | tee "$tests_log"
+elif command -v cargo >/dev/null; then
+  cargo test --locked -p meridian-kernels --test gpu -- --nocapture --test-threads=1 | tee "$tests_log"
 fi
+MERIDIAN_KERNELS_GPU_TESTS_RESULT="$(grep -m1 '^test result:' "$tests_log" || true)"
+if grep -q 'skipped: no CUDA device' "$tests_log"; then
+  MERIDIAN_KERNELS_GPU_TESTS_RESULT="$MERIDIAN_KERNELS_GPU_TESTS_RESULT (some skipped: no CUDA device)"
+fi
+export MERIDIAN_KERNELS_GPU_TESTS_RESULT
 "$PYTHON" scripts/bench_kernels_gpu.py "$LIB" docs/src/benchmarks/kernels-gpu.md

@@ -12,6 +12,7 @@
 #define BLOCK 512
 #define WARPS (BLOCK / 32)
 #define FLUSH_EVERY 8
+#define UNROLL 4  // 16-byte loads each thread has in flight before it does arithmetic
 #define MAX_K 32
 
 typedef unsigned long long u64;
@@ -182,13 +183,13 @@ __device__ __forceinline__ void stream_row(const unsigned char* row, long long n
     }
     const unsigned char* body = row + head * E::ESZ;
     long long i = threadIdx.x;
-    // Four loads in flight per thread before any arithmetic.
-    for (; i + 3 * BLOCK < nvec; i += 4 * BLOCK) {
-        float v[4][E::VEC];
+    // UNROLL loads in flight per thread before any arithmetic.
+    for (; i + (UNROLL - 1) * BLOCK < nvec; i += UNROLL * BLOCK) {
+        float v[UNROLL][E::VEC];
 #pragma unroll
-        for (int u = 0; u < 4; ++u) E::vec(body + (i + u * BLOCK) * 16, v[u]);
+        for (int u = 0; u < UNROLL; ++u) E::vec(body + (i + u * BLOCK) * 16, v[u]);
 #pragma unroll
-        for (int u = 0; u < 4; ++u) take<E::VEC, TOPK>(a, t, v[u], p);
+        for (int u = 0; u < UNROLL; ++u) take<E::VEC, TOPK>(a, t, v[u], p);
     }
     for (; i < nvec; i += BLOCK) {
         float v[E::VEC];

@@ -76,8 +76,9 @@ fn compile(major: i32, minor: i32) -> Result<Vec<c_char>> {
     // SAFETY: only tries to dlopen the library.
     if !unsafe { nvrtc_sys::is_culib_present() } {
         return Err(KernelError::unavailable(
-            "NVRTC (libnvrtc.so) was not found; put the directory holding it on LD_LIBRARY_PATH \
-             (for a pip-installed PyTorch: site-packages/nvidia/cuda_nvrtc/lib)",
+            "NVRTC (libnvrtc.so, .so.13, .so.12 or .so.11) was not found; put the directory holding it on \
+             LD_LIBRARY_PATH (for a pip-installed PyTorch: site-packages/nvidia/cuda_nvrtc/lib with CUDA 12, \
+             site-packages/nvidia/cu13/lib with CUDA 13)",
         ));
     }
     let src = CString::new(SOURCE).map_err(|e| KernelError::Internal(e.to_string()))?;

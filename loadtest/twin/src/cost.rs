@@ -46,8 +46,10 @@ impl StepShape {
 /// engine, small on a GPU); the per-context-token part is attention reading the KV cache
 /// of each decoding request; the prefill-attention part is a prompt chunk attending to
 /// itself and to what came before it, which grows with the square of long prompts. The
-/// last two default to zero for profiles derived from datasheets, where prefill attention
-/// is folded into the per-token part (fair for prompts well below ~8k tokens).
+/// per-request and prefill-attention parts default to zero; a datasheet profile that
+/// leaves prefill attention out folds it into the per-token part, fair only for prompts
+/// well below ~8k tokens (on an H100 an 8192-token chunk after 16k computed tokens took
+/// twice as long as one after none: docs/src/benchmarks/gpu-step-curve.md).
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 pub struct CostModel {
     pub fixed_s: f64,

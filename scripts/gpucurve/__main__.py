@@ -1,0 +1,29 @@
+"""python3 -m gpucurve {measure,breakdown,report} (from scripts/): see __init__.py."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import __doc__ as DOC
+from .measure import breakdown_only, measure
+from .report import DATA, report
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=DOC.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("measure", help="time the steps (needs a GPU and PyTorch)")
+    m.add_argument("--out", default=str(DATA))
+    m.add_argument("--config", choices=["qwen3-8b", "tiny"], default="qwen3-8b")
+    m.add_argument("--device", default="cuda")
+    bd = sub.add_parser("breakdown", help="re-take the kernel breakdown into a measurement (needs a GPU)")
+    bd.add_argument("--out", default=str(DATA))
+    r = sub.add_parser("report", help="fit and write the page (needs cargo)")
+    r.add_argument("--data", default=str(DATA))
+    args = ap.parse_args()
+    {"measure": measure, "breakdown": breakdown_only, "report": report}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""The GPU step-time curve (scripts/gpucurve): its page predicts each step with the
+twin's own cost formula, its traces are what `meridian-sim calibrate --steps` reads, and
+its step (decode attention folded per KV head, prompt chunks aligned to the bottom right)
+runs and checks itself against a float32 reference on a CPU with a tiny model."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from conftest import binary
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from gpucurve.measure import TIMED, _shapes  # noqa: E402
+from gpucurve.report import predict  # noqa: E402
+
+VLLM_PYTHON = os.environ.get("MERIDIAN_VLLM_PYTHON")
+TERMS = ["fixed_s", "per_token_s", "per_decode_request_s", "per_context_token_s", "per_prefill_attention_s"]
+
+
+def _calibrate(trace: Path, tmp: Path) -> dict:
+    out = tmp / "fit.toml"
+    subprocess.run([binary("meridian-sim"), "calibrate", "--steps", trace, "--profile-out", out],
+                   check=True, capture_output=True, text=True)
+    return tomllib.loads(out.read_text())["profile"][0]
+
+
+def _row(b: int, l: int, n: int, c: int) -> dict:
+    return {"tokens": b + n, "prefill_tokens": n, "decode_reqs": b, "decode_context": b * l,
+            "prefill_context": c, "preempted": 0, "decode_context_each": l}
+
+
+def test_the_page_and_the_twin_price_a_step_alike(tmp_path):
+    # Steps timed exactly by the page's formula over the measured grid: the twin's
+    # calibration must give back every term, which it can only if cost.rs prices each
+    # shape as the page does.
+    truth = {"fixed_s": 5e-3, "per_token_s": 2e-5, "per_decode_request_s": 3e-6,
+             "per_context_token_s": 5e-8, "per_prefill_attention_s": 1.5e-9}
+    rows = []
+    for i, (b, l, n, c) in enumerate(_shapes(quick=False)):
+        row = _row(b, l, n, c)
+        rows.append(row | {"t": float(i), "step_s": predict(truth, row)})
+    trace = tmp_path / "steps.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    fitted = _calibrate(trace, tmp_path)
+    for term in TERMS:
+        assert fitted[term] == pytest.approx(truth[term], rel=0.01), (term, fitted)
+
+
+@pytest.mark.skipif(not VLLM_PYTHON, reason="MERIDIAN_VLLM_PYTHON (a venv with torch) not set: scripts/test.sh sets it")
+def test_a_tiny_model_steps_on_a_cpu_and_its_trace_calibrates(tmp_path):
+    out = tmp_path / "curve"
+    run = subprocess.run([VLLM_PYTHON, "-m", "gpucurve", "measure", "--config", "tiny", "--device", "cpu",
+                          "--out", str(out)], cwd=ROOT / "scripts", capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    meta = json.loads((out / "meta.json").read_text())
+    # Both attention paths passed their float32 reference check to be chosen at all.
+    assert meta["attention"]["prefill"] in ("grouped", "repeated")
+    rows = [json.loads(x) for x in (out / "steps-eager.jsonl").read_text().splitlines()]
+    shapes = _shapes(quick=True)
+    assert len(rows) == len(shapes) * TIMED
+    assert {(r["decode_reqs"], r["decode_context_each"], r["prefill_tokens"], r["prefill_context"])
+            for r in rows} == set(shapes)
+    for r in rows:
+        assert r["tokens"] == r["decode_reqs"] + r["prefill_tokens"]
+        assert r["decode_context"] == r["decode_reqs"] * r["decode_context_each"]
+        assert r["step_s"] > 0
+    assert not (out / "steps-graph.jsonl").exists(), "CUDA graphs are timed on a GPU only"
+    fitted = _calibrate(out / "steps-eager.jsonl", tmp_path)
+    assert fitted["fixed_s"] > 0

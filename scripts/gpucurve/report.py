@@ -31,7 +31,8 @@ def profile(name: str) -> dict:
 def predict(p: dict, s: dict) -> float:
     """The twin's step time (loadtest/twin/src/cost.rs) for a traced step's shape."""
     n, c = s["prefill_tokens"], s["prefill_context"]
-    return (p["fixed_s"] + p["per_token_s"] * s["tokens"] + p.get("per_decode_request_s", 0.0) * s["decode_reqs"]
+    tokens = max(s["tokens"], p.get("weight_read_tokens", 0.0))
+    return (p["fixed_s"] + p["per_token_s"] * tokens + p.get("per_decode_request_s", 0.0) * s["decode_reqs"]
             + p["per_context_token_s"] * s["decode_context"]
             + p.get("per_prefill_attention_s", 0.0) * n * (c + n / 2.0))
 
@@ -236,9 +237,12 @@ def report(args) -> None:
         "profile predicts faster steps than measured).",
         f"- Fitted to the same steps (`meridian-sim calibrate --steps`, least absolute deviation), the "
         f"twin's cost model reaches a median error of {statistics.median(fit_err):.1%} (worst "
-        f"{max(fit_err):.0%}; R² {fit['r_squared']:.3f}). What it cannot follow is the change of regime: a "
-        "decode step's matmuls are bound by reading the weights until the batch is large, a prompt chunk's "
-        "by arithmetic, and one linear per-token cost sits between the two.",
+        f"{max(fit_err):.0%}; R² {fit['r_squared']:.3f})"
+        + (f", with a weight-read floor of {fitted['weight_read_tokens']:.0f} tokens: a step's matmuls read "
+           "every weight whatever the batch, so a step of fewer tokens costs as much as one of that many. "
+           "Without the floor (the datasheet form) one linear per-token cost sits between a decode step's "
+           "memory-bound matmuls and a prompt chunk's compute-bound ones."
+           if fitted.get("weight_read_tokens", 0) > 0 else "; the fit found no weight-read floor."),
         f"- One request decoding over {one['decode_context_each']} cached tokens takes "
         f"{one['step_s'] * 1e3:.2f} ms against the datasheet profile's {one['sheet_s'] * 1e3:.2f} ms: the whole "
         f"step moves {weight_gb:.1f} GB of weights at {weight_gb / one['step_s'] / 1e3:.2f} TB/s, and "
@@ -256,6 +260,7 @@ def report(args) -> None:
         term("per_decode_request_s", 1e6, "µs"),
         term("per_context_token_s", 1e9, "ns"),
         term("per_prefill_attention_s", 1e12, "ps"),
+        term("weight_read_tokens", 1, "tokens"),
         "",
         f"Fit: {fit['formula']}; median |error| {fit['median_abs_pct_error']:.1f}%, "
         f"R² {fit['r_squared']:.3f} over {fit['samples']} timed steps.",

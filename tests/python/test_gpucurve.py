@@ -23,7 +23,8 @@ from gpucurve.measure import TIMED, _shapes  # noqa: E402
 from gpucurve.report import predict  # noqa: E402
 
 VLLM_PYTHON = os.environ.get("MERIDIAN_VLLM_PYTHON")
-TERMS = ["fixed_s", "per_token_s", "per_decode_request_s", "per_context_token_s", "per_prefill_attention_s"]
+TERMS = ["fixed_s", "per_token_s", "per_decode_request_s", "per_context_token_s", "per_prefill_attention_s",
+         "weight_read_tokens"]
 
 
 def _calibrate(trace: Path, tmp: Path) -> dict:
@@ -40,10 +41,10 @@ def _row(b: int, l: int, n: int, c: int) -> dict:
 
 def test_the_page_and_the_twin_price_a_step_alike(tmp_path):
     # Steps timed exactly by the page's formula over the measured grid: the twin's
-    # calibration must give back every term, which it can only if cost.rs prices each
-    # shape as the page does.
+    # calibration must give back every term, the weight-read floor included, which it can
+    # only if cost.rs prices each shape as the page does.
     truth = {"fixed_s": 5e-3, "per_token_s": 2e-5, "per_decode_request_s": 3e-6,
-             "per_context_token_s": 5e-8, "per_prefill_attention_s": 1.5e-9}
+             "per_context_token_s": 5e-8, "per_prefill_attention_s": 1.5e-9, "weight_read_tokens": 160.0}
     rows = []
     for i, (b, l, n, c) in enumerate(_shapes(quick=False)):
         row = _row(b, l, n, c)

@@ -303,22 +303,24 @@ pub fn samples_from_requests(requests: &[Observed]) -> Vec<Sample> {
 /// The model's terms, in `CostModel` order.
 const TERMS: usize = 5;
 
-fn features(s: &StepShape) -> [f64; TERMS] {
-    [1.0, s.tokens, s.decode_reqs, s.decode_context, s.prefill_attention]
+/// A sample's features with a weight-read floor of `floor` tokens under the token count.
+fn features(s: &StepShape, floor: f64) -> [f64; TERMS] {
+    [1.0, s.tokens.max(floor), s.decode_reqs, s.decode_context, s.prefill_attention]
 }
 
-fn cost_of(c: &[f64; TERMS]) -> CostModel {
+fn cost_of(c: &[f64; TERMS], floor: f64) -> CostModel {
     CostModel {
         fixed_s: c[0],
         per_token_s: c[1],
         per_decode_request_s: c[2],
         per_context_token_s: c[3],
         per_prefill_attention_s: c[4],
+        weight_read_tokens: floor,
     }
 }
 
 /// Least-absolute-deviations fit of the terms in `active` (others held at zero).
-fn lad(samples: &[Sample], active: &[bool; TERMS]) -> Option<[f64; TERMS]> {
+fn lad(samples: &[Sample], active: &[bool; TERMS], floor: f64) -> Option<[f64; TERMS]> {
     let idx: Vec<usize> = (0..TERMS).filter(|i| active[*i]).collect();
     let k = idx.len();
     // Columns are scaled to unit mean magnitude so that the normal equations of terms
@@ -326,7 +328,8 @@ fn lad(samples: &[Sample], active: &[bool; TERMS]) -> Option<[f64; TERMS]> {
     let scale: Vec<f64> = idx
         .iter()
         .map(|&i| {
-            let m = samples.iter().map(|s| features(&s.shape)[i].abs()).sum::<f64>() / samples.len() as f64;
+            let m = samples.iter().map(|s| features(&s.shape, floor)[i].abs()).sum::<f64>()
+                / samples.len() as f64;
             if m > 0.0 { m } else { 1.0 }
         })
         .collect();
@@ -335,7 +338,7 @@ fn lad(samples: &[Sample], active: &[bool; TERMS]) -> Option<[f64; TERMS]> {
     for _ in 0..40 {
         let mut m = vec![vec![0.0f64; k + 1]; k];
         for (s, w) in samples.iter().zip(&weights) {
-            let f = features(&s.shape);
+            let f = features(&s.shape, floor);
             let x: Vec<f64> = idx.iter().zip(&scale).map(|(&i, sc)| f[i] / sc).collect();
             for r in 0..k {
                 for c in 0..k {
@@ -346,7 +349,7 @@ fn lad(samples: &[Sample], active: &[bool; TERMS]) -> Option<[f64; TERMS]> {
         }
         coef = solve(m)?;
         for (s, w) in samples.iter().zip(weights.iter_mut()) {
-            let f = features(&s.shape);
+            let f = features(&s.shape, floor);
             let predicted: f64 = idx.iter().zip(&scale).zip(&coef).map(|((&i, sc), c)| c * f[i] / sc).sum();
             *w = 1.0 / (s.seconds - predicted).abs().max(1e-7);
         }
@@ -359,29 +362,31 @@ fn lad(samples: &[Sample], active: &[bool; TERMS]) -> Option<[f64; TERMS]> {
 }
 
 /// Fits the cost model to samples; terms the samples never vary (say, prefill attention
-/// in a decode-only trace) are left at zero.
+/// in a decode-only trace) are left at zero. The weight-read floor is searched over
+/// [`FLOORS`] (those below most samples' token counts), each candidate fitted in full;
+/// the one with the smallest total deviation wins, so a trace with no floor in it (a
+/// CPU engine's) keeps none.
 pub fn fit(samples: &[Sample]) -> Result<Fit, CalibrateError> {
     if samples.len() < 10 {
         return Err(CalibrateError::TooFew(samples.len()));
     }
-    let mut active = [true; TERMS];
-    // A term whose feature is the same in every sample cannot be told from the fixed part.
-    for (i, on) in active.iter_mut().enumerate().skip(1) {
-        let first = features(&samples[0].shape)[i];
-        *on = samples.iter().any(|s| features(&s.shape)[i] != first);
-    }
-    if active.iter().skip(1).all(|on| !on) {
-        return Err(CalibrateError::Singular);
-    }
-    let coef = loop {
-        let c = lad(samples, &active).ok_or(CalibrateError::Singular)?;
-        // Drop the most negative term and refit: a cost cannot be negative.
-        match (1..TERMS).filter(|i| active[*i] && c[*i] < 0.0).min_by(|a, b| c[*a].total_cmp(&c[*b])) {
-            Some(i) => active[i] = false,
-            None => break c,
+    let mut tokens: Vec<f64> = samples.iter().map(|s| s.shape.tokens).collect();
+    tokens.sort_by(|a, b| a.total_cmp(b));
+    // A floor above nearly every step would leave the per-token term nothing to fit.
+    let highest = tokens[tokens.len() * 9 / 10];
+    let mut best: Option<(f64, CostModel)> = None;
+    for floor in FLOORS.iter().copied().filter(|f| *f == 0.0 || *f < highest) {
+        let cost = match fit_with_floor(samples, floor) {
+            Ok(cost) => cost,
+            Err(e) if floor == 0.0 => return Err(e),
+            Err(_) => continue, // this floor leaves a term nothing to fit
+        };
+        let deviation: f64 = samples.iter().map(|s| (cost.step_seconds(&s.shape) - s.seconds).abs()).sum();
+        if best.as_ref().is_none_or(|(d, _)| deviation < *d) {
+            best = Some((deviation, cost));
         }
-    };
-    let cost = cost_of(&[coef[0].max(0.0), coef[1], coef[2], coef[3], coef[4]]);
+    }
+    let Some((_, cost)) = best else { return Err(CalibrateError::Singular) };
     let mean = samples.iter().map(|s| s.seconds).sum::<f64>() / samples.len() as f64;
     let ss_tot: f64 = samples.iter().map(|s| (s.seconds - mean).powi(2)).sum();
     let ss_res: f64 = samples.iter().map(|s| (s.seconds - cost.step_seconds(&s.shape)).powi(2)).sum();
@@ -397,6 +402,37 @@ pub fn fit(samples: &[Sample]) -> Result<Fit, CalibrateError> {
         median_abs_pct_error: pct.get(pct.len() / 2).copied().unwrap_or(0.0) * 100.0,
         r_squared: if ss_tot > 0.0 { 1.0 - ss_res / ss_tot } else { 0.0 },
     })
+}
+
+/// The weight-read floors [`fit`] tries, in tokens: none, then a grid fine where GPU
+/// floors sit (an 8B model on an H100 reads its weights in the time of ~100-300 tokens).
+const FLOORS: [f64; 17] = [
+    0.0, 8.0, 16.0, 32.0, 48.0, 64.0, 96.0, 128.0, 160.0, 192.0, 224.0, 256.0, 320.0, 384.0, 512.0, 768.0,
+    1024.0,
+];
+
+/// The fit at one weight-read floor.
+fn fit_with_floor(samples: &[Sample], floor: f64) -> Result<CostModel, CalibrateError> {
+    let mut active = [true; TERMS];
+    // A term whose feature is the same in every sample cannot be told from the fixed part.
+    for (i, on) in active.iter_mut().enumerate().skip(1) {
+        let first = features(&samples[0].shape, floor)[i];
+        *on = samples.iter().any(|s| features(&s.shape, floor)[i] != first);
+    }
+    if active.iter().skip(1).all(|on| !on) {
+        return Err(CalibrateError::Singular);
+    }
+    let coef = loop {
+        let c = lad(samples, &active, floor).ok_or(CalibrateError::Singular)?;
+        // Drop the most negative term and refit: a cost cannot be negative.
+        match (1..TERMS).filter(|i| active[*i] && c[*i] < 0.0).min_by(|a, b| c[*a].total_cmp(&c[*b])) {
+            Some(i) => active[i] = false,
+            None => break c,
+        }
+    };
+    // A floor the per-token term was dropped under means nothing.
+    let floor = if coef[1] > 0.0 { floor } else { 0.0 };
+    Ok(cost_of(&[coef[0].max(0.0), coef[1], coef[2], coef[3], coef[4]], floor))
 }
 
 /// Gaussian elimination with partial pivoting on a k x (k+1) augmented matrix.
@@ -450,6 +486,37 @@ mod tests {
         assert!(rel(f.cost.per_context_token_s, truth.per_context_token_s) < 1e-6, "{f:?}");
         assert!(rel(f.cost.per_prefill_attention_s, truth.per_prefill_attention_s) < 1e-6, "{f:?}");
         assert!(f.r_squared > 0.999999 && f.median_abs_pct_error < 1e-6);
+    }
+
+    #[test]
+    fn finds_the_weight_read_floor_of_a_gpu_and_none_where_there_is_none() {
+        // A GPU-like engine: a step of fewer than 160 tokens costs as much as one of 160.
+        let gpu = CostModel {
+            per_decode_request_s: 6e-6,
+            weight_read_tokens: 160.0,
+            ..CostModel::linear(0.003, 0.00003, 6e-8)
+        };
+        let shapes: Vec<StepShape> = (1..400u64)
+            .map(|i| {
+                let mut shape = StepShape::decode(i % 97 + 1, (i % 97 + 1) * (i * 37 % 4000));
+                if i % 4 == 0 {
+                    shape = StepShape::default();
+                    shape.add_prefill(i * 13 % 8192 + 1, i * 11 % 16_000);
+                }
+                shape
+            })
+            .collect();
+        let exact = |c: &CostModel| -> Vec<Sample> {
+            shapes.iter().map(|shape| Sample { shape: *shape, seconds: c.step_seconds(shape) }).collect()
+        };
+        let f = fit(&exact(&gpu)).unwrap();
+        assert_eq!(f.cost.weight_read_tokens, 160.0, "{f:?}");
+        assert!((f.cost.fixed_s - gpu.fixed_s).abs() / gpu.fixed_s < 1e-6, "{f:?}");
+        assert!(f.median_abs_pct_error < 1e-6, "{f:?}");
+        // The same engine without the floor (a CPU's): none is found.
+        let cpu = CostModel { weight_read_tokens: 0.0, ..gpu };
+        let f = fit(&exact(&cpu)).unwrap();
+        assert_eq!(f.cost.weight_read_tokens, 0.0, "{f:?}");
     }
 
     #[test]

@@ -36,8 +36,9 @@ impl StepShape {
     }
 }
 
-/// Step time = fixed + per scheduled token + per decoding request + per context token a
-/// decoder attends to + per unit of prefill attention.
+/// Step time = fixed + per scheduled token (at least `weight_read_tokens` of them) + per
+/// decoding request + per context token a decoder attends to + per unit of prefill
+/// attention.
 ///
 /// The fixed part is what a step costs regardless of batch (reading the weights once,
 /// launch and scheduling overhead); the per-token part is the matmul work every scheduled
@@ -50,6 +51,11 @@ impl StepShape {
 /// leaves prefill attention out folds it into the per-token part, fair only for prompts
 /// well below ~8k tokens (on an H100 an 8192-token chunk after 16k computed tokens took
 /// twice as long as one after none: docs/src/benchmarks/gpu-step-curve.md).
+///
+/// The floor under the per-token part is a GPU's: a step's matmuls read every weight
+/// once whatever the batch, so below some number of tokens they are bound by that read,
+/// not by arithmetic, and a step of one token costs as much as one of
+/// `weight_read_tokens`. Zero (no floor) suits a CPU engine, compute-bound at any batch.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 pub struct CostModel {
     pub fixed_s: f64,
@@ -59,6 +65,8 @@ pub struct CostModel {
     pub per_decode_request_s: f64,
     #[serde(default)]
     pub per_prefill_attention_s: f64,
+    #[serde(default)]
+    pub weight_read_tokens: f64,
 }
 
 impl CostModel {
@@ -70,13 +78,14 @@ impl CostModel {
             per_context_token_s,
             per_decode_request_s: 0.0,
             per_prefill_attention_s: 0.0,
+            weight_read_tokens: 0.0,
         }
     }
 
     /// Seconds for a step of this shape.
     pub fn step_seconds(&self, s: &StepShape) -> f64 {
         self.fixed_s
-            + self.per_token_s * s.tokens
+            + self.per_token_s * s.tokens.max(self.weight_read_tokens)
             + self.per_decode_request_s * s.decode_reqs
             + self.per_context_token_s * s.decode_context
             + self.per_prefill_attention_s * s.prefill_attention
@@ -84,8 +93,13 @@ impl CostModel {
 
     /// The formula with its coefficients, for reports.
     pub fn describe(&self) -> String {
+        let tokens = if self.weight_read_tokens > 0.0 {
+            format!("max(tokens, {:.0})", self.weight_read_tokens)
+        } else {
+            "tokens".to_owned()
+        };
         format!(
-            "step = {:.3} ms + {:.2} us x tokens + {:.2} us x decoding requests + {:.3} ns x decode context + {:.4} ns x prefill attention",
+            "step = {:.3} ms + {:.2} us x {tokens} + {:.2} us x decoding requests + {:.3} ns x decode context + {:.4} ns x prefill attention",
             self.fixed_s * 1e3,
             self.per_token_s * 1e6,
             self.per_decode_request_s * 1e6,
@@ -109,6 +123,8 @@ pub struct Profile {
     pub per_decode_request_s: f64,
     #[serde(default)]
     pub per_prefill_attention_s: f64,
+    #[serde(default)]
+    pub weight_read_tokens: f64,
     pub kv_blocks: u32,
     pub block_size: u32,
     pub max_num_seqs: u32,
@@ -125,6 +141,7 @@ impl Profile {
             per_context_token_s: self.per_context_token_s,
             per_decode_request_s: self.per_decode_request_s,
             per_prefill_attention_s: self.per_prefill_attention_s,
+            weight_read_tokens: self.weight_read_tokens,
         }
     }
 }

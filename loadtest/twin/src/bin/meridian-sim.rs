@@ -378,7 +378,7 @@ fn calibrate_command(
     println!("# {}", fit.cost.describe());
     let c = &fit.cost;
     let toml = format!(
-        "[[profile]]\nname = {:?}\ngpu = {:?}\nmodel = {:?}\nfixed_s = {:e}\nper_token_s = {:e}\nper_context_token_s = {:e}\nper_decode_request_s = {:e}\nper_prefill_attention_s = {:e}\nkv_blocks = {}\nblock_size = {}\nmax_num_seqs = {}\nmax_num_batched_tokens = {}\nderivation = {:?}\n",
+        "[[profile]]\nname = {:?}\ngpu = {:?}\nmodel = {:?}\nfixed_s = {:e}\nper_token_s = {:e}\nper_context_token_s = {:e}\nper_decode_request_s = {:e}\nper_prefill_attention_s = {:e}\nweight_read_tokens = {}\nkv_blocks = {}\nblock_size = {}\nmax_num_seqs = {}\nmax_num_batched_tokens = {}\nderivation = {:?}\n",
         limits.name,
         limits.gpu,
         limits.model,
@@ -387,6 +387,7 @@ fn calibrate_command(
         c.per_context_token_s,
         c.per_decode_request_s,
         c.per_prefill_attention_s,
+        c.weight_read_tokens,
         limits.kv_blocks,
         limits.block_size,
         limits.max_num_seqs,

@@ -9,6 +9,8 @@ a Python loop launching each kernel. It writes the timings as step traces in the
 of `meridian_hook.steptrace`, so `meridian-sim calibrate --steps` fits the twin's cost
 model to them exactly as it fits a real engine's trace. It ends with a breakdown of a few
 steps' GPU time by kernel family (PyTorch's profiler); `breakdown` re-takes that alone.
+`fused` times a few of the steps again under torch.compile, whose fusion of the
+elementwise ops is what vLLM's compiled model gets, beside the plain step.
 
 `python3 -m gpucurve report` (needs cargo, for `meridian-sim`) fits the graph trace, sets
 the fit and the datasheet profile beside the measured steps, runs the twin's A/B on both

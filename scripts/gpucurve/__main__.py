@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from . import __doc__ as DOC
+from .fused import fused
 from .measure import breakdown_only, measure
 from .report import DATA, report
 
@@ -19,10 +20,12 @@ def main() -> None:
     m.add_argument("--device", default="cuda")
     bd = sub.add_parser("breakdown", help="re-take the kernel breakdown into a measurement (needs a GPU)")
     bd.add_argument("--out", default=str(DATA))
+    fu = sub.add_parser("fused", help="a few steps again with torch.compile's fusion (needs a GPU)")
+    fu.add_argument("--out", default=str(DATA))
     r = sub.add_parser("report", help="fit and write the page (needs cargo)")
     r.add_argument("--data", default=str(DATA))
     args = ap.parse_args()
-    {"measure": measure, "breakdown": breakdown_only, "report": report}[args.cmd](args)
+    {"measure": measure, "breakdown": breakdown_only, "fused": fused, "report": report}[args.cmd](args)
 
 
 if __name__ == "__main__":

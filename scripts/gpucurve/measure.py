@@ -50,6 +50,22 @@ def _time_ms(torch, fn, reps: int, cuda: bool) -> list[float]:
     return out
 
 
+def graph_times(torch, run) -> list[float]:
+    """`run` captured as one CUDA graph (after a warm-up on a side stream, as capture
+    wants) and its replays timed: TIMED of them after WARM."""
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        run()
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(graph):
+        run()
+    times = _time_ms(torch, graph.replay, WARM + TIMED, True)[WARM:]
+    del graph
+    return times
+
+
 def _device_facts(torch, cuda: bool) -> dict:
     facts = {"torch": torch.__version__}
     if not cuda:
@@ -156,16 +172,7 @@ def measure(args) -> None:
         times = {"eager": _time_ms(torch, step.run, WARM + TIMED, cuda)[WARM:]}
         if cuda:
             try:
-                graph = torch.cuda.CUDAGraph()
-                side = torch.cuda.Stream()
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
-                    step.run()
-                torch.cuda.current_stream().wait_stream(side)
-                with torch.cuda.graph(graph):
-                    step.run()
-                times["graph"] = _time_ms(torch, graph.replay, WARM + TIMED, True)[WARM:]
-                del graph
+                times["graph"] = graph_times(torch, step.run)
             except RuntimeError as e:  # said in the page: the fit then lacks this shape
                 meta.setdefault("graph_failures", []).append({"shape": shape, "error": str(e)[:300]})
                 print(f"graph capture failed: {str(e)[:300]}", flush=True)

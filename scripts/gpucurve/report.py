@@ -154,6 +154,44 @@ def breakdown_section(meta: dict, steps: dict[tuple, dict]) -> list[str]:
     return out
 
 
+def fused_section(data: Path, sheet: dict, steps: dict[tuple, dict]) -> list[str]:
+    """The steps taken again with torch.compile's fusion (`python3 -m gpucurve fused`)."""
+    path = data / "fused.json"
+    if not path.exists():
+        return ["Not taken with this measurement (`python3 -m gpucurve fused` on a GPU)."]
+    fused = json.loads(path.read_text())
+    out = [
+        f"`python3 -m gpucurve fused` (PyTorch {fused['torch']}): the same step under `torch.compile`, whose",
+        "Inductor fuses the norms, rotary, SiLU and residual adds into its own kernels, as vLLM compiles",
+        "its model, then replayed as a CUDA graph; beside it the plain step in the same run.",
+        "",
+        "| step | plain ms | fused ms | fused / plain | datasheet profile ms (error vs fused) |",
+        "|---|---|---|---|---|",
+    ]
+    for r in fused["steps"]:
+        s = steps.get(key(r))
+        pred = predict(sheet, s) * 1e3 if s else None
+        name = (f"{r['decode_reqs']} decode{'s' if r['decode_reqs'] > 1 else ''} x {r['decode_context_each']} cached"
+                if r["decode_reqs"] else f"{r['prefill_tokens']}-token chunk after {r['prefill_context']}")
+        out.append(f"| {name} | {r['plain_ms']:.2f} | {r['fused_ms']:.2f} | {r['fused_ms'] / r['plain_ms']:.2f} "
+                   f"| {pred:.2f} ({err(pred, r['fused_ms']):+.0%}) |" if pred else
+                   f"| {name} | {r['plain_ms']:.2f} | {r['fused_ms']:.2f} | {r['fused_ms'] / r['plain_ms']:.2f} | n/a |")
+    saved = [r["plain_ms"] - r["fused_ms"] for r in fused["steps"]]
+    ratios = [r["fused_ms"] / r["plain_ms"] for r in fused["steps"]]
+    misses = []
+    for r in fused["steps"]:
+        s = steps.get(key(r))
+        if s:
+            what = (f"{r['decode_reqs']} decode{'s' if r['decode_reqs'] > 1 else ''}" if r["decode_reqs"]
+                    else f"a {r['prefill_tokens']}-token chunk")
+            misses.append(f"{err(predict(sheet, s) * 1e3, r['fused_ms']):+.0%} at {what}")
+    out += ["", f"Fusion takes {min(saved):.1f} to {max(saved):.1f} ms off these steps ({1 - max(ratios):.0%} to "
+            f"{1 - min(ratios):.0%} of them), so the profile fitted to the plain steps overstates a fused, "
+            "vLLM-like step by about that share. Against the fused steps the datasheet profile is "
+            + ", ".join(misses) + "."]
+    return out
+
+
 def report(args) -> None:
     data = Path(args.data).resolve()
     meta = json.loads((data / "meta.json").read_text())
@@ -210,7 +248,8 @@ def report(args) -> None:
         "GPU and sets both the datasheet profile and a profile fitted to these timings beside them.",
         "",
         "Reproduce: `scripts/bench-step-curve-gpu.sh` on a machine with an NVIDIA GPU and PyTorch",
-        "(writes the traces under `docs/src/benchmarks/gpu-step-curve/`), then, where cargo is,",
+        "(writes the traces under `docs/src/benchmarks/gpu-step-curve/`; `(cd scripts && python3 -m",
+        "gpucurve fused)` adds the fused steps, about 3 minutes of compiling), then, where cargo is,",
         "`(cd scripts && python3 -m gpucurve report)` (rewrites this page). How a step is built and",
         "what it leaves out of a vLLM step: `scripts/gpucurve/__init__.py`. The fitted profile is",
         f"`gpu-step-curve/fitted-profile.toml` (`meridian-sim ... --profile-file` it, `--profile {MEASURED}`).",
@@ -272,6 +311,10 @@ def report(args) -> None:
         "(FlashAttention), other (everything else).",
         "",
         *breakdown_section(meta, steps),
+        "",
+        "## With the elementwise work fused",
+        "",
+        *fused_section(data, sheet, steps),
         "",
         "## What the measured profile changes in the twin's A/B",
         "",

@@ -21,13 +21,14 @@ if [[ -z "$LIB" ]]; then
   LIB="$PWD/target/release/libmeridian_kernels.so"
 fi
 # NVRTC: the directory of PyTorch's own (nvidia/cuda_nvrtc/lib for CUDA 12 wheels,
-# nvidia/cu13/lib for CUDA 13), unless one is on the library path already.
+# nvidia/cu13/lib for CUDA 13) goes first on the library path.
 NVRTC_DIR="$("$PYTHON" - <<'PY' 2>/dev/null || true
 import glob, os
 import nvidia
 for root in nvidia.__path__:
     for lib in sorted(glob.glob(os.path.join(root, "*", "lib", "libnvrtc.so*"))):
-        if "builtins" not in lib and "alt" not in lib:
+        name = os.path.basename(lib)
+        if "builtins" not in name and ".alt." not in name:
             print(os.path.dirname(lib))
             raise SystemExit
 PY

@@ -24,6 +24,7 @@ import torch
 
 import meridian_hook
 from meridian_hook.probe import entropies
+from step_curve_facts import shortest_step_ms
 
 VOCAB = 151_936
 T = 0.6
@@ -124,6 +125,7 @@ def main() -> int:
     zeros_h = float(np.log(VOCAB))
     times = {b: timing(gen, b) for b in (1, 16, 64, 256)}
     worst = max(e for _, _, e in agree)
+    step256 = shortest_step_ms(256)
     ok_agree, ok_order, ok_cuda = worst <= 1e-5, order_err <= 1e-5, not captured.messages
     name = torch.cuda.get_device_name()
     lines = [
@@ -168,8 +170,10 @@ def main() -> int:
           for b, t in times.items()],
         "",
         f"At 256 rows the hook's call costs the engine's thread {times[256]['hook'][0]:.0f} µs, "
-        f"{times[256]['torch'][0] / times[256]['hook'][0]:.1f}x less than the PyTorch ops; a decode step of "
-        "Qwen3-8B at that batch takes 14 ms or more on an H100 (gpu-step-curve.md). The read-back "
+        f"{times[256]['torch'][0] / times[256]['hook'][0]:.1f}x less than the PyTorch ops"
+        + (f"; a step of 256 decodes of a Qwen3-8B-shaped model took {step256[0]:.1f} ms at the least on "
+           f"{step256[1]} (gpu-step-curve.md)" if step256 else "")
+        + ". The read-back "
         "is a synchronisation: the call returns once the step's forward pass and the kernel are done, "
         "which under vLLM's async scheduling holds the engine core's thread as the Model Runner V2 "
         "token read already does (hook-overhead.md, *Under vLLM's async scheduling*).",

@@ -11,6 +11,8 @@ import sys
 
 import torch
 
+from step_curve_facts import shortest_step_ms
+
 VOCAB = 151_936
 T = 0.6
 REPS = 20
@@ -106,6 +108,7 @@ def main():
     y = torch.empty_like(x)
     copy_gbs = 2 * x.numel() * 4 / (time_ms(lambda: y.copy_(x), QUEUED) * 1e-3) / 1e9
     sms = torch.cuda.get_device_properties(0).multi_processor_count
+    shortest = shortest_step_ms()
     f32 = rows[0]
     lines = [
         "# Entropy kernels: GPU path",
@@ -143,9 +146,9 @@ def main():
         "",
         f"The kernel runs one block of 512 threads per row: {f32[0]} rows make {f32[0] / sms:.2f} blocks per SM on "
         f"this card's {sms} SMs, and a [32, {VOCAB}] batch keeps only {32 / sms:.0%} of the SMs busy (its "
-        f"{rows[3][4]:.0%} of peak). Splitting a row over several blocks would fill the card at small batches; "
-        "the hook's entropy per step is already a few hundredths of a millisecond beside a decode step of "
-        "8 ms or more (gpu-step-curve.md).",
+        f"{rows[3][4]:.0%} of peak). Splitting a row over several blocks would fill the card at small batches"
+        + (f"; the kernel's {rows[3][2] * 1e3:.0f} µs there sit beside engine steps of {shortest[0]:.1f} ms at "
+           f"the least (a Qwen3-8B-shaped model on {shortest[1]}, gpu-step-curve.md)" if shortest else "") + ".",
     ]
     tests = os.environ.get("MERIDIAN_KERNELS_GPU_TESTS_RESULT", "").strip()
     lines += ["", f"GPU-vs-CPU agreement tests (`kernels/tests/gpu.rs`, atol 1e-5) in the same run: `{tests}`."

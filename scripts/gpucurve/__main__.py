@@ -8,7 +8,14 @@ import sys
 from . import __doc__ as DOC
 from .fused import fused
 from .measure import breakdown_only, measure
-from .report import DATA, report
+from .paths import DATA
+
+
+def report(args) -> None:
+    # Imported here: it needs Python 3.11's tomllib, which measuring does not.
+    from .report import report as write_page
+
+    write_page(args)
 
 
 def main() -> None:

@@ -36,6 +36,7 @@ def fused(args) -> None:
         print("fused", json.dumps(row), flush=True)
         rows.append(row)
         # Written after each shape: a run cut short keeps what it measured.
-        (out / "fused.json").write_text(json.dumps({"torch": torch.__version__, "steps": rows}, indent=1) + "\n")
+        (out / "fused.json").write_text(json.dumps({"torch": torch.__version__, "device": torch.cuda.get_device_name(),
+                                                    "steps": rows}, indent=1) + "\n")
         del step, compiled
         torch.cuda.empty_cache()

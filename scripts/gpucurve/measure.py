@@ -144,6 +144,24 @@ def breakdown_only(args) -> None:
     (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
 
 
+def _keep_or_drop_earlier(out: Path, facts: dict) -> None:
+    """An earlier measurement in `out` from the same device and PyTorch becomes a repeat
+    (`repeatN-steps-graph.jsonl`, which the page reads for run-to-run spread); one from
+    another machine is dropped with its repeats and fused steps, which would not compare."""
+    meta_path = out / "meta.json"
+    if not meta_path.exists():
+        return
+    old = json.loads(meta_path.read_text()).get("facts", {})
+    same = all(old.get(k) == facts.get(k) for k in ("device", "torch"))
+    trace = out / "steps-graph.jsonl"
+    if same and trace.exists():
+        taken = [int(p.name.removeprefix("repeat").split("-")[0]) for p in out.glob("repeat*-steps-graph.jsonl")]
+        trace.rename(out / f"repeat{max(taken, default=0) + 1}-steps-graph.jsonl")
+    elif not same:
+        for p in [*out.glob("repeat*-steps-graph.jsonl"), out / "fused.json"]:
+            p.unlink(missing_ok=True)
+
+
 def measure(args) -> None:
     import torch
     cuda = args.device.startswith("cuda")
@@ -153,6 +171,7 @@ def measure(args) -> None:
     torch.manual_seed(0)
     facts = _device_facts(torch, cuda)
     print(json.dumps(facts), flush=True)
+    _keep_or_drop_earlier(out, facts)
     shapes = _shapes(args.config == "tiny")
     max_pos = max(max(l, c + n) for _, l, n, c in shapes) + 1
     m = Model(torch, cfg, args.device, max_pos)

@@ -98,6 +98,7 @@ class Step:
             x = x + F.linear(F.silu(g) * u, layer["down"])
         h = F.rms_norm(x[self.last], (cfg["hidden"],), m.norm, 1e-6)
         logits = F.linear(h, m.lm_head).float()
+        self.logits = logits  # kept (not copied) for checking the step against a reference
         return t.softmax(logits, dim=-1).argmax(dim=-1)
 
 

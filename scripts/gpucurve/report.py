@@ -12,12 +12,12 @@ from pathlib import Path
 
 from .twin import ab_side_by_side
 
-ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "docs/src/benchmarks/gpu-step-curve"
-PAGE = ROOT / "docs/src/benchmarks/gpu-step-curve.md"
+from .paths import PAGE, ROOT
 DATASHEET = "h100-qwen3-8b"
 MEASURED = "h100-qwen3-8b-pytorch"
 H100_DENSE_BF16_TFLOPS = 989  # datasheet, dense (the figure the profile takes 50% of)
+# The datasheet profile's own weight read (its derivation in profiles.toml): 16.4 GB at 3.35 TB/s.
+DATASHEET_WEIGHT_READ_S = 16.4e9 / 3.35e12
 
 
 def profile(name: str) -> dict:
@@ -74,8 +74,11 @@ def fit_profile(data: Path, meta: dict, sheet: dict) -> tuple[dict, dict, str]:
     """`meridian-sim calibrate --steps` on the graph trace, with the datasheet profile's
     engine limits; returns the fitted profile, the fit's figures and its printout."""
     toml_path = data / "fitted-profile.toml"
+    trace = data / "steps-graph.jsonl"
+    # Relative to the repository (sim runs there), so the profile's derivation names no machine's path.
+    trace_arg = str(trace.relative_to(ROOT)) if trace.is_relative_to(ROOT) else str(trace)
     printout = sim(
-        "calibrate", "--steps", str(data / "steps-graph.jsonl"), "--json", str(data / "fit.json"),
+        "calibrate", "--steps", trace_arg, "--json", str(data / "fit.json"),
         "--profile-out", str(toml_path), "--name", MEASURED, "--gpu", meta["facts"].get("device", "unknown"),
         "--model", "Qwen3-8B shape, random bf16 weights, plain PyTorch step replayed as a CUDA graph",
         "--kv-blocks", str(sheet["kv_blocks"]), "--block-size", str(sheet["block_size"]),
@@ -107,6 +110,19 @@ def step_table(rows: list[dict]) -> list[str]:
             f"| {s['sheet_s'] * 1e3:.2f} ({err(s['sheet_s'], s['step_s']):+.0%}) "
             f"| {s['fit_s'] * 1e3:.2f} ({err(s['fit_s'], s['step_s']):+.0%}) |")
     return out
+
+
+def attention_kernel_sentence(row: dict) -> str:
+    """Which attention kernel the profiler saw, and what follows for vLLM."""
+    names = [name for _, kind, name in row.get("top_kernels", []) if kind == "attention"]
+    if not names:
+        return "The profiler's largest kernels name no attention kernel."
+    name = names[0].split("<")[0].removeprefix("void ").strip()
+    if "pytorch_flash" in name:
+        return (f"The attention kernel is `{name}`, the FlashAttention-2 PyTorch ships; vLLM on Hopper runs "
+                "FlashAttention-3, faster on the same work, so the fitted prefill-attention term is an upper "
+                "bound for vLLM.")
+    return f"The attention kernel is `{name}`."
 
 
 def breakdown_section(meta: dict, steps: dict[tuple, dict]) -> list[str]:
@@ -148,9 +164,7 @@ def breakdown_section(meta: dict, steps: dict[tuple, dict]) -> list[str]:
             f"({mm_flop / big['matmul_ms'] / 1e9 / H100_DENSE_BF16_TFLOPS:.0%} of the {H100_DENSE_BF16_TFLOPS} "
             f"TFLOP/s datasheet figure), attention at {attn_flop / big['attention_ms'] / 1e9:.0f} TFLOP/s and "
             f"{big['attention_ms'] / (big['matmul_ms'] + big['attention_ms'] + big['other_ms']):.0%} of the "
-            "step. The attention kernel is the FlashAttention-2 PyTorch ships; vLLM on Hopper runs "
-            "FlashAttention-3, faster on the same work, so the fitted prefill-attention term is an upper "
-            "bound for vLLM.")
+            f"step. {attention_kernel_sentence(big)}")
     return out
 
 
@@ -160,6 +174,10 @@ def fused_section(data: Path, sheet: dict, steps: dict[tuple, dict]) -> list[str
     if not path.exists():
         return ["Not taken with this measurement (`python3 -m gpucurve fused` on a GPU)."]
     fused = json.loads(path.read_text())
+    device = json.loads((data / "meta.json").read_text())["facts"].get("device")
+    if fused.get("device") != device:
+        return [f"`fused.json` was taken on {fused.get('device')!r}, not on this measurement's {device!r}: "
+                "not shown. Run `python3 -m gpucurve fused` again on the same machine."]
     out = [
         f"`python3 -m gpucurve fused` (PyTorch {fused['torch']}): the same step under `torch.compile`, whose",
         "Inductor fuses the norms, rotary, SiLU and residual adds into its own kernels, as vLLM compiles",
@@ -213,7 +231,15 @@ def report(args) -> None:
     launch = statistics.median(s["eager_s"] / s["step_s"] for s in decode if s["decode_reqs"] <= 8)
     facts, cfg = meta["facts"], meta["config"]
     weight_gb = meta["params"] * 2 / 1e9
+    read_gb = weight_gb - cfg["vocab"] * cfg["hidden"] * 2 / 1e9  # the embedding table is looked up, not read
     spread = repeat_spread(data, steps)
+    failures = meta.get("graph_failures", [])
+    # The datasheet profile recast with a floor: its weight read as tokens' worth of its
+    # per-token cost, the rest of its fixed cost kept.
+    floored = sheet | {"fixed_s": sheet["fixed_s"] - DATASHEET_WEIGHT_READ_S,
+                       "weight_read_tokens": DATASHEET_WEIGHT_READ_S / sheet["per_token_s"]}
+    floored_err = [abs(err(predict(floored, s), s["step_s"])) for s in rows]
+    floored_bias = statistics.median(err(predict(floored, s), s["step_s"]) for s in decode)
 
     plots = []
     for l in sorted({s["decode_context_each"] for s in decode}):
@@ -264,28 +290,39 @@ def report(args) -> None:
         f"{meta['attention']['prefill']} KV heads. Each step shape: {meta['timed_reps']} timed replays "
         "(CUDA events) after warm-up; medians, spread = max - min."
         + (f" The whole measurement was taken {spread[0]} times: a shape's median moved by {spread[1]:.1%} "
-           f"between runs at the median shape, {spread[2]:.1%} at most." if spread else ""),
+           f"between runs at the median shape, {spread[2]:.1%} at most." if spread else "")
+        + (f" {len(failures)} shapes could not be captured as a CUDA graph and are missing from the fit: "
+           + "; ".join(f"{f['shape']['decode_reqs']} decodes + {f['shape']['prefill_tokens']} chunk tokens "
+                       f"({f['error'][:80]})" for f in failures) + "." if failures else ""),
         "",
         "## Verdict",
         "",
-        f"- The datasheet profile predicts these {len(rows)} step shapes with a median error of "
+        f"- The datasheet profile predicts these {len(rows)} step shapes (each its median replay) with a median "
+        "error of "
         f"{statistics.median(sheet_err):.0%} (worst {abs(err(worst['sheet_s'], worst['step_s'])):.0%}, at "
         f"{worst['decode_reqs']} decodes + a {worst['prefill_tokens']}-token chunk after "
         f"{worst['prefill_context']}). Its median error is {bias(decode):+.0%} on decode-only steps, "
         f"{bias(prefill):+.0%} on prompt-chunk steps and {bias(mixed):+.0%} on mixed steps (negative: the "
         "profile predicts faster steps than measured).",
         f"- Fitted to the same steps (`meridian-sim calibrate --steps`, least absolute deviation), the "
-        f"twin's cost model reaches a median error of {statistics.median(fit_err):.1%} (worst "
+        f"twin's cost model reaches a median error of {statistics.median(fit_err):.1%} over the shapes' "
+        f"medians (worst "
         f"{max(fit_err):.0%}; R² {fit['r_squared']:.3f})"
         + (f", with a weight-read floor of {fitted['weight_read_tokens']:.0f} tokens: a step's matmuls read "
            "every weight whatever the batch, so a step of fewer tokens costs as much as one of that many. "
            "Without the floor (the datasheet form) one linear per-token cost sits between a decode step's "
            "memory-bound matmuls and a prompt chunk's compute-bound ones."
            if fitted.get("weight_read_tokens", 0) > 0 else "; the fit found no weight-read floor."),
+        f"- Recast with a floor from its own arithmetic (the weight read, "
+        f"{DATASHEET_WEIGHT_READ_S * 1e3:.1f} ms, as {floored['weight_read_tokens']:.0f} tokens' worth; fixed "
+        f"{floored['fixed_s'] * 1e3:.1f} ms), the datasheet profile would be {statistics.median(floored_err):.0%} "
+        f"off at the median and {floored_bias:+.0%} on decode-only steps: its figures do not give the floor "
+        "the measurement shows, so it keeps the additive form.",
         f"- One request decoding over {one['decode_context_each']} cached tokens takes "
         f"{one['step_s'] * 1e3:.2f} ms against the datasheet profile's {one['sheet_s'] * 1e3:.2f} ms: the whole "
-        f"step moves {weight_gb:.1f} GB of weights at {weight_gb / one['step_s'] / 1e3:.2f} TB/s, and "
-        "the breakdown below shows where the rest goes.",
+        f"step reads {read_gb:.1f} GB of weights (all but the embedding table, which is only looked up): "
+        f"{read_gb / one['step_s'] / 1e3:.2f} TB/s averaged over the step; the breakdown below shows where "
+        "the time goes.",
         f"- Without CUDA graphs (eager PyTorch, one launch per op) small decode steps take "
         f"{launch:.1f}x as long: the launch overhead vLLM's graph replay removes, and a reason a serving "
         "stack that does not replay graphs misses these figures.",

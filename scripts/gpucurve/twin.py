@@ -75,11 +75,14 @@ def ab_side_by_side(sim, data: Path, sheet: dict, datasheet: str, measured: str)
             lines += ["", f"At {at:.0%} load the largest change is in {label}: {_fmt(x)} on the datasheet "
                       f"profile, {_fmt(y)} on the measured one ({y / x - 1:+.0%}); "
                       + "; ".join(f"{lab} {_fmt(p)} vs {_fmt(q)}" for lab, p, q in moved if lab != label) + "."]
-        disagree = [label for label, x, y in moved if _direction(x) != _direction(y)]
-        lines += ["", f"Direction of each effect at {at:.0%} (lower, higher, or within 5% of fcfs): "
-                  + ("the two profiles agree on every one." if not disagree else
-                     f"the profiles disagree on {', '.join(disagree)}: there the twin's verdict depends on the "
-                     "cost model, and only a real engine can settle it."), ""]
+        per_load = []
+        for load in LOADS:
+            split = [label for m, label in METRICS
+                     if ra[load][m] and rb[load][m] and _direction(ra[load][m]) != _direction(rb[load][m])]
+            per_load.append(f"{load:.0%}: " + (", ".join(split) if split else "none"))
+        lines += ["", "Effects whose direction (lower, higher, or within 5% of fcfs) the two profiles disagree "
+                  "on, by load: " + "; ".join(per_load) + ". Where they disagree the twin's verdict depends on "
+                  "the cost model, and only a real engine can settle it.", ""]
     return lines
 
 

@@ -1,7 +1,7 @@
 """The GPU step-time curve (scripts/gpucurve): its page predicts each step with the
 twin's own cost formula, its traces are what `meridian-sim calibrate --steps` reads, and
 its step (decode attention folded per KV head, prompt chunks aligned to the bottom right)
-runs and checks itself against a float32 reference on a CPU with a tiny model."""
+computes what a plain float32 model does, on a CPU with a tiny model."""
 
 from __future__ import annotations
 
@@ -77,3 +77,13 @@ def test_a_tiny_model_steps_on_a_cpu_and_its_trace_calibrates(tmp_path):
     assert not (out / "steps-graph.jsonl").exists(), "CUDA graphs are timed on a GPU only"
     fitted = _calibrate(out / "steps-eager.jsonl", tmp_path)
     assert fitted["fixed_s"] > 0
+
+
+@pytest.mark.skipif(not VLLM_PYTHON, reason="MERIDIAN_VLLM_PYTHON (a venv with torch) not set: scripts/test.sh sets it")
+def test_a_mixed_step_computes_what_a_plain_float32_model_does():
+    # Decodes over a cache and a prompt chunk after a prefix in one step: head-to-KV-head
+    # mapping, the KV writes, rotary positions and the chunk's causal window all show in
+    # the logits (gpucurve_reference.py writes the model out token by token).
+    run = subprocess.run([VLLM_PYTHON, str(Path(__file__).with_name("gpucurve_reference.py"))],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr

@@ -387,6 +387,19 @@ pub fn fit(samples: &[Sample]) -> Result<Fit, CalibrateError> {
         }
     }
     let Some((_, cost)) = best else { return Err(CalibrateError::Singular) };
+    Ok(summarize(samples, cost))
+}
+
+/// The fit with no weight-read floor: the form of the datasheet profiles.
+pub fn fit_without_floor(samples: &[Sample]) -> Result<Fit, CalibrateError> {
+    if samples.len() < 10 {
+        return Err(CalibrateError::TooFew(samples.len()));
+    }
+    Ok(summarize(samples, fit_with_floor(samples, 0.0)?))
+}
+
+/// A fitted model with its errors over the samples.
+fn summarize(samples: &[Sample], cost: CostModel) -> Fit {
     let mean = samples.iter().map(|s| s.seconds).sum::<f64>() / samples.len() as f64;
     let ss_tot: f64 = samples.iter().map(|s| (s.seconds - mean).powi(2)).sum();
     let ss_res: f64 = samples.iter().map(|s| (s.seconds - cost.step_seconds(&s.shape)).powi(2)).sum();
@@ -396,12 +409,12 @@ pub fn fit(samples: &[Sample]) -> Result<Fit, CalibrateError> {
         .map(|s| ((cost.step_seconds(&s.shape) - s.seconds) / s.seconds).abs())
         .collect();
     pct.sort_by(|a, b| a.total_cmp(b));
-    Ok(Fit {
+    Fit {
         cost,
         samples: samples.len(),
         median_abs_pct_error: pct.get(pct.len() / 2).copied().unwrap_or(0.0) * 100.0,
         r_squared: if ss_tot > 0.0 { 1.0 - ss_res / ss_tot } else { 0.0 },
-    })
+    }
 }
 
 /// The weight-read floors [`fit`] tries, in tokens: none, then a grid fine where GPU

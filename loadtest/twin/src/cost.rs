@@ -50,7 +50,7 @@ impl StepShape {
 /// per-request and prefill-attention parts default to zero; a datasheet profile that
 /// leaves prefill attention out folds it into the per-token part, fair only for prompts
 /// well below ~8k tokens (on an H100 an 8192-token chunk after 16k computed tokens took
-/// twice as long as one after none: docs/src/benchmarks/gpu-step-curve.md).
+/// 1.85x as long as one after none: docs/src/benchmarks/gpu-step-curve.md).
 ///
 /// The floor under the per-token part is a GPU's: a step's matmuls read every weight
 /// once whatever the batch, so below some number of tokens they are bound by that read,

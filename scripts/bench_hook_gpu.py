@@ -24,7 +24,8 @@ import torch
 
 import meridian_hook
 from meridian_hook.probe import entropies
-from step_curve_facts import shortest_step_ms
+from gpucurve.paths import DATA
+from gpucurve.trace import shortest_step_ms
 
 VOCAB = 151_936
 T = 0.6
@@ -125,7 +126,7 @@ def main() -> int:
     zeros_h = float(np.log(VOCAB))
     times = {b: timing(gen, b) for b in (1, 16, 64, 256)}
     worst = max(e for _, _, e in agree)
-    step256 = shortest_step_ms(256)
+    step256 = shortest_step_ms(DATA, 256)
     ok_agree, ok_order, ok_cuda = worst <= 1e-5, order_err <= 1e-5, not captured.messages
     name = torch.cuda.get_device_name()
     lines = [

@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import statistics
 import subprocess
+import tempfile
 import tomllib
 from pathlib import Path
 
 from .twin import ab_side_by_side
 
 from .paths import PAGE, ROOT
+from .trace import groups, key, name, read_trace
 DATASHEET = "h100-qwen3-8b"
 MEASURED = "h100-qwen3-8b-pytorch"
 H100_DENSE_BF16_TFLOPS = 989  # datasheet, dense (the figure the profile takes 50% of)
@@ -35,24 +37,6 @@ def predict(p: dict, s: dict) -> float:
     return (p["fixed_s"] + p["per_token_s"] * tokens + p.get("per_decode_request_s", 0.0) * s["decode_reqs"]
             + p["per_context_token_s"] * s["decode_context"]
             + p.get("per_prefill_attention_s", 0.0) * n * (c + n / 2.0))
-
-
-def key(s: dict) -> tuple:
-    return s["decode_reqs"], s.get("decode_context_each", 0), s["prefill_tokens"], s["prefill_context"]
-
-
-def groups(rows: list[dict]) -> dict[tuple, dict]:
-    """One row per step shape: the shape and its median time over the timed replays."""
-    by: dict[tuple, list[dict]] = {}
-    for r in rows:
-        by.setdefault(key(r), []).append(r)
-    return {k: rs[0] | {"step_s": statistics.median(r["step_s"] for r in rs),
-                        "spread_s": max(r["step_s"] for r in rs) - min(r["step_s"] for r in rs)}
-            for k, rs in by.items()}
-
-
-def read_trace(path: Path) -> list[dict]:
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
 def err(pred: float, got: float) -> float:
@@ -87,16 +71,23 @@ def fit_profile(data: Path, meta: dict, sheet: dict) -> tuple[dict, dict, str]:
     return fitted, json.loads((data / "fit.json").read_text())["fit"], printout
 
 
+def fit_without_floor(data: Path) -> dict:
+    """The same fit in the datasheet profiles' form (`calibrate --no-floor`): its figures."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "fit.json"
+        sim("calibrate", "--steps", str(data / "steps-graph.jsonl"), "--no-floor", "--json", str(out))
+        return json.loads(out.read_text())["fit"]
+
+
 def repeat_spread(data: Path, steps: dict[tuple, dict]) -> tuple[int, float, float] | None:
     """Across the repeat runs kept beside the main one: for each shape, the largest
     relative distance of a run's median from the main run's; their median and maximum."""
     repeats = sorted(data.glob("repeat*-steps-graph.jsonl"))
     if not repeats:
         return None
-    dists = []
-    for k, s in steps.items():
-        others = [groups(read_trace(p)).get(k) for p in repeats]
-        dists.append(max(abs(err(o["step_s"], s["step_s"])) for o in others if o))
+    runs = [groups(read_trace(p)) for p in repeats]
+    dists = [max(abs(err(run[k]["step_s"], s["step_s"])) for run in runs if k in run)
+             for k, s in steps.items() if any(k in run for run in runs)]
     return len(repeats) + 1, statistics.median(dists), max(dists)
 
 
@@ -114,15 +105,15 @@ def step_table(rows: list[dict]) -> list[str]:
 
 def attention_kernel_sentence(row: dict) -> str:
     """Which attention kernel the profiler saw, and what follows for vLLM."""
-    names = [name for _, kind, name in row.get("top_kernels", []) if kind == "attention"]
-    if not names:
+    kernels = [k for _, kind, k in row.get("top_kernels", []) if kind == "attention"]
+    if not kernels:
         return "The profiler's largest kernels name no attention kernel."
-    name = names[0].split("<")[0].removeprefix("void ").strip()
-    if "pytorch_flash" in name:
-        return (f"The attention kernel is `{name}`, the FlashAttention-2 PyTorch ships; vLLM on Hopper runs "
+    kernel = kernels[0].split("<")[0].removeprefix("void ").strip()
+    if "pytorch_flash" in kernel:
+        return (f"The attention kernel is `{kernel}`, the FlashAttention-2 PyTorch ships; vLLM on Hopper runs "
                 "FlashAttention-3, faster on the same work, so the fitted prefill-attention term is an upper "
                 "bound for vLLM.")
-    return f"The attention kernel is `{name}`."
+    return f"The attention kernel is `{kernel}`."
 
 
 def breakdown_section(meta: dict, steps: dict[tuple, dict]) -> list[str]:
@@ -137,12 +128,9 @@ def breakdown_section(meta: dict, steps: dict[tuple, dict]) -> list[str]:
            "|---|---|---|---|---|"]
     for r in rows:
         s = steps.get(key(r))
-        name = (f"{r['decode_reqs']} decode{'s' if r['decode_reqs'] > 1 else ''} x {r['decode_context_each']} "
-                "cached" if r["decode_reqs"]
-                else f"{r['prefill_tokens']}-token chunk after {r['prefill_context']}")
-        out.append(f"| {name} | {s['step_s'] * 1e3:.2f} | {r['matmul_ms']:.2f} ({r['matmul_kernels']}) "
+        out.append(f"| {name(r)} | {s['step_s'] * 1e3:.2f} | {r['matmul_ms']:.2f} ({r['matmul_kernels']}) "
                    f"| {r['attention_ms']:.2f} ({r['attention_kernels']}) | {r['other_ms']:.2f} ({r['other_kernels']}) |"
-                   if s else f"| {name} | n/a | {r['matmul_ms']:.2f} | {r['attention_ms']:.2f} | {r['other_ms']:.2f} |")
+                   if s else f"| {name(r)} | n/a | {r['matmul_ms']:.2f} | {r['attention_ms']:.2f} | {r['other_ms']:.2f} |")
     out.append("")
     one = next((r for r in rows if r["decode_reqs"] == 1), None)
     if one:
@@ -189,20 +177,16 @@ def fused_section(data: Path, sheet: dict, steps: dict[tuple, dict]) -> list[str
     for r in fused["steps"]:
         s = steps.get(key(r))
         pred = predict(sheet, s) * 1e3 if s else None
-        name = (f"{r['decode_reqs']} decode{'s' if r['decode_reqs'] > 1 else ''} x {r['decode_context_each']} cached"
-                if r["decode_reqs"] else f"{r['prefill_tokens']}-token chunk after {r['prefill_context']}")
-        out.append(f"| {name} | {r['plain_ms']:.2f} | {r['fused_ms']:.2f} | {r['fused_ms'] / r['plain_ms']:.2f} "
+        out.append(f"| {name(r)} | {r['plain_ms']:.2f} | {r['fused_ms']:.2f} | {r['fused_ms'] / r['plain_ms']:.2f} "
                    f"| {pred:.2f} ({err(pred, r['fused_ms']):+.0%}) |" if pred else
-                   f"| {name} | {r['plain_ms']:.2f} | {r['fused_ms']:.2f} | {r['fused_ms'] / r['plain_ms']:.2f} | n/a |")
+                   f"| {name(r)} | {r['plain_ms']:.2f} | {r['fused_ms']:.2f} | {r['fused_ms'] / r['plain_ms']:.2f} | n/a |")
     saved = [r["plain_ms"] - r["fused_ms"] for r in fused["steps"]]
     ratios = [r["fused_ms"] / r["plain_ms"] for r in fused["steps"]]
     misses = []
     for r in fused["steps"]:
         s = steps.get(key(r))
         if s:
-            what = (f"{r['decode_reqs']} decode{'s' if r['decode_reqs'] > 1 else ''}" if r["decode_reqs"]
-                    else f"a {r['prefill_tokens']}-token chunk")
-            misses.append(f"{err(predict(sheet, s) * 1e3, r['fused_ms']):+.0%} at {what}")
+            misses.append(f"{err(predict(sheet, s) * 1e3, r['fused_ms']):+.0%} at {name(r)}")
     out += ["", f"Fusion takes {min(saved):.1f} to {max(saved):.1f} ms off these steps ({1 - max(ratios):.0%} to "
             f"{1 - min(ratios):.0%} of them), so the profile fitted to the plain steps overstates a fused, "
             "vLLM-like step by about that share. Against the fused steps the datasheet profile is "
@@ -215,6 +199,7 @@ def report(args) -> None:
     meta = json.loads((data / "meta.json").read_text())
     sheet = profile(DATASHEET)
     fitted, fit, printout = fit_profile(data, meta, sheet)
+    no_floor = fit_without_floor(data)
     steps = groups(read_trace(data / "steps-graph.jsonl"))
     eager = groups(read_trace(data / "steps-eager.jsonl"))
     for k, s in steps.items():
@@ -255,8 +240,8 @@ def report(args) -> None:
             ("measured (CUDA graph)", [(s["prefill_tokens"], s["step_s"] * 1e3) for s in row]),
             ("fitted profile", [(s["prefill_tokens"], s["fit_s"] * 1e3) for s in row]),
             ("datasheet profile", [(s["prefill_tokens"], s["sheet_s"] * 1e3) for s in row])]))
-    for name, title, x_label, series in plots:
-        plot(data / f"{name}.svg", title, x_label, series)
+    for slug, title, x_label, series in plots:
+        plot(data / f"{slug}.svg", title, x_label, series)
     images = lambda prefix: [f"![{t}](gpu-step-curve/{n}.svg)" for n, t, _, _ in plots if n.startswith(prefix)]
 
     def term(name, scale, unit):
@@ -310,8 +295,10 @@ def report(args) -> None:
         f"{max(fit_err):.0%}; R² {fit['r_squared']:.3f})"
         + (f", with a weight-read floor of {fitted['weight_read_tokens']:.0f} tokens: a step's matmuls read "
            "every weight whatever the batch, so a step of fewer tokens costs as much as one of that many. "
-           "Without the floor (the datasheet form) one linear per-token cost sits between a decode step's "
-           "memory-bound matmuls and a prompt chunk's compute-bound ones."
+           f"Without the floor (the datasheet form, `calibrate --no-floor`) the median error per timed step is "
+           f"{no_floor['median_abs_pct_error']:.1f}% against {fit['median_abs_pct_error']:.1f}%: one linear "
+           "per-token cost then sits between a decode step's memory-bound matmuls and a prompt chunk's "
+           "compute-bound ones."
            if fitted.get("weight_read_tokens", 0) > 0 else "; the fit found no weight-read floor."),
         f"- Recast with a floor from its own arithmetic (the weight read, "
         f"{DATASHEET_WEIGHT_READ_S * 1e3:.1f} ms, as {floored['weight_read_tokens']:.0f} tokens' worth; fixed "

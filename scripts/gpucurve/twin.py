@@ -4,6 +4,7 @@ the page can say whether the effect the twin predicts survives a measured cost m
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 WORKLOADS = [
@@ -17,17 +18,18 @@ METRICS = [("ttot_p99_ms", "p99 TTOT"), ("itl_p99_ms", "p99 output ITL"),
 
 
 def _cells(sim, data: Path, name: str, measured: bool, workload: str | None, prompts: int) -> dict:
-    out = data / f"ab-{name}-{'long' if workload else 'mix'}.json"
-    args = ["ab", "--profile", name, "--policies", f"fcfs,{POLICY}", "--num-prompts", str(prompts),
-            "--loads", ",".join(map(str, LOADS)), "--json", str(out)]
-    if measured:
-        args += ["--profile-file", str(data / "fitted-profile.toml")]
-    if workload:
-        args += ["--workload", workload]
-    sim(*args)
-    cells = json.loads(out.read_text())
-    out.unlink()  # the page carries the figures; the cells are rebuilt in a second
-    return cells
+    """`meridian-sim ab` on one profile; its cells (the page carries the figures, so the
+    JSON goes to a temporary file: rebuilding it takes a second)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "ab.json"
+        args = ["ab", "--profile", name, "--policies", f"fcfs,{POLICY}", "--num-prompts", str(prompts),
+                "--loads", ",".join(map(str, LOADS)), "--json", str(out)]
+        if measured:
+            args += ["--profile-file", str(data / "fitted-profile.toml")]
+        if workload:
+            args += ["--workload", workload]
+        sim(*args)
+        return json.loads(out.read_text())
 
 
 def _ratios(cells: dict) -> dict[float, dict[str, float | None]]:

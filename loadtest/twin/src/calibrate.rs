@@ -367,6 +367,16 @@ fn lad(samples: &[Sample], active: &[bool; TERMS], floor: f64) -> Option<[f64; T
 /// the one with the smallest total deviation wins, so a trace with no floor in it (a
 /// CPU engine's) keeps none.
 pub fn fit(samples: &[Sample]) -> Result<Fit, CalibrateError> {
+    best_fit(samples, &FLOORS)
+}
+
+/// The fit with no weight-read floor: the form of the datasheet profiles.
+pub fn fit_without_floor(samples: &[Sample]) -> Result<Fit, CalibrateError> {
+    best_fit(samples, &[0.0])
+}
+
+/// The best of the fits at each of `floors` (0.0 first: its failure is the fit's).
+fn best_fit(samples: &[Sample], floors: &[f64]) -> Result<Fit, CalibrateError> {
     if samples.len() < 10 {
         return Err(CalibrateError::TooFew(samples.len()));
     }
@@ -375,7 +385,7 @@ pub fn fit(samples: &[Sample]) -> Result<Fit, CalibrateError> {
     // A floor above nearly every step would leave the per-token term nothing to fit.
     let highest = tokens[tokens.len() * 9 / 10];
     let mut best: Option<(f64, CostModel)> = None;
-    for floor in FLOORS.iter().copied().filter(|f| *f == 0.0 || *f < highest) {
+    for floor in floors.iter().copied().filter(|f| *f == 0.0 || *f < highest) {
         let cost = match fit_with_floor(samples, floor) {
             Ok(cost) => cost,
             Err(e) if floor == 0.0 => return Err(e),
@@ -388,14 +398,6 @@ pub fn fit(samples: &[Sample]) -> Result<Fit, CalibrateError> {
     }
     let Some((_, cost)) = best else { return Err(CalibrateError::Singular) };
     Ok(summarize(samples, cost))
-}
-
-/// The fit with no weight-read floor: the form of the datasheet profiles.
-pub fn fit_without_floor(samples: &[Sample]) -> Result<Fit, CalibrateError> {
-    if samples.len() < 10 {
-        return Err(CalibrateError::TooFew(samples.len()));
-    }
-    Ok(summarize(samples, fit_with_floor(samples, 0.0)?))
 }
 
 /// A fitted model with its errors over the samples.

@@ -148,6 +148,10 @@ enum Command {
         /// trace's clock), say an idle engine's probe; the fit still uses every step.
         #[arg(long, requires = "steps", value_parser = parse_window)]
         curve_window: Option<(f64, f64)>,
+        /// Fit without a weight-read floor (the datasheet profiles' form), to see what
+        /// the floor adds.
+        #[arg(long)]
+        no_floor: bool,
         /// Write the fit as a twin profile (TOML) here, for `--profile-file`.
         #[arg(long)]
         profile_out: Option<PathBuf>,
@@ -328,8 +332,8 @@ async fn main() -> Result<(), String> {
                 f.write_all(md.as_bytes()).map_err(|e| e.to_string())?;
             }
         }
-        Command::Calibrate { report, steps, json, plot, curve_window, profile_out, limits } => {
-            calibrate_command(report, steps, json, (plot, curve_window), profile_out, &limits)?;
+        Command::Calibrate { report, steps, json, plot, curve_window, no_floor, profile_out, limits } => {
+            calibrate_command(report, steps, json, (plot, curve_window), no_floor, profile_out, &limits)?;
         }
         Command::Plot { out } => {
             let mut text = String::new();
@@ -359,6 +363,7 @@ fn calibrate_command(
     steps: Option<PathBuf>,
     json: Option<PathBuf>,
     (plot, curve_window): (Option<PathBuf>, Option<(f64, f64)>),
+    no_floor: bool,
     profile_out: Option<PathBuf>,
     limits: &ProfileLimits,
 ) -> Result<(), String> {
@@ -372,7 +377,8 @@ fn calibrate_command(
         }
         (None, None) => return Err("calibrate needs a load-test report or --steps".into()),
     };
-    let fit = calibrate::fit(&samples).map_err(|e| e.to_string())?;
+    let fit = if no_floor { calibrate::fit_without_floor(&samples) } else { calibrate::fit(&samples) }
+        .map_err(|e| e.to_string())?;
     println!("# fitted from {} samples in {}", fit.samples, source.display());
     println!("# fit error: median |error| {:.1}%, R^2 {:.3}", fit.median_abs_pct_error, fit.r_squared);
     println!("# {}", fit.cost.describe());

@@ -9,11 +9,14 @@ pub struct Fixture {
     pub name: String,
     /// The body exactly as recorded.
     pub body: Bytes,
+    /// The same request's answer recorded unstreamed (`NAME.json`), where there is one;
+    /// otherwise a non-streaming request gets the stream's chunks folded into one.
+    pub whole: Option<Bytes>,
 }
 
 impl Fixture {
     pub fn new(name: impl Into<String>, body: impl Into<Bytes>) -> Self {
-        Fixture { name: name.into(), body: body.into() }
+        Fixture { name: name.into(), body: body.into(), whole: None }
     }
 
     /// Byte offsets where each SSE event ends (after its blank line).
@@ -52,9 +55,15 @@ macro_rules! embed {
     };
 }
 
+macro_rules! embed_whole {
+    ($($name:literal),* $(,)?) => {
+        [$(($name, include_bytes!(concat!("../fixtures/", $name, ".json")) as &[u8])),*]
+    };
+}
+
 /// The fixtures compiled into the crate.
 pub fn builtin_fixtures() -> BTreeMap<String, Fixture> {
-    embed!(
+    let mut fixtures: BTreeMap<String, Fixture> = embed!(
         "qwen3-reasoning",
         "qwen3-reasoning-content",
         "qwen3-inline-tags",
@@ -63,10 +72,18 @@ pub fn builtin_fixtures() -> BTreeMap<String, Fixture> {
         "qwen3-token-ids-stripped",
         "completions-inline-tags",
         "qwen3-reasoning-usage",
+        "responses-reasoning",
+        "messages-thinking",
     )
     .into_iter()
     .map(|(name, body)| (name.to_owned(), Fixture::new(name, Bytes::from_static(body))))
-    .collect()
+    .collect();
+    for (name, whole) in embed_whole!("responses-reasoning", "messages-thinking") {
+        if let Some(f) = fixtures.get_mut(name) {
+            f.whole = Some(Bytes::from_static(whole));
+        }
+    }
+    fixtures
 }
 
 /// Adds every `*.sse` file in `dir` (replacing built-ins of the same name).

@@ -7,13 +7,16 @@
 //!
 //! | header | effect |
 //! |---|---|
-//! | `x-mock-fixture: NAME` | replay `fixtures/NAME.sse` (default: `qwen3-reasoning`) |
+//! | `x-mock-fixture: NAME` | replay `fixtures/NAME.sse` (default: `qwen3-reasoning`; on `/v1/responses`, `responses-reasoning`; on `/v1/messages`, `messages-thinking`) |
 //! | `x-mock-split: event` / `N` / `a,b,c` | one write per SSE event (default), N-byte writes, or cuts at these byte offsets |
 //! | `x-mock-interval-ms: N` | pause between writes |
 //! | `x-mock-first-byte-ms: N` | pause before the response head (a long prefill) |
 //! | `x-mock-die-after-bytes: N` | abort the connection after N body bytes |
 //! | `x-mock-hang-after-bytes: N` | stop sending after N bytes but keep the connection open |
 //! | `x-mock-status: CODE` | answer with this status and an OpenAI-style error |
+//!
+//! A request that is not streamed gets the fixture's unstreamed recording
+//! (`fixtures/NAME.json`) where there is one, else the stream folded into one answer.
 //!
 //! `/metrics` reports vLLM's `vllm:num_requests_waiting` and `vllm:kv_cache_usage_perc`
 //! gauges, 0 unless set with [`MockUpstream::set_engine_load`].

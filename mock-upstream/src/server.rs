@@ -159,6 +159,8 @@ fn router(state: Arc<MockState>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(generate))
         .route("/v1/completions", post(generate))
+        .route("/v1/responses", post(generate))
+        .route("/v1/messages", post(generate))
         .route("/v1/models", get(models))
         .route("/health", get(health))
         .route("/metrics", get(engine_metrics))
@@ -231,13 +233,21 @@ async fn generate(State(state): State<Arc<MockState>>, headers: HeaderMap, req: 
         completion.done = true;
         return axum::Json(probe_reply(&logprobs)).into_response();
     }
-    let name = plan.fixture.clone().unwrap_or_else(|| state.options.default_fixture.clone());
+    let name = plan.fixture.clone().unwrap_or_else(|| match path.as_str() {
+        // Each API streams in its own event format: its own recording by default.
+        "/v1/responses" => "responses-reasoning".to_owned(),
+        "/v1/messages" => "messages-thinking".to_owned(),
+        _ => state.options.default_fixture.clone(),
+    });
     let Some(fixture) = state.fixtures.get(&name).cloned() else {
         completion.done = true;
         return error_response(StatusCode::NOT_FOUND, &format!("no fixture {name:?}"));
     };
     if request.get("stream").and_then(Value::as_bool) != Some(true) {
         completion.done = true;
+        if let Some(whole) = fixture.whole {
+            return ([(header::CONTENT_TYPE, "application/json")], whole).into_response();
+        }
         let chat = path.ends_with("/chat/completions");
         return axum::Json(aggregate(&fixture, chat)).into_response();
     }

@@ -7,7 +7,8 @@
 
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use meridian_core::stream::Dialect;
+use serde_json::{Value, json};
 
 use crate::request_id::REQUEST_ID;
 
@@ -47,7 +48,7 @@ pub enum ProxyError {
     #[error("upstream {upstream} failed: {reason}")]
     UpstreamFailed { upstream: String, reason: String },
     #[error(
-        "upstream {upstream} ended the stream before finishing it (no [DONE], no finish_reason): the answer is incomplete"
+        "upstream {upstream} ended the stream before finishing it (no end marker: [DONE] or a finish_reason, response.completed, message_stop): the answer is incomplete"
     )]
     UpstreamTruncated { upstream: String },
     #[error("the proxy is shutting down and its grace period for open requests is over; retry the request")]
@@ -185,9 +186,11 @@ impl ProxyError {
         json!({"error": {"message": self.to_string(), "type": kind, "param": param, "code": code}})
     }
 
-    /// The error as an SSE event, for streams that already started.
-    pub fn sse_event(&self) -> bytes::Bytes {
-        bytes::Bytes::from(format!("data: {}\n\ndata: [DONE]\n\n", self.body()))
+    /// The error as an SSE event in the stream's own API, for streams that already
+    /// started.
+    pub fn sse_event(&self, dialect: Dialect) -> bytes::Bytes {
+        let mut body = self.body();
+        error_event(dialect, body["error"].take())
     }
 
     /// The outcome label this error is counted under.
@@ -272,5 +275,50 @@ mod tests {
         let failed = ProxyError::UpstreamFailed { upstream: "a".into(), reason: "x".into() };
         assert_eq!(err.body()["error"]["code"], failed.body()["error"]["code"]);
         assert_eq!((err.status(), err.outcome()), (failed.status(), failed.outcome()));
+    }
+}
+
+/// The event that ends a broken stream, in its API's own shape, so that API's client
+/// library raises (or reports an error event) instead of waiting: `error` is an
+/// OpenAI-style error object (`message`, `type`, `param`, `code`).
+///
+/// - chat and completions: a `data:` line with `{"error": ...}`, then `[DONE]`;
+/// - Responses: an `error` event (`type`, `code`, `message`, `param`), as OpenAI sends;
+/// - Messages: an `error` event with Anthropic's `{"type": "error", "error": {...}}`.
+pub fn error_event(dialect: Dialect, error: Value) -> bytes::Bytes {
+    let text = match dialect {
+        Dialect::Chat => format!("data: {}\n\ndata: [DONE]\n\n", json!({ "error": error })),
+        Dialect::Responses => {
+            let event = json!({
+                "type": "error",
+                "code": error["code"],
+                "message": error["message"],
+                "param": error["param"],
+            });
+            format!("event: error\ndata: {event}\n\n")
+        }
+        Dialect::Messages => {
+            let event = json!({
+                "type": "error",
+                "error": {"type": anthropic_error_type(&error), "message": error["message"]},
+            });
+            format!("event: error\ndata: {event}\n\n")
+        }
+    };
+    bytes::Bytes::from(text)
+}
+
+/// Anthropic's error type for an OpenAI-style error object: an overloaded proxy or
+/// engine is `overloaded_error` (clients back off), other server failures `api_error`.
+fn anthropic_error_type(error: &Value) -> &'static str {
+    let code = error["code"].as_str().unwrap_or_default();
+    match error["type"].as_str().unwrap_or_default() {
+        _ if matches!(code, "admission_queue_full" | "admission_timeout" | "no_healthy_upstream") => {
+            "overloaded_error"
+        }
+        "invalid_request_error" if code.ends_with("not_found") => "not_found_error",
+        "invalid_request_error" => "invalid_request_error",
+        _ if code == "upstream_timeout" => "timeout_error",
+        _ => "api_error",
     }
 }

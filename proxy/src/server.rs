@@ -19,6 +19,8 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(routes::chat_completions))
         .route("/v1/completions", post(routes::completions))
+        .route("/v1/responses", post(routes::responses))
+        .route("/v1/messages", post(routes::messages))
         .route("/v1/models", get(routes::list_models))
         .route("/health", get(routes::health))
         .route("/ready", get(routes::ready))

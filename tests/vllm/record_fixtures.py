@@ -5,6 +5,10 @@ with `--reasoning-parser qwen3` and one without. The raw response bodies are wri
 byte for byte to mock-upstream/fixtures/. `logit_bias` on </think> makes the random model
 leave its think block after a few tokens; `seed` makes the choice repeatable.
 
+The Responses and Anthropic Messages routes are recorded from the parser server too
+(`.sse` streamed, `.json` whole). Messages takes no `logit_bias` or `seed`, so its requests
+are repeated until the random walk leaves the think block on its own.
+
 Usage: python record_fixtures.py PARSER_URL PLAIN_URL MODEL_DIR OUT_DIR
 """
 
@@ -60,6 +64,70 @@ def switches_late(body: bytes, end_id: int, min_think: int = 5) -> bool:
     return False
 
 
+def events(body: bytes) -> list[dict]:
+    """The JSON payloads of an SSE body's `data:` lines."""
+    return [json.loads(line[6:]) for line in body.decode().splitlines() if line.startswith("data: {")]
+
+
+def responses(base: str, end_id: int, seed: int, stream: bool) -> bytes:
+    body = {
+        "model": "tiny-qwen3",
+        "input": "What is two plus two?",
+        "stream": stream,
+        "max_output_tokens": 24,
+        "seed": seed,
+        "logit_bias": {str(end_id): 3.0},
+    }
+    return post(f"{base}/v1/responses", body)
+
+
+def responses_switch(body: bytes, min_think: int = 5) -> bool:
+    kinds = [e.get("type") for e in events(body)]
+    return kinds.count("response.reasoning_text.delta") >= min_think and "response.output_text.delta" in kinds
+
+
+def messages(base: str, stream: bool) -> bytes:
+    body = {
+        "model": "tiny-qwen3",
+        "max_tokens": 40,
+        "messages": PROMPT,
+        "stream": stream,
+    }
+    return post(f"{base}/v1/messages", body)
+
+
+def messages_switch(body: bytes, min_think: int = 5) -> bool:
+    if body.lstrip().startswith(b"{"):
+        kinds = [block["type"] for block in json.loads(body)["content"]]
+        return kinds == ["thinking", "text"]
+    deltas = [e["delta"].get("type") for e in events(body) if e.get("type") == "content_block_delta"]
+    return deltas.count("thinking_delta") >= min_think and "text_delta" in deltas
+
+
+def record_new_routes(parser_url: str, end_id: int) -> dict[str, bytes]:
+    """The Responses and Messages recordings, each the first that thinks, then answers."""
+    found = {}
+    for name, make, ok in [
+        ("responses-reasoning.sse", lambda i: responses(parser_url, end_id, i, True), responses_switch),
+        ("responses-reasoning.json", lambda i: responses(parser_url, end_id, i, False), responses_whole_switch),
+        ("messages-thinking.sse", lambda i: messages(parser_url, True), messages_switch),
+        ("messages-thinking.json", lambda i: messages(parser_url, False), messages_switch),
+    ]:
+        for attempt in range(1, 300):
+            body = make(attempt)
+            if ok(body):
+                found[name] = body
+                break
+        else:
+            raise SystemExit(f"{name}: no request produced a think -> output switch")
+    return found
+
+
+def responses_whole_switch(body: bytes) -> bool:
+    kinds = [item["type"] for item in json.loads(body)["output"]]
+    return kinds == ["reasoning", "message"]
+
+
 def main() -> None:
     parser_url, plain_url, model_dir, out = sys.argv[1], sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4])
     end_id = json.loads((model_dir / "meridian-ids.json").read_text())["</think>"]
@@ -96,8 +164,10 @@ def main() -> None:
                 break
         else:
             raise SystemExit(f"{name}: no seed produced a think -> output switch")
+    recordings = {f"{name}.sse": body for name, body in recordings.items()}
+    recordings.update(record_new_routes(parser_url, end_id))
     for name, body in recordings.items():
-        (out / f"{name}.sse").write_bytes(body)
+        (out / name).write_bytes(body)
         print(f"{name}: {len(body)} bytes")
 
 

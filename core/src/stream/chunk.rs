@@ -1,6 +1,6 @@
-//! Reads just what the phase tracker needs from a response chunk (deltas, token ids,
-//! usage), borrowing from the payload; everything else in the JSON is skipped, not copied,
-//! and the relayed bytes are never re-serialised.
+//! Reads just what the phase tracker needs from an OpenAI chat or completions chunk
+//! (deltas, token ids, usage), borrowing from the payload; everything else in the JSON is
+//! skipped, not copied, and the relayed bytes are never re-serialised.
 
 use std::borrow::Cow;
 
@@ -11,7 +11,7 @@ use smallvec::SmallVec;
 /// bare `Cow<str>` field, but not one inside an `Option`: hence the wrapper.)
 #[derive(Deserialize)]
 #[serde(transparent)]
-struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+pub(super) struct Text<'a>(#[serde(borrow)] pub(super) Cow<'a, str>);
 
 #[derive(Deserialize)]
 struct ChunkView<'a> {

@@ -3,8 +3,9 @@
 //! the client's stream with an OpenAI-style error event instead of a hang, as do bytes
 //! that are not UTF-8 and a line longer than `upstream.max_response_bytes`; a client that
 //! goes away drops this body, which drops the upstream response and so cancels the
-//! request in the engine. A stream that ends without its terminator (`[DONE]`, or a
-//! `finish_reason` for every choice) ends with an `upstream_truncated` error event.
+//! request in the engine. A stream that ends without its terminator (`[DONE]` or a
+//! `finish_reason` for every choice; `response.completed` on the Responses API,
+//! `message_stop` on Messages) ends with an `upstream_truncated` error event.
 //!
 //! Bytes are forwarded up to the last complete line of what has arrived. A half line is
 //! useless to an SSE client (it cannot act before the newline), and holding it back means
@@ -209,7 +210,7 @@ impl Stream for RelayBody {
 fn close_with(tail: &Tail, observer: &mut RequestObserver, state: &mut State, err: ProxyError) -> Bytes {
     observer.fail(err.outcome());
     *state = State::Done;
-    let event = err.sse_event();
+    let event = err.sse_event(observer.dialect());
     if tail.mid_event() {
         let mut b = Vec::with_capacity(event.len() + 1);
         b.push(b'\n');

@@ -7,8 +7,8 @@
 //! A streamed request that has no response after one interval (still queued, or its
 //! upstream has not sent headers) gets `200` and `text/event-stream` at once, then
 //! heartbeats. From then on a failure can no longer change the status, so it arrives as
-//! an OpenAI-style error event followed by `data: [DONE]`, the same way a stream that
-//! breaks later ends; the event carries the body the client would otherwise have had
+//! an error event in the stream's API (see [`crate::error::error_event`]), the same way
+//! a stream that breaks later ends; the event carries the body the client would otherwise have had
 //! (the proxy's error, or the upstream's). Answers that start within one interval keep
 //! their real status codes.
 //!
@@ -27,6 +27,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
+use meridian_core::stream::Dialect;
 use tokio::time::{Instant, Sleep};
 
 use super::tail::Tail;
@@ -89,6 +90,7 @@ pub fn early_response(
     response: Pin<Box<dyn Future<Output = Response> + Send>>,
     every: Duration,
     mut headers: HeaderMap,
+    dialect: Dialect,
 ) -> Response {
     let rest = async move {
         let resp = response.await;
@@ -101,7 +103,7 @@ pub fn early_response(
         }
         let status = resp.status();
         let body = axum::body::to_bytes(resp.into_body(), ERROR_BODY_LIMIT).await.unwrap_or_default();
-        futures::stream::once(std::future::ready(error_event(status, &body))).right_stream()
+        futures::stream::once(std::future::ready(error_event(status, &body, dialect))).right_stream()
     };
     let stream = futures::stream::once(rest).flatten().map(Ok::<_, Infallible>);
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -120,8 +122,9 @@ fn is_sse(headers: &HeaderMap) -> bool {
 
 /// The error event for a response that could not be sent as one: its own OpenAI-style
 /// error object when it has one (the proxy's errors, vLLM's `{"error": ...}`), vLLM's
-/// older flat `{"message", "type", "code"}` wrapped as one, else the status and body text.
-fn error_event(status: StatusCode, body: &[u8]) -> Bytes {
+/// older flat `{"message", "type", "code"}` wrapped as one, else the status and body text;
+/// in the stream's own API (see [`crate::error::error_event`]).
+fn error_event(status: StatusCode, body: &[u8], dialect: Dialect) -> Bytes {
     let parsed: Option<serde_json::Value> = serde_json::from_slice(body).ok();
     let error = match parsed {
         Some(mut v) if v.get("error").is_some_and(|e| e.is_object()) => v["error"].take(),
@@ -141,7 +144,7 @@ fn error_event(status: StatusCode, body: &[u8]) -> Bytes {
             })
         }
     };
-    Bytes::from(format!("data: {}\n\ndata: [DONE]\n\n", serde_json::json!({ "error": error })))
+    crate::error::error_event(dialect, error)
 }
 
 #[cfg(test)]
@@ -159,14 +162,14 @@ mod tests {
     fn error_events_keep_what_the_body_said() {
         let ours = br#"{"error": {"message": "queue full", "type": "server_error", "param": null, "code": "admission_queue_full"}}"#;
         assert_eq!(
-            event_error(&error_event(StatusCode::SERVICE_UNAVAILABLE, ours))["code"],
+            event_error(&error_event(StatusCode::SERVICE_UNAVAILABLE, ours, Dialect::Chat))["code"],
             "admission_queue_full"
         );
         let flat = br#"{"object": "error", "message": "too long", "type": "BadRequestError", "code": 400}"#;
-        let e = event_error(&error_event(StatusCode::BAD_REQUEST, flat));
+        let e = event_error(&error_event(StatusCode::BAD_REQUEST, flat, Dialect::Chat));
         assert_eq!((e["message"].as_str(), e["code"].as_i64()), (Some("too long"), Some(400)));
         let html = b"<html>502 Bad Gateway</html>";
-        let e = event_error(&error_event(StatusCode::BAD_GATEWAY, html));
+        let e = event_error(&error_event(StatusCode::BAD_GATEWAY, html, Dialect::Chat));
         assert!(e["message"].as_str().unwrap().contains("502 Bad Gateway"), "{e}");
     }
 

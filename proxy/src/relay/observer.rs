@@ -11,7 +11,7 @@ use meridian_core::{Delta, Phase, PhaseEvent, PhaseRouter};
 use crate::telemetry::spans::TARGET;
 use crate::telemetry::{Metrics, RequestTimings};
 use crate::upstream::Upstream;
-use meridian_core::stream::{ChoiceDelta, Usage, parse_payload};
+use meridian_core::stream::{ChoiceDelta, Dialect, Usage};
 use tracing::Level;
 
 /// More choices than this (`n` > 16) are relayed but not tracked: bounded memory
@@ -22,6 +22,8 @@ const MAX_TRACKED_CHOICES: usize = 16;
 #[derive(Debug, Clone)]
 pub struct RequestInfo {
     pub route: &'static str,
+    /// The API the response speaks, which decides how its events are read.
+    pub dialect: Dialect,
     pub family: Option<Arc<ModelFamily>>,
     /// Overrides the family's starting phase (a request that turned thinking off).
     pub initial_phase: Option<Phase>,
@@ -52,6 +54,7 @@ impl RequestInfo {
     pub fn new(route: &'static str, family: Option<Arc<ModelFamily>>) -> Self {
         RequestInfo {
             route,
+            dialect: Dialect::Chat,
             family,
             initial_phase: None,
             request_id: String::new(),
@@ -149,7 +152,12 @@ impl RequestObserver {
 
     /// Feeds one `data:` payload (or a whole non-streaming body) that arrived at `at`.
     pub fn on_payload(&mut self, payload: &[u8], at: Instant) {
-        if let Some(Some(usage)) = parse_payload(payload, |choice| self.on_choice(choice, at)) {
+        let dialect = self.info.dialect;
+        if let Some(Some(mut usage)) = dialect.parse(payload, |choice| self.on_choice(choice, at)) {
+            // Messages reports the prompt's count first, the output's at the end.
+            if usage.prompt_tokens.is_none() {
+                usage.prompt_tokens = self.usage.and_then(|u| u.prompt_tokens);
+            }
             self.usage = Some(usage);
         }
         self.update_open_phase();
@@ -350,6 +358,11 @@ impl RequestObserver {
     /// The response ended badly; `outcome` names how.
     pub fn fail(&mut self, outcome: &'static str) {
         self.outcome = outcome;
+    }
+
+    /// The API the response speaks.
+    pub fn dialect(&self) -> Dialect {
+        self.info.dialect
     }
 
     /// The request's span, for log lines written about it while it streams.

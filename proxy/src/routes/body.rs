@@ -8,6 +8,7 @@ use axum::http::{HeaderMap, header};
 use bytes::Bytes;
 use meridian_core::Phase;
 use meridian_core::config::ServerConfig;
+use meridian_core::stream::Dialect;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -53,7 +54,7 @@ fn caused_by_length_limit(e: &(dyn std::error::Error + 'static)) -> bool {
 
 /// The fields the proxy reads, by name. Each must come at most once: with two values,
 /// the proxy and the engine could act on different ones.
-const READ_FIELDS: [&str; 10] = [
+const READ_FIELDS: [&str; 13] = [
     "model",
     // How the response is relayed is decided by its content type; `stream` says only
     // whether a slow answer may get its headers early, with heartbeats.
@@ -66,6 +67,11 @@ const READ_FIELDS: [&str; 10] = [
     "max_completion_tokens",
     "messages",
     "prompt",
+    // The Responses API's prompt and token limit.
+    "input",
+    "max_output_tokens",
+    // The Messages API's thinking switch and budget.
+    "thinking",
     // Meridian's own extension fields; removed before the request goes upstream.
     "meridian",
 ];
@@ -99,15 +105,28 @@ struct TemplateKwargs {
     enable_thinking: Option<bool>,
 }
 
+/// The Messages API's `thinking`: `{"type": "enabled", "budget_tokens": N}`,
+/// `{"type": "disabled"}` or `{"type": "adaptive"}`.
+#[derive(Deserialize)]
+struct ThinkingConfig<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Cow<'a, str>,
+    #[serde(default)]
+    budget_tokens: Option<u32>,
+}
+
 /// What the proxy needs to know about a generation request, from one parse of its body.
 #[derive(Debug)]
 pub struct GenerationRequest<'a> {
     /// The body's members, for rewriting it (see [`Members`]).
     members: Members<'a>,
+    /// The API it is written in.
+    pub dialect: Dialect,
     pub model: Cow<'a, str>,
     /// Set when the request turned thinking off (`chat_template_kwargs.enable_thinking`).
     pub initial_phase: Option<Phase>,
-    /// The client's own `thinking_token_budget`.
+    /// The client's own think budget: `thinking_token_budget` (chat, completions), or
+    /// `thinking.budget_tokens` (Messages), which vLLM enforces itself.
     pub client_budget: Option<u32>,
     /// The client set vLLM's `priority` field itself.
     pub client_priority: bool,
@@ -117,7 +136,9 @@ pub struct GenerationRequest<'a> {
 }
 
 impl<'a> GenerationRequest<'a> {
-    pub fn parse(body: &'a [u8]) -> Result<Self, ProxyError> {
+    /// Parses a body of the given API; the fields each API names are checked as it
+    /// defines them, and another API's fields are left to the engine.
+    pub fn parse(body: &'a [u8], dialect: Dialect) -> Result<Self, ProxyError> {
         // serde_json skips the values of fields it does not read without checking their
         // UTF-8, and those bytes go upstream verbatim: check the whole body first.
         if let Err(e) = std::str::from_utf8(body) {
@@ -170,6 +191,9 @@ impl<'a> GenerationRequest<'a> {
             max_completion_tokens,
             messages,
             prompt,
+            input,
+            max_output_tokens,
+            thinking,
             meridian,
         ] = read;
         // `null` is absent, as OpenAI's API treats it.
@@ -187,15 +211,37 @@ impl<'a> GenerationRequest<'a> {
             "chat_template_kwargs",
             "an object with a boolean enable_thinking",
         )?;
-        let client_budget: Option<u32> =
-            fields::typed(thinking_token_budget, "thinking_token_budget", "a non-negative integer")?;
         let priority: Option<i64> = fields::typed(priority, "priority", "an integer")?;
-        fields::token_limit(max_tokens, "max_tokens")?;
-        fields::token_limit(max_completion_tokens, "max_completion_tokens")?;
-        fields::shaped(messages, "messages", "an array of messages", |c| c == b'[')?;
-        fields::shaped(prompt, "prompt", "a string or an array", |c| c == b'"' || c == b'[')?;
+        let mut client_budget: Option<u32> = None;
+        let mut thinking_off = kwargs.and_then(|k| k.enable_thinking) == Some(false);
+        match dialect {
+            Dialect::Chat => {
+                client_budget =
+                    fields::typed(thinking_token_budget, "thinking_token_budget", "a non-negative integer")?;
+                fields::token_limit(max_tokens, "max_tokens")?;
+                fields::token_limit(max_completion_tokens, "max_completion_tokens")?;
+                fields::shaped(messages, "messages", "an array of messages", |c| c == b'[')?;
+                fields::shaped(prompt, "prompt", "a string or an array", |c| c == b'"' || c == b'[')?;
+            }
+            Dialect::Responses => {
+                fields::token_limit(max_output_tokens, "max_output_tokens")?;
+                fields::shaped(input, "input", "a string or an array", |c| c == b'"' || c == b'[')?;
+            }
+            Dialect::Messages => {
+                fields::token_limit(max_tokens, "max_tokens")?;
+                fields::shaped(messages, "messages", "an array of messages", |c| c == b'[')?;
+                let thinking: Option<ThinkingConfig<'_>> = fields::typed(
+                    thinking,
+                    "thinking",
+                    "an object with a type (enabled, disabled or adaptive)",
+                )?;
+                if let Some(t) = thinking {
+                    thinking_off |= t.kind == "disabled";
+                    client_budget = t.budget_tokens.filter(|_| t.kind == "enabled");
+                }
+            }
+        }
         let extension = fields::extension(meridian)?;
-        let thinking_off = kwargs.and_then(|k| k.enable_thinking) == Some(false);
         if extension.and_then(|m| m.think_budget_s).is_some_and(|s| !(s.is_finite() && s > 0.0)) {
             return Err(ProxyError::bad_request(
                 "meridian.think_budget_s must be a positive number of seconds",
@@ -212,6 +258,7 @@ impl<'a> GenerationRequest<'a> {
         }
         Ok(GenerationRequest {
             members,
+            dialect,
             model,
             initial_phase: thinking_off.then_some(Phase::Output),
             client_budget,
@@ -241,7 +288,7 @@ mod tests {
     use super::*;
 
     fn code(body: &str) -> String {
-        match GenerationRequest::parse(body.as_bytes()) {
+        match GenerationRequest::parse(body.as_bytes(), Dialect::Chat) {
             Err(ProxyError::BadRequest { code, .. }) => code.to_owned(),
             other => format!("{other:?}"),
         }
@@ -259,7 +306,7 @@ mod tests {
         // Invalid UTF-8 in a field the proxy never reads would otherwise go upstream.
         let not_utf8 = b"{\"model\":\"m\",\"messages\":[{\"ro\xe9le\":\"user\"}]}";
         assert!(matches!(
-            GenerationRequest::parse(not_utf8),
+            GenerationRequest::parse(not_utf8, Dialect::Chat),
             Err(ProxyError::BadRequest { code: "invalid_json", .. })
         ));
     }
@@ -269,11 +316,11 @@ mod tests {
         assert_eq!(code(r#"{"model":"m","meridian":{"think_budget":3}}"#), "invalid_json");
         assert_eq!(code(r#"{"model":"m","meridian":{"think_budget_tokens":0}}"#), "invalid_budget");
         let body = Bytes::from_static(br#"{"model":"m","z":1,"meridian":{"think_budget_tokens":7},"a":[1]}"#);
-        let r = GenerationRequest::parse(&body).unwrap();
+        let r = GenerationRequest::parse(&body, Dialect::Chat).unwrap();
         let out = upstream_body(&body, &r, Some(7)).unwrap();
         assert_eq!(&out[..], br#"{"model":"m","z":1,"a":[1],"thinking_token_budget":7}"#, "order kept");
         let plain = Bytes::from_static(br#"{"model":"m","thinking_token_budget":5}"#);
-        let r = GenerationRequest::parse(&plain).unwrap();
+        let r = GenerationRequest::parse(&plain, Dialect::Chat).unwrap();
         assert_eq!(upstream_body(&plain, &r, Some(5)).unwrap(), plain, "untouched when nothing changes");
     }
 
@@ -281,6 +328,7 @@ mod tests {
     fn reads_model_stream_and_thinking_switch() {
         let r = GenerationRequest::parse(
             br#"{"model":"a\"b","stream":true,"x":{"y":1},"chat_template_kwargs":{"enable_thinking":false}}"#,
+            Dialect::Chat,
         )
         .unwrap();
         assert_eq!(r.model, "a\"b");
@@ -290,7 +338,7 @@ mod tests {
     #[test]
     fn only_one_streamed_choice_in_the_continued_shape_is_continuable() {
         let continuable =
-            |body: &str, chat: bool| GenerationRequest::parse(body.as_bytes()).unwrap().continuable(chat);
+            |body: &str, chat: bool| GenerationRequest::parse(body.as_bytes(), Dialect::Chat).unwrap().continuable(chat);
         assert!(continuable(r#"{"model":"m","stream":true,"messages":[]}"#, true));
         assert!(continuable(r#"{"model":"m","stream":true,"n":1,"messages":[]}"#, true));
         assert!(!continuable(r#"{"model":"m","stream":true,"n":2,"messages":[]}"#, true));
@@ -301,12 +349,64 @@ mod tests {
     }
 
     #[test]
+    fn each_api_is_checked_by_its_own_fields() {
+        let parse = |body: &str, dialect| GenerationRequest::parse(body.as_bytes(), dialect);
+        let code = |body: &str, dialect| match parse(body, dialect) {
+            Err(ProxyError::BadRequest { param, code, .. }) => (param, code),
+            other => panic!("{other:?}"),
+        };
+        // Responses: `input` and `max_output_tokens`; a chat-only field is the engine's.
+        assert_eq!(
+            code(r#"{"model":"m","input":5}"#, Dialect::Responses),
+            (Some("input"), "invalid_type")
+        );
+        assert_eq!(
+            code(r#"{"model":"m","input":"hi","max_output_tokens":0}"#, Dialect::Responses),
+            (Some("max_output_tokens"), "invalid_value")
+        );
+        let r = parse(r#"{"model":"m","input":[],"thinking_token_budget":9}"#, Dialect::Responses).unwrap();
+        assert_eq!(r.client_budget, None, "vLLM reads no budget field on the Responses API");
+        // Messages: its `thinking` object switches thinking off or sets the budget.
+        let r = parse(r#"{"model":"m","messages":[],"thinking":{"type":"disabled"}}"#, Dialect::Messages).unwrap();
+        assert_eq!((r.initial_phase, r.client_budget), (Some(Phase::Output), None));
+        let r = parse(
+            r#"{"model":"m","messages":[],"thinking":{"type":"enabled","budget_tokens":2048}}"#,
+            Dialect::Messages,
+        )
+        .unwrap();
+        assert_eq!((r.initial_phase, r.client_budget), (None, Some(2048)));
+        assert_eq!(
+            code(r#"{"model":"m","messages":[],"thinking":"on"}"#, Dialect::Messages),
+            (Some("thinking"), "invalid_type")
+        );
+        assert_eq!(
+            code(r#"{"model":"m","messages":{},"max_tokens":8}"#, Dialect::Messages),
+            (Some("messages"), "invalid_type")
+        );
+    }
+
+    #[test]
+    fn a_budget_goes_in_the_body_only_where_the_engine_reads_one() {
+        for (body, dialect) in [
+            (r#"{"model":"m","input":"hi"}"#, Dialect::Responses),
+            (r#"{"model":"m","messages":[],"max_tokens":8}"#, Dialect::Messages),
+        ] {
+            let body = Bytes::from(body);
+            let r = GenerationRequest::parse(&body, dialect).unwrap();
+            assert_eq!(upstream_body(&body, &r, Some(64)).unwrap(), body, "{dialect:?}");
+            let hooked: serde_json::Value =
+                serde_json::from_slice(&hook_body(&body, &r, Some(64), "s-1").unwrap()).unwrap();
+            assert_eq!(hooked["vllm_xargs"]["meridian_think_budget"], 64, "{dialect:?}: through the hook");
+        }
+    }
+
+    #[test]
     fn class_is_read_from_the_extension() {
-        let r = GenerationRequest::parse(br#"{"model":"m","meridian":{"class":"batch"}}"#).unwrap();
+        let r = GenerationRequest::parse(br#"{"model":"m","meridian":{"class":"batch"}}"#, Dialect::Chat).unwrap();
         assert_eq!(r.extension.and_then(|e| e.class), Some(ClientClass::Batch));
         assert_eq!(code(r#"{"model":"m","meridian":{"class":"output"}}"#), "invalid_json");
         let Err(ProxyError::BadRequest { message, .. }) =
-            GenerationRequest::parse(br#"{"model":"m","meridian":{"class":"urgent"}}"#)
+            GenerationRequest::parse(br#"{"model":"m","meridian":{"class":"urgent"}}"#, Dialect::Chat)
         else {
             panic!("accepted")
         };
@@ -322,7 +422,10 @@ pub fn upstream_body(
     req: &GenerationRequest<'_>,
     budget: Option<u32>,
 ) -> Result<Bytes, ProxyError> {
-    let set_budget = budget.filter(|b| req.client_budget != Some(*b));
+    // Only chat and completions take a token budget field for any size (the Messages
+    // API's `thinking.budget_tokens` must be at least 1,024); the others get budgets
+    // through the hook.
+    let set_budget = budget.filter(|b| req.client_budget != Some(*b) && req.dialect == Dialect::Chat);
     if !req.members.contains("meridian") && set_budget.is_none() {
         return Ok(body.clone());
     }
@@ -374,7 +477,7 @@ mod hook_body_tests {
         let body = Bytes::from_static(
             br#"{"model":"m","meridian":{"think_budget_tokens":7},"vllm_xargs":{"own":1}}"#,
         );
-        let req = GenerationRequest::parse(&body).unwrap();
+        let req = GenerationRequest::parse(&body, Dialect::Chat).unwrap();
         let out = hook_body(&body, &req, Some(7), "req-1").unwrap();
         assert_eq!(
             &out[..],
@@ -385,7 +488,7 @@ mod hook_body_tests {
     #[test]
     fn client_budget_is_left_to_vllm_and_bad_xargs_are_refused() {
         let body = Bytes::from_static(br#"{"model":"m","thinking_token_budget":5}"#);
-        let req = GenerationRequest::parse(&body).unwrap();
+        let req = GenerationRequest::parse(&body, Dialect::Chat).unwrap();
         let out = hook_body(&body, &req, Some(5), "r").unwrap();
         assert_eq!(
             &out[..],
@@ -393,12 +496,12 @@ mod hook_body_tests {
         );
         // Sent twice, the last counts: it is the one the engine would read.
         let twice = Bytes::from_static(br#"{"model":"m","vllm_xargs":1,"vllm_xargs":{"own":2}}"#);
-        let req = GenerationRequest::parse(&twice).unwrap();
+        let req = GenerationRequest::parse(&twice, Dialect::Chat).unwrap();
         let out: serde_json::Value =
             serde_json::from_slice(&hook_body(&twice, &req, None, "r").unwrap()).unwrap();
         assert_eq!(out["vllm_xargs"], serde_json::json!({"own": 2, "meridian_request_id": "r"}));
         let bad = Bytes::from_static(br#"{"model":"m","vllm_xargs":[1]}"#);
-        let req = GenerationRequest::parse(&bad).unwrap();
+        let req = GenerationRequest::parse(&bad, Dialect::Chat).unwrap();
         assert!(hook_body(&bad, &req, None, "r").is_err());
     }
 }

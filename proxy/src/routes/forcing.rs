@@ -48,11 +48,12 @@ pub struct ContinuationPlan {
 }
 
 /// Whether a request would be continued, and on what triggers: `None` for
-/// `forcing = "engine"`, unknown delimiters, thinking switched off, shapes that cannot
-/// be continued (not streamed, `n` > 1), or nothing that would cut.
+/// `forcing = "engine"`, an API the continuation does not speak (`route` `None`),
+/// unknown delimiters, thinking switched off, shapes that cannot be continued (not
+/// streamed, `n` > 1), or nothing that would cut.
 pub fn plan(
     state: &AppState,
-    chat: bool,
+    route: Option<Route>,
     req: &GenerationRequest<'_>,
     family: Option<&Arc<ModelFamily>>,
     think_budget: Option<u32>,
@@ -61,8 +62,8 @@ pub fn plan(
     if forcing == Forcing::Engine || req.initial_phase == Some(Phase::Output) {
         return None;
     }
+    let route = route?;
     let delimiters = Delimiters::of(family?)?;
-    let route = if chat { Route::Chat } else { Route::Completions };
     let exit = &state.config.exit;
     let triggers = Triggers {
         tokens: think_budget.filter(|_| forcing == Forcing::Continuation),
@@ -73,7 +74,7 @@ pub fn plan(
     if !triggers.any() {
         return None;
     }
-    if !req.continuable(chat) {
+    if !req.continuable(route == Route::Chat) {
         return None;
     }
     Some(Continuable { triggers, delimiters, route })

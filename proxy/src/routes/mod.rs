@@ -10,7 +10,7 @@ mod ops;
 mod passthrough;
 
 pub use body::{GenerationRequest, hook_body, upstream_body};
-pub use generate::{chat_completions, completions};
+pub use generate::{chat_completions, completions, messages, responses};
 pub use models::list_models;
 pub use ops::{health, metrics, ready};
 pub use passthrough::passthrough;

@@ -9,6 +9,7 @@ use axum::http::HeaderValue;
 use bytes::Bytes;
 use meridian_core::Phase;
 use meridian_core::models::ModelFamily;
+use meridian_core::stream::Dialect;
 
 use super::super::body::{ClientClass, GenerationRequest};
 use crate::admission::Class;
@@ -22,6 +23,10 @@ pub enum Route {
     ChatCompletions,
     /// `POST /v1/completions`
     Completions,
+    /// `POST /v1/responses`: OpenAI's Responses API.
+    Responses,
+    /// `POST /v1/messages`: Anthropic's Messages API, as vLLM serves it.
+    Messages,
 }
 
 impl Route {
@@ -30,11 +35,29 @@ impl Route {
         match self {
             Route::ChatCompletions => "chat_completions",
             Route::Completions => "completions",
+            Route::Responses => "responses",
+            Route::Messages => "messages",
         }
     }
 
-    pub fn is_chat(self) -> bool {
-        self == Route::ChatCompletions
+    /// The API its requests and answers speak.
+    pub fn dialect(self) -> Dialect {
+        match self {
+            Route::ChatCompletions | Route::Completions => Dialect::Chat,
+            Route::Responses => Dialect::Responses,
+            Route::Messages => Dialect::Messages,
+        }
+    }
+
+    /// The route as the continuation knows it, where the proxy can end thinking itself
+    /// by continuing the answer in a second request: chat and completions, whose prompt
+    /// it can extend. The other APIs end thinking only through an engine's hook.
+    pub fn continuation(self) -> Option<crate::continuation::Route> {
+        match self {
+            Route::ChatCompletions => Some(crate::continuation::Route::Chat),
+            Route::Completions => Some(crate::continuation::Route::Completions),
+            Route::Responses | Route::Messages => None,
+        }
     }
 }
 
@@ -71,7 +94,7 @@ impl<'a> RequestCtx<'a> {
         started: Instant,
         body: &'a Bytes,
     ) -> Result<Self, ProxyError> {
-        let request = GenerationRequest::parse(body)?;
+        let request = GenerationRequest::parse(body, route.dialect())?;
         let family = state.family_for(&request.model);
         let think_budget = request
             .extension

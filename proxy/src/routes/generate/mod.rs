@@ -1,4 +1,5 @@
-//! `POST /v1/chat/completions` and `POST /v1/completions`: the tracked data path. One
+//! `POST /v1/chat/completions`, `/v1/completions`, `/v1/responses` and `/v1/messages`:
+//! the tracked data path, the same for every API (each read by its own parser). One
 //! request reads top-down in [`serve`]: its body read and decided once into a
 //! [`RequestCtx`], what goes upstream planned ([`outbound`]), admission, the send with
 //! its retries, and the answer relayed ([`respond`]).
@@ -36,6 +37,14 @@ pub async fn completions(State(state): State<Arc<AppState>>, req: Request) -> Re
     generate(state, Route::Completions, req).await
 }
 
+pub async fn responses(State(state): State<Arc<AppState>>, req: Request) -> Response {
+    generate(state, Route::Responses, req).await
+}
+
+pub async fn messages(State(state): State<Arc<AppState>>, req: Request) -> Response {
+    generate(state, Route::Messages, req).await
+}
+
 async fn generate(state: Arc<AppState>, route: Route, req: Request) -> Response {
     let started = Instant::now();
     let id = request_id(req.headers());
@@ -69,7 +78,7 @@ async fn generate(state: Arc<AppState>, route: Route, req: Request) -> Response 
                     if let Ok(v) = HeaderValue::from_str(&stream_id) {
                         headers.insert(STREAM_ID, v);
                     }
-                    return early_response(answer, every, headers);
+                    return early_response(answer, every, headers, route.dialect());
                 }
             }
         }

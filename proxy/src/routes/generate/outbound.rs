@@ -33,7 +33,7 @@ impl Outbound {
             false => None,
         };
         let continuable =
-            forcing::plan(state, ctx.route.is_chat(), req, ctx.family.as_ref(), ctx.think_budget);
+            forcing::plan(state, ctx.route.continuation(), req, ctx.family.as_ref(), ctx.think_budget);
         // Token budgets the proxy forces itself do not go to the engine as well.
         let engine_budget = match &continuable {
             Some(c) if c.triggers.tokens.is_some() => req.client_budget,

@@ -54,8 +54,16 @@ pub async fn respond(
     live.entry().set_upstream(&upstream_name);
     live.entry().set_stage(Stage::Relaying);
     let hook = hook_used(state, &in_flight, via_hook, span);
+    if hook.is_none() && ctx.route.continuation().is_none() && wants_ending(state, ctx) {
+        // Neither the engine's body nor the continuation can carry it (see
+        // `upstream_body`, `Route::continuation`): said, not silently dropped.
+        tracing::warn!(parent: span, route = ctx.route.as_str(), upstream = %in_flight.upstream().name,
+            "a think budget or exit signal applies, but this API can end thinking only through a ready hook");
+        state.metrics.count_budget_unenforced(ctx.route.as_str());
+    }
     let info = RequestInfo {
         route: ctx.route.as_str(),
+        dialect: ctx.route.dialect(),
         family: ctx.family.clone(),
         initial_phase: ctx.initial_phase(),
         request_id: ctx.request_id.clone(),
@@ -162,6 +170,19 @@ async fn whole(
     drop(observer);
     drop(in_flight);
     Ok(build(status, headers, Body::from(bytes)))
+}
+
+/// Whether something would end this request's thinking early: a think budget the
+/// engine does not already enforce from the client's own field, a thinking-time budget,
+/// or an exit signal.
+fn wants_ending(state: &AppState, ctx: &RequestCtx<'_>) -> bool {
+    if ctx.initial_phase() == Some(meridian_core::Phase::Output) {
+        return false;
+    }
+    let own_budget = ctx.think_budget.is_some() && ctx.think_budget != ctx.request.client_budget;
+    own_budget
+        || forcing::think_seconds(state, &ctx.request).is_some()
+        || state.config.exit.signal != meridian_core::config::ExitSignal::Off
 }
 
 /// The hook of the upstream serving a request, if the request went through it.

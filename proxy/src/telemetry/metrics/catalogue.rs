@@ -135,7 +135,12 @@ pub(super) const CONTINUATIONS: Def = Def::counter(
     "Streams whose thinking the proxy cut and continued past the end-of-thinking delimiter (upstreams without a ready hook), by reason.",
 );
 
-pub(super) const ALL: [Def; 23] = [
+pub(super) const BUDGET_UNENFORCED: Def = Def::counter(
+    "meridian_think_budget_unenforced_total",
+    "Requests with a think budget or exit signal that nothing could enforce: an API the engine takes no budget on and the continuation does not speak (Responses, Messages), sent to an upstream without a ready hook; by route.",
+);
+
+pub(super) const ALL: [Def; 24] = [
     REQUESTS,
     TTFT,
     TTFO,
@@ -159,6 +164,7 @@ pub(super) const ALL: [Def; 23] = [
     EAT_PROBES,
     ENTROPY_EXITS,
     CONTINUATIONS,
+    BUDGET_UNENFORCED,
 ];
 
 /// The exporter's builder with each histogram's buckets set by its full name: a histogram

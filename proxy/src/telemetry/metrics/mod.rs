@@ -31,6 +31,8 @@ const CONTINUATION_REASONS: [&str; 4] = ["budget_tokens", "budget_seconds", "rpd
 const ADMISSION_CLASSES: [&str; 3] = ["output", "interactive", "batch"];
 const EAT_OUTCOMES: [&str; 2] = ["ok", "failed"];
 const ENTROPY_SIGNALS: [&str; 2] = ["eat", "rpdi"];
+/// The routes whose budgets only an engine's hook can enforce.
+const HOOK_ONLY_ROUTES: [&str; 2] = ["responses", "messages"];
 /// In the order `crate::streams::OpenStreams::streams_by_phase` counts them.
 const PHASES: [Phase; 3] = [Phase::Pending, Phase::Think, Phase::Output];
 
@@ -89,6 +91,7 @@ pub struct Metrics {
     eat_probes: Vec<(&'static str, Counter)>,
     entropy_exits: Vec<(&'static str, Counter)>,
     continuations: Vec<(&'static str, Counter)>,
+    budgets_unenforced: Vec<(&'static str, Counter)>,
     requests: Lazy<(&'static str, &'static str), Counter>,
     families: Lazy<Box<str>, FamilySeries>,
     upstreams: Lazy<Box<str>, UpstreamSeries>,
@@ -140,6 +143,7 @@ impl Metrics {
             eat_probes: counters(catalogue::EAT_PROBES, "outcome", &EAT_OUTCOMES),
             entropy_exits: counters(catalogue::ENTROPY_EXITS, "signal", &ENTROPY_SIGNALS),
             continuations: counters(catalogue::CONTINUATIONS, "reason", &CONTINUATION_REASONS),
+            budgets_unenforced: counters(catalogue::BUDGET_UNENFORCED, "route", &HOOK_ONLY_ROUTES),
             requests: Lazy::default(),
             families: Lazy::default(),
             upstreams: Lazy::default(),
@@ -288,6 +292,12 @@ impl Metrics {
 
     pub fn count_continuation(&self, reason: &'static str) {
         self.count_in(&self.continuations, catalogue::CONTINUATIONS, "reason", reason);
+    }
+
+    /// A request whose budget or exit signal nothing could enforce (see
+    /// `catalogue::BUDGET_UNENFORCED`).
+    pub fn count_budget_unenforced(&self, route: &'static str) {
+        self.count_in(&self.budgets_unenforced, catalogue::BUDGET_UNENFORCED, "route", route);
     }
 
     fn with_class(&self, class: &'static str, f: impl FnOnce(&ClassSeries)) {

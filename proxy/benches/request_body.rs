@@ -13,6 +13,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use bytes::Bytes;
+use meridian_core::stream::Dialect;
 use meridian_proxy::internals::{GenerationRequest, hook_body, upstream_body};
 
 /// Timed runs per figure; each run repeats the operation until it has taken 20 ms.
@@ -59,9 +60,9 @@ fn main() {
     for (label, size) in [("short chat", 0), ("220 KB prompt", 220_000)] {
         let body = body(size);
         let parse = time(|| {
-            black_box(GenerationRequest::parse(black_box(&body)).unwrap());
+            black_box(GenerationRequest::parse(black_box(&body), Dialect::Chat).unwrap());
         });
-        let req = GenerationRequest::parse(&body).unwrap();
+        let req = GenerationRequest::parse(&body, Dialect::Chat).unwrap();
         let upstream = time(|| {
             black_box(upstream_body(black_box(&body), &req, Some(512)).unwrap());
         });

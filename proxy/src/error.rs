@@ -230,6 +230,51 @@ impl IntoResponse for ProxyError {
     }
 }
 
+/// The event that ends a broken stream, in its API's own shape, so that API's client
+/// library raises (or reports an error event) instead of waiting: `error` is an
+/// OpenAI-style error object (`message`, `type`, `param`, `code`).
+///
+/// - chat and completions: a `data:` line with `{"error": ...}`, then `[DONE]`;
+/// - Responses: an `error` event (`type`, `code`, `message`, `param`), as OpenAI sends;
+/// - Messages: an `error` event with Anthropic's `{"type": "error", "error": {...}}`.
+pub fn error_event(dialect: Dialect, error: Value) -> bytes::Bytes {
+    let text = match dialect {
+        Dialect::Chat => format!("data: {}\n\ndata: [DONE]\n\n", json!({ "error": error })),
+        Dialect::Responses => {
+            let event = json!({
+                "type": "error",
+                "code": error["code"],
+                "message": error["message"],
+                "param": error["param"],
+            });
+            format!("event: error\ndata: {event}\n\n")
+        }
+        Dialect::Messages => {
+            let event = json!({
+                "type": "error",
+                "error": {"type": anthropic_error_type(&error), "message": error["message"]},
+            });
+            format!("event: error\ndata: {event}\n\n")
+        }
+    };
+    bytes::Bytes::from(text)
+}
+
+/// Anthropic's error type for an OpenAI-style error object: an overloaded proxy or
+/// engine is `overloaded_error` (clients back off), other server failures `api_error`.
+fn anthropic_error_type(error: &Value) -> &'static str {
+    let code = error["code"].as_str().unwrap_or_default();
+    match error["type"].as_str().unwrap_or_default() {
+        _ if matches!(code, "admission_queue_full" | "admission_timeout" | "no_healthy_upstream") => {
+            "overloaded_error"
+        }
+        "invalid_request_error" if code.ends_with("not_found") => "not_found_error",
+        "invalid_request_error" => "invalid_request_error",
+        _ if code == "upstream_timeout" => "timeout_error",
+        _ => "api_error",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,49 +321,26 @@ mod tests {
         assert_eq!(err.body()["error"]["code"], failed.body()["error"]["code"]);
         assert_eq!((err.status(), err.outcome()), (failed.status(), failed.outcome()));
     }
-}
 
-/// The event that ends a broken stream, in its API's own shape, so that API's client
-/// library raises (or reports an error event) instead of waiting: `error` is an
-/// OpenAI-style error object (`message`, `type`, `param`, `code`).
-///
-/// - chat and completions: a `data:` line with `{"error": ...}`, then `[DONE]`;
-/// - Responses: an `error` event (`type`, `code`, `message`, `param`), as OpenAI sends;
-/// - Messages: an `error` event with Anthropic's `{"type": "error", "error": {...}}`.
-pub fn error_event(dialect: Dialect, error: Value) -> bytes::Bytes {
-    let text = match dialect {
-        Dialect::Chat => format!("data: {}\n\ndata: [DONE]\n\n", json!({ "error": error })),
-        Dialect::Responses => {
-            let event = json!({
-                "type": "error",
-                "code": error["code"],
-                "message": error["message"],
-                "param": error["param"],
-            });
-            format!("event: error\ndata: {event}\n\n")
-        }
-        Dialect::Messages => {
-            let event = json!({
-                "type": "error",
-                "error": {"type": anthropic_error_type(&error), "message": error["message"]},
-            });
-            format!("event: error\ndata: {event}\n\n")
-        }
-    };
-    bytes::Bytes::from(text)
-}
-
-/// Anthropic's error type for an OpenAI-style error object: an overloaded proxy or
-/// engine is `overloaded_error` (clients back off), other server failures `api_error`.
-fn anthropic_error_type(error: &Value) -> &'static str {
-    let code = error["code"].as_str().unwrap_or_default();
-    match error["type"].as_str().unwrap_or_default() {
-        _ if matches!(code, "admission_queue_full" | "admission_timeout" | "no_healthy_upstream") => {
-            "overloaded_error"
-        }
-        "invalid_request_error" if code.ends_with("not_found") => "not_found_error",
-        "invalid_request_error" => "invalid_request_error",
-        _ if code == "upstream_timeout" => "timeout_error",
-        _ => "api_error",
+    #[test]
+    fn a_broken_stream_ends_in_its_apis_own_error_event() {
+        let err = ProxyError::AdmissionQueueFull;
+        let chat = String::from_utf8(err.sse_event(Dialect::Chat).to_vec()).unwrap();
+        assert!(chat.starts_with("data: {\"error\":") && chat.ends_with("data: [DONE]\n\n"), "{chat}");
+        let data = |text: &str| -> Value {
+            let (event, data) = text.trim_end().split_once('\n').unwrap();
+            assert_eq!(event, "event: error");
+            serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap()
+        };
+        let responses = data(std::str::from_utf8(&err.sse_event(Dialect::Responses)).unwrap());
+        assert_eq!(
+            (&responses["type"], &responses["code"]),
+            (&json!("error"), &json!("admission_queue_full"))
+        );
+        let messages = data(std::str::from_utf8(&err.sse_event(Dialect::Messages)).unwrap());
+        assert_eq!(messages["error"]["type"], "overloaded_error", "clients back off");
+        let truncated = ProxyError::UpstreamTruncated { upstream: "u".into() };
+        let messages = data(std::str::from_utf8(&truncated.sse_event(Dialect::Messages)).unwrap());
+        assert_eq!(messages["error"]["type"], "api_error");
     }
 }

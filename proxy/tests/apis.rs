@@ -48,7 +48,10 @@ fn recorded_deltas(api: &Api, body: &[u8]) -> (usize, usize) {
             count(&|e| e["type"] == "response.reasoning_text.delta"),
             count(&|e| e["type"] == "response.output_text.delta"),
         ),
-        _ => (count(&|e| e["delta"]["type"] == "thinking_delta"), count(&|e| e["delta"]["type"] == "text_delta")),
+        _ => (
+            count(&|e| e["delta"]["type"] == "thinking_delta"),
+            count(&|e| e["delta"]["type"] == "text_delta"),
+        ),
     }
 }
 
@@ -67,7 +70,8 @@ async fn streams_are_relayed_unchanged_and_tracked_from_think_to_output() {
         assert!(got.headers.contains_key("x-meridian-stream-id"));
         let route = api.route;
         eventually("the request is counted", || {
-            sample(&rig.scrape(), "meridian_requests_total", &[("route", route), ("outcome", "ok")]) == Some(1.0)
+            sample(&rig.scrape(), "meridian_requests_total", &[("route", route), ("outcome", "ok")])
+                == Some(1.0)
         })
         .await;
         let text = rig.scrape();
@@ -75,8 +79,12 @@ async fn streams_are_relayed_unchanged_and_tracked_from_think_to_output() {
         // gap are recorded for the model's family, as for chat.
         let seen = (n + 1) as f64;
         assert_eq!(histogram(&text, "meridian_time_to_first_output_token_seconds", "tiny", "count"), seen);
-        assert_eq!(histogram(&text, "meridian_think_to_output_gap_seconds", "tiny", "count"), seen, "{route}");
-        assert_eq!(histogram(&text, "meridian_output_inter_token_latency_seconds", "tiny", "count") > 0.0, true);
+        assert_eq!(
+            histogram(&text, "meridian_think_to_output_gap_seconds", "tiny", "count"),
+            seen,
+            "{route}"
+        );
+        assert!(histogram(&text, "meridian_output_inter_token_latency_seconds", "tiny", "count") > 0.0);
     }
     // Think tokens: the Responses API reports them (usage.output_tokens_details); the
     // Messages API reports only the total, which the tracker splits by what it saw.
@@ -85,7 +93,10 @@ async fn streams_are_relayed_unchanged_and_tracked_from_think_to_output() {
     let messages = rig.mocks[0].fixture(MESSAGES.fixture).unwrap().body.clone();
     let (thinking, _) = recorded_deltas(&MESSAGES, &messages);
     let think_sum = histogram(&rig.scrape(), "meridian_think_tokens", "tiny", "sum");
-    assert_eq!(think_sum, usage["output_tokens_details"]["reasoning_tokens"].as_f64().unwrap() + thinking as f64);
+    assert_eq!(
+        think_sum,
+        usage["output_tokens_details"]["reasoning_tokens"].as_f64().unwrap() + thinking as f64
+    );
 }
 
 #[tokio::test]
@@ -98,16 +109,18 @@ async fn whole_answers_are_read_once_and_tracked() {
         assert_eq!(got.body(), whole.to_vec(), "{}", api.route);
         let route = api.route;
         eventually("the request is counted", || {
-            sample(&rig.scrape(), "meridian_requests_total", &[("route", route), ("outcome", "ok")]) == Some(1.0)
+            sample(&rig.scrape(), "meridian_requests_total", &[("route", route), ("outcome", "ok")])
+                == Some(1.0)
         })
         .await;
     }
     // Both answers carry thinking and text: the tracker saw both phases in each.
     let text = rig.scrape();
     assert_eq!(histogram(&text, "meridian_time_to_first_output_token_seconds", "tiny", "count"), 2.0);
-    let usage: Value = serde_json::from_slice(rig.mocks[0].fixture(RESPONSES.fixture).unwrap().whole.as_ref().unwrap())
-        .map(|v: Value| v["usage"].clone())
-        .unwrap();
+    let usage: Value =
+        serde_json::from_slice(rig.mocks[0].fixture(RESPONSES.fixture).unwrap().whole.as_ref().unwrap())
+            .map(|v: Value| v["usage"].clone())
+            .unwrap();
     let reported = usage["output_tokens_details"]["reasoning_tokens"].as_f64().unwrap();
     assert!(histogram(&text, "meridian_think_tokens", "tiny", "sum") >= reported);
 }
@@ -130,7 +143,8 @@ async fn a_stream_without_its_terminator_ends_in_the_apis_own_error_event() {
         let mock = mock_with_cut_stream(&api, &dir, &format!("{}-cut", api.route)).await;
         let proxy = start_proxy(config_for(&[mock.url()])).await;
         let url = format!("http://{}{}", proxy.local_addr, api.path);
-        let req = client().post(url).json(&api.body(true)).header("x-mock-fixture", format!("{}-cut", api.route));
+        let req =
+            client().post(url).json(&api.body(true)).header("x-mock-fixture", format!("{}-cut", api.route));
         let got = receive(req).await;
         assert_eq!(got.status, 200);
         let text = got.text();
@@ -157,8 +171,11 @@ async fn a_stream_without_its_terminator_ends_in_the_apis_own_error_event() {
         let route = api.route;
         let metrics = proxy.state.clone();
         eventually("counted as truncated", || {
-            sample(&metrics.render_metrics(), "meridian_requests_total", &[("route", route), ("outcome", "upstream_truncated")])
-                == Some(1.0)
+            sample(
+                &metrics.render_metrics(),
+                "meridian_requests_total",
+                &[("route", route), ("outcome", "upstream_truncated")],
+            ) == Some(1.0)
         })
         .await;
     }
@@ -197,7 +214,10 @@ async fn a_budget_nothing_can_enforce_is_counted_not_dropped_silently() {
     own["thinking"] = json!({"type": "enabled", "budget_tokens": 1024});
     own["max_tokens"] = json!(2048);
     assert_eq!(receive(rig.client.post(rig.url("/v1/messages")).json(&own)).await.status, 200);
-    assert_eq!(sample(&rig.scrape(), "meridian_think_budget_unenforced_total", &[("route", "messages")]), Some(0.0));
+    assert_eq!(
+        sample(&rig.scrape(), "meridian_think_budget_unenforced_total", &[("route", "messages")]),
+        Some(0.0)
+    );
 }
 
 #[tokio::test]
@@ -205,8 +225,16 @@ async fn malformed_bodies_are_refused_naming_the_field() {
     let rig = Rig::new(1).await;
     for (path, body, param) in [
         ("/v1/responses", json!({"model": "tiny-qwen3", "input": 7}), "input"),
-        ("/v1/responses", json!({"model": "tiny-qwen3", "input": "x", "max_output_tokens": -1}), "max_output_tokens"),
-        ("/v1/messages", json!({"model": "tiny-qwen3", "max_tokens": 8, "messages": [], "thinking": true}), "thinking"),
+        (
+            "/v1/responses",
+            json!({"model": "tiny-qwen3", "input": "x", "max_output_tokens": -1}),
+            "max_output_tokens",
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "tiny-qwen3", "max_tokens": 8, "messages": [], "thinking": true}),
+            "thinking",
+        ),
     ] {
         let got = receive(rig.client.post(rig.url(path)).json(&body)).await;
         assert_eq!(got.status, 400, "{path}: {}", got.text());

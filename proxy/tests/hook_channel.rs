@@ -317,8 +317,11 @@ async fn responses_and_messages_get_the_same_hook_budgets_and_directives() {
     wait_ready(&rig, 1.0).await;
     let apis = [
         ("/v1/responses", json!({"model": "tiny-qwen3", "input": "2+2?", "stream": true})),
-        ("/v1/messages", json!({"model": "tiny-qwen3", "max_tokens": 40, "stream": true,
-                                "messages": [{"role": "user", "content": "2+2?"}]})),
+        (
+            "/v1/messages",
+            json!({"model": "tiny-qwen3", "max_tokens": 40, "stream": true,
+                                "messages": [{"role": "user", "content": "2+2?"}]}),
+        ),
     ];
     for (n, (path, mut body)) in apis.into_iter().enumerate() {
         body["meridian"] = json!({"think_budget_tokens": 6, "think_budget_s": 0.1});
@@ -345,5 +348,8 @@ async fn responses_and_messages_get_the_same_hook_budgets_and_directives() {
             "{path}: the tracked thinking time ran past the budget, so the hook was told"
         );
     }
-    assert_eq!(sample(&rig.scrape(), "meridian_think_budget_unenforced_total", &[("route", "responses")]), Some(0.0));
+    assert_eq!(
+        sample(&rig.scrape(), "meridian_think_budget_unenforced_total", &[("route", "responses")]),
+        Some(0.0)
+    );
 }

@@ -132,12 +132,11 @@ fn whole(
 mod tests {
     use super::*;
 
-    fn read(payload: &str) -> (Vec<(Option<String>, Option<String>, bool)>, Option<Option<Usage>>) {
-        let mut seen = Vec::new();
-        let usage = parse(payload.as_bytes(), |c| {
-            seen.push((c.reasoning.map(|s| s.into_owned()), c.content.map(|s| s.into_owned()), c.finished))
-        });
-        (seen, usage)
+    use crate::stream::Dialect;
+    use crate::stream::dialect::testing::Seen;
+
+    fn read(payload: &str) -> (Seen, Option<Option<Usage>>) {
+        crate::stream::dialect::testing::read(Dialect::Messages, payload)
     }
 
     #[test]
@@ -146,7 +145,8 @@ mod tests {
             r#"{"type":"content_block_delta","delta":{"type":"thinking_delta","thinking":"P"},"index":0}"#,
         );
         assert_eq!(c, vec![(Some("P".into()), None, false)]);
-        let (c, _) = read(r#"{"type":"content_block_delta","delta":{"type":"text_delta","text":"4"},"index":1}"#);
+        let (c, _) =
+            read(r#"{"type":"content_block_delta","delta":{"type":"text_delta","text":"4"},"index":1}"#);
         assert_eq!(c, vec![(None, Some("4".into()), false)]);
         // A thinking block's signature is not a token.
         let (c, u) = read(
@@ -160,12 +160,18 @@ mod tests {
         let (_, u) = read(
             r#"{"type":"message_start","message":{"id":"m","type":"message","content":[],"usage":{"input_tokens":25,"output_tokens":0}}}"#,
         );
-        assert_eq!(u, Some(Some(Usage { completion_tokens: 0, reasoning_tokens: None, prompt_tokens: Some(25) })));
+        assert_eq!(
+            u,
+            Some(Some(Usage { completion_tokens: 0, reasoning_tokens: None, prompt_tokens: Some(25) }))
+        );
         let (c, u) = read(
             r#"{"type":"message_delta","delta":{"stop_reason":"max_tokens","stop_sequence":null},"usage":{"input_tokens":25,"output_tokens":40}}"#,
         );
         assert!(c.is_empty(), "the stop reason is not the end of the stream");
-        assert_eq!(u, Some(Some(Usage { completion_tokens: 40, reasoning_tokens: None, prompt_tokens: Some(25) })));
+        assert_eq!(
+            u,
+            Some(Some(Usage { completion_tokens: 40, reasoning_tokens: None, prompt_tokens: Some(25) }))
+        );
         assert_eq!(read(r#"{"type":"message_stop"}"#).0, vec![(None, None, true)]);
     }
 
@@ -175,7 +181,10 @@ mod tests {
             r#"{"id":"m","type":"message","role":"assistant","content":[{"type":"thinking","thinking":"hm","signature":"s"},{"type":"text","text":"4"}],"usage":{"input_tokens":3,"output_tokens":9}}"#,
         );
         assert_eq!(c, vec![(Some("hm".into()), Some("4".into()), true)]);
-        assert_eq!(u, Some(Some(Usage { completion_tokens: 9, reasoning_tokens: None, prompt_tokens: Some(3) })));
+        assert_eq!(
+            u,
+            Some(Some(Usage { completion_tokens: 9, reasoning_tokens: None, prompt_tokens: Some(3) }))
+        );
         assert_eq!(read(r#"{"no":"type"}"#).1, None);
     }
 }

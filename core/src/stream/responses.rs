@@ -138,12 +138,11 @@ fn whole(
 mod tests {
     use super::*;
 
-    fn read(payload: &str) -> (Vec<(Option<String>, Option<String>, bool)>, Option<Option<Usage>>) {
-        let mut seen = Vec::new();
-        let usage = parse(payload.as_bytes(), |c| {
-            seen.push((c.reasoning.map(|s| s.into_owned()), c.content.map(|s| s.into_owned()), c.finished))
-        });
-        (seen, usage)
+    use crate::stream::Dialect;
+    use crate::stream::dialect::testing::Seen;
+
+    fn read(payload: &str) -> (Seen, Option<Option<Usage>>) {
+        crate::stream::dialect::testing::read(Dialect::Responses, payload)
     }
 
     #[test]
@@ -159,7 +158,8 @@ mod tests {
         // Other events, and other events' deltas, are not tokens.
         let (c, u) = read(r#"{"type":"response.function_call_arguments.delta","delta":"{\"a\""}"#);
         assert_eq!((c.len(), u), (0, Some(None)));
-        let (c, _) = read(r#"{"type":"response.output_item.added","output_index":1,"item":{"type":"message"}}"#);
+        let (c, _) =
+            read(r#"{"type":"response.output_item.added","output_index":1,"item":{"type":"message"}}"#);
         assert!(c.is_empty());
     }
 
@@ -168,7 +168,11 @@ mod tests {
         let (c, u) = read(
             r#"{"type":"response.completed","response":{"id":"r","output":[{"type":"message","content":[{"type":"output_text","text":"x"}]}],"usage":{"input_tokens":25,"output_tokens":24,"output_tokens_details":{"reasoning_tokens":15}}}}"#,
         );
-        assert_eq!(c, vec![(None, None, true)], "the whole output in the terminal event is not counted again");
+        assert_eq!(
+            c,
+            vec![(None, None, true)],
+            "the whole output in the terminal event is not counted again"
+        );
         assert_eq!(
             u,
             Some(Some(Usage { completion_tokens: 24, reasoning_tokens: Some(15), prompt_tokens: Some(25) }))
@@ -183,7 +187,10 @@ mod tests {
             r#"{"object":"response","output":[{"type":"reasoning","summary":[],"content":[{"type":"reasoning_text","text":"hm"}]},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"4","annotations":[]}]}],"usage":{"input_tokens":3,"output_tokens":9}}"#,
         );
         assert_eq!(c, vec![(Some("hm".into()), Some("4".into()), true)]);
-        assert_eq!(u, Some(Some(Usage { completion_tokens: 9, reasoning_tokens: None, prompt_tokens: Some(3) })));
+        assert_eq!(
+            u,
+            Some(Some(Usage { completion_tokens: 9, reasoning_tokens: None, prompt_tokens: Some(3) }))
+        );
         assert_eq!(read("[]").1, None);
         assert_eq!(read(r#"{"type":7}"#).1, None);
     }

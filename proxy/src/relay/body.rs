@@ -105,7 +105,13 @@ impl Stream for RelayBody {
             return Poll::Ready(None);
         }
         if let Some(err) = this.failing.take() {
-            return Poll::Ready(Some(Ok(close_with(this.tail, *this.open_has_data, this.observer, this.state, err))));
+            return Poll::Ready(Some(Ok(close_with(
+                this.tail,
+                *this.open_has_data,
+                this.observer,
+                this.state,
+                err,
+            ))));
         }
         loop {
             match this.upstream.as_mut().poll_next(cx) {
@@ -174,12 +180,24 @@ impl Stream for RelayBody {
                     return Poll::Ready(Some(Ok(out)));
                 }
                 Poll::Ready(Some(Err(err))) => {
-                    return Poll::Ready(Some(Ok(close_with(this.tail, *this.open_has_data, this.observer, this.state, err))));
+                    return Poll::Ready(Some(Ok(close_with(
+                        this.tail,
+                        *this.open_has_data,
+                        this.observer,
+                        this.state,
+                        err,
+                    ))));
                 }
                 Poll::Ready(None) => {
                     if this.lines.has_partial() {
                         let err = this.in_flight.broken("ended the stream mid-line".into());
-                        return Poll::Ready(Some(Ok(close_with(this.tail, *this.open_has_data, this.observer, this.state, err))));
+                        return Poll::Ready(Some(Ok(close_with(
+                            this.tail,
+                            *this.open_has_data,
+                            this.observer,
+                            this.state,
+                            err,
+                        ))));
                     }
                     // A stream that just stops (a close-delimited body's clean close, a
                     // chunked body properly ended) without `[DONE]` or a finish_reason for
@@ -188,7 +206,13 @@ impl Stream for RelayBody {
                         let upstream = this.in_flight.upstream().name.clone();
                         tracing::warn!(parent: this.observer.span(), %upstream, "upstream ended a stream without [DONE] or finish_reason");
                         let err = ProxyError::UpstreamTruncated { upstream };
-                        return Poll::Ready(Some(Ok(close_with(this.tail, *this.open_has_data, this.observer, this.state, err))));
+                        return Poll::Ready(Some(Ok(close_with(
+                            this.tail,
+                            *this.open_has_data,
+                            this.observer,
+                            this.state,
+                            err,
+                        ))));
                     }
                     this.observer.complete();
                     *this.state = State::Done;
@@ -199,7 +223,13 @@ impl Stream for RelayBody {
                         let upstream = &this.in_flight.upstream().name;
                         tracing::info!(parent: this.observer.span(), %upstream, "ending a stream still open when the shutdown grace ran out");
                         let err = ProxyError::ShuttingDown;
-                        return Poll::Ready(Some(Ok(close_with(this.tail, *this.open_has_data, this.observer, this.state, err))));
+                        return Poll::Ready(Some(Ok(close_with(
+                            this.tail,
+                            *this.open_has_data,
+                            this.observer,
+                            this.state,
+                            err,
+                        ))));
                     }
                     if this.idle.as_mut().poll(cx).is_ready() {
                         let upstream = this.in_flight.upstream().name.clone();
@@ -208,7 +238,13 @@ impl Stream for RelayBody {
                             upstream,
                             after_s: this.idle_timeout.as_secs_f64(),
                         };
-                        return Poll::Ready(Some(Ok(close_with(this.tail, *this.open_has_data, this.observer, this.state, err))));
+                        return Poll::Ready(Some(Ok(close_with(
+                            this.tail,
+                            *this.open_has_data,
+                            this.observer,
+                            this.state,
+                            err,
+                        ))));
                     }
                     return Poll::Pending;
                 }

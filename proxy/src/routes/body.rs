@@ -337,8 +337,9 @@ mod tests {
 
     #[test]
     fn only_one_streamed_choice_in_the_continued_shape_is_continuable() {
-        let continuable =
-            |body: &str, chat: bool| GenerationRequest::parse(body.as_bytes(), Dialect::Chat).unwrap().continuable(chat);
+        let continuable = |body: &str, chat: bool| {
+            GenerationRequest::parse(body.as_bytes(), Dialect::Chat).unwrap().continuable(chat)
+        };
         assert!(continuable(r#"{"model":"m","stream":true,"messages":[]}"#, true));
         assert!(continuable(r#"{"model":"m","stream":true,"n":1,"messages":[]}"#, true));
         assert!(!continuable(r#"{"model":"m","stream":true,"n":2,"messages":[]}"#, true));
@@ -350,16 +351,15 @@ mod tests {
 
     #[test]
     fn each_api_is_checked_by_its_own_fields() {
-        let parse = |body: &str, dialect| GenerationRequest::parse(body.as_bytes(), dialect);
+        fn parse(body: &str, dialect: Dialect) -> Result<GenerationRequest<'_>, ProxyError> {
+            GenerationRequest::parse(body.as_bytes(), dialect)
+        }
         let code = |body: &str, dialect| match parse(body, dialect) {
             Err(ProxyError::BadRequest { param, code, .. }) => (param, code),
             other => panic!("{other:?}"),
         };
         // Responses: `input` and `max_output_tokens`; a chat-only field is the engine's.
-        assert_eq!(
-            code(r#"{"model":"m","input":5}"#, Dialect::Responses),
-            (Some("input"), "invalid_type")
-        );
+        assert_eq!(code(r#"{"model":"m","input":5}"#, Dialect::Responses), (Some("input"), "invalid_type"));
         assert_eq!(
             code(r#"{"model":"m","input":"hi","max_output_tokens":0}"#, Dialect::Responses),
             (Some("max_output_tokens"), "invalid_value")
@@ -367,7 +367,8 @@ mod tests {
         let r = parse(r#"{"model":"m","input":[],"thinking_token_budget":9}"#, Dialect::Responses).unwrap();
         assert_eq!(r.client_budget, None, "vLLM reads no budget field on the Responses API");
         // Messages: its `thinking` object switches thinking off or sets the budget.
-        let r = parse(r#"{"model":"m","messages":[],"thinking":{"type":"disabled"}}"#, Dialect::Messages).unwrap();
+        let r = parse(r#"{"model":"m","messages":[],"thinking":{"type":"disabled"}}"#, Dialect::Messages)
+            .unwrap();
         assert_eq!((r.initial_phase, r.client_budget), (Some(Phase::Output), None));
         let r = parse(
             r#"{"model":"m","messages":[],"thinking":{"type":"enabled","budget_tokens":2048}}"#,
@@ -402,7 +403,8 @@ mod tests {
 
     #[test]
     fn class_is_read_from_the_extension() {
-        let r = GenerationRequest::parse(br#"{"model":"m","meridian":{"class":"batch"}}"#, Dialect::Chat).unwrap();
+        let r = GenerationRequest::parse(br#"{"model":"m","meridian":{"class":"batch"}}"#, Dialect::Chat)
+            .unwrap();
         assert_eq!(r.extension.and_then(|e| e.class), Some(ClientClass::Batch));
         assert_eq!(code(r#"{"model":"m","meridian":{"class":"output"}}"#), "invalid_json");
         let Err(ProxyError::BadRequest { message, .. }) =

@@ -78,3 +78,6 @@ mod tests {
         assert_eq!(out[header::AUTHORIZATION], "Bearer client");
     }
 }
+
+/// vLLM's per-request priority header (lower runs first).
+pub const VLLM_PRIORITY: &str = "x-vllm-priority";

@@ -6,15 +6,16 @@
 //!
 //! The layout follows the data path: [`routes`] accept requests, [`relay`] sends them
 //! upstream and streams the answer back, [`upstream`] keeps the pool healthy and balanced,
-//! and [`telemetry`] exports what was measured; [`streams`] lists every request open
-//! right now, for operators.
+//! and [`telemetry`] exports what was measured; [`ending`] holds everything that ends a
+//! request's thinking early (budgets, entropy exits, the continuation), [`hook`] the
+//! policy channel to the engines' hooks, and [`streams`] lists every request open right
+//! now, for operators.
 
 pub mod admission;
 pub mod cli;
-pub mod continuation;
 pub mod drain;
+pub mod ending;
 pub mod error;
-pub mod exits;
 pub mod head_limit;
 pub mod headers;
 pub mod hook;
@@ -31,7 +32,7 @@ pub mod upstream;
 /// Parsers the fuzz targets (`fuzz/`) drive directly; not an API.
 #[doc(hidden)]
 pub mod internals {
-    pub use crate::continuation::{ClientAsked, Emit, Splicer};
+    pub use crate::ending::continuation::{ClientAsked, Emit, Splicer};
     pub use crate::routes::{GenerationRequest, hook_body, upstream_body};
 }
 

@@ -166,11 +166,3 @@ impl std::fmt::Debug for HookTarget {
         f.debug_struct("HookTarget").field("addr", &self.addr).finish()
     }
 }
-
-/// A time budget the proxy enforces by telling the upstream's hook to end thinking.
-#[derive(Clone, Debug)]
-pub struct ThinkDeadline {
-    /// Thinking time allowed.
-    pub after: Duration,
-    pub hook: HookTarget,
-}

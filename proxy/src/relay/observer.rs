@@ -38,7 +38,7 @@ pub struct RequestInfo {
     /// The upstream serving it, whose per-phase stream counts this stream moves in.
     pub upstream_ref: Option<Arc<Upstream>>,
     /// A thinking-time budget, enforced through the upstream's hook.
-    pub think_deadline: Option<crate::hook::ThinkDeadline>,
+    pub think_deadline: Option<crate::ending::ThinkDeadline>,
     /// Its entry in the open-stream registry, kept up to date as chunks arrive; the
     /// request stays listed while this is held.
     pub live: Option<Arc<crate::streams::StreamGuard>>,
@@ -83,7 +83,7 @@ pub struct RequestObserver {
     think_started: Option<Instant>,
     deadline_fired: bool,
     /// EAT probing of this stream, with the reasoning text so far (kept only then).
-    eat: Option<(crate::exits::EatProber, String)>,
+    eat: Option<(crate::ending::EatProber, String)>,
     /// The hook told (or that may be told) about this request, to forget it at the end.
     forget_on_drop: Option<crate::hook::HookTarget>,
     usage: Option<Usage>,
@@ -138,11 +138,11 @@ impl RequestObserver {
         }
     }
 
-    /// Probes this stream for EAT (see [`crate::exits`]); `hook`, when the signal acts
+    /// Probes this stream for EAT (see [`crate::ending::eat`]); `hook`, when the signal acts
     /// through one, is told to forget the request at the end.
     pub fn with_eat(
         mut self,
-        prober: crate::exits::EatProber,
+        prober: crate::ending::EatProber,
         hook: Option<crate::hook::HookTarget>,
     ) -> Self {
         self.eat = Some((prober, String::new()));

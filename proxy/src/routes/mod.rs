@@ -2,7 +2,6 @@
 
 mod body;
 mod fields;
-mod forcing;
 mod generate;
 mod members;
 mod models;

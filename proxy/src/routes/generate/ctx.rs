@@ -52,10 +52,10 @@ impl Route {
     /// The route as the continuation knows it, where the proxy can end thinking itself
     /// by continuing the answer in a second request: chat and completions, whose prompt
     /// it can extend. The other APIs end thinking only through an engine's hook.
-    pub fn continuation(self) -> Option<crate::continuation::Route> {
+    pub fn continuation(self) -> Option<crate::ending::continuation::Route> {
         match self {
-            Route::ChatCompletions => Some(crate::continuation::Route::Chat),
-            Route::Completions => Some(crate::continuation::Route::Completions),
+            Route::ChatCompletions => Some(crate::ending::continuation::Route::Chat),
+            Route::Completions => Some(crate::ending::continuation::Route::Completions),
             Route::Responses | Route::Messages => None,
         }
     }

@@ -212,6 +212,3 @@ async fn admit(state: &AppState, ctx: &RequestCtx<'_>) -> Result<crate::upstream
     }
     admitted
 }
-
-/// vLLM's per-request priority header (lower runs first).
-pub(super) const VLLM_PRIORITY: &str = "x-vllm-priority";

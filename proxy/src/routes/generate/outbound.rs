@@ -5,12 +5,12 @@
 use axum::http::{HeaderMap, HeaderValue};
 use bytes::Bytes;
 
-use super::VLLM_PRIORITY;
 use super::ctx::RequestCtx;
 use crate::admission::Class;
+use crate::ending::plan::{self, ContinuationPlan};
 use crate::error::ProxyError;
+use crate::headers::VLLM_PRIORITY;
 use crate::routes::body::{hook_body, upstream_body};
-use crate::routes::forcing::{self, ContinuationPlan};
 use crate::state::AppState;
 
 pub struct Outbound {
@@ -33,7 +33,7 @@ impl Outbound {
             false => None,
         };
         let continuable =
-            forcing::plan(state, ctx.route.continuation(), req, ctx.family.as_ref(), ctx.think_budget);
+            plan::plan(state, ctx.route.continuation(), req, ctx.family.as_ref(), ctx.think_budget);
         // Token budgets the proxy forces itself do not go to the engine as well.
         let engine_budget = match &continuable {
             Some(c) if c.triggers.tokens.is_some() => req.client_budget,

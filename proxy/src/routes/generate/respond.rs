@@ -12,12 +12,11 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::ctx::RequestCtx;
 use super::outbound::Outbound;
+use crate::ending::{self, EndThinking};
 use crate::error::ProxyError;
-use crate::exits::EndThinking;
 use crate::headers::client_response_headers;
 use crate::relay::{Heartbeats, RelayBody, RequestInfo, RequestObserver, Sent, read_whole, require_json};
 use crate::request_id::{REQUEST_ID, STREAM_ID};
-use crate::routes::forcing;
 use crate::state::AppState;
 use crate::streams::{Ending, Stage, StreamGuard};
 use crate::upstream::InFlight;
@@ -181,7 +180,7 @@ fn wants_ending(state: &AppState, ctx: &RequestCtx<'_>) -> bool {
     }
     let own_budget = ctx.think_budget.is_some() && ctx.think_budget != ctx.request.client_budget;
     own_budget
-        || forcing::think_seconds(state, &ctx.request).is_some()
+        || ending::plan::think_seconds(state, &ctx.request).is_some()
         || state.config.exit.signal != meridian_core::config::ExitSignal::Off
 }
 
@@ -204,14 +203,14 @@ fn eat_prober(
     body: &bytes::Bytes,
     in_flight: &InFlight,
     end: EndThinking,
-) -> Option<crate::exits::EatProber> {
+) -> Option<crate::ending::EatProber> {
     let cfg = &state.config.exit;
     if cfg.signal != meridian_core::config::ExitSignal::Eat || info.route != "chat_completions" {
         return None;
     }
     let upstream = in_flight.upstream();
     let tags = info.family.as_ref()?.file.tags.as_ref()?;
-    let target = crate::exits::ProbeTarget {
+    let target = crate::ending::ProbeTarget {
         client: state.client.clone(),
         base_url: upstream.base_url.clone(),
         auth: state.upstream_auth.clone(),
@@ -223,7 +222,7 @@ fn eat_prober(
         end,
         metrics: state.metrics.clone(),
     };
-    crate::exits::EatProber::start(cfg, target)
+    crate::ending::EatProber::start(cfg, target)
 }
 
 /// The thinking-time budget of a request (its own, else the config's), when it went to
@@ -232,9 +231,9 @@ fn think_deadline(
     state: &AppState,
     ctx: &RequestCtx<'_>,
     hook: Option<crate::hook::HookTarget>,
-) -> Option<crate::hook::ThinkDeadline> {
-    let seconds = forcing::think_seconds(state, &ctx.request)?;
-    Some(crate::hook::ThinkDeadline { after: Duration::from_secs_f64(seconds), hook: hook? })
+) -> Option<crate::ending::ThinkDeadline> {
+    let seconds = ending::plan::think_seconds(state, &ctx.request)?;
+    Some(crate::ending::ThinkDeadline { after: Duration::from_secs_f64(seconds), hook: hook? })
 }
 
 fn build(status: StatusCode, headers: HeaderMap, body: Body) -> Response {

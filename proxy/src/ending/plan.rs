@@ -14,13 +14,14 @@ use meridian_core::models::ModelFamily;
 use serde_json::{Map, Value};
 use tokio::sync::Notify;
 
-use super::body::GenerationRequest;
-use crate::continuation::{
+use super::continuation::{
     ClientAsked, Continuation, ContinuationUpstream, Delimiters, Route, Splicer, ThinkWatch, Triggers,
     first_leg_body,
 };
 use crate::error::ProxyError;
+use crate::headers::VLLM_PRIORITY;
 use crate::request_id::REQUEST_ID;
+use crate::routes::GenerationRequest;
 use crate::state::AppState;
 use crate::upstream::InFlight;
 
@@ -129,7 +130,7 @@ impl ContinuationPlan {
         }
         // What follows the cut is all answer: it gets the output class's priority.
         if let Some(p) = self.output_priority {
-            headers.insert(super::generate::VLLM_PRIORITY, HeaderValue::from(p));
+            headers.insert(VLLM_PRIORITY, HeaderValue::from(p));
         }
         let added_logprobs = self.triggers.rpdi.is_some() && !self.asked.logprobs;
         let watch = ThinkWatch::new(family.clone(), initial_phase, self.route, self.triggers);

@@ -57,6 +57,9 @@ pub fn client_response_headers(upstream: &HeaderMap) -> HeaderMap {
     out
 }
 
+/// vLLM's per-request priority header (lower runs first).
+pub const VLLM_PRIORITY: &str = "x-vllm-priority";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,6 +81,3 @@ mod tests {
         assert_eq!(out[header::AUTHORIZATION], "Bearer client");
     }
 }
-
-/// vLLM's per-request priority header (lower runs first).
-pub const VLLM_PRIORITY: &str = "x-vllm-priority";

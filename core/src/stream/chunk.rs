@@ -94,8 +94,11 @@ pub struct Usage {
 /// Parses one `data:` payload (or a whole non-streaming body). Returns `None` for
 /// anything that is not a JSON object of the expected shape; such payloads are still
 /// relayed, they just tell the tracker nothing.
-pub fn parse_payload(payload: &[u8], mut on_choice: impl FnMut(ChoiceDelta<'_>)) -> Option<Option<Usage>> {
-    let chunk: ChunkView<'_> = serde_json::from_slice(payload).ok()?;
+pub fn parse_payload<'p>(
+    payload: &'p [u8],
+    mut on_choice: impl FnMut(ChoiceDelta<'p>),
+) -> Option<Option<Usage>> {
+    let chunk: ChunkView<'p> = serde_json::from_slice(payload).ok()?;
     for c in chunk.choices {
         let m = c.delta.or(c.message).unwrap_or_default();
         on_choice(ChoiceDelta {

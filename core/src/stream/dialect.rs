@@ -19,7 +19,11 @@ impl Dialect {
     /// `on_choice` for each choice's part of it and returns the token counts it
     /// reports. `None`: not a payload of the expected shape, which tells the tracker
     /// nothing (and is relayed all the same).
-    pub fn parse(self, payload: &[u8], on_choice: impl FnMut(ChoiceDelta<'_>)) -> Option<Option<Usage>> {
+    pub fn parse<'p>(
+        self,
+        payload: &'p [u8],
+        on_choice: impl FnMut(ChoiceDelta<'p>),
+    ) -> Option<Option<Usage>> {
         match self {
             Dialect::Chat => chunk::parse_payload(payload, on_choice),
             Dialect::Responses => responses::parse(payload, on_choice),

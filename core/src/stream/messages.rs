@@ -76,8 +76,8 @@ impl UsageView {
 
 /// Parses one stream event's `data:` payload, or a whole message. `None`: not a JSON
 /// object of the expected shape (relayed all the same; it tells the tracker nothing).
-pub fn parse(payload: &[u8], mut on_choice: impl FnMut(ChoiceDelta<'_>)) -> Option<Option<Usage>> {
-    let view: View<'_> = serde_json::from_slice(payload).ok()?;
+pub fn parse<'p>(payload: &'p [u8], mut on_choice: impl FnMut(ChoiceDelta<'p>)) -> Option<Option<Usage>> {
+    let view: View<'p> = serde_json::from_slice(payload).ok()?;
     match view.kind.0.as_ref() {
         "content_block_delta" => {
             let Some(delta) = view.delta else { return Some(None) };
@@ -105,10 +105,10 @@ pub fn parse(payload: &[u8], mut on_choice: impl FnMut(ChoiceDelta<'_>)) -> Opti
 }
 
 /// A whole message: its thinking blocks' text, then its text blocks'.
-fn whole(
-    content: Option<SmallVec<[Block<'_>; 2]>>,
+fn whole<'p>(
+    content: Option<SmallVec<[Block<'p>; 2]>>,
     usage: Option<UsageView>,
-    mut on_choice: impl FnMut(ChoiceDelta<'_>),
+    mut on_choice: impl FnMut(ChoiceDelta<'p>),
 ) -> Option<Usage> {
     let mut reasoning = String::new();
     let mut text = String::new();

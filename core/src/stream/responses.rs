@@ -81,8 +81,8 @@ impl UsageView {
 
 /// Parses one stream event's `data:` payload, or a whole response. `None`: not a JSON
 /// object of the expected shape (relayed all the same; it tells the tracker nothing).
-pub fn parse(payload: &[u8], mut on_choice: impl FnMut(ChoiceDelta<'_>)) -> Option<Option<Usage>> {
-    let view: View<'_> = serde_json::from_slice(payload).ok()?;
+pub fn parse<'p>(payload: &'p [u8], mut on_choice: impl FnMut(ChoiceDelta<'p>)) -> Option<Option<Usage>> {
+    let view: View<'p> = serde_json::from_slice(payload).ok()?;
     let Some(kind) = view.kind else {
         // Neither an event nor a response (`[]` reads as an empty struct, too).
         let output = view.output?;
@@ -106,10 +106,10 @@ pub fn parse(payload: &[u8], mut on_choice: impl FnMut(ChoiceDelta<'_>)) -> Opti
 }
 
 /// A whole response: its reasoning items' text, then its messages' output text.
-fn whole(
-    output: SmallVec<[Item<'_>; 2]>,
+fn whole<'p>(
+    output: SmallVec<[Item<'p>; 2]>,
     usage: Option<UsageView>,
-    mut on_choice: impl FnMut(ChoiceDelta<'_>),
+    mut on_choice: impl FnMut(ChoiceDelta<'p>),
 ) -> Option<Usage> {
     let mut reasoning = String::new();
     let mut content = String::new();

@@ -1,9 +1,15 @@
 //! A thinking-time budget the proxy enforces through the upstream's hook: once a stream
-//! has thought for longer than its budget, the hook is told to end its thinking.
+//! has thought for longer than its budget and still thinks, the hook is told, once, to
+//! end its thinking.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use meridian_core::Phase;
+
 use crate::hook::HookTarget;
+use crate::relay::watch::{Event, Watcher};
+use crate::telemetry::Metrics;
 
 /// A time budget the proxy enforces by telling the upstream's hook to end thinking.
 #[derive(Clone, Debug)]
@@ -11,4 +17,35 @@ pub struct ThinkDeadline {
     /// Thinking time allowed.
     pub after: Duration,
     pub hook: HookTarget,
+}
+
+/// Watches a stream's thinking time against its deadline.
+pub struct DeadlineWatch {
+    deadline: ThinkDeadline,
+    stream_id: String,
+    metrics: Arc<Metrics>,
+    family: String,
+    fired: bool,
+}
+
+impl DeadlineWatch {
+    pub fn new(deadline: ThinkDeadline, stream_id: String, metrics: Arc<Metrics>, family: String) -> Self {
+        DeadlineWatch { deadline, stream_id, metrics, family, fired: false }
+    }
+}
+
+impl Watcher for DeadlineWatch {
+    fn on_event(&mut self, event: &Event<'_>) {
+        let so_far = event.so_far;
+        if self.fired
+            || so_far.phase != Phase::Think
+            || so_far.think_started.is_none()
+            || so_far.thinking_for(event.at) < self.deadline.after
+        {
+            return;
+        }
+        self.fired = true;
+        self.deadline.hook.end_thinking(&self.stream_id);
+        self.metrics.count_budget_reached(&self.family);
+    }
 }

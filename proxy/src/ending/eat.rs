@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::EndThinking;
+use crate::relay::watch::{Event, Watcher};
 use crate::telemetry::Metrics;
 
 /// Where and how one stream's probes go.
@@ -60,6 +61,28 @@ impl EatProber {
         self.next_at = think_tokens + self.every;
         // The task may have finished (it decided): then nobody listens, which is fine.
         let _ = self.tx.send(reasoning.to_owned());
+    }
+}
+
+/// Feeds a stream's reasoning to its prober as it grows (the first choice's: a probe
+/// continues one conversation).
+pub struct EatFeed {
+    prober: EatProber,
+    reasoning: String,
+}
+
+impl EatFeed {
+    pub fn new(prober: EatProber) -> Self {
+        EatFeed { prober, reasoning: String::new() }
+    }
+}
+
+impl Watcher for EatFeed {
+    fn on_event(&mut self, event: &Event<'_>) {
+        for part in event.parts.iter().filter(|p| p.choice == 0 && p.thinking) {
+            self.reasoning.push_str(part.reasoning.as_deref().unwrap_or_default());
+            self.prober.on_thinking(part.choice_think_tokens, &self.reasoning);
+        }
     }
 }
 

@@ -20,8 +20,11 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 
-pub use deadline::ThinkDeadline;
-pub use eat::{EatProber, ProbeTarget};
+pub use deadline::{DeadlineWatch, ThinkDeadline};
+pub use eat::{EatFeed, EatProber, ProbeTarget};
+
+use crate::hook::HookTarget;
+use crate::relay::watch::{Ended, Watcher};
 
 /// How an exit signal ends a stream's thinking.
 #[derive(Clone, Debug)]
@@ -39,5 +42,18 @@ impl EndThinking {
             // A stored permit: the driver acts on its next turn even if it is busy now.
             EndThinking::Continuation(n) => n.notify_one(),
         }
+    }
+}
+
+/// Tells the hook a stream it may have been told about is over, so a later request
+/// reusing its id (ids come from clients) does not inherit what this one was told.
+pub struct ForgetAtEnd {
+    pub hook: HookTarget,
+    pub stream_id: String,
+}
+
+impl Watcher for ForgetAtEnd {
+    fn on_end(&mut self, _: &Ended<'_>) {
+        self.hook.forget(&self.stream_id);
     }
 }

@@ -1,12 +1,13 @@
 //! The data path: send a request upstream (with retries before the first byte), then
 //! relay the response to the client chunk by chunk, unchanged, while the phase tracker
-//! watches the stream go by.
+//! reads each event once and its watchers ([`watch`]) act on what it tracked.
 
 mod body;
 mod forward;
 mod heartbeat;
 mod observer;
 mod tail;
+pub mod watch;
 mod whole;
 
 pub use body::RelayBody;

@@ -12,7 +12,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::ctx::RequestCtx;
 use super::outbound::Outbound;
-use crate::ending::{self, EndThinking};
+use crate::ending::{self, DeadlineWatch, EatFeed, EndThinking, ForgetAtEnd};
 use crate::error::ProxyError;
 use crate::headers::client_response_headers;
 use crate::relay::{Heartbeats, RelayBody, RequestInfo, RequestObserver, Sent, read_whole, require_json};
@@ -71,19 +71,20 @@ pub async fn respond(
         started: ctx.started,
         think_budget: ctx.think_budget,
         upstream_ref: Some(in_flight.upstream().clone()),
-        think_deadline: think_deadline(state, ctx, hook.clone()),
         live: Some(live.clone()),
         span: span.clone(),
         attempt,
     };
+    let deadline = think_deadline(state, ctx, hook.clone());
     if !(status.is_success() && is_sse) {
-        return whole(state, info, in_flight, resp, status, headers).await;
+        let forget = deadline.map(|d| d.hook);
+        return whole(state, info, forget, in_flight, resp, status, headers).await;
     }
 
     // The relay may append an error event, so the upstream's length cannot stand.
     headers.remove(header::CONTENT_LENGTH);
     let hook_acts = ctx.think_budget.is_some()
-        || info.think_deadline.is_some()
+        || deadline.is_some()
         || state.config.exit.signal != meridian_core::config::ExitSignal::Off;
     let Outbound { body, continuation, continuation_headers, .. } = outbound;
     let continuation = continuation.filter(|_| !via_hook);
@@ -97,13 +98,25 @@ pub async fn respond(
         _ => {}
     }
     let eat = end.and_then(|end| eat_prober(state, &info, &body, &in_flight, end.clone()).map(|p| (p, end)));
+    // What this request's plan watches besides the built-ins: its thinking-time
+    // deadline, its EAT probes, and, when either may have told the hook something, the
+    // hook's forget at the end.
+    let family = info.family_name().to_owned();
     let mut observer = RequestObserver::new(state.metrics.clone(), info, true);
+    let mut forget = None;
+    if let Some(d) = deadline {
+        forget = Some(d.hook.clone());
+        let watch = DeadlineWatch::new(d, ctx.ids.stream_id.clone(), state.metrics.clone(), family);
+        observer = observer.watch(Box::new(watch));
+    }
     if let Some((prober, end)) = eat {
-        let forget = match end {
-            EndThinking::Hook(h) => Some(h),
-            EndThinking::Continuation(_) => None,
-        };
-        observer = observer.with_eat(prober, forget);
+        if let EndThinking::Hook(h) = end {
+            forget = Some(h);
+        }
+        observer = observer.watch(Box::new(EatFeed::new(prober)));
+    }
+    if let Some(hook) = forget {
+        observer = observer.watch(Box::new(ForgetAtEnd { hook, stream_id: ctx.ids.stream_id.clone() }));
     }
     let stream = match (continuation, continuation_headers) {
         (Some(c), Some(h)) => c.start(
@@ -149,6 +162,7 @@ pub async fn respond(
 async fn whole(
     state: &AppState,
     info: RequestInfo,
+    forget: Option<crate::hook::HookTarget>,
     in_flight: InFlight,
     resp: reqwest::Response,
     status: StatusCode,
@@ -159,7 +173,11 @@ async fn whole(
         resp.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let bytes = read_whole(resp, &in_flight, state.config.upstream.max_response_bytes, timeout).await?;
     require_json(&bytes, status, content_type.as_deref(), &in_flight)?;
+    let stream_id = info.stream_id.clone();
     let mut observer = RequestObserver::new(state.metrics.clone(), info, false);
+    if let Some(hook) = forget {
+        observer = observer.watch(Box::new(ForgetAtEnd { hook, stream_id }));
+    }
     if status.is_success() {
         observer.on_payload(&bytes, Instant::now());
         observer.complete();

@@ -1,0 +1,318 @@
+//! Watches one request's response go by: parses each event once (in the response's API:
+//! [`Dialect`]), runs a phase router per choice, timestamps the transitions where the
+//! bytes arrived, and hands what it tracked to the request's watchers ([`super::watch`]).
+//! On drop (completion, failure or client disconnect alike) the watchers hear of the end
+//! exactly once.
+
+mod builtin;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use meridian_core::models::ModelFamily;
+use meridian_core::stream::{ChoiceDelta, Dialect, Usage};
+use meridian_core::{Delta, Phase, PhaseEvent, PhaseRouter};
+use smallvec::SmallVec;
+
+use super::watch::{Ended, Event, Part, SoFar, Watcher};
+use crate::telemetry::{Metrics, RequestTimings};
+use crate::upstream::Upstream;
+
+/// More choices than this (`n` > 16) are relayed but not tracked: bounded memory
+/// whatever an upstream sends.
+const MAX_TRACKED_CHOICES: usize = 16;
+
+/// Who a request is: fixed when it is sent upstream.
+#[derive(Debug, Clone)]
+pub struct RequestInfo {
+    pub route: &'static str,
+    /// The API the response speaks, which decides how its events are read.
+    pub dialect: Dialect,
+    pub family: Option<Arc<ModelFamily>>,
+    /// Overrides the family's starting phase (a request that turned thinking off).
+    pub initial_phase: Option<Phase>,
+    /// The client's `X-Request-Id`, for logs.
+    pub request_id: String,
+    /// The proxy's id for this stream, which the hook's directives name.
+    pub stream_id: String,
+    pub upstream: String,
+    pub started: Instant,
+    /// The think budget applied to this request, if any.
+    pub think_budget: Option<u32>,
+    /// The upstream serving it, whose per-phase stream counts this stream moves in.
+    pub upstream_ref: Option<Arc<Upstream>>,
+    /// Its entry in the open-stream registry, kept up to date as chunks arrive; the
+    /// request stays listed while this is held.
+    pub live: Option<Arc<crate::streams::StreamGuard>>,
+    /// The request's span (`Span::none()` untraced): phase events and the final counts
+    /// land on it, and it ends with the response.
+    pub span: tracing::Span,
+    /// The upstream attempt serving the response, ended with it.
+    pub attempt: tracing::Span,
+}
+
+impl RequestInfo {
+    /// A request known only by route and family (benchmarks, tests, tools).
+    pub fn new(route: &'static str, family: Option<Arc<ModelFamily>>) -> Self {
+        RequestInfo {
+            route,
+            dialect: Dialect::Chat,
+            family,
+            initial_phase: None,
+            request_id: String::new(),
+            stream_id: String::new(),
+            upstream: String::new(),
+            started: Instant::now(),
+            think_budget: None,
+            upstream_ref: None,
+            live: None,
+            span: tracing::Span::none(),
+            attempt: tracing::Span::none(),
+        }
+    }
+
+    /// The model family's name, the label of its metrics.
+    pub fn family_name(&self) -> &str {
+        self.family.as_ref().map_or("unknown", |f| f.name())
+    }
+}
+
+pub struct RequestObserver {
+    dialect: Dialect,
+    family: Option<Arc<ModelFamily>>,
+    initial_phase: Option<Phase>,
+    think_budget: Option<u32>,
+    span: tracing::Span,
+    routers: Vec<PhaseRouter>,
+    so_far: SoFar,
+    usage: Option<Usage>,
+    outcome: &'static str,
+    /// The choices seen and those whose `finish_reason` came (bit i: choice i, the
+    /// first 64).
+    choices_seen: u64,
+    choices_finished: u64,
+    /// The built-in watchers first (metrics, registry, span), then the request's own.
+    watchers: Vec<Box<dyn Watcher>>,
+}
+
+impl RequestObserver {
+    /// Starts observing; `streaming` requests are counted in the open-stream gauges.
+    pub fn new(metrics: Arc<Metrics>, info: RequestInfo, streaming: bool) -> Self {
+        let so_far = SoFar::new(info.started);
+        RequestObserver {
+            dialect: info.dialect,
+            family: info.family.clone(),
+            initial_phase: info.initial_phase,
+            think_budget: info.think_budget,
+            span: info.span.clone(),
+            routers: Vec::new(),
+            so_far,
+            usage: None,
+            // Until told otherwise, a request that goes away was abandoned by its client.
+            outcome: "client_disconnected",
+            choices_seen: 0,
+            choices_finished: 0,
+            watchers: builtin::watchers(metrics, info, streaming),
+        }
+    }
+
+    /// Adds a watcher (see `crate::ending` for those a request's plan adds).
+    pub fn watch(mut self, watcher: Box<dyn Watcher>) -> Self {
+        self.watchers.push(watcher);
+        self
+    }
+
+    /// Feeds one `data:` payload (or a whole non-streaming body) that arrived at `at`.
+    pub fn on_payload(&mut self, payload: &[u8], at: Instant) {
+        // Inline storage: the usual one or two choices cost no allocation.
+        let mut parts: SmallVec<[Part<'_>; 2]> = SmallVec::new();
+        let dialect = self.dialect;
+        let usage = dialect.parse(payload, |choice| {
+            if let Some(part) = self.track(choice, at) {
+                parts.push(part);
+            }
+        });
+        if let Some(Some(mut usage)) = usage {
+            // Messages reports the prompt's count first, the output's at the end.
+            if usage.prompt_tokens.is_none() {
+                usage.prompt_tokens = self.usage.and_then(|u| u.prompt_tokens);
+            }
+            self.usage = Some(usage);
+        }
+        self.update_totals();
+        let event = Event { at, parts: &parts, so_far: &self.so_far };
+        for w in &mut self.watchers {
+            w.on_event(&event);
+        }
+    }
+
+    /// Runs one choice's part through its phase router and the stream's moments.
+    fn track<'p>(&mut self, c: ChoiceDelta<'p>, at: Instant) -> Option<Part<'p>> {
+        if let Some(bit) = 1u64.checked_shl(u32::try_from(c.index).unwrap_or(u32::MAX)) {
+            self.choices_seen |= bit;
+            if c.finished {
+                self.choices_finished |= bit;
+            }
+        }
+        if c.index >= MAX_TRACKED_CHOICES {
+            return None;
+        }
+        while self.routers.len() <= c.index {
+            let mut r = PhaseRouter::new(self.family.clone());
+            if let Some(p) = self.initial_phase {
+                r = r.with_initial_phase(p);
+            }
+            if let Some(b) = self.think_budget {
+                r = r.with_think_budget(b);
+            }
+            self.routers.push(r);
+        }
+        let has_token = c.reasoning.as_deref().is_some_and(|s| !s.is_empty())
+            || c.content.as_deref().is_some_and(|s| !s.is_empty())
+            || c.token_ids.as_deref().is_some_and(|t| !t.is_empty());
+        if has_token {
+            self.so_far.first_token.get_or_insert(at);
+        }
+        let router = &mut self.routers[c.index];
+        let (think_before, output_before) = (router.think_tokens(), router.output_tokens());
+        let events = router.observe(Delta {
+            reasoning: c.reasoning.as_deref(),
+            content: c.content.as_deref(),
+            token_ids: c.token_ids.as_deref(),
+        });
+        let thinking = router.think_tokens() > think_before && self.so_far.first_output.is_none();
+        if thinking {
+            self.so_far.last_think = Some(at);
+            self.so_far.think_started.get_or_insert(at);
+        }
+        if events.iter().any(|e| matches!(e, PhaseEvent::FirstOutput { .. })) {
+            self.so_far.first_output.get_or_insert(at);
+        }
+        Some(Part {
+            choice: c.index,
+            reasoning: c.reasoning,
+            events,
+            thinking,
+            output_grew: router.output_tokens() > output_before,
+            choice_think_tokens: router.think_tokens(),
+        })
+    }
+
+    fn update_totals(&mut self) {
+        let phases = self.routers.iter().map(PhaseRouter::phase);
+        self.so_far.phase = if phases.clone().any(|p| p == Phase::Output) {
+            Phase::Output
+        } else if phases.clone().any(|p| p == Phase::Think) {
+            Phase::Think
+        } else {
+            Phase::Pending
+        };
+        self.so_far.think_tokens = self.routers.iter().map(PhaseRouter::think_tokens).sum();
+        self.so_far.output_tokens = self.routers.iter().map(PhaseRouter::output_tokens).sum();
+    }
+
+    /// Whether every choice the stream started has had its end (a `finish_reason`, or
+    /// the API's end-of-response event; some OpenAI-compatible servers end a complete
+    /// stream so, without `[DONE]`).
+    pub fn every_choice_finished(&self) -> bool {
+        self.choices_seen != 0 && self.choices_seen & !self.choices_finished == 0
+    }
+
+    /// The response ended normally.
+    pub fn complete(&mut self) {
+        let at = Instant::now();
+        let mut parts: SmallVec<[Part<'_>; 2]> = SmallVec::new();
+        for (i, router) in self.routers.iter_mut().enumerate() {
+            let events = router.finish();
+            if events.iter().any(|e| matches!(e, PhaseEvent::FirstOutput { .. })) {
+                self.so_far.first_output.get_or_insert(at);
+            }
+            if !events.is_empty() {
+                parts.push(Part {
+                    choice: i,
+                    reasoning: None,
+                    events,
+                    thinking: false,
+                    output_grew: false,
+                    choice_think_tokens: router.think_tokens(),
+                });
+            }
+        }
+        self.outcome = "ok";
+        if parts.is_empty() {
+            return;
+        }
+        self.update_totals();
+        let event = Event { at, parts: &parts, so_far: &self.so_far };
+        for w in &mut self.watchers {
+            w.on_event(&event);
+        }
+    }
+
+    /// The response ended badly; `outcome` names how.
+    pub fn fail(&mut self, outcome: &'static str) {
+        self.outcome = outcome;
+    }
+
+    /// The request's span, for log lines written about it while it streams.
+    pub fn span(&self) -> &tracing::Span {
+        &self.span
+    }
+
+    /// The API the response speaks.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.so_far.phase
+    }
+
+    /// Think and output token counts: the server's `usage` when it sent one (split by the
+    /// tracker when the server does not count reasoning itself), else the tracker's counts.
+    fn token_counts(&self) -> (Option<u32>, Option<u32>) {
+        let (think, output) = (self.so_far.think_tokens, self.so_far.output_tokens);
+        match self.usage {
+            Some(Usage { completion_tokens, reasoning_tokens: Some(r), .. }) => {
+                (Some(r), Some(completion_tokens.saturating_sub(r)))
+            }
+            Some(Usage { completion_tokens, reasoning_tokens: None, .. }) => {
+                let think = think.min(completion_tokens);
+                (Some(think), Some(completion_tokens - think))
+            }
+            None if self.routers.is_empty() => (None, None),
+            None => (Some(think), Some(output)),
+        }
+    }
+}
+
+impl Drop for RequestObserver {
+    fn drop(&mut self) {
+        let since = |t: Option<Instant>| t.map(|t| t.duration_since(self.so_far.started));
+        let (think_tokens, output_tokens) = self.token_counts();
+        // TTOT: from the last chunk of thinking to the first visible output.
+        let gap = match (self.so_far.last_think, self.so_far.first_output) {
+            (Some(end), Some(out)) => Some(out.saturating_duration_since(end)),
+            _ => None,
+        };
+        let timings = RequestTimings {
+            time_to_first_token: since(self.so_far.first_token),
+            time_to_first_output: since(self.so_far.first_output),
+            think_to_output_gap: gap,
+            end_to_end: self.so_far.started.elapsed(),
+            think_tokens,
+            output_tokens,
+        };
+        let family = self.family.as_ref().map_or("unknown", |f| f.name());
+        let ended = Ended {
+            outcome: self.outcome,
+            timings: &timings,
+            so_far: &self.so_far,
+            family,
+            prompt_tokens: self.usage.and_then(|u| u.prompt_tokens),
+        };
+        for w in &mut self.watchers {
+            w.on_end(&ended);
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! What watches a response stream go by. The observer ([`super::RequestObserver`]) parses
+//! each event once, runs the phase tracker over it, and hands the result to every
+//! [`Watcher`] of the request: the built-in ones (metrics, the open-stream registry, the
+//! request's span) and those the request's plan adds (a thinking-time deadline, the EAT
+//! prober's feed, the hook's forget: see `crate::ending`). A watcher sees what was
+//! tracked, never the bytes: adding one costs no parse.
+
+use std::borrow::Cow;
+use std::time::{Duration, Instant};
+
+use meridian_core::phase::PhaseEvents;
+use meridian_core::{Phase, PhaseEvent};
+
+use crate::telemetry::RequestTimings;
+
+/// One choice's part of one event, after tracking.
+#[derive(Debug)]
+pub struct Part<'a> {
+    pub choice: usize,
+    /// Its reasoning text, if it carried any: borrowed from the payload unless the JSON
+    /// string had escapes.
+    pub reasoning: Option<Cow<'a, str>>,
+    /// The phase boundaries it crossed.
+    pub events: PhaseEvents,
+    /// It added thinking before the choice's first visible output.
+    pub thinking: bool,
+    /// It added output tokens.
+    pub output_grew: bool,
+    /// The choice's thinking tokens so far.
+    pub choice_think_tokens: u32,
+}
+
+/// The whole stream so far, all choices together.
+#[derive(Debug, Clone, Copy)]
+pub struct SoFar {
+    pub started: Instant,
+    /// Output if any choice answers, else think if any thinks, else pending.
+    pub phase: Phase,
+    pub think_tokens: u32,
+    pub output_tokens: u32,
+    pub first_token: Option<Instant>,
+    /// The first thinking token.
+    pub think_started: Option<Instant>,
+    /// The last event that carried thinking, before the first visible output.
+    pub last_think: Option<Instant>,
+    pub first_output: Option<Instant>,
+}
+
+impl SoFar {
+    pub fn new(started: Instant) -> Self {
+        SoFar {
+            started,
+            phase: Phase::Pending,
+            think_tokens: 0,
+            output_tokens: 0,
+            first_token: None,
+            think_started: None,
+            last_think: None,
+            first_output: None,
+        }
+    }
+
+    /// How long the stream has been thinking at `at` (0 before its first thought).
+    pub fn thinking_for(&self, at: Instant) -> Duration {
+        self.think_started.map_or(Duration::ZERO, |t| at.saturating_duration_since(t))
+    }
+}
+
+/// One event of the response (a `data:` payload, or a whole unstreamed body): the parts
+/// the tracker read from it, in choice order.
+#[derive(Debug)]
+pub struct Event<'a> {
+    /// When its bytes arrived.
+    pub at: Instant,
+    pub parts: &'a [Part<'a>],
+    pub so_far: &'a SoFar,
+}
+
+/// How a response ended, once, whether it completed, failed or was dropped.
+#[derive(Debug)]
+pub struct Ended<'a> {
+    /// `ok`, or the failure's outcome label (`client_disconnected` until told otherwise).
+    pub outcome: &'static str,
+    pub timings: &'a RequestTimings,
+    pub so_far: &'a SoFar,
+    /// The model family's name, the label of its metrics.
+    pub family: &'a str,
+    /// The server's prompt token count, when it sent one.
+    pub prompt_tokens: Option<u32>,
+}
+
+/// Something that acts on a stream as it is tracked. Both calls run on the relay's hot
+/// path: they must not block, and should not allocate per event.
+pub trait Watcher: Send {
+    /// An event was read and tracked.
+    fn on_event(&mut self, _event: &Event<'_>) {}
+    /// The response is over.
+    fn on_end(&mut self, _ended: &Ended<'_>) {}
+}
+
+/// Whether an event's parts crossed a phase boundary of this kind.
+pub fn crossed(parts: &[Part<'_>], is: impl Fn(&PhaseEvent) -> bool) -> bool {
+    parts.iter().any(|p| p.events.iter().any(&is))
+}

@@ -199,7 +199,11 @@ fn record(state: &Arc<MockState>, method: &str, path: &str, headers: &HeaderMap,
         method: method.to_owned(),
         path: path.to_owned(),
         headers,
-        body: if state.options.keep_bodies { String::from_utf8_lossy(body).into_owned() } else { String::new() },
+        body: if state.options.keep_bodies {
+            String::from_utf8_lossy(body).into_owned()
+        } else {
+            String::new()
+        },
         cancelled: false,
         completed: false,
     });

@@ -79,7 +79,8 @@ pub async fn measure(h2_url: &str, pids: &[u32]) -> Result<Held, String> {
         tokio::time::sleep(Duration::from_millis(400)).await;
     }
     samples.sort_unstable();
-    let held = Held { idle_kib, held_kib: samples[samples.len() / 2], open: open.load(Ordering::Relaxed), ramp_s };
+    let held =
+        Held { idle_kib, held_kib: samples[samples.len() / 2], open: open.load(Ordering::Relaxed), ramp_s };
     // The clients go away; the proxy cancels the upstream requests.
     for t in &tasks {
         t.abort();

@@ -24,7 +24,8 @@ const MODEL: &str = "Qwen/Qwen3-8B";
 impl Shape {
     /// The recorded answer, every event as soon as the mock can write it.
     pub fn plain() -> Self {
-        let body = format!(r#"{{"model":"{MODEL}","stream":true,"messages":[{{"role":"user","content":"hi"}}]}}"#);
+        let body =
+            format!(r#"{{"model":"{MODEL}","stream":true,"messages":[{{"role":"user","content":"hi"}}]}}"#);
         Shape { body: body.into(), interval_ms: None }
     }
 

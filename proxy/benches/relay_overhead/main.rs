@@ -92,8 +92,8 @@ async fn bench() {
     )
     .await;
     // Every budget request should have been continued once; the report says so.
-    let continued_requests = scrape(&client, &continued.url, "meridian_continuations_total").await
-        - continuations_before;
+    let continued_requests =
+        scrape(&client, &continued.url, "meridian_continuations_total").await - continuations_before;
 
     let three = [&direct, &via_nginx, &via_meridian];
     phases::latency_at_rate(&client, &three, REPS, &mut reps).await;

@@ -53,7 +53,8 @@ impl Nginx {
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let (port, h2_port) = (free_port(), free_port());
         let conf = dir.join("nginx.conf");
-        std::fs::write(&conf, config(&dir, upstream_port, port, h2_port, workers)).map_err(|e| e.to_string())?;
+        std::fs::write(&conf, config(&dir, upstream_port, port, h2_port, workers))
+            .map_err(|e| e.to_string())?;
         let child = Command::new(binary())
             .args(["-e", "stderr", "-p"])
             .arg(&dir)
@@ -107,6 +108,8 @@ pub fn version() -> String {
         .arg("-v")
         .output()
         .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stderr).split("version: ").nth(1).map(|v| v.trim().to_owned()))
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stderr).split("version: ").nth(1).map(|v| v.trim().to_owned())
+        })
         .unwrap_or_else(|| "nginx (version unknown)".into())
 }

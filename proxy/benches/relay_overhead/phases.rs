@@ -2,7 +2,7 @@
 //! by side (direct, through nginx, through meridian) on the same processes.
 
 use super::load::{Shape, Tally, closed_loop, open_loop};
-use super::procs::Usage;
+use super::procs::{Usage, machine_busy_s};
 use super::stats::Reps;
 
 /// One way to the mock: its URL and the processes that carry requests there (none for
@@ -27,9 +27,13 @@ pub const THINK_BUDGET: u32 = 4;
 pub async fn cpu_per_event(client: &reqwest::Client, paths: &[(&Path, Shape)], reps: usize, out: &mut Reps) {
     for _ in 0..reps {
         for (path, shape) in paths {
-            let before = Usage::of(&path.pids);
+            let (before, machine) = (Usage::of(&path.pids), machine_busy_s());
             let t = open_loop(client, &path.url, shape, CPU_RATE, CPU_SECONDS).await;
             let used = Usage::of(&path.pids).since(&before);
+            out.push(
+                &format!("machine {}", path.name),
+                (machine_busy_s() - machine) / t.elapsed.as_secs_f64(),
+            );
             let events = t.events.max(1) as f64;
             let n = path.name;
             out.push(&format!("cpu {n}"), used.cpu_s() / events * 1e6);
@@ -63,8 +67,12 @@ where
         let mut tallies: Vec<(&Path, Tally, Usage)> = Vec::new();
         for i in 0..paths.len() {
             let path = paths[(i + rep) % paths.len()];
-            let before = Usage::of(&path.pids);
+            let (before, machine) = (Usage::of(&path.pids), machine_busy_s());
             let t = run(path.url.clone()).await;
+            out.push(
+                &format!("{prefix} {} machine cores", path.name),
+                (machine_busy_s() - machine) / t.elapsed.as_secs_f64(),
+            );
             tallies.push((path, t, Usage::of(&path.pids).since(&before)));
         }
         let direct = tallies.iter().find(|(p, _, _)| p.pids.is_empty()).map(|(_, t, _)| t);

@@ -85,3 +85,15 @@ fn parent_of(proc_dir: &Path) -> Option<u32> {
     let stat = std::fs::read_to_string(proc_dir.join("stat")).ok()?;
     stat.rsplit(')').next()?.split_whitespace().nth(1)?.parse().ok()
 }
+
+/// CPU seconds the whole machine has spent busy (every process, user and kernel), from
+/// the first line of /proc/stat: tells how much else was running beside the bench.
+pub fn machine_busy_s() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let fields: Vec<f64> =
+        stat.lines().next().unwrap_or("").split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal: all but idle and iowait are busy.
+    let busy: f64 =
+        fields.iter().take(8).enumerate().filter(|(i, _)| *i != 3 && *i != 4).map(|(_, v)| v).sum();
+    busy / 100.0
+}

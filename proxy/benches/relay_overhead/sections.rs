@@ -218,7 +218,7 @@ impl Report {
                 }
             }
         }
-        md.push_str("\nOne run per proxy (each takes most of a minute); the soak page holds meridian's figure over ten minutes.\n\n");
+        md.push_str("\nOne run per proxy; the soak page (`scripts/bench-soak.sh`) holds meridian's figure over ten minutes.\n\n");
     }
 
     pub(crate) fn tracking(&self, md: &mut String) {

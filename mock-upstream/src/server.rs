@@ -29,6 +29,9 @@ pub struct MockOptions {
     /// Extra fixture directory.
     pub fixtures_dir: Option<PathBuf>,
     pub default_fixture: String,
+    /// Keep each request's body in the record. Tests read it; a benchmark sending
+    /// thousands of 220 KB prompts turns it off so the mock's memory stays flat.
+    pub keep_bodies: bool,
 }
 
 impl Default for MockOptions {
@@ -38,6 +41,7 @@ impl Default for MockOptions {
             models: vec!["Qwen/Qwen3-8B".into()],
             fixtures_dir: None,
             default_fixture: "qwen3-reasoning".into(),
+            keep_bodies: true,
         }
     }
 }
@@ -197,7 +201,11 @@ fn record(state: &Arc<MockState>, method: &str, path: &str, headers: &HeaderMap,
         method: method.to_owned(),
         path: path.to_owned(),
         headers,
-        body: String::from_utf8_lossy(body).into_owned(),
+        body: if state.options.keep_bodies {
+            String::from_utf8_lossy(body).into_owned()
+        } else {
+            String::new()
+        },
         cancelled: false,
         completed: false,
     });

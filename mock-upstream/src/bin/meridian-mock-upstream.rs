@@ -20,6 +20,9 @@ struct Args {
     fixtures: Option<PathBuf>,
     #[arg(long, default_value = "qwen3-reasoning")]
     default_fixture: String,
+    /// Record requests without their bodies (for benchmarks that send large prompts).
+    #[arg(long)]
+    no_bodies: bool,
 }
 
 #[tokio::main]
@@ -30,6 +33,7 @@ async fn main() -> std::io::Result<()> {
         models: args.models,
         fixtures_dir: args.fixtures,
         default_fixture: args.default_fixture,
+        keep_bodies: !args.no_bodies,
     })
     .await?;
     println!("listening on {}", mock.url());

@@ -10,8 +10,6 @@ use axum::response::{IntoResponse, Response};
 use meridian_core::stream::Dialect;
 use serde_json::{Value, json};
 
-use crate::request_id::REQUEST_ID;
-
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
     #[error("{message}")]
@@ -210,13 +208,6 @@ impl ProxyError {
             ProxyError::UpstreamTruncated { .. } => "upstream_truncated",
             ProxyError::ShuttingDown => "shutting_down",
         }
-    }
-
-    /// Attaches the request id so clients can quote it when reporting the failure.
-    pub fn into_response_with_id(self, request_id: &HeaderValue) -> Response {
-        let mut resp = self.into_response();
-        resp.headers_mut().insert(REQUEST_ID, request_id.clone());
-        resp
     }
 }
 

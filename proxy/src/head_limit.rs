@@ -8,7 +8,7 @@
 
 use axum::extract::{Request, State};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 
 use crate::error::ProxyError;
 use crate::request_id::request_id;
@@ -30,7 +30,7 @@ pub async fn limit_head(State(limit): State<usize>, req: Request, next: Next) ->
     if size > limit {
         let id = request_id(req.headers());
         tracing::info!(request_id = ?id, size, limit, "request head too large");
-        return ProxyError::HeadersTooLarge { limit }.into_response_with_id(&id);
+        return ProxyError::HeadersTooLarge { limit }.into_response();
     }
     next.run(req).await
 }

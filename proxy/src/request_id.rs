@@ -14,7 +14,10 @@
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
+use axum::middleware::Next;
+use axum::response::Response;
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -23,7 +26,8 @@ pub const STREAM_ID: HeaderName = HeaderName::from_static("x-meridian-stream-id"
 
 const MAX_LEN: usize = 128;
 
-/// The client's id if it is short printable ASCII, else a fresh UUID.
+/// The client's id if it is short printable ASCII, else a fresh UUID. Behind [`assign`]
+/// a request's header already holds the id decided for it, which this returns as is.
 pub fn request_id(headers: &HeaderMap) -> HeaderValue {
     headers
         .get(&REQUEST_ID)
@@ -36,6 +40,18 @@ pub fn request_id(headers: &HeaderMap) -> HeaderValue {
             let id = uuid::Uuid::new_v4().simple().to_string();
             HeaderValue::from_str(&id).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
         })
+}
+
+/// The layer that gives every request its `X-Request-Id`, once, before any handler:
+/// the client's when sane, else a fresh one, written back into the request's headers
+/// (so handlers, logs and the upstream all see the same id) and onto every response
+/// that does not carry one, errors included.
+pub async fn assign(mut req: Request, next: Next) -> Response {
+    let id = request_id(req.headers());
+    req.headers_mut().insert(REQUEST_ID, id.clone());
+    let mut resp = next.run(req).await;
+    resp.headers_mut().entry(REQUEST_ID).or_insert(id);
+    resp
 }
 
 /// A fresh stream id: `mrd_<process nonce>_<sequence>`. The random nonce keeps ids of

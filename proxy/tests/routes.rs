@@ -96,3 +96,22 @@ async fn metrics_endpoint_serves_prometheus_text_with_every_family() {
     // Prometheus text format 0.0.4: counters typed under their `_total` name.
     assert!(text.contains("# TYPE meridian_relayed_chunks_total counter\n"), "{text}");
 }
+
+#[tokio::test]
+async fn every_response_carries_the_request_id_decided_once() {
+    let rig = Rig::new(1).await;
+    for path in ["/health", "/ready", "/metrics", "/v1/models", "/not-v1", "/v1/files"] {
+        let got = receive(rig.client.get(rig.url(path)).header("x-request-id", "probe-7")).await;
+        assert_eq!(got.headers["x-request-id"], "probe-7", "{path} ({})", got.status);
+    }
+    // An id that cannot be one (a space in it) is replaced by a fresh one, the same one
+    // the client and the engine see.
+    let got = receive(rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[("x-request-id", "not an id")])).await;
+    let minted = got.headers["x-request-id"].to_str().unwrap().to_owned();
+    assert_ne!(minted, "not an id");
+    assert_eq!(rig.mocks[0].requests().last().unwrap().header("x-request-id"), Some(minted.as_str()));
+    // A head too large is refused before any handler, with an id all the same.
+    let got = receive(rig.client.get(rig.url("/health")).header("x-big", "a".repeat(70_000))).await;
+    assert_eq!(got.status, 431);
+    assert!(got.headers.contains_key("x-request-id"));
+}

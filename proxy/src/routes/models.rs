@@ -23,7 +23,7 @@ pub async fn list_models(State(state): State<Arc<AppState>>, headers: HeaderMap)
     let healthy: Vec<_> = state.pool.all().iter().filter(|u| u.is_healthy()).cloned().collect();
     if healthy.is_empty() {
         state.metrics.count_request("models", "no_upstream");
-        return ProxyError::NoHealthyUpstream.into_response_with_id(&id);
+        return ProxyError::NoHealthyUpstream.into_response();
     }
     let mut fwd = upstream_request_headers(&headers, state.config.upstream.forward_authorization);
     fwd.insert(REQUEST_ID, id.clone());
@@ -62,10 +62,10 @@ pub async fn list_models(State(state): State<Arc<AppState>>, headers: HeaderMap)
             upstream: "all".into(),
             reason: "no upstream listed its models".into(),
         };
-        return err.into_response_with_id(&id);
+        return err.into_response();
     }
     state.metrics.count_request("models", "ok");
-    ([(REQUEST_ID, id)], axum::Json(json!({"object": "list", "data": data}))).into_response()
+    axum::Json(json!({"object": "list", "data": data})).into_response()
 }
 
 /// One upstream's model objects: its live answer (filtered to its configured names, if

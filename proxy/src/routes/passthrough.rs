@@ -6,7 +6,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::header;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 
 use super::body::read_body;
@@ -69,6 +69,6 @@ pub async fn passthrough(State(state): State<Arc<AppState>>, req: Request) -> Re
     .await;
     result.unwrap_or_else(|e| {
         state.metrics.count_request("passthrough", e.outcome());
-        e.into_response_with_id(&id)
+        e.into_response()
     })
 }

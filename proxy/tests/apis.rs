@@ -55,6 +55,13 @@ fn recorded_deltas(api: &Api, body: &[u8]) -> (usize, usize) {
     }
 }
 
+async fn counted_ok_once(rig: &Rig, route: &str) {
+    eventually("the request is counted", || {
+        sample(&rig.scrape(), "meridian_requests_total", &[("route", route), ("outcome", "ok")]) == Some(1.0)
+    })
+    .await;
+}
+
 fn histogram(text: &str, name: &str, family: &str, part: &str) -> f64 {
     sample(text, &format!("{name}_{part}"), &[("family", family)]).unwrap_or(0.0)
 }
@@ -68,12 +75,7 @@ async fn streams_are_relayed_unchanged_and_tracked_from_think_to_output() {
         let recorded = rig.mocks[0].fixture(api.fixture).unwrap().body.clone();
         assert_eq!(got.body(), recorded.to_vec(), "{}: every byte as the engine sent it", api.route);
         assert!(got.headers.contains_key("x-meridian-stream-id"));
-        let route = api.route;
-        eventually("the request is counted", || {
-            sample(&rig.scrape(), "meridian_requests_total", &[("route", route), ("outcome", "ok")])
-                == Some(1.0)
-        })
-        .await;
+        counted_ok_once(&rig, api.route).await;
         let text = rig.scrape();
         // The phase switch was seen: time to first visible output and the think-to-output
         // gap are recorded for the model's family, as for chat.
@@ -82,7 +84,8 @@ async fn streams_are_relayed_unchanged_and_tracked_from_think_to_output() {
         assert_eq!(
             histogram(&text, "meridian_think_to_output_gap_seconds", "tiny", "count"),
             seen,
-            "{route}"
+            "{}",
+            api.route
         );
         assert!(histogram(&text, "meridian_output_inter_token_latency_seconds", "tiny", "count") > 0.0);
     }
@@ -107,12 +110,7 @@ async fn whole_answers_are_read_once_and_tracked() {
         assert_eq!(got.status, 200, "{}", got.text());
         let whole = rig.mocks[0].fixture(api.fixture).unwrap().whole.clone().unwrap();
         assert_eq!(got.body(), whole.to_vec(), "{}", api.route);
-        let route = api.route;
-        eventually("the request is counted", || {
-            sample(&rig.scrape(), "meridian_requests_total", &[("route", route), ("outcome", "ok")])
-                == Some(1.0)
-        })
-        .await;
+        counted_ok_once(&rig, api.route).await;
     }
     // Both answers carry thinking and text: the tracker saw both phases in each.
     let text = rig.scrape();

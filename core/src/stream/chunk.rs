@@ -82,6 +82,19 @@ pub struct ChoiceDelta<'a> {
     pub finished: bool,
 }
 
+impl ChoiceDelta<'_> {
+    /// A whole, unstreamed answer as one finished part: its reasoning and its answer
+    /// text (each absent when empty).
+    pub fn whole(reasoning: String, content: String) -> Self {
+        ChoiceDelta {
+            reasoning: Some(Cow::<str>::Owned(reasoning)).filter(|r| !r.is_empty()),
+            content: Some(Cow::<str>::Owned(content)).filter(|c| !c.is_empty()),
+            finished: true,
+            ..ChoiceDelta::default()
+        }
+    }
+}
+
 /// Token counts the server reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Usage {

@@ -119,12 +119,7 @@ fn whole<'p>(
             _ => {}
         }
     }
-    on_choice(ChoiceDelta {
-        reasoning: Some(reasoning.into()).filter(|r: &std::borrow::Cow<'_, str>| !r.is_empty()),
-        content: Some(text.into()).filter(|c: &std::borrow::Cow<'_, str>| !c.is_empty()),
-        finished: true,
-        ..ChoiceDelta::default()
-    });
+    on_choice(ChoiceDelta::whole(reasoning, text));
     usage.and_then(UsageView::usage)
 }
 

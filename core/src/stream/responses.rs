@@ -125,12 +125,7 @@ fn whole<'p>(
             }
         }
     }
-    on_choice(ChoiceDelta {
-        reasoning: Some(reasoning.into()).filter(|r: &std::borrow::Cow<'_, str>| !r.is_empty()),
-        content: Some(content.into()).filter(|c: &std::borrow::Cow<'_, str>| !c.is_empty()),
-        finished: true,
-        ..ChoiceDelta::default()
-    });
+    on_choice(ChoiceDelta::whole(reasoning, content));
     usage.and_then(UsageView::usage)
 }
 

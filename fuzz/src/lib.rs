@@ -9,7 +9,7 @@
 
 use meridian_core::stream::{Dialect, SseDecoder};
 use meridian_core::{Delta, ModelRegistry, PhaseEvent, PhaseRouter};
-use meridian_proxy::internals::{ClientAsked, GenerationRequest, Splicer, hook_body, upstream_body};
+use meridian_proxy::internals::{ClientAsked, Emit, GenerationRequest, Splicer, hook_body, upstream_body};
 
 /// A fuzz target: arbitrary bytes in, a panic only on a bug.
 pub type Target = fn(&[u8]);
@@ -181,23 +181,27 @@ pub fn splice(data: &[u8]) {
     let cut_at = (flags >> 4) as usize % (lines.len() + 1);
     let mut first_id = None;
     for (i, line) in lines.iter().enumerate() {
-        let Ok(mut chunk) = serde_json::from_slice::<serde_json::Value>(line) else { continue };
+        let Ok(chunk) = serde_json::from_slice::<serde_json::Value>(line) else { continue };
         if i < cut_at {
             if first_id.is_none() {
                 first_id = chunk.get("id").cloned();
             }
-            let _ = splicer.first_leg(&mut chunk);
+            if let Emit::Changed(out) = splicer.first_leg(line) {
+                assert!(serde_json::from_slice::<serde_json::Value>(&out).is_ok(), "a rewritten chunk is not JSON");
+            }
             continue;
         }
         if i == cut_at {
             let _ = splicer.cut(i as u32);
         }
-        let emit = splicer.second_leg(&mut chunk);
-        if emit != meridian_proxy::internals::Emit::Drop
-            && let (Some(id), Some(obj)) = (&first_id, chunk.as_object())
-            && obj.contains_key("id")
-        {
-            assert_eq!(obj.get("id"), Some(id), "a continuation chunk kept its own id");
+        if let Emit::Changed(out) = splicer.second_leg(line) {
+            let out: serde_json::Value =
+                serde_json::from_slice(&out).unwrap_or_else(|e| panic!("a rewritten chunk is not JSON: {e}"));
+            if let (Some(id), Some(obj)) = (&first_id, out.as_object())
+                && obj.contains_key("id")
+            {
+                assert_eq!(obj.get("id"), Some(id), "a continuation chunk kept its own id");
+            }
         }
     }
 }

@@ -19,6 +19,7 @@ pub mod error;
 pub mod head_limit;
 pub mod headers;
 pub mod hook;
+pub mod members;
 pub mod relay;
 pub mod request_id;
 pub mod routes;

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::fields;
-use super::members::{Edit, Members};
+use crate::members::{Edit, Members};
 use crate::error::ProxyError;
 
 /// Reads the whole body, refusing more than `server.max_body_bytes` (early, from

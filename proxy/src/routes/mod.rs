@@ -3,7 +3,7 @@
 mod body;
 mod fields;
 mod generate;
-mod members;
+
 mod models;
 mod ops;
 mod passthrough;

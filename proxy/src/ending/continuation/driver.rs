@@ -162,13 +162,13 @@ impl Continuation {
             };
             let mut cut = None;
             for line in lines(&block) {
-                let Some(mut v) = chunk_of(line) else {
+                let Some(payload) = payload_of(line) else {
                     out.other(line);
                     continue;
                 };
-                let due = self.watch.observe(&v, Instant::now());
-                let emit = self.splicer.first_leg(&mut v);
-                out.chunk(emit, line, &v);
+                let due = self.watch.observe(payload, Instant::now());
+                let emit = self.splicer.first_leg(payload);
+                out.chunk(emit, line);
                 if let Some(planned) = due.and_then(|c| self.plan(c).map(|b| (c, b))) {
                     out.close_event();
                     cut = Some(planned);
@@ -256,10 +256,10 @@ impl Continuation {
                 Err(e) => return Err(self.failed(&format!("sent {e} (upstream.max_response_bytes)"))),
             };
             for line in lines(&block) {
-                match chunk_of(line) {
-                    Some(mut v) => {
-                        let emit = self.splicer.second_leg(&mut v);
-                        out.chunk(emit, line, &v);
+                match payload_of(line) {
+                    Some(payload) => {
+                        let emit = self.splicer.second_leg(payload);
+                        out.chunk(emit, line);
                     }
                     None => out.other(line),
                 }
@@ -277,10 +277,10 @@ impl Continuation {
     }
 }
 
-/// The JSON chunk of a `data:` line.
-fn chunk_of(line: &[u8]) -> Option<Value> {
+/// The chunk (JSON payload) of a `data:` line.
+fn payload_of(line: &[u8]) -> Option<&[u8]> {
     match sse_line(line) {
-        SseLine::Data(payload) => serde_json::from_slice(payload).ok(),
+        SseLine::Data(payload) => Some(payload),
         SseLine::Done | SseLine::Blank | SseLine::Other => None,
     }
 }
@@ -305,14 +305,13 @@ impl Output {
         self.open_event = !line.is_empty();
     }
 
-    /// A chunk, as the splicer decided (`v` is the rewritten one).
-    fn chunk(&mut self, emit: Emit, line: &[u8], v: &Value) {
+    /// A chunk's `data:` line, as the splicer decided.
+    fn chunk(&mut self, emit: Emit, line: &[u8]) {
         match emit {
             Emit::Same => self.push_line(line),
-            Emit::Changed => {
+            Emit::Changed(chunk) => {
                 self.buf.extend_from_slice(b"data: ");
-                // A Value always serialises.
-                let _ = serde_json::to_writer(bytes::BufMut::writer(&mut self.buf), v);
+                self.buf.extend_from_slice(&chunk);
                 self.buf.extend_from_slice(b"\n");
             }
             Emit::Drop => {

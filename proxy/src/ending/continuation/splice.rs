@@ -2,10 +2,19 @@
 //! leg's id and creation time, its text becomes answer, its role chunk goes (the client
 //! has one), and usage adds both legs up. What the proxy asked for on the client's
 //! behalf (per-chunk usage, logprobs) is removed before the client sees it.
+//!
+//! A chunk is rewritten in place, as bytes: its members are read once without building a
+//! tree ([`Members`]), the few that change are written anew (the id, `created`, a
+//! `delta`'s labels, `logprobs`, `usage`) and every other byte is copied as sent. Most
+//! chunks of a first leg need nothing, or only their `usage` removed.
 
-use serde_json::{Map, Value};
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
 
 use super::ClientAsked;
+use crate::members::{Edit, Members};
 
 /// What to do with a chunk.
 #[derive(Debug, PartialEq)]
@@ -13,14 +22,16 @@ pub enum Emit {
     /// Relay the original bytes.
     Same,
     /// Relay this chunk instead.
-    Changed,
+    Changed(Vec<u8>),
     /// Relay nothing.
     Drop,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 struct LegUsage {
+    #[serde(rename = "prompt_tokens")]
     prompt: u64,
+    #[serde(rename = "completion_tokens")]
     completion: u64,
 }
 
@@ -28,8 +39,9 @@ pub struct Splicer {
     asked: ClientAsked,
     /// The proxy added logprobs the client did not ask for.
     strip_logprobs: bool,
-    id: Option<Value>,
-    created: Option<Value>,
+    /// The first leg's id and creation time, as the JSON text it sent.
+    id: Option<String>,
+    created: Option<String>,
     first_usage: Option<LegUsage>,
     /// Completion tokens of the first leg at the cut.
     first_tokens: u64,
@@ -47,27 +59,28 @@ impl Splicer {
         }
     }
 
-    /// A chunk of the first leg.
-    pub fn first_leg(&mut self, chunk: &mut Value) -> Emit {
-        let Some(obj) = chunk.as_object_mut() else { return Emit::Same };
+    /// A chunk (`data:` payload) of the first leg.
+    pub fn first_leg(&mut self, payload: &[u8]) -> Emit {
+        let Ok(chunk) = serde_json::from_slice::<Members<'_>>(payload) else { return Emit::Same };
         if self.id.is_none() {
-            self.id = obj.get("id").cloned();
-            self.created = obj.get("created").cloned();
+            self.id = chunk.get("id").map(|v| v.get().to_owned());
+            self.created = chunk.get("created").map(|v| v.get().to_owned());
         }
-        if let Some(u) = obj.get("usage").and_then(read_usage) {
+        if let Some(u) = present(chunk.get("usage")).and_then(|u| serde_json::from_str(u.get()).ok()) {
             self.first_usage = Some(u);
         }
-        let mut changed = false;
+        let mut edits: Vec<(&str, Edit<'_>)> = Vec::new();
         if self.strip_logprobs {
-            changed |= null_logprobs(obj);
+            if let Some(choices) = rewrite_choices(&chunk, false, true) {
+                edits.push(("choices", Edit::Set(choices.into())));
+            }
         }
-        match self.keep_usage(obj) {
-            Some(true) => {}
-            Some(false) if no_choices(obj) => return Emit::Drop,
-            Some(false) => changed |= obj.remove("usage").is_some(),
-            None => {}
+        match self.keep_usage(&chunk) {
+            Some(true) | None => {}
+            Some(false) if no_choices(&chunk) => return Emit::Drop,
+            Some(false) => edits.push(("usage", Edit::Remove)),
         }
-        if changed { Emit::Changed } else { Emit::Same }
+        if edits.is_empty() { Emit::Same } else { Emit::Changed(chunk.rewrite(&edits, payload.len())) }
     }
 
     /// The first leg is cut; `counted` is the tracker's token count, used when the
@@ -77,56 +90,51 @@ impl Splicer {
         u32::try_from(self.first_tokens).unwrap_or(u32::MAX)
     }
 
-    /// A chunk of the continuation.
-    pub fn second_leg(&mut self, chunk: &mut Value) -> Emit {
-        let Some(obj) = chunk.as_object_mut() else { return Emit::Same };
-        if is_role_chunk(obj) {
+    /// A chunk (`data:` payload) of the continuation.
+    pub fn second_leg(&mut self, payload: &[u8]) -> Emit {
+        let Ok(chunk) = serde_json::from_slice::<Members<'_>>(payload) else { return Emit::Same };
+        if is_role_chunk(&chunk) {
             return Emit::Drop;
         }
+        let mut edits: Vec<(&str, Edit<'_>)> = Vec::new();
         if let Some(id) = &self.id {
-            obj.insert("id".into(), id.clone());
+            edits.push(("id", Edit::Set(id.as_str().into())));
         }
         if let Some(created) = &self.created {
-            obj.insert("created".into(), created.clone());
+            edits.push(("created", Edit::Set(created.as_str().into())));
         }
-        for choice in obj.get_mut("choices").and_then(Value::as_array_mut).into_iter().flatten() {
-            if let Some(delta) = choice.get_mut("delta").and_then(Value::as_object_mut) {
-                relabel_as_answer(delta);
-            }
+        if let Some(choices) = rewrite_choices(&chunk, true, self.strip_logprobs) {
+            edits.push(("choices", Edit::Set(choices.into())));
         }
-        if self.strip_logprobs {
-            null_logprobs(obj);
-        }
-        match self.keep_usage(obj) {
+        match self.keep_usage(&chunk) {
             Some(true) => {
-                if let Some(Value::Object(u)) = obj.get_mut("usage") {
-                    self.merge_usage(u);
+                if let Some(usage) = chunk.get("usage").and_then(|u| self.merge_usage(u)) {
+                    edits.push(("usage", Edit::Set(usage.into())));
                 }
             }
-            Some(false) if no_choices(obj) => return Emit::Drop,
-            Some(false) => {
-                obj.remove("usage");
-            }
+            Some(false) if no_choices(&chunk) => return Emit::Drop,
+            Some(false) => edits.push(("usage", Edit::Remove)),
             None => {}
         }
-        Emit::Changed
+        Emit::Changed(chunk.rewrite(&edits, payload.len()))
     }
 
     /// `Some(keep)` when the chunk carries usage: the final usage chunk (no choices) if
     /// the client asked for usage, per-chunk usage if it asked for that.
-    fn keep_usage(&self, obj: &Map<String, Value>) -> Option<bool> {
-        match obj.get("usage") {
-            None | Some(Value::Null) => None,
-            Some(_) if no_choices(obj) => Some(self.asked.usage),
-            Some(_) => Some(self.asked.continuous_usage),
-        }
+    fn keep_usage(&self, chunk: &Members<'_>) -> Option<bool> {
+        present(chunk.get("usage"))?;
+        Some(if no_choices(chunk) { self.asked.usage } else { self.asked.continuous_usage })
     }
 
     /// The continuation's usage, as the client's one request: its prompt is the first
-    /// leg's, its completion both legs', and its reasoning the first leg's.
-    fn merge_usage(&self, usage: &mut Map<String, Value>) {
-        let count = |k: &str| usage.get(k).and_then(Value::as_u64).unwrap_or(0);
-        let second = LegUsage { prompt: count("prompt_tokens"), completion: count("completion_tokens") };
+    /// leg's, its completion both legs', and its reasoning the first leg's. `None`: not
+    /// an object (relayed as it came).
+    fn merge_usage(&self, usage: &RawValue) -> Option<String> {
+        let mut usage: serde_json::Map<String, serde_json::Value> = serde_json::from_str(usage.get()).ok()?;
+        let count = |u: &serde_json::Map<String, serde_json::Value>, k: &str| {
+            u.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0)
+        };
+        let second = LegUsage { prompt: count(&usage, "prompt_tokens"), completion: count(&usage, "completion_tokens") };
         let prompt = match self.first_usage {
             Some(u) => u.prompt,
             // Without usage from the first leg: the continuation's prompt held the
@@ -137,107 +145,174 @@ impl Splicer {
         usage.insert("prompt_tokens".into(), prompt.into());
         usage.insert("completion_tokens".into(), completion.into());
         usage.insert("total_tokens".into(), (prompt + completion).into());
-        let details = usage.entry("completion_tokens_details").or_insert_with(|| Value::Object(Map::new()));
+        let details = usage
+            .entry("completion_tokens_details")
+            .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
         if !details.is_object() {
-            *details = Value::Object(Map::new());
+            *details = serde_json::Value::Object(serde_json::Map::new());
         }
-        if let Value::Object(d) = details {
+        if let serde_json::Value::Object(d) = details {
             d.insert("reasoning_tokens".into(), self.first_tokens.into());
         }
+        serde_json::to_string(&usage).ok()
     }
 }
 
-fn read_usage(u: &Value) -> Option<LegUsage> {
-    Some(LegUsage { prompt: u["prompt_tokens"].as_u64()?, completion: u["completion_tokens"].as_u64()? })
+/// A value unless it is absent or `null`.
+fn present(v: Option<&RawValue>) -> Option<&RawValue> {
+    v.filter(|v| v.get() != "null")
 }
 
-fn no_choices(obj: &Map<String, Value>) -> bool {
-    obj.get("choices").and_then(Value::as_array).is_none_or(Vec::is_empty)
+/// The chunk has no choices (a usage chunk): `choices` absent, `null`, not an array, or
+/// empty.
+fn no_choices(chunk: &Members<'_>) -> bool {
+    present(chunk.get("choices")).is_none_or(|c| {
+        let text = c.get();
+        !text.starts_with('[') || text[1..].trim_start().starts_with(']')
+    })
 }
 
-fn null_logprobs(obj: &mut Map<String, Value>) -> bool {
+/// The chunk's `choices` written again, each choice's `delta` relabelled as answer (when
+/// `relabel`) and its `logprobs` nulled (when `strip_logprobs`), every other choice and
+/// member copied as sent; `None` when nothing in them changes.
+fn rewrite_choices(chunk: &Members<'_>, relabel: bool, strip_logprobs: bool) -> Option<String> {
+    let raw = present(chunk.get("choices"))?;
+    let choices: Vec<&RawValue> = serde_json::from_str(raw.get()).ok()?;
     let mut changed = false;
-    for choice in obj.get_mut("choices").and_then(Value::as_array_mut).into_iter().flatten() {
-        if let Some(lp) = choice.get_mut("logprobs").filter(|lp| !lp.is_null()) {
-            *lp = Value::Null;
-            changed = true;
+    let mut out = Vec::with_capacity(raw.get().len() + 16);
+    out.push(b'[');
+    for (i, raw_choice) in choices.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let rewritten = serde_json::from_str::<Members<'_>>(raw_choice.get()).ok().and_then(|choice| {
+            let delta = choice.get("delta").filter(|_| relabel).and_then(relabel_as_answer);
+            let mut edits: Vec<(&str, Edit<'_>)> = Vec::new();
+            if let Some(d) = &delta {
+                edits.push(("delta", Edit::Set(d.as_str().into())));
+            }
+            if strip_logprobs && present(choice.get("logprobs")).is_some() {
+                edits.push(("logprobs", Edit::Set("null".into())));
+            }
+            (!edits.is_empty()).then(|| choice.rewrite(&edits, raw_choice.get().len()))
+        });
+        match rewritten {
+            Some(bytes) => {
+                changed = true;
+                out.extend_from_slice(&bytes);
+            }
+            None => out.extend_from_slice(raw_choice.get().as_bytes()),
         }
     }
-    changed
+    out.push(b']');
+    if !changed {
+        return None;
+    }
+    // Valid UTF-8: JSON text joined with ASCII punctuation.
+    String::from_utf8(out).ok()
 }
 
 /// The chunk that only announces the assistant role (the first of a chat stream).
-fn is_role_chunk(obj: &Map<String, Value>) -> bool {
-    let Some([choice]) = obj.get("choices").and_then(Value::as_array).map(Vec::as_slice) else {
+fn is_role_chunk(chunk: &Members<'_>) -> bool {
+    let Some(choices) = present(chunk.get("choices")) else { return false };
+    let Ok(choices) = serde_json::from_str::<Vec<Members<'_>>>(choices.get()) else { return false };
+    let [choice] = choices.as_slice() else { return false };
+    let Some(delta) = choice.get("delta").and_then(|d| serde_json::from_str::<Members<'_>>(d.get()).ok()) else {
         return false;
     };
-    let Some(delta) = choice["delta"].as_object() else { return false };
-    let empty = |k: &str| delta.get(k).is_none_or(|v| v.is_null() || v.as_str() == Some(""));
-    delta.contains_key("role") && empty("content") && empty("reasoning") && empty("reasoning_content")
+    let empty = |k: &str| delta.get(k).is_none_or(|v| matches!(v.get(), "null" | "\"\""));
+    delta.contains("role") && empty("content") && empty("reasoning") && empty("reasoning_content")
 }
 
-/// Moves text the server labelled as reasoning into `content`.
-fn relabel_as_answer(delta: &mut Map<String, Value>) {
-    let mut text = String::new();
-    for key in ["reasoning", "reasoning_content"] {
-        if let Some(Value::String(s)) = delta.remove(key) {
-            text.push_str(&s);
+/// A `delta` with the text the server labelled as reasoning moved into `content`, the
+/// labels gone; `None` when it has no label. A lone reasoning string moves as the JSON
+/// text it was sent in; with an answer already there (rare), the two are joined,
+/// reasoning first.
+fn relabel_as_answer(delta: &RawValue) -> Option<String> {
+    const LABELS: [&str; 2] = ["reasoning", "reasoning_content"];
+    let members: Members<'_> = serde_json::from_str(delta.get()).ok()?;
+    if !LABELS.iter().any(|k| members.contains(k)) {
+        return None;
+    }
+    let text = |k: &str| {
+        present(members.get(k)).and_then(|v| serde_json::from_str::<Cow<'_, str>>(v.get()).ok().map(|s| (v, s)))
+    };
+    let labelled: Vec<_> = LABELS.into_iter().filter_map(text).filter(|(_, s)| !s.is_empty()).collect();
+    let mut edits = vec![("reasoning", Edit::Remove), ("reasoning_content", Edit::Remove)];
+    let content = match (labelled.as_slice(), text("content")) {
+        ([], _) => None,
+        ([(raw, _)], None) => Some(Cow::Borrowed(raw.get())),
+        (labelled, existing) => {
+            let mut joined: String = labelled.iter().map(|(_, s)| s.as_ref()).collect();
+            joined.push_str(existing.as_ref().map_or("", |(_, s)| s.as_ref()));
+            Some(Cow::Owned(serde_json::to_string(&joined).ok()?))
         }
+    };
+    if let Some(c) = content {
+        edits.push(("content", Edit::Set(c)));
     }
-    if text.is_empty() {
-        return;
-    }
-    if let Some(Value::String(existing)) = delta.get("content") {
-        text.push_str(existing);
-    }
-    delta.insert("content".into(), text.into());
+    String::from_utf8(members.rewrite(&edits, delta.get().len())).ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn asked(usage: bool, continuous: bool) -> ClientAsked {
         ClientAsked { usage, continuous_usage: continuous, logprobs: false }
     }
 
+    /// Feeds `chunk` to a leg; returns what the splicer did, with the chunk the client
+    /// gets (the same one unless changed).
+    fn feed(leg: impl FnOnce(&[u8]) -> Emit, chunk: &Value) -> (&'static str, Value) {
+        let bytes = serde_json::to_vec(chunk).unwrap();
+        match leg(&bytes) {
+            Emit::Same => ("same", chunk.clone()),
+            Emit::Changed(b) => ("changed", serde_json::from_slice(&b).expect("a rewritten chunk is JSON")),
+            Emit::Drop => ("drop", Value::Null),
+        }
+    }
+
     #[test]
     fn first_leg_usage_is_read_then_hidden_unless_asked_for() {
         let mut s = Splicer::new(asked(false, false), false);
-        let mut c = json!({"id": "chatcmpl-1", "created": 5, "choices": [{"index": 0, "delta": {"reasoning": "a"}}],
+        let c = json!({"id": "chatcmpl-1", "created": 5, "choices": [{"index": 0, "delta": {"reasoning": "a"}}],
             "usage": {"prompt_tokens": 12, "completion_tokens": 1, "total_tokens": 13}});
-        assert_eq!(s.first_leg(&mut c), Emit::Changed);
-        assert!(c.get("usage").is_none());
-        let mut plain = json!({"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"reasoning": "b"}}]});
-        assert_eq!(s.first_leg(&mut plain), Emit::Same);
-        let mut last = json!({"id": "chatcmpl-1", "choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 2}});
-        assert_eq!(s.first_leg(&mut last), Emit::Drop, "the client asked for no usage chunk");
+        let (what, out) = feed(|b| s.first_leg(b), &c);
+        assert_eq!(what, "changed");
+        assert_eq!(out, json!({"id": "chatcmpl-1", "created": 5, "choices": [{"index": 0, "delta": {"reasoning": "a"}}]}));
+        let plain = json!({"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"reasoning": "b"}}]});
+        assert_eq!(feed(|b| s.first_leg(b), &plain).0, "same");
+        let last = json!({"id": "chatcmpl-1", "choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 2}});
+        assert_eq!(feed(|b| s.first_leg(b), &last).0, "drop", "the client asked for no usage chunk");
         assert_eq!(s.cut(99), 2, "the server's count beats the tracker's");
     }
 
     #[test]
     fn continuation_reads_as_the_same_answer() {
         let mut s = Splicer::new(asked(true, false), false);
-        let mut first = json!({"id": "chatcmpl-1", "created": 5, "choices": [{"index": 0, "delta": {"reasoning": "a"}}],
+        let first = json!({"id": "chatcmpl-1", "created": 5, "choices": [{"index": 0, "delta": {"reasoning": "a"}}],
             "usage": {"prompt_tokens": 12, "completion_tokens": 7}});
-        s.first_leg(&mut first);
+        feed(|b| s.first_leg(b), &first);
         assert_eq!(s.cut(7), 7);
-        let mut role = json!({"id": "chatcmpl-2", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]});
-        assert_eq!(s.second_leg(&mut role), Emit::Drop);
-        let mut tok = json!({"id": "chatcmpl-2", "created": 9, "choices": [{"index": 0, "delta": {"reasoning": "The"}}],
+        let role = json!({"id": "chatcmpl-2", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]});
+        assert_eq!(feed(|b| s.second_leg(b), &role).0, "drop");
+        let tok = json!({"id": "chatcmpl-2", "created": 9, "choices": [{"index": 0, "delta": {"reasoning": "The \"x\""}}],
             "usage": {"prompt_tokens": 30, "completion_tokens": 1}});
-        assert_eq!(s.second_leg(&mut tok), Emit::Changed);
+        let (what, out) = feed(|b| s.second_leg(b), &tok);
+        assert_eq!(what, "changed");
         assert_eq!(
-            tok,
-            json!({"id": "chatcmpl-1", "created": 5, "choices": [{"index": 0, "delta": {"content": "The"}}]})
+            out,
+            json!({"id": "chatcmpl-1", "created": 5, "choices": [{"index": 0, "delta": {"content": "The \"x\""}}]})
         );
-        let mut usage = json!({"id": "chatcmpl-2", "choices": [],
+        let usage = json!({"id": "chatcmpl-2", "choices": [],
             "usage": {"prompt_tokens": 30, "completion_tokens": 4, "total_tokens": 34,
                       "completion_tokens_details": {"reasoning_tokens": 4}}});
-        assert_eq!(s.second_leg(&mut usage), Emit::Changed);
+        let (what, out) = feed(|b| s.second_leg(b), &usage);
+        assert_eq!(what, "changed");
         assert_eq!(
-            usage["usage"],
+            out["usage"],
             json!({"prompt_tokens": 12, "completion_tokens": 11, "total_tokens": 23,
                    "completion_tokens_details": {"reasoning_tokens": 7}})
         );
@@ -246,21 +321,42 @@ mod tests {
     #[test]
     fn without_first_leg_usage_the_tracker_counts() {
         let mut s = Splicer::new(asked(true, false), true);
-        let mut first = json!({"id": "x", "choices": [{"index": 0, "delta": {"reasoning": "a"},
+        let first = json!({"id": "x", "choices": [{"index": 0, "delta": {"reasoning": "a"},
             "logprobs": {"content": []}}]});
-        assert_eq!(s.first_leg(&mut first), Emit::Changed, "logprobs the proxy added are hidden");
-        assert_eq!(first["choices"][0]["logprobs"], Value::Null);
+        let (what, out) = feed(|b| s.first_leg(b), &first);
+        assert_eq!(what, "changed", "logprobs the proxy added are hidden");
+        assert_eq!(out["choices"][0]["logprobs"], Value::Null);
+        assert_eq!(out["choices"][0]["delta"], json!({"reasoning": "a"}), "the first leg keeps its labels");
         assert_eq!(s.cut(5), 5);
-        let mut usage = json!({"choices": [], "usage": {"prompt_tokens": 40, "completion_tokens": 3}});
-        s.second_leg(&mut usage);
-        assert_eq!(usage["usage"]["prompt_tokens"], 35);
-        assert_eq!(usage["usage"]["completion_tokens"], 8);
+        let usage = json!({"choices": [], "usage": {"prompt_tokens": 40, "completion_tokens": 3}});
+        let (_, out) = feed(|b| s.second_leg(b), &usage);
+        assert_eq!(out["usage"]["prompt_tokens"], 35);
+        assert_eq!(out["usage"]["completion_tokens"], 8);
     }
 
     #[test]
-    fn answer_text_keeps_its_order() {
-        let mut d = json!({"reasoning_content": "a", "content": "b"}).as_object().cloned().unwrap();
-        relabel_as_answer(&mut d);
-        assert_eq!(Value::Object(d), json!({"content": "ab"}));
+    fn answer_text_keeps_its_order_and_labels_go() {
+        let relabel = |d: Value| -> Value {
+            let raw = RawValue::from_string(d.to_string()).unwrap();
+            relabel_as_answer(&raw).map_or(Value::Null, |s| serde_json::from_str(&s).unwrap())
+        };
+        assert_eq!(relabel(json!({"reasoning_content": "a", "content": "b"})), json!({"content": "ab"}));
+        assert_eq!(relabel(json!({"reasoning": "a", "content": null})), json!({"content": "a"}));
+        assert_eq!(relabel(json!({"reasoning": "", "content": "b"})), json!({"content": "b"}), "an empty label goes too");
+        assert_eq!(relabel(json!({"content": "b"})), Value::Null, "nothing to relabel");
+    }
+
+    #[test]
+    fn members_the_splicer_does_not_touch_pass_byte_for_byte() {
+        let mut s = Splicer::new(asked(false, false), false);
+        let first = br#"{"id":"chatcmpl-1","created":5,"choices":[{"index":0,"delta":{"reasoning":"a"}}]}"#;
+        assert_eq!(s.first_leg(first), Emit::Same);
+        s.cut(1);
+        let second = br#"{"id":"chatcmpl-2","object":"chat.completion.chunk","created":9,"model":"m \u00e9","choices":[{"index":0,"delta":{"reasoning":"x\ny"},"logprobs":null,"finish_reason":null,"token_ids":[1, 2]}]}"#;
+        let Emit::Changed(out) = s.second_leg(second) else { panic!("not rewritten") };
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":5,"model":"m \u00e9","choices":[{"index":0,"delta":{"content":"x\ny"},"logprobs":null,"finish_reason":null,"token_ids":[1, 2]}]}"#
+        );
     }
 }

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use meridian_core::models::ModelFamily;
 use meridian_core::signals::{Rpdi, RpdiConfig, entropy_from_top_logprobs, is_sentence_boundary};
+use meridian_core::stream::{ChoiceDelta, parse_payload};
 use meridian_core::{Delta, Phase, PhaseEvent, PhaseRouter};
+use serde::Deserialize;
 use serde_json::Value;
 use smallvec::SmallVec;
 
@@ -83,18 +85,21 @@ impl ThinkWatch {
         }
     }
 
-    /// Feeds one parsed chunk of the first leg (arrived at `at`); returns the cut due now.
-    pub fn observe(&mut self, chunk: &Value, at: Instant) -> Option<Cut> {
-        let choice = chunk["choices"].as_array()?.iter().find(|c| c["index"].as_u64().unwrap_or(0) == 0)?;
-        let delta = choice.get("delta");
-        let field = |k: &str| delta.and_then(|d| d.get(k)).and_then(Value::as_str);
-        let reasoning = field("reasoning").or_else(|| field("reasoning_content"));
-        let content = field("content").or_else(|| choice["text"].as_str());
-        let token_ids: Option<SmallVec<[u32; 8]>> = choice["token_ids"]
-            .as_array()
-            .map(|ids| ids.iter().filter_map(|i| i.as_u64().and_then(|i| u32::try_from(i).ok())).collect());
+    /// Feeds one chunk (`data:` payload) of the first leg, arrived at `at`; returns the
+    /// cut due now. Read with the relay's borrowed parser; the logprobs only when RPDI
+    /// needs them.
+    pub fn observe(&mut self, payload: &[u8], at: Instant) -> Option<Cut> {
+        let mut first: Option<ChoiceDelta<'_>> = None;
+        let usage = parse_payload(payload, |c| {
+            if c.index == 0 && first.is_none() {
+                first = Some(c);
+            }
+        })?;
+        let choice = first?;
+        let (reasoning, content) = (choice.reasoning.as_deref(), choice.content.as_deref());
         let before = self.router.think_tokens();
-        let events = self.router.observe(Delta { reasoning, content, token_ids: token_ids.as_deref() });
+        let events =
+            self.router.observe(Delta { reasoning, content, token_ids: choice.token_ids.as_deref() });
         match self.route {
             Route::Chat => self.text.push_str(reasoning.unwrap_or_default()),
             Route::Completions => self.text.push_str(content.unwrap_or_default()),
@@ -119,16 +124,18 @@ impl ThinkWatch {
         }
         // The server's own count, when it sends usage with each chunk, is exact where the
         // tracker's is not (a delta can carry several tokens, or none with text).
-        let generated = chunk["usage"]["completion_tokens"].as_u64();
-        if cut.is_none() && generated.zip(self.budget).is_some_and(|(n, b)| n >= u64::from(b)) {
+        let generated = usage.map(|u| u.completion_tokens);
+        if cut.is_none() && generated.zip(self.budget).is_some_and(|(n, b)| n >= b) {
             cut = Some(Cut::Tokens);
         }
         if cut.is_none() && self.deadline().is_some_and(|d| at >= d) {
             cut = Some(Cut::Seconds);
         }
         if let (true, Some((rpdi, min))) = (grew, self.rpdi.as_mut()) {
-            for h in token_entropies(choice) {
-                rpdi.push(h);
+            if let Some(logprobs) = first_choice_logprobs(payload) {
+                for h in token_entropies(&logprobs) {
+                    rpdi.push(h);
+                }
             }
             let piece = reasoning.or(content).unwrap_or_default();
             let due = self.router.think_tokens() >= *min && is_sentence_boundary(piece) && rpdi.exceeded();
@@ -168,9 +175,27 @@ impl ThinkWatch {
     }
 }
 
-/// One entropy (the lower bound the top logprobs allow) per token of a chunk.
-fn token_entropies(choice: &Value) -> impl Iterator<Item = f64> + '_ {
-    let logprobs = &choice["logprobs"];
+/// The `logprobs` of a chunk's choice 0, for RPDI (which asked for them).
+fn first_choice_logprobs(payload: &[u8]) -> Option<Value> {
+    #[derive(Deserialize)]
+    struct Chunk {
+        #[serde(default)]
+        choices: SmallVec<[Choice; 1]>,
+    }
+    #[derive(Deserialize)]
+    struct Choice {
+        #[serde(default)]
+        index: usize,
+        #[serde(default)]
+        logprobs: Option<Value>,
+    }
+    let chunk: Chunk = serde_json::from_slice(payload).ok()?;
+    chunk.choices.into_iter().find(|c| c.index == 0)?.logprobs
+}
+
+/// One entropy (the lower bound the top logprobs allow) per token of a choice's
+/// `logprobs`.
+fn token_entropies(logprobs: &Value) -> impl Iterator<Item = f64> + '_ {
     let chat = logprobs["content"].as_array().into_iter().flatten().map(|t| {
         let top: SmallVec<[f64; 20]> = t["top_logprobs"]
             .as_array()
@@ -195,12 +220,12 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn reasoning(text: &str) -> Value {
-        json!({"choices": [{"index": 0, "delta": {"reasoning": text}}]})
+    fn reasoning(text: &str) -> Vec<u8> {
+        json!({"choices": [{"index": 0, "delta": {"reasoning": text}}]}).to_string().into_bytes()
     }
 
-    fn content(text: &str) -> Value {
-        json!({"choices": [{"index": 0, "delta": {"content": text}}]})
+    fn content(text: &str) -> Vec<u8> {
+        json!({"choices": [{"index": 0, "delta": {"content": text}}]}).to_string().into_bytes()
     }
 
     fn watch(t: Triggers) -> ThinkWatch {
@@ -221,11 +246,11 @@ mod tests {
     fn the_servers_token_count_wins_when_it_sends_one() {
         let mut w = watch(Triggers { tokens: Some(4), ..Default::default() });
         let now = Instant::now();
-        let mut chunk = reasoning("ab");
-        chunk["usage"] = json!({"prompt_tokens": 9, "completion_tokens": 2});
-        assert_eq!(w.observe(&chunk, now), None);
+        let mut chunk = json!({"choices": [{"index": 0, "delta": {"reasoning": "ab"}}],
+            "usage": {"prompt_tokens": 9, "completion_tokens": 2}});
+        assert_eq!(w.observe(chunk.to_string().as_bytes(), now), None);
         chunk["usage"]["completion_tokens"] = json!(4);
-        assert_eq!(w.observe(&chunk, now), Some(Cut::Tokens), "4 tokens in 2 deltas");
+        assert_eq!(w.observe(chunk.to_string().as_bytes(), now), Some(Cut::Tokens), "4 tokens in 2 deltas");
     }
 
     #[test]
@@ -250,13 +275,15 @@ mod tests {
         assert_eq!(w.observe(&reasoning("c"), t0 + Duration::from_secs(2)), Some(Cut::Seconds));
     }
 
-    fn with_entropy(text: &str, n: f64) -> Value {
+    fn with_entropy(text: &str, n: f64) -> Vec<u8> {
         // Uniform over n candidates: entropy ln n.
         let lp = -(n.ln());
         let top: Vec<Value> =
             (0..n as usize).map(|i| json!({"token": format!("t{i}"), "logprob": lp})).collect();
         json!({"choices": [{"index": 0, "delta": {"reasoning": text},
             "logprobs": {"content": [{"token": text, "logprob": lp, "top_logprobs": top}]}}]})
+        .to_string()
+        .into_bytes()
     }
 
     #[test]
@@ -286,8 +313,8 @@ mod tests {
 
     #[test]
     fn completions_entropies_come_from_the_top_logprobs_maps() {
-        let choice = json!({"logprobs": {"top_logprobs": [{"a": (0.5f64).ln(), "b": (0.5f64).ln()}]}});
-        let hs: Vec<f64> = token_entropies(&choice).collect();
+        let logprobs = json!({"top_logprobs": [{"a": (0.5f64).ln(), "b": (0.5f64).ln()}]});
+        let hs: Vec<f64> = token_entropies(&logprobs).collect();
         assert_eq!(hs.len(), 1);
         assert!((hs[0] - std::f64::consts::LN_2).abs() < 1e-12);
     }

@@ -1,9 +1,10 @@
-//! A request body's top-level members, read in the one parse of the body: each key with
-//! its value as the raw text the client sent. The proxy reads the few fields it acts on
-//! from them, and rewrites a body (Meridian's extension out, a budget or the hook's
-//! arguments in) by writing the members again around the values it changes, every other
-//! value copied verbatim. A 220 KB prompt is then copied, not parsed into a tree of
-//! strings and encoded again (which is what a `serde_json::Map` round trip costs).
+//! A JSON object's members, read in one parse: each key with its value as the raw text
+//! that was sent. The proxy reads the few fields it acts on from them, and rewrites an
+//! object (a request body: Meridian's extension out, a budget or the hook's arguments in;
+//! a continued stream's chunk: its id, labels and usage) by writing the members again
+//! around the values it changes, every other value copied verbatim. A 220 KB prompt is
+//! then copied, not parsed into a tree of strings and encoded again (which is what a
+//! `serde_json::Map` round trip costs).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -27,6 +28,11 @@ impl<'a> Members<'a> {
     /// Every value sent under `key`.
     pub fn all<'s>(&'s self, key: &'s str) -> impl Iterator<Item = &'a RawValue> + 's {
         self.0.iter().filter(move |(k, _)| k == key).map(|(_, v)| *v)
+    }
+
+    /// The value under `key`: the last one sent, as JSON parsers read duplicates.
+    pub fn get(&self, key: &str) -> Option<&'a RawValue> {
+        self.all(key).last()
     }
 
     pub fn contains(&self, key: &str) -> bool {

@@ -187,7 +187,10 @@ pub fn splice(data: &[u8]) {
                 first_id = chunk.get("id").cloned();
             }
             if let Emit::Changed(out) = splicer.first_leg(line) {
-                assert!(serde_json::from_slice::<serde_json::Value>(&out).is_ok(), "a rewritten chunk is not JSON");
+                assert!(
+                    serde_json::from_slice::<serde_json::Value>(&out).is_ok(),
+                    "a rewritten chunk is not JSON"
+                );
             }
             continue;
         }

@@ -13,8 +13,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::fields;
-use crate::members::{Edit, Members};
 use crate::error::ProxyError;
+use crate::members::{Edit, Members};
 
 /// Reads the whole body, refusing more than `server.max_body_bytes` (early, from
 /// Content-Length, when the client declared it) and a body still arriving after

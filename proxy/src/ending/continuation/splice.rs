@@ -134,7 +134,10 @@ impl Splicer {
         let count = |u: &serde_json::Map<String, serde_json::Value>, k: &str| {
             u.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0)
         };
-        let second = LegUsage { prompt: count(&usage, "prompt_tokens"), completion: count(&usage, "completion_tokens") };
+        let second = LegUsage {
+            prompt: count(&usage, "prompt_tokens"),
+            completion: count(&usage, "completion_tokens"),
+        };
         let prompt = match self.first_usage {
             Some(u) => u.prompt,
             // Without usage from the first leg: the continuation's prompt held the
@@ -217,7 +220,8 @@ fn is_role_chunk(chunk: &Members<'_>) -> bool {
     let Some(choices) = present(chunk.get("choices")) else { return false };
     let Ok(choices) = serde_json::from_str::<Vec<Members<'_>>>(choices.get()) else { return false };
     let [choice] = choices.as_slice() else { return false };
-    let Some(delta) = choice.get("delta").and_then(|d| serde_json::from_str::<Members<'_>>(d.get()).ok()) else {
+    let Some(delta) = choice.get("delta").and_then(|d| serde_json::from_str::<Members<'_>>(d.get()).ok())
+    else {
         return false;
     };
     let empty = |k: &str| delta.get(k).is_none_or(|v| matches!(v.get(), "null" | "\"\""));
@@ -235,7 +239,8 @@ fn relabel_as_answer(delta: &RawValue) -> Option<String> {
         return None;
     }
     let text = |k: &str| {
-        present(members.get(k)).and_then(|v| serde_json::from_str::<Cow<'_, str>>(v.get()).ok().map(|s| (v, s)))
+        present(members.get(k))
+            .and_then(|v| serde_json::from_str::<Cow<'_, str>>(v.get()).ok().map(|s| (v, s)))
     };
     let labelled: Vec<_> = LABELS.into_iter().filter_map(text).filter(|(_, s)| !s.is_empty()).collect();
     let mut edits = vec![("reasoning", Edit::Remove), ("reasoning_content", Edit::Remove)];
@@ -281,7 +286,10 @@ mod tests {
             "usage": {"prompt_tokens": 12, "completion_tokens": 1, "total_tokens": 13}});
         let (what, out) = feed(|b| s.first_leg(b), &c);
         assert_eq!(what, "changed");
-        assert_eq!(out, json!({"id": "chatcmpl-1", "created": 5, "choices": [{"index": 0, "delta": {"reasoning": "a"}}]}));
+        assert_eq!(
+            out,
+            json!({"id": "chatcmpl-1", "created": 5, "choices": [{"index": 0, "delta": {"reasoning": "a"}}]})
+        );
         let plain = json!({"id": "chatcmpl-1", "choices": [{"index": 0, "delta": {"reasoning": "b"}}]});
         assert_eq!(feed(|b| s.first_leg(b), &plain).0, "same");
         let last = json!({"id": "chatcmpl-1", "choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 2}});
@@ -342,7 +350,11 @@ mod tests {
         };
         assert_eq!(relabel(json!({"reasoning_content": "a", "content": "b"})), json!({"content": "ab"}));
         assert_eq!(relabel(json!({"reasoning": "a", "content": null})), json!({"content": "a"}));
-        assert_eq!(relabel(json!({"reasoning": "", "content": "b"})), json!({"content": "b"}), "an empty label goes too");
+        assert_eq!(
+            relabel(json!({"reasoning": "", "content": "b"})),
+            json!({"content": "b"}),
+            "an empty label goes too"
+        );
         assert_eq!(relabel(json!({"content": "b"})), Value::Null, "nothing to relabel");
     }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Measures what the proxy adds against direct and against nginx as a pass-through proxy
 # (same machine, same run) for every target of issue 15, and writes
-# docs/src/benchmarks/proxy-overhead.md. About 5 minutes after the build.
+# docs/src/benchmarks/proxy-overhead.md. A few minutes after the build. Installing nginx
+# needs root (apt-get); with nginx already on the PATH it does not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # nginx from Debian, the yardstick; installed once (the bench runs as root).

@@ -213,11 +213,25 @@ impl ProxyError {
 
 impl IntoResponse for ProxyError {
     fn into_response(self) -> Response {
+        self.into_response_in(Dialect::Chat)
+    }
+}
+
+impl ProxyError {
+    /// The error answered in the shape of the API the request spoke: OpenAI's
+    /// `{"error": {...}}`, or on the Messages API Anthropic's `{"type": "error",
+    /// "error": {"type", "message"}}`, as vLLM answers there too.
+    pub fn into_response_in(self, dialect: Dialect) -> Response {
         let headers = [
             (ERROR_SIDE, HeaderValue::from_static(self.side().as_str())),
             (RETRY_SAFE, HeaderValue::from_static(if self.retry_safe() { "true" } else { "false" })),
         ];
-        (self.status(), headers, axum::Json(self.body())).into_response()
+        let mut body = self.body();
+        if dialect == Dialect::Messages {
+            let error = body["error"].take();
+            body = json!({"type": "error", "error": {"type": anthropic_error_type(&error), "message": error["message"]}});
+        }
+        (self.status(), headers, axum::Json(body)).into_response()
     }
 }
 
@@ -252,10 +266,18 @@ pub fn error_event(dialect: Dialect, error: Value) -> bytes::Bytes {
 }
 
 /// Anthropic's error type for an OpenAI-style error object: an overloaded proxy or
-/// engine is `overloaded_error` (clients back off), other server failures `api_error`.
+/// engine is `overloaded_error` (the type Anthropic's API answers with HTTP 529, which
+/// its client retries when it comes as a status), other server failures `api_error`.
 fn anthropic_error_type(error: &Value) -> &'static str {
     let code = error["code"].as_str().unwrap_or_default();
     match error["type"].as_str().unwrap_or_default() {
+        // Already Anthropic's (an error a Messages answer carried).
+        "overloaded_error" => "overloaded_error",
+        "not_found_error" => "not_found_error",
+        "timeout_error" => "timeout_error",
+        "rate_limit_error" => "rate_limit_error",
+        "authentication_error" => "authentication_error",
+        "permission_error" => "permission_error",
         _ if matches!(code, "admission_queue_full" | "admission_timeout" | "no_healthy_upstream") => {
             "overloaded_error"
         }
@@ -329,7 +351,7 @@ mod tests {
             (&json!("error"), &json!("admission_queue_full"))
         );
         let messages = data(std::str::from_utf8(&err.sse_event(Dialect::Messages)).unwrap());
-        assert_eq!(messages["error"]["type"], "overloaded_error", "clients back off");
+        assert_eq!(messages["error"]["type"], "overloaded_error", "a full queue is an overload");
         let truncated = ProxyError::UpstreamTruncated { upstream: "u".into() };
         let messages = data(std::str::from_utf8(&truncated.sse_event(Dialect::Messages)).unwrap());
         assert_eq!(messages["error"]["type"], "api_error");

@@ -115,12 +115,25 @@ async fn whole_answers_are_read_once_and_tracked() {
     // Both answers carry thinking and text: the tracker saw both phases in each.
     let text = rig.scrape();
     assert_eq!(histogram(&text, "meridian_time_to_first_output_token_seconds", "tiny", "count"), 2.0);
-    let usage: Value =
-        serde_json::from_slice(rig.mocks[0].fixture(RESPONSES.fixture).unwrap().whole.as_ref().unwrap())
-            .map(|v: Value| v["usage"].clone())
-            .unwrap();
-    let reported = usage["output_tokens_details"]["reasoning_tokens"].as_f64().unwrap();
-    assert!(histogram(&text, "meridian_think_tokens", "tiny", "sum") >= reported);
+    // Think tokens: the Responses API counts them; a whole Messages answer is one delta,
+    // so its total is split by the text's share.
+    let whole = |api: &Api| -> Value {
+        serde_json::from_slice(rig.mocks[0].fixture(api.fixture).unwrap().whole.as_ref().unwrap()).unwrap()
+    };
+    let responses = whole(&RESPONSES)["usage"]["output_tokens_details"]["reasoning_tokens"].as_f64().unwrap();
+    let message = whole(&MESSAGES);
+    let chars = |kind: &str, field: &str| -> f64 {
+        message["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|b| b["type"] == kind)
+            .map(|b| b[field].as_str().unwrap().chars().count() as f64)
+            .sum()
+    };
+    let (r, a) = (chars("thinking", "thinking"), chars("text", "text"));
+    let messages = (message["usage"]["output_tokens"].as_f64().unwrap() * r / (r + a)).round();
+    assert_eq!(histogram(&text, "meridian_think_tokens", "tiny", "sum"), responses + messages);
 }
 
 /// A mock with one more fixture: `name`, the recorded stream of `api` cut before its
@@ -236,7 +249,51 @@ async fn malformed_bodies_are_refused_naming_the_field() {
     ] {
         let got = receive(rig.client.post(rig.url(path)).json(&body)).await;
         assert_eq!(got.status, 400, "{path}: {}", got.text());
-        assert_eq!(got.json()["error"]["param"], param);
+        let error = got.json();
+        if path == "/v1/messages" {
+            // Anthropic's shape, as vLLM answers on this route.
+            assert_eq!(
+                (&error["type"], &error["error"]["type"]),
+                (&json!("error"), &json!("invalid_request_error"))
+            );
+            assert!(error["error"]["message"].as_str().unwrap().starts_with(param), "{error}");
+        } else {
+            assert_eq!(error["error"]["param"], param);
+        }
     }
     assert!(rig.mocks[0].requests().is_empty(), "nothing reached the engine");
+}
+
+#[tokio::test]
+async fn an_upstream_error_event_ends_the_stream_as_the_upstream_said() {
+    let dir = std::env::temp_dir().join(format!("meridian-apis-err-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let recorded = meridian_mock_upstream::builtin_fixtures()[MESSAGES.fixture].body.clone();
+    let text = String::from_utf8(recorded.to_vec()).unwrap();
+    // vLLM's Anthropic converter ends a failed generation with an error event.
+    let cut = text.find("event: content_block_stop").unwrap();
+    let failing = format!(
+        "{}event: error\ndata: {{\"type\":\"error\",\"error\":{{\"type\":\"api_error\",\"message\":\"boom\"}}}}\n\n",
+        &text[..cut]
+    );
+    std::fs::write(dir.join("messages-failing.sse"), failing).unwrap();
+    let mock =
+        MockUpstream::start(MockOptions { fixtures_dir: Some(dir.clone()), ..mock_options() }).await.unwrap();
+    let proxy = start_proxy(config_for(&[mock.url()])).await;
+    let url = format!("http://{}/v1/messages", proxy.local_addr);
+    let got =
+        receive(client().post(url).json(&MESSAGES.body(true)).header("x-mock-fixture", "messages-failing"))
+            .await;
+    let body = got.text();
+    assert_eq!(body.matches("event: error").count(), 1, "the upstream's error, and no second one: {body}");
+    assert!(body.trim_end().ends_with(r#""message":"boom"}}"#));
+    let state = proxy.state.clone();
+    eventually("counted as the upstream's failure", || {
+        let text = state.render_metrics();
+        sample(&text, "meridian_requests_total", &[("route", "messages"), ("outcome", "upstream_error")]) == Some(1.0)
+            // Cut before its usage, the stream's thinking is still counted, by the tracker.
+            && histogram(&text, "meridian_think_tokens", "tiny", "sum") > 0.0
+    })
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -80,6 +80,9 @@ pub struct ChoiceDelta<'a> {
     pub token_ids: Option<TokenIds>,
     /// The chunk carries the choice's `finish_reason`: the choice is complete.
     pub finished: bool,
+    /// The upstream ended the response with an error event of its own (Responses,
+    /// Messages): complete, but failed.
+    pub upstream_error: bool,
 }
 
 impl ChoiceDelta<'_> {
@@ -120,6 +123,7 @@ pub fn parse_payload<'p>(
             content: m.content.or(c.text).map(|t| t.0),
             token_ids: c.token_ids,
             finished: c.finish_reason.is_some(),
+            upstream_error: false,
         });
     }
     Some(chunk.usage.and_then(|u| {
@@ -144,6 +148,7 @@ mod tests {
                 content: c.content.map(|s| Cow::Owned(s.into_owned())),
                 token_ids: c.token_ids,
                 finished: c.finished,
+                upstream_error: c.upstream_error,
             })
         });
         (out, usage)

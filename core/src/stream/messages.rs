@@ -2,9 +2,11 @@
 //! tracker needs from its stream events and from a whole message.
 //!
 //! Thinking arrives as a `thinking` content block (`thinking_delta`s), the answer as
-//! `text` blocks (`text_delta`s). `message_start` carries the prompt's token count,
-//! `message_delta` the output's, and `message_stop` ends the stream. The API has no
-//! `n`: everything is choice 0.
+//! `text` blocks (`text_delta`s). `message_delta` carries the token counts (vLLM puts the
+//! prompt's there too; `message_start`'s are zeros so early, and a stream cut before
+//! `message_delta` is counted by the tracker instead), and `message_stop` ends the
+//! stream. An `error` event ends it too, as a failure. The API has no `n`: everything
+//! is choice 0.
 
 use serde::Deserialize;
 use smallvec::SmallVec;
@@ -19,9 +21,6 @@ struct View<'a> {
     /// `content_block_delta`'s delta (`message_delta`'s has no type and is skipped).
     #[serde(borrow, default)]
     delta: Option<DeltaView<'a>>,
-    /// `message_start`'s message (its `usage` only).
-    #[serde(default)]
-    message: Option<Started>,
     /// `message_delta`'s usage, or a whole message's.
     #[serde(default)]
     usage: Option<UsageView>,
@@ -38,12 +37,6 @@ struct DeltaView<'a> {
     thinking: Option<Text<'a>>,
     #[serde(borrow, default)]
     text: Option<Text<'a>>,
-}
-
-#[derive(Deserialize)]
-struct Started {
-    #[serde(default)]
-    usage: Option<UsageView>,
 }
 
 #[derive(Deserialize)]
@@ -93,10 +86,13 @@ pub fn parse<'p>(payload: &'p [u8], mut on_choice: impl FnMut(ChoiceDelta<'p>)) 
             }
             Some(None)
         }
-        "message_start" => Some(view.message.and_then(|m| m.usage).and_then(UsageView::usage)),
         "message_delta" => Some(view.usage.and_then(UsageView::usage)),
         "message_stop" => {
             on_choice(ChoiceDelta { finished: true, ..ChoiceDelta::default() });
+            Some(None)
+        }
+        "error" => {
+            on_choice(ChoiceDelta { finished: true, upstream_error: true, ..ChoiceDelta::default() });
             Some(None)
         }
         "message" => Some(whole(view.content, view.usage, on_choice)),
@@ -151,14 +147,11 @@ mod tests {
     }
 
     #[test]
-    fn usage_comes_in_two_parts_and_message_stop_finishes() {
+    fn usage_comes_with_message_delta_and_message_stop_finishes() {
         let (_, u) = read(
             r#"{"type":"message_start","message":{"id":"m","type":"message","content":[],"usage":{"input_tokens":25,"output_tokens":0}}}"#,
         );
-        assert_eq!(
-            u,
-            Some(Some(Usage { completion_tokens: 0, reasoning_tokens: None, prompt_tokens: Some(25) }))
-        );
+        assert_eq!(u, Some(None), "zeros so early would pass for the final count of a stream cut short");
         let (c, u) = read(
             r#"{"type":"message_delta","delta":{"stop_reason":"max_tokens","stop_sequence":null},"usage":{"input_tokens":25,"output_tokens":40}}"#,
         );
@@ -168,6 +161,8 @@ mod tests {
             Some(Some(Usage { completion_tokens: 40, reasoning_tokens: None, prompt_tokens: Some(25) }))
         );
         assert_eq!(read(r#"{"type":"message_stop"}"#).0, vec![(None, None, true)]);
+        let (c, _) = read(r#"{"type":"error","error":{"type":"api_error","message":"boom"}}"#);
+        assert_eq!(c, vec![(None, None, true)], "the upstream's error ends the stream");
     }
 
     #[test]

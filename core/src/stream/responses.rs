@@ -4,7 +4,8 @@
 //! A stream is a sequence of typed events; the tracker reads the two that carry tokens
 //! (`response.reasoning_text.delta`, `response.output_text.delta`), the terminal ones
 //! (`response.completed`, `.incomplete`, `.failed`), whose `response.usage` holds the
-//! token counts, and skips the rest. The API has no `n`: everything is choice 0.
+//! token counts, and `error` (vLLM's failure mid-stream, the end too), and skips the
+//! rest. The API has no `n`: everything is choice 0.
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -96,8 +97,12 @@ pub fn parse<'p>(payload: &'p [u8], mut on_choice: impl FnMut(ChoiceDelta<'p>)) 
         "response.output_text.delta" => {
             on_choice(ChoiceDelta { content: Some(text()?), ..ChoiceDelta::default() });
         }
-        "response.completed" | "response.incomplete" | "response.failed" => {
+        "response.completed" | "response.incomplete" => {
             on_choice(ChoiceDelta { finished: true, ..ChoiceDelta::default() });
+            return Some(view.response.and_then(|r| r.usage).and_then(UsageView::usage));
+        }
+        "response.failed" | "error" => {
+            on_choice(ChoiceDelta { finished: true, upstream_error: true, ..ChoiceDelta::default() });
             return Some(view.response.and_then(|r| r.usage).and_then(UsageView::usage));
         }
         _ => {}
@@ -174,6 +179,11 @@ mod tests {
         );
         let (c, _) = read(r#"{"type":"response.incomplete","response":{"usage":null}}"#);
         assert_eq!(c, vec![(None, None, true)]);
+        let mut errored = false;
+        parse(br#"{"type":"error","code":"x","message":"boom","sequence_number":9}"#, |c| {
+            errored = c.upstream_error
+        });
+        assert!(errored, "vLLM's error event ends the stream as a failure");
     }
 
     #[test]

@@ -38,6 +38,7 @@ impl Watcher for DeadlineWatch {
     fn on_event(&mut self, event: &Event<'_>) {
         let so_far = event.so_far;
         if self.fired
+            || event.last
             || so_far.phase != Phase::Think
             || so_far.think_started.is_none()
             || so_far.thinking_for(event.at) < self.deadline.after

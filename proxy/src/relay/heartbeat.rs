@@ -103,7 +103,8 @@ pub fn early_response(
         }
         let status = resp.status();
         let body = axum::body::to_bytes(resp.into_body(), ERROR_BODY_LIMIT).await.unwrap_or_default();
-        futures::stream::once(std::future::ready(error_event(status, &body, dialect))).right_stream()
+        futures::stream::once(std::future::ready(error_event_from_body(status, &body, dialect)))
+            .right_stream()
     };
     let stream = futures::stream::once(rest).flatten().map(Ok::<_, Infallible>);
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
@@ -124,7 +125,7 @@ fn is_sse(headers: &HeaderMap) -> bool {
 /// error object when it has one (the proxy's errors, vLLM's `{"error": ...}`), vLLM's
 /// older flat `{"message", "type", "code"}` wrapped as one, else the status and body text;
 /// in the stream's own API (see [`crate::error::error_event`]).
-fn error_event(status: StatusCode, body: &[u8], dialect: Dialect) -> Bytes {
+fn error_event_from_body(status: StatusCode, body: &[u8], dialect: Dialect) -> Bytes {
     let parsed: Option<serde_json::Value> = serde_json::from_slice(body).ok();
     let error = match parsed {
         Some(mut v) if v.get("error").is_some_and(|e| e.is_object()) => v["error"].take(),
@@ -162,14 +163,14 @@ mod tests {
     fn error_events_keep_what_the_body_said() {
         let ours = br#"{"error": {"message": "queue full", "type": "server_error", "param": null, "code": "admission_queue_full"}}"#;
         assert_eq!(
-            event_error(&error_event(StatusCode::SERVICE_UNAVAILABLE, ours, Dialect::Chat))["code"],
+            event_error(&error_event_from_body(StatusCode::SERVICE_UNAVAILABLE, ours, Dialect::Chat))["code"],
             "admission_queue_full"
         );
         let flat = br#"{"object": "error", "message": "too long", "type": "BadRequestError", "code": 400}"#;
-        let e = event_error(&error_event(StatusCode::BAD_REQUEST, flat, Dialect::Chat));
+        let e = event_error(&error_event_from_body(StatusCode::BAD_REQUEST, flat, Dialect::Chat));
         assert_eq!((e["message"].as_str(), e["code"].as_i64()), (Some("too long"), Some(400)));
         let html = b"<html>502 Bad Gateway</html>";
-        let e = event_error(&error_event(StatusCode::BAD_GATEWAY, html, Dialect::Chat));
+        let e = event_error(&error_event_from_body(StatusCode::BAD_GATEWAY, html, Dialect::Chat));
         assert!(e["message"].as_str().unwrap().contains("502 Bad Gateway"), "{e}");
     }
 

@@ -74,6 +74,9 @@ pub struct Event<'a> {
     pub at: Instant,
     pub parts: &'a [Part<'a>],
     pub so_far: &'a SoFar,
+    /// The response already ended: these parts are what the tracker held back until
+    /// then (text that might have begun a marker). Nothing is to be sent upstream now.
+    pub last: bool,
 }
 
 /// How a response ended, once, whether it completed, failed or was dropped.

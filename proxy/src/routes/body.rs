@@ -54,7 +54,7 @@ fn caused_by_length_limit(e: &(dyn std::error::Error + 'static)) -> bool {
 
 /// The fields the proxy reads, by name. Each must come at most once: with two values,
 /// the proxy and the engine could act on different ones.
-const READ_FIELDS: [&str; 13] = [
+const READ_FIELDS: [&str; 14] = [
     "model",
     // How the response is relayed is decided by its content type; `stream` says only
     // whether a slow answer may get its headers early, with heartbeats.
@@ -67,9 +67,10 @@ const READ_FIELDS: [&str; 13] = [
     "max_completion_tokens",
     "messages",
     "prompt",
-    // The Responses API's prompt and token limit.
+    // The Responses API's prompt, token limit and reasoning effort.
     "input",
     "max_output_tokens",
+    "reasoning",
     // The Messages API's thinking switch and budget.
     "thinking",
     // Meridian's own extension fields; removed before the request goes upstream.
@@ -103,6 +104,13 @@ pub enum ClientClass {
 struct TemplateKwargs {
     #[serde(default)]
     enable_thinking: Option<bool>,
+}
+
+/// The Responses API's `reasoning`: `{"effort": "none" | "low" | ...}`.
+#[derive(Deserialize)]
+struct ReasoningConfig<'a> {
+    #[serde(borrow, default)]
+    effort: Option<Cow<'a, str>>,
 }
 
 /// The Messages API's `thinking`: `{"type": "enabled", "budget_tokens": N}`,
@@ -193,6 +201,7 @@ impl<'a> GenerationRequest<'a> {
             prompt,
             input,
             max_output_tokens,
+            reasoning,
             thinking,
             meridian,
         ] = read;
@@ -213,7 +222,8 @@ impl<'a> GenerationRequest<'a> {
         )?;
         let priority: Option<i64> = fields::typed(priority, "priority", "an integer")?;
         let mut client_budget: Option<u32> = None;
-        let mut thinking_off = kwargs.and_then(|k| k.enable_thinking) == Some(false);
+        let kwargs_thinking = kwargs.and_then(|k| k.enable_thinking);
+        let mut thinking_off = kwargs_thinking == Some(false);
         match dialect {
             Dialect::Chat => {
                 client_budget =
@@ -226,6 +236,14 @@ impl<'a> GenerationRequest<'a> {
             Dialect::Responses => {
                 fields::token_limit(max_output_tokens, "max_output_tokens")?;
                 fields::shaped(input, "input", "a string or an array", |c| c == b'"' || c == b'[')?;
+                let reasoning: Option<ReasoningConfig<'_>> =
+                    fields::typed(reasoning, "reasoning", "an object with an effort")?;
+                // vLLM switches thinking off for effort "none", unless the client's own
+                // template arguments say otherwise.
+                let effort_none = reasoning.and_then(|r| r.effort).is_some_and(|e| e == "none");
+                if effort_none && kwargs_thinking.is_none() {
+                    thinking_off = true;
+                }
             }
             Dialect::Messages => {
                 fields::token_limit(max_tokens, "max_tokens")?;
@@ -366,6 +384,18 @@ mod tests {
         );
         let r = parse(r#"{"model":"m","input":[],"thinking_token_budget":9}"#, Dialect::Responses).unwrap();
         assert_eq!(r.client_budget, None, "vLLM reads no budget field on the Responses API");
+        let r =
+            parse(r#"{"model":"m","input":"x","reasoning":{"effort":"none"}}"#, Dialect::Responses).unwrap();
+        assert_eq!(r.initial_phase, Some(Phase::Output), "effort none switches thinking off");
+        let r = parse(
+            r#"{"model":"m","input":"x","reasoning":{"effort":"none"},"chat_template_kwargs":{"enable_thinking":true}}"#,
+            Dialect::Responses,
+        )
+        .unwrap();
+        assert_eq!(r.initial_phase, None, "unless the template arguments turn it on");
+        let r =
+            parse(r#"{"model":"m","input":"x","reasoning":{"effort":"high"}}"#, Dialect::Responses).unwrap();
+        assert_eq!(r.initial_phase, None);
         // Messages: its `thinking` object switches thinking off or sets the budget.
         let r = parse(r#"{"model":"m","messages":[],"thinking":{"type":"disabled"}}"#, Dialect::Messages)
             .unwrap();

@@ -91,20 +91,31 @@ pub struct RequestObserver {
     /// first 64).
     choices_seen: u64,
     choices_finished: u64,
+    /// The upstream ended the response with an error event of its own.
+    upstream_error: bool,
+    /// An unstreamed answer: the characters of its reasoning and of its answer, to split
+    /// the server's token count by when it does not count reasoning itself (the
+    /// tracker saw one delta, not one per token).
+    whole_text: Option<(usize, usize)>,
     /// The built-in watchers first (metrics, registry, span), then the request's own.
     watchers: Vec<Box<dyn Watcher>>,
+    /// How many of `watchers` are built in.
+    builtin: usize,
 }
 
 impl RequestObserver {
     /// Starts observing; `streaming` requests are counted in the open-stream gauges.
     pub fn new(metrics: Arc<Metrics>, info: RequestInfo, streaming: bool) -> Self {
         let so_far = SoFar::new(info.started);
+        let (dialect, family, initial_phase, think_budget, span) =
+            (info.dialect, info.family.clone(), info.initial_phase, info.think_budget, info.span.clone());
+        let watchers = builtin::watchers(metrics, info, streaming);
         RequestObserver {
-            dialect: info.dialect,
-            family: info.family.clone(),
-            initial_phase: info.initial_phase,
-            think_budget: info.think_budget,
-            span: info.span.clone(),
+            dialect,
+            family,
+            initial_phase,
+            think_budget,
+            span,
             routers: Vec::new(),
             so_far,
             usage: None,
@@ -112,7 +123,10 @@ impl RequestObserver {
             outcome: "client_disconnected",
             choices_seen: 0,
             choices_finished: 0,
-            watchers: builtin::watchers(metrics, info, streaming),
+            upstream_error: false,
+            whole_text: (!streaming).then_some((0, 0)),
+            builtin: watchers.len(),
+            watchers,
         }
     }
 
@@ -132,15 +146,11 @@ impl RequestObserver {
                 parts.push(part);
             }
         });
-        if let Some(Some(mut usage)) = usage {
-            // Messages reports the prompt's count first, the output's at the end.
-            if usage.prompt_tokens.is_none() {
-                usage.prompt_tokens = self.usage.and_then(|u| u.prompt_tokens);
-            }
+        if let Some(Some(usage)) = usage {
             self.usage = Some(usage);
         }
         self.update_totals();
-        let event = Event { at, parts: &parts, so_far: &self.so_far };
+        let event = Event { at, parts: &parts, so_far: &self.so_far, last: false };
         for w in &mut self.watchers {
             w.on_event(&event);
         }
@@ -148,6 +158,7 @@ impl RequestObserver {
 
     /// Runs one choice's part through its phase router and the stream's moments.
     fn track<'p>(&mut self, c: ChoiceDelta<'p>, at: Instant) -> Option<Part<'p>> {
+        self.upstream_error |= c.upstream_error;
         if let Some(bit) = 1u64.checked_shl(u32::try_from(c.index).unwrap_or(u32::MAX)) {
             self.choices_seen |= bit;
             if c.finished {
@@ -166,6 +177,10 @@ impl RequestObserver {
                 r = r.with_think_budget(b);
             }
             self.routers.push(r);
+        }
+        if let Some((r, a)) = self.whole_text.as_mut() {
+            *r += c.reasoning.as_deref().map_or(0, |s| s.chars().count());
+            *a += c.content.as_deref().map_or(0, |s| s.chars().count());
         }
         let has_token = c.reasoning.as_deref().is_some_and(|s| !s.is_empty())
             || c.content.as_deref().is_some_and(|s| !s.is_empty())
@@ -238,12 +253,13 @@ impl RequestObserver {
                 });
             }
         }
-        self.outcome = "ok";
+        // An error event of the upstream's own ended it: relayed whole, but failed.
+        self.outcome = if self.upstream_error { "upstream_error" } else { "ok" };
         if parts.is_empty() {
             return;
         }
         self.update_totals();
-        let event = Event { at, parts: &parts, so_far: &self.so_far };
+        let event = Event { at, parts: &parts, so_far: &self.so_far, last: true };
         for w in &mut self.watchers {
             w.on_event(&event);
         }
@@ -277,6 +293,14 @@ impl RequestObserver {
                 (Some(r), Some(completion_tokens.saturating_sub(r)))
             }
             Some(Usage { completion_tokens, reasoning_tokens: None, .. }) => {
+                let think = match self.whole_text {
+                    // By the share of the text, the nearest estimate there is.
+                    Some((r, a)) if r + a > 0 => {
+                        let share = r as f64 / (r + a) as f64;
+                        (f64::from(completion_tokens) * share).round() as u32
+                    }
+                    _ => think,
+                };
                 let think = think.min(completion_tokens);
                 (Some(think), Some(completion_tokens - think))
             }
@@ -311,7 +335,10 @@ impl Drop for RequestObserver {
             family,
             prompt_tokens: self.usage.and_then(|u| u.prompt_tokens),
         };
-        for w in &mut self.watchers {
+        // The request's own watchers first (a hook's `forget` goes while the request's
+        // span is open), then the built-ins, the span's end and the record last.
+        let (builtin, own) = self.watchers.split_at_mut(self.builtin);
+        for w in own.iter_mut().chain(builtin.iter_mut().rev()) {
             w.on_end(&ended);
         }
     }

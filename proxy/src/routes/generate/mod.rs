@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 
 mod ctx;
 mod outbound;
@@ -115,7 +115,7 @@ async fn answer(
             tracing::info!(request_id = ?id, route = route.as_str(), outcome = e.outcome(),
                 side = e.side().as_str(), retry_safe = e.retry_safe(), error = %e, "request failed");
             state.metrics.count_request(route.as_str(), e.outcome());
-            e.into_response()
+            e.into_response_in(route.dialect())
         }
     };
     left.answered = true;

@@ -53,11 +53,11 @@ pub async fn respond(
     live.entry().set_upstream(&upstream_name);
     live.entry().set_stage(Stage::Relaying);
     let hook = hook_used(state, &in_flight, via_hook, span);
-    if hook.is_none() && ctx.route.continuation().is_none() && wants_ending(state, ctx) {
+    if status.is_success() && ending_unenforced(state, ctx, hook.is_some()) {
         // Neither the engine's body nor the continuation can carry it (see
-        // `upstream_body`, `Route::continuation`): said, not silently dropped.
-        tracing::warn!(parent: span, route = ctx.route.as_str(), upstream = %in_flight.upstream().name,
-            "a think budget or exit signal applies, but this API can end thinking only through a ready hook");
+        // `upstream_body`, `Route::continuation`): counted, not silently dropped.
+        tracing::debug!(parent: span, route = ctx.route.as_str(), upstream = %in_flight.upstream().name,
+            "a think budget or exit signal applies that nothing on this API can enforce");
         state.metrics.count_budget_unenforced(ctx.route.as_str());
     }
     let info = RequestInfo {
@@ -98,26 +98,8 @@ pub async fn respond(
         _ => {}
     }
     let eat = end.and_then(|end| eat_prober(state, &info, &body, &in_flight, end.clone()).map(|p| (p, end)));
-    // What this request's plan watches besides the built-ins: its thinking-time
-    // deadline, its EAT probes, and, when either may have told the hook something, the
-    // hook's forget at the end.
-    let family = info.family_name().to_owned();
-    let mut observer = RequestObserver::new(state.metrics.clone(), info, true);
-    let mut forget = None;
-    if let Some(d) = deadline {
-        forget = Some(d.hook.clone());
-        let watch = DeadlineWatch::new(d, ctx.ids.stream_id.clone(), state.metrics.clone(), family);
-        observer = observer.watch(Box::new(watch));
-    }
-    if let Some((prober, end)) = eat {
-        if let EndThinking::Hook(h) = end {
-            forget = Some(h);
-        }
-        observer = observer.watch(Box::new(EatFeed::new(prober)));
-    }
-    if let Some(hook) = forget {
-        observer = observer.watch(Box::new(ForgetAtEnd { hook, stream_id: ctx.ids.stream_id.clone() }));
-    }
+    let observer =
+        plan_watchers(RequestObserver::new(state.metrics.clone(), info, true), state, ctx, deadline, eat);
     let stream = match (continuation, continuation_headers) {
         (Some(c), Some(h)) => c.start(
             state,
@@ -156,6 +138,36 @@ pub async fn respond(
     Ok(build(status, headers, body))
 }
 
+/// What this request's plan watches besides the built-ins: its thinking-time deadline,
+/// its EAT probes, and, when either may have told the hook something, the hook's
+/// `forget` at the end.
+fn plan_watchers(
+    mut observer: RequestObserver,
+    state: &AppState,
+    ctx: &RequestCtx<'_>,
+    deadline: Option<crate::ending::ThinkDeadline>,
+    eat: Option<(crate::ending::EatProber, EndThinking)>,
+) -> RequestObserver {
+    let stream_id = &ctx.ids.stream_id;
+    let family = ctx.family.as_ref().map_or("unknown", |f| f.name()).to_owned();
+    let mut forget = None;
+    if let Some(d) = deadline {
+        forget = Some(d.hook.clone());
+        observer =
+            observer.watch(Box::new(DeadlineWatch::new(d, stream_id.clone(), state.metrics.clone(), family)));
+    }
+    if let Some((prober, end)) = eat {
+        if let EndThinking::Hook(h) = end {
+            forget = Some(h);
+        }
+        observer = observer.watch(Box::new(EatFeed::new(prober)));
+    }
+    if let Some(hook) = forget {
+        observer = observer.watch(Box::new(ForgetAtEnd { hook, stream_id: stream_id.clone() }));
+    }
+    observer
+}
+
 /// Non-streaming answers and upstream errors arrive whole; read them once, then look.
 /// A failure here is counted by the caller, with the error it answers; the observer
 /// records only answers that arrived.
@@ -189,17 +201,28 @@ async fn whole(
     Ok(build(status, headers, Body::from(bytes)))
 }
 
-/// Whether something would end this request's thinking early: a think budget the
-/// engine does not already enforce from the client's own field, a thinking-time budget,
-/// or an exit signal.
-fn wants_ending(state: &AppState, ctx: &RequestCtx<'_>) -> bool {
-    if ctx.initial_phase() == Some(meridian_core::Phase::Output) {
+/// Whether a request of a reasoning family on an API the continuation does not speak
+/// (Responses, Messages) has something to end its thinking early that nothing can carry
+/// out: a think budget the engine does not already enforce from the client's own field,
+/// a thinking-time budget or an exit signal, with no ready hook; or EAT, whose probes
+/// are chat requests, hook or not.
+fn ending_unenforced(state: &AppState, ctx: &RequestCtx<'_>, hook_ready: bool) -> bool {
+    use meridian_core::config::ExitSignal;
+    if ctx.route.continuation().is_some()
+        || ctx.family.is_none()
+        || ctx.initial_phase() == Some(meridian_core::Phase::Output)
+    {
         return false;
     }
+    let signal = state.config.exit.signal;
+    if signal == ExitSignal::Eat {
+        return true;
+    }
     let own_budget = ctx.think_budget.is_some() && ctx.think_budget != ctx.request.client_budget;
-    own_budget
-        || ending::plan::think_seconds(state, &ctx.request).is_some()
-        || state.config.exit.signal != meridian_core::config::ExitSignal::Off
+    !hook_ready
+        && (own_budget
+            || ending::plan::think_seconds(state, &ctx.request).is_some()
+            || signal != ExitSignal::Off)
 }
 
 /// The hook of the upstream serving a request, if the request went through it.

@@ -59,8 +59,6 @@ pin_project_lite::pin_project! {
         failing: Option<ProxyError>,
         // The last bytes sent, to know whether the client is between events.
         tail: Tail,
-        // Whether the event the client has open (if any) has a `data:` line yet.
-        open_has_data: bool,
         // A drain's grace running out ends the stream (see `crate::drain`).
         #[pin]
         grace_over: WaitForCancellationFutureOwned,
@@ -90,7 +88,6 @@ impl RelayBody {
             state: State::Open,
             failing: None,
             tail: Tail::default(),
-            open_has_data: false,
             grace_over,
         }
     }
@@ -105,13 +102,7 @@ impl Stream for RelayBody {
             return Poll::Ready(None);
         }
         if let Some(err) = this.failing.take() {
-            return Poll::Ready(Some(Ok(close_with(
-                this.tail,
-                *this.open_has_data,
-                this.observer,
-                this.state,
-                err,
-            ))));
+            return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
         }
         loop {
             match this.upstream.as_mut().poll_next(cx) {
@@ -128,7 +119,6 @@ impl Stream for RelayBody {
                                 this.in_flight.broken(format!("sent {e} (upstream.max_response_bytes)"));
                             return Poll::Ready(Some(Ok(close_with(
                                 this.tail,
-                                *this.open_has_data,
                                 this.observer,
                                 this.state,
                                 err,
@@ -153,7 +143,6 @@ impl Stream for RelayBody {
                             None => {
                                 return Poll::Ready(Some(Ok(close_with(
                                     this.tail,
-                                    *this.open_has_data,
                                     this.observer,
                                     this.state,
                                     err,
@@ -165,14 +154,14 @@ impl Stream for RelayBody {
                     for line in lines(&out) {
                         match sse_line(line) {
                             SseLine::Data(payload) => {
-                                *this.open_has_data = true;
+                                this.tail.saw_data();
                                 this.observer.on_payload(payload, at);
                             }
                             SseLine::Done => {
-                                *this.open_has_data = true;
+                                this.tail.saw_data();
                                 *this.saw_done = true;
                             }
-                            SseLine::Blank => *this.open_has_data = false,
+                            SseLine::Blank => this.tail.saw_blank(),
                             SseLine::Other => {}
                         }
                     }
@@ -180,24 +169,12 @@ impl Stream for RelayBody {
                     return Poll::Ready(Some(Ok(out)));
                 }
                 Poll::Ready(Some(Err(err))) => {
-                    return Poll::Ready(Some(Ok(close_with(
-                        this.tail,
-                        *this.open_has_data,
-                        this.observer,
-                        this.state,
-                        err,
-                    ))));
+                    return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
                 }
                 Poll::Ready(None) => {
                     if this.lines.has_partial() {
                         let err = this.in_flight.broken("ended the stream mid-line".into());
-                        return Poll::Ready(Some(Ok(close_with(
-                            this.tail,
-                            *this.open_has_data,
-                            this.observer,
-                            this.state,
-                            err,
-                        ))));
+                        return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
                     }
                     // A stream that just stops (a close-delimited body's clean close, a
                     // chunked body properly ended) without `[DONE]` or a finish_reason for
@@ -206,13 +183,7 @@ impl Stream for RelayBody {
                         let upstream = this.in_flight.upstream().name.clone();
                         tracing::warn!(parent: this.observer.span(), %upstream, "upstream ended a stream without [DONE] or finish_reason");
                         let err = ProxyError::UpstreamTruncated { upstream };
-                        return Poll::Ready(Some(Ok(close_with(
-                            this.tail,
-                            *this.open_has_data,
-                            this.observer,
-                            this.state,
-                            err,
-                        ))));
+                        return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
                     }
                     this.observer.complete();
                     *this.state = State::Done;
@@ -223,13 +194,7 @@ impl Stream for RelayBody {
                         let upstream = &this.in_flight.upstream().name;
                         tracing::info!(parent: this.observer.span(), %upstream, "ending a stream still open when the shutdown grace ran out");
                         let err = ProxyError::ShuttingDown;
-                        return Poll::Ready(Some(Ok(close_with(
-                            this.tail,
-                            *this.open_has_data,
-                            this.observer,
-                            this.state,
-                            err,
-                        ))));
+                        return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
                     }
                     if this.idle.as_mut().poll(cx).is_ready() {
                         let upstream = this.in_flight.upstream().name.clone();
@@ -238,13 +203,7 @@ impl Stream for RelayBody {
                             upstream,
                             after_s: this.idle_timeout.as_secs_f64(),
                         };
-                        return Poll::Ready(Some(Ok(close_with(
-                            this.tail,
-                            *this.open_has_data,
-                            this.observer,
-                            this.state,
-                            err,
-                        ))));
+                        return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
                     }
                     return Poll::Pending;
                 }
@@ -259,17 +218,11 @@ impl Stream for RelayBody {
 /// (the Responses and Messages APIs name each event before its data) is continued
 /// instead, since a blank line would dispatch it without data, which clients fail to
 /// parse: the error event's own `event: error` line takes its place.
-fn close_with(
-    tail: &Tail,
-    open_has_data: bool,
-    observer: &mut RequestObserver,
-    state: &mut State,
-    err: ProxyError,
-) -> Bytes {
+fn close_with(tail: &Tail, observer: &mut RequestObserver, state: &mut State, err: ProxyError) -> Bytes {
     observer.fail(err.outcome());
     *state = State::Done;
     let event = err.sse_event(observer.dialect());
-    if tail.mid_event() && open_has_data {
+    if tail.mid_event_with_data() {
         let mut b = Vec::with_capacity(event.len() + 1);
         b.push(b'\n');
         b.extend_from_slice(&event);

@@ -12,6 +12,7 @@
 //! now, for operators.
 
 pub mod admission;
+pub mod body_limit;
 pub mod cli;
 pub mod drain;
 pub mod ending;

@@ -27,6 +27,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(routes::metrics))
         .fallback(routes::passthrough)
         .layer(axum::middleware::from_fn_with_state(
+            state.config.server.max_body_bytes,
+            crate::body_limit::limit_body,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
             usize::try_from(state.config.server.max_header_bytes).unwrap_or(usize::MAX),
             crate::head_limit::limit_head,
         ))

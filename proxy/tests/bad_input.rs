@@ -396,3 +396,22 @@ async fn oversized_whole_answer() {
     assert!(v["error"]["message"].as_str().unwrap().contains("max_response_bytes"), "{v}");
     released_and_counted(&up, &proxy, "upstream_error").await;
 }
+
+#[tokio::test]
+async fn an_oversized_body_is_refused_before_any_route_in_its_apis_shape() {
+    let rig = Rig::with(1, |c| c.server.max_body_bytes = 4096).await;
+    let big = "x".repeat(8000);
+    // A route the proxy only passes through gets the limit too.
+    let got = receive(rig.client.post(rig.url("/v1/embeddings")).body(big.clone())).await;
+    assert_eq!(got.status, 413);
+    assert_eq!(error_of(&got.json()), ("invalid_request_error", "request_too_large", None));
+    let got = receive(rig.client.post(rig.url("/v1/messages")).body(big)).await;
+    assert_eq!(got.status, 413);
+    let error = got.json();
+    assert_eq!(
+        (&error["type"], &error["error"]["type"]),
+        (&serde_json::json!("error"), &serde_json::json!("invalid_request_error")),
+        "Anthropic's shape"
+    );
+    assert!(rig.mocks[0].requests().is_empty(), "nothing reached the engine");
+}

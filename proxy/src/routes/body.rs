@@ -4,7 +4,6 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::http::{HeaderMap, header};
 use bytes::Bytes;
 use meridian_core::Phase;
 use meridian_core::config::ServerConfig;
@@ -16,20 +15,15 @@ use super::fields;
 use crate::error::ProxyError;
 use crate::members::{Edit, Members};
 
-/// Reads the whole body, refusing more than `server.max_body_bytes` (early, from
-/// Content-Length, when the client declared it) and a body still arriving after
-/// `server.request_body_timeout_s` (a stalled or slow-drip upload would hold its
-/// connection and memory for as long as the client liked).
-pub async fn read_body(body: Body, headers: &HeaderMap, server: &ServerConfig) -> Result<Bytes, ProxyError> {
+/// Reads the whole body: no more than `server.max_body_bytes` (the body-limit layer,
+/// `crate::body_limit`, refuses a larger one, declared or as it arrives; this answers the
+/// read it failed), and not still arriving after `server.request_body_timeout_s` (a
+/// stalled or slow-drip upload would hold its connection and memory for as long as the
+/// client liked).
+pub async fn read_body(body: Body, server: &ServerConfig) -> Result<Bytes, ProxyError> {
     let limit = server.max_body_bytes;
-    let declared =
-        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return Err(ProxyError::PayloadTooLarge { limit });
-    }
-    let max = usize::try_from(limit).unwrap_or(usize::MAX);
     let timeout = Duration::from_secs_f64(server.request_body_timeout_s);
-    let read = tokio::time::timeout(timeout, axum::body::to_bytes(body, max))
+    let read = tokio::time::timeout(timeout, axum::body::to_bytes(body, usize::MAX))
         .await
         .map_err(|_| ProxyError::RequestTimeout { after_s: server.request_body_timeout_s })?;
     read.map_err(|e| {

@@ -9,6 +9,15 @@ mod ops;
 mod passthrough;
 
 pub use body::{GenerationRequest, hook_body, upstream_body};
+
+/// The API a path speaks, for answers given before its handler runs (a layer's refusal).
+pub fn dialect_of_path(path: &str) -> meridian_core::stream::Dialect {
+    match path {
+        "/v1/responses" => meridian_core::stream::Dialect::Responses,
+        "/v1/messages" => meridian_core::stream::Dialect::Messages,
+        _ => meridian_core::stream::Dialect::Chat,
+    }
+}
 pub use generate::{chat_completions, completions, messages, responses};
 pub use models::list_models;
 pub use ops::{health, metrics, ready};

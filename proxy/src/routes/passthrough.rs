@@ -24,7 +24,7 @@ pub async fn passthrough(State(state): State<Arc<AppState>>, req: Request) -> Re
             return Err(ProxyError::NotFound(path));
         }
         let (parts, body) = req.into_parts();
-        let body = read_body(body, &parts.headers, &state.config.server).await?;
+        let body = read_body(body, &state.config.server).await?;
         let path_and_query = parts.uri.path_and_query().map_or(path.as_str(), |p| p.as_str());
         let sent = send_with_retries(
             &state,

@@ -158,7 +158,7 @@ async fn serve(
     streamed: &AtomicBool,
 ) -> Result<Response, ProxyError> {
     let (parts, body) = req.into_parts();
-    let body = read_body(body, &parts.headers, &state.config.server).await?;
+    let body = read_body(body, &state.config.server).await?;
     let ctx = RequestCtx::new(state, route, ids, started, &body)?;
     streamed.store(ctx.request.stream, Ordering::Release);
     spans::name_request(ctx.span(), route.as_str(), &ctx.request.model);

@@ -11,6 +11,7 @@ use axum::response::Response;
 use http_body_util::Limited;
 
 use crate::error::ProxyError;
+use crate::telemetry::outcomes::Outcome;
 
 pub async fn limit_body(State(limit): State<u64>, req: Request, next: Next) -> Response {
     let declared = req
@@ -19,8 +20,15 @@ pub async fn limit_body(State(limit): State<u64>, req: Request, next: Next) -> R
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit) {
-        let dialect = crate::routes::dialect_of_path(req.uri().path());
-        return ProxyError::PayloadTooLarge { limit }.into_response_in(dialect);
+        let path = req.uri().path();
+        let err = ProxyError::PayloadTooLarge { limit };
+        if let (Some(outcome), Some(route)) =
+            (req.extensions().get::<Outcome>(), crate::routes::label_of_path(path))
+        {
+            outcome.route(route);
+            outcome.set(err.outcome());
+        }
+        return err.into_response_in(crate::routes::dialect_of_path(path));
     }
     let max = usize::try_from(limit).unwrap_or(usize::MAX);
     next.run(req.map(|body| Body::new(Limited::new(body, max)))).await

@@ -34,6 +34,8 @@ pub fn router(state: Arc<AppState>) -> Router {
             usize::try_from(state.config.server.max_header_bytes).unwrap_or(usize::MAX),
             crate::head_limit::limit_head,
         ))
+        // Each request's outcome, counted once when its response is over.
+        .layer(axum::middleware::from_fn_with_state(state.metrics.clone(), crate::telemetry::outcomes::count))
         // Outermost: every response, the head limit's refusals included, carries the id.
         .layer(axum::middleware::from_fn(crate::request_id::assign))
         .with_state(state)

@@ -115,3 +115,36 @@ async fn every_response_carries_the_request_id_decided_once() {
     assert_eq!(got.status, 431);
     assert!(got.headers.contains_key("x-request-id"));
 }
+
+#[tokio::test]
+async fn every_request_is_counted_once_by_its_route_and_outcome() {
+    let rig = Rig::with(1, |c| c.server.max_body_bytes = 4096).await;
+    for path in ["/health", "/ready", "/metrics"] {
+        assert_eq!(receive(rig.client.get(rig.url(path))).await.status, 200);
+    }
+    // Refused by the body limit before any handler: still counted under its route.
+    let big = format!(
+        r#"{{"model":"Qwen/Qwen3-8B","messages":[{{"role":"user","content":"{}"}}]}}"#,
+        "x".repeat(8000)
+    );
+    assert_eq!(receive(rig.client.post(rig.url("/v1/chat/completions")).body(big)).await.status, 413);
+    assert_eq!(receive(rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[])).await.status, 200);
+    assert_eq!(receive(rig.client.get(rig.url("/v1/models"))).await.status, 200);
+    eventually("each counted", || {
+        let text = rig.scrape();
+        let n = |route, outcome| {
+            sample(&text, "meridian_requests_total", &[("route", route), ("outcome", outcome)])
+        };
+        n("chat_completions", "bad_request") == Some(1.0)
+            && n("chat_completions", "ok") == Some(1.0)
+            && n("models", "ok") == Some(1.0)
+    })
+    .await;
+    let text = rig.scrape();
+    let counted: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("meridian_requests_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(counted, 3.0, "health, readiness and metrics are not counted; the rest once each:\n{text}");
+}

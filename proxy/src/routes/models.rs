@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
@@ -16,13 +16,19 @@ use crate::error::ProxyError;
 use crate::headers::upstream_request_headers;
 use crate::request_id::{REQUEST_ID, request_id};
 use crate::state::AppState;
+use crate::telemetry::outcomes::Outcome;
 use crate::upstream::{Upstream, model_ids};
 
-pub async fn list_models(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+pub async fn list_models(
+    State(state): State<Arc<AppState>>,
+    Extension(outcome): Extension<Outcome>,
+    headers: HeaderMap,
+) -> Response {
     let id = request_id(&headers);
+    outcome.route("models");
     let healthy: Vec<_> = state.pool.all().iter().filter(|u| u.is_healthy()).cloned().collect();
     if healthy.is_empty() {
-        state.metrics.count_request("models", "no_upstream");
+        outcome.set("no_upstream");
         return ProxyError::NoHealthyUpstream.into_response();
     }
     let mut fwd = upstream_request_headers(&headers, state.config.upstream.forward_authorization);
@@ -57,14 +63,14 @@ pub async fn list_models(State(state): State<Arc<AppState>>, headers: HeaderMap)
         }
     }
     if answered == 0 {
-        state.metrics.count_request("models", "upstream_error");
+        outcome.set("upstream_error");
         let err = ProxyError::UpstreamFailed {
             upstream: "all".into(),
             reason: "no upstream listed its models".into(),
         };
         return err.into_response();
     }
-    state.metrics.count_request("models", "ok");
+    outcome.set("ok");
     axum::Json(json!({"object": "list", "data": data})).into_response()
 }
 

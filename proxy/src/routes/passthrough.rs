@@ -15,9 +15,12 @@ use crate::headers::{client_response_headers, upstream_request_headers};
 use crate::relay::{UpstreamRequest, send_with_retries};
 use crate::request_id::{REQUEST_ID, request_id};
 use crate::state::AppState;
+use crate::telemetry::outcomes::Outcome;
 
 pub async fn passthrough(State(state): State<Arc<AppState>>, req: Request) -> Response {
     let id = request_id(req.headers());
+    let outcome = req.extensions().get::<Outcome>().cloned().unwrap_or_default();
+    outcome.route("passthrough");
     let result = async {
         let path = req.uri().path().to_owned();
         if !path.starts_with("/v1/") {
@@ -61,14 +64,12 @@ pub async fn passthrough(State(state): State<Arc<AppState>>, req: Request) -> Re
         let mut out = Response::new(Body::from_stream(stream));
         *out.status_mut() = status;
         *out.headers_mut() = headers;
-        state
-            .metrics
-            .count_request("passthrough", if status.is_success() { "ok" } else { "upstream_status" });
+        outcome.set(if status.is_success() { "ok" } else { "upstream_status" });
         Ok(out)
     }
     .await;
     result.unwrap_or_else(|e| {
-        state.metrics.count_request("passthrough", e.outcome());
+        outcome.set(e.outcome());
         e.into_response()
     })
 }

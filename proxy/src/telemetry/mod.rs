@@ -4,6 +4,7 @@ mod json_log;
 mod logging;
 mod metrics;
 mod otel;
+pub mod outcomes;
 pub mod spans;
 mod tracing_layer;
 

@@ -184,8 +184,8 @@ impl SpanTrace {
     }
 }
 
-/// The request's measurements: budgets reached as they happen, then its timings and
-/// outcome in the metrics and one log line.
+/// The request's measurements: budgets reached as they happen, then its timings in the
+/// metrics, its outcome for the layer that counts it, and one log line.
 struct Record {
     metrics: Arc<Metrics>,
     family: String,
@@ -203,7 +203,8 @@ impl Watcher for Record {
     fn on_end(&mut self, ended: &Ended<'_>) {
         let timings = ended.timings;
         self.metrics.record_timings(ended.family, timings);
-        self.metrics.count_request(self.info.route, ended.outcome);
+        // Counted by the outcome layer once the response is over.
+        self.info.outcome.set(ended.outcome);
         let info = &self.info;
         // Its parent is the request span, so a JSON log line carries the trace's ids.
         tracing::info!(

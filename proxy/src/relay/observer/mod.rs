@@ -49,6 +49,8 @@ pub struct RequestInfo {
     pub span: tracing::Span,
     /// The upstream attempt serving the response, ended with it.
     pub attempt: tracing::Span,
+    /// Where the request's outcome is written for the layer that counts it.
+    pub outcome: crate::telemetry::outcomes::Outcome,
 }
 
 impl RequestInfo {
@@ -68,6 +70,7 @@ impl RequestInfo {
             live: None,
             span: tracing::Span::none(),
             attempt: tracing::Span::none(),
+            outcome: Default::default(),
         }
     }
 

@@ -15,6 +15,7 @@ use super::super::body::{ClientClass, GenerationRequest};
 use crate::admission::Class;
 use crate::error::ProxyError;
 use crate::state::AppState;
+use crate::telemetry::outcomes::Outcome;
 
 /// The generation endpoints the proxy tracks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +67,8 @@ pub struct Ids {
     pub id: HeaderValue,
     pub stream_id: String,
     pub span: tracing::Span,
+    /// Where its outcome is written, for the layer that counts it.
+    pub outcome: Outcome,
 }
 
 /// A generation request, read and decided once.

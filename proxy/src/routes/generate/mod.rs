@@ -26,6 +26,7 @@ use crate::relay::{UpstreamRequest, early_response, send_with_retries};
 use crate::request_id::{REQUEST_ID, STREAM_ID, mint_stream_id, request_id};
 use crate::state::AppState;
 use crate::streams::{NewStream, Stage};
+use crate::telemetry::outcomes::Outcome;
 use crate::telemetry::spans;
 use tracing::Instrument;
 
@@ -57,7 +58,9 @@ async fn generate(state: Arc<AppState>, route: Route, req: Request) -> Response 
         span.record("meridian.request_id", String::from_utf8_lossy(id.as_bytes()).as_ref());
         span.record("meridian.stream_id", stream_id.as_str());
     }
-    let ids = Ids { id: id.clone(), stream_id: stream_id.clone(), span: span.clone() };
+    let outcome = req.extensions().get::<Outcome>().cloned().unwrap_or_default();
+    outcome.route(route.as_str());
+    let ids = Ids { id: id.clone(), stream_id: stream_id.clone(), span: span.clone(), outcome };
     let answer = answer(state.clone(), route, req, ids, started, streamed.clone()).instrument(span);
     let heartbeat = state.config.server.sse_heartbeat_s;
     if heartbeat <= 0.0 {
@@ -95,7 +98,7 @@ async fn answer(
     started: Instant,
     streamed: Arc<AtomicBool>,
 ) -> Response {
-    let mut left = LeftEarly { state: &state, route, ids: &ids, started, answered: false };
+    let mut left = LeftEarly { route, ids: &ids, started, answered: false };
     let (id, span) = (&ids.id, &ids.span);
     let relayed = async {
         if state.drain.draining() {
@@ -114,7 +117,7 @@ async fn answer(
             span.record("http.response.status_code", i64::from(e.status().as_u16()));
             tracing::info!(request_id = ?id, route = route.as_str(), outcome = e.outcome(),
                 side = e.side().as_str(), retry_safe = e.retry_safe(), error = %e, "request failed");
-            state.metrics.count_request(route.as_str(), e.outcome());
+            ids.outcome.set(e.outcome());
             e.into_response_in(route.dialect())
         }
     };
@@ -126,9 +129,9 @@ async fn answer(
 /// admission or for the upstream's response headers. The server drops the handler as
 /// soon as the connection closes, and with it everything the request held (its place in
 /// the admission queue, its upstream request, which is then aborted); this guard, dropped
-/// with them, counts the outcome. From the response on, the relay's observer does.
+/// with them, writes the outcome (counted by `telemetry::outcomes`). From the response
+/// on, the relay's observer does.
 struct LeftEarly<'a> {
-    state: &'a AppState,
     route: Route,
     ids: &'a Ids,
     started: Instant,
@@ -144,7 +147,8 @@ impl Drop for LeftEarly<'_> {
         self.ids.span.record("meridian.outcome", "client_disconnected");
         tracing::info!(parent: &self.ids.span, request_id = ?self.ids.id, route = self.route.as_str(),
             outcome = "client_disconnected", waited_ms, "client left before the response");
-        self.state.metrics.count_request(self.route.as_str(), "client_disconnected");
+        // Counted by the outcome layer, when the response (or the handler) is gone.
+        self.ids.outcome.set_if_unset("client_disconnected");
     }
 }
 

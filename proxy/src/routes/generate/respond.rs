@@ -74,6 +74,7 @@ pub async fn respond(
         live: Some(live.clone()),
         span: span.clone(),
         attempt,
+        outcome: ctx.ids.outcome.clone(),
     };
     let deadline = think_deadline(state, ctx, hook.clone());
     if !(status.is_success() && is_sse) {

@@ -71,7 +71,7 @@ impl Splicer {
         }
         let mut edits: Vec<(&str, Edit<'_>)> = Vec::new();
         if self.strip_logprobs {
-            if let Some(choices) = rewrite_choices(&chunk, false, true) {
+            if let Some(choices) = rewrite_choices(&choices_of(&chunk), false, true) {
                 edits.push(("choices", Edit::Set(choices.into())));
             }
         }
@@ -93,7 +93,8 @@ impl Splicer {
     /// A chunk (`data:` payload) of the continuation.
     pub fn second_leg(&mut self, payload: &[u8]) -> Emit {
         let Ok(chunk) = serde_json::from_slice::<Members<'_>>(payload) else { return Emit::Same };
-        if is_role_chunk(&chunk) {
+        let choices = choices_of(&chunk);
+        if is_role_chunk(&choices) {
             return Emit::Drop;
         }
         let mut edits: Vec<(&str, Edit<'_>)> = Vec::new();
@@ -103,7 +104,7 @@ impl Splicer {
         if let Some(created) = &self.created {
             edits.push(("created", Edit::Set(created.as_str().into())));
         }
-        if let Some(choices) = rewrite_choices(&chunk, true, self.strip_logprobs) {
+        if let Some(choices) = rewrite_choices(&choices, true, self.strip_logprobs) {
             edits.push(("choices", Edit::Set(choices.into())));
         }
         match self.keep_usage(&chunk) {
@@ -175,20 +176,30 @@ fn no_choices(chunk: &Members<'_>) -> bool {
     })
 }
 
-/// The chunk's `choices` written again, each choice's `delta` relabelled as answer (when
+/// A chunk's choices, each as sent and, when it is an object, read into its members
+/// (once, for both the role check and the rewrite); none when absent or not an array.
+fn choices_of<'a>(chunk: &Members<'a>) -> Vec<(&'a RawValue, Option<Members<'a>>)> {
+    let Some(raw) = present(chunk.get("choices")) else { return Vec::new() };
+    let Ok(list) = serde_json::from_str::<Vec<&'a RawValue>>(raw.get()) else { return Vec::new() };
+    list.into_iter().map(|c| (c, serde_json::from_str(c.get()).ok())).collect()
+}
+
+/// The `choices` written again, each choice's `delta` relabelled as answer (when
 /// `relabel`) and its `logprobs` nulled (when `strip_logprobs`), every other choice and
 /// member copied as sent; `None` when nothing in them changes.
-fn rewrite_choices(chunk: &Members<'_>, relabel: bool, strip_logprobs: bool) -> Option<String> {
-    let raw = present(chunk.get("choices"))?;
-    let choices: Vec<&RawValue> = serde_json::from_str(raw.get()).ok()?;
+fn rewrite_choices(
+    choices: &[(&RawValue, Option<Members<'_>>)],
+    relabel: bool,
+    strip_logprobs: bool,
+) -> Option<String> {
     let mut changed = false;
-    let mut out = Vec::with_capacity(raw.get().len() + 16);
+    let mut out = Vec::with_capacity(choices.iter().map(|(raw, _)| raw.get().len() + 1).sum::<usize>() + 16);
     out.push(b'[');
-    for (i, raw_choice) in choices.iter().enumerate() {
+    for (i, (raw, choice)) in choices.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        let rewritten = serde_json::from_str::<Members<'_>>(raw_choice.get()).ok().and_then(|choice| {
+        let rewritten = choice.as_ref().and_then(|choice| {
             let delta = choice.get("delta").filter(|_| relabel).and_then(relabel_as_answer);
             let mut edits: Vec<(&str, Edit<'_>)> = Vec::new();
             if let Some(d) = &delta {
@@ -197,14 +208,14 @@ fn rewrite_choices(chunk: &Members<'_>, relabel: bool, strip_logprobs: bool) -> 
             if strip_logprobs && present(choice.get("logprobs")).is_some() {
                 edits.push(("logprobs", Edit::Set("null".into())));
             }
-            (!edits.is_empty()).then(|| choice.rewrite(&edits, raw_choice.get().len()))
+            (!edits.is_empty()).then(|| choice.rewrite(&edits, raw.get().len()))
         });
         match rewritten {
             Some(bytes) => {
                 changed = true;
                 out.extend_from_slice(&bytes);
             }
-            None => out.extend_from_slice(raw_choice.get().as_bytes()),
+            None => out.extend_from_slice(raw.get().as_bytes()),
         }
     }
     out.push(b']');
@@ -216,10 +227,8 @@ fn rewrite_choices(chunk: &Members<'_>, relabel: bool, strip_logprobs: bool) -> 
 }
 
 /// The chunk that only announces the assistant role (the first of a chat stream).
-fn is_role_chunk(chunk: &Members<'_>) -> bool {
-    let Some(choices) = present(chunk.get("choices")) else { return false };
-    let Ok(choices) = serde_json::from_str::<Vec<Members<'_>>>(choices.get()) else { return false };
-    let [choice] = choices.as_slice() else { return false };
+fn is_role_chunk(choices: &[(&RawValue, Option<Members<'_>>)]) -> bool {
+    let [(_, Some(choice))] = choices else { return false };
     let Some(delta) = choice.get("delta").and_then(|d| serde_json::from_str::<Members<'_>>(d.get()).ok())
     else {
         return false;

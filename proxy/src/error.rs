@@ -228,8 +228,7 @@ impl ProxyError {
         ];
         let mut body = self.body();
         if dialect == Dialect::Messages {
-            let error = body["error"].take();
-            body = json!({"type": "error", "error": {"type": anthropic_error_type(&error), "message": error["message"]}});
+            body = anthropic_error(&body["error"]);
         }
         (self.status(), headers, axum::Json(body)).into_response()
     }
@@ -254,15 +253,15 @@ pub fn error_event(dialect: Dialect, error: Value) -> bytes::Bytes {
             });
             format!("event: error\ndata: {event}\n\n")
         }
-        Dialect::Messages => {
-            let event = json!({
-                "type": "error",
-                "error": {"type": anthropic_error_type(&error), "message": error["message"]},
-            });
-            format!("event: error\ndata: {event}\n\n")
-        }
+        Dialect::Messages => format!("event: error\ndata: {}\n\n", anthropic_error(&error)),
     };
     bytes::Bytes::from(text)
+}
+
+/// An OpenAI-style error object in Anthropic's shape: `{"type": "error", "error": {"type",
+/// "message"}}`.
+fn anthropic_error(error: &Value) -> Value {
+    json!({"type": "error", "error": {"type": anthropic_error_type(error), "message": error["message"]}})
 }
 
 /// Anthropic's error type for an OpenAI-style error object: an overloaded proxy or

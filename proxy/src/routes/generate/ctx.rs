@@ -41,6 +41,17 @@ impl Route {
         }
     }
 
+    /// The route served at `path`, if it is one of these.
+    pub fn of_path(path: &str) -> Option<Route> {
+        match path {
+            "/v1/chat/completions" => Some(Route::ChatCompletions),
+            "/v1/completions" => Some(Route::Completions),
+            "/v1/responses" => Some(Route::Responses),
+            "/v1/messages" => Some(Route::Messages),
+            _ => None,
+        }
+    }
+
     /// The API its requests and answers speak.
     pub fn dialect(self) -> Dialect {
         match self {

@@ -16,7 +16,8 @@ mod ctx;
 mod outbound;
 mod respond;
 
-use ctx::{Ids, RequestCtx, Route};
+pub(crate) use ctx::Route;
+use ctx::{Ids, RequestCtx};
 use outbound::Outbound;
 
 use super::body::read_body;

@@ -1,6 +1,7 @@
 //! What the continuation costs per chunk in-process, beside the plain relay's tracking:
-//! the work its driver does with each line of both legs (the think watch and the
-//! splicer) over the recorded qwen3 stream, the first leg with the per-chunk usage the
+//! the work the relay does with each line of both legs of a continued stream (tracking,
+//! with the think watch lent each first-leg event, and the splicer) over the recorded
+//! qwen3 stream, the first leg with the per-chunk usage the
 //! proxy asks for (and hides from a client that did not), the second leg relabelled from
 //! reasoning to answer. Prints ns per chunk, the median of 7 runs with its range; the
 //! whole-proxy figures are in docs/src/benchmarks/proxy-overhead.md.
@@ -61,26 +62,37 @@ fn main() {
     let chunks = first.len() + second.len();
     let family = meridian_core::ModelRegistry::builtin().ok().and_then(|r| r.get("qwen3").cloned());
     let asked = ClientAsked { usage: true, continuous_usage: false, logprobs: false };
+    let metrics = Arc::new(meridian_proxy::Metrics::new());
     let continuation = measure(chunks, || {
         let triggers = Triggers { tokens: Some(10_000), ..Default::default() };
-        let mut watch = ThinkWatch::new(family.clone(), None, Route::Chat, triggers);
+        let mut info = RequestInfo::new("bench", family.clone());
+        info.think_budget = triggers.tokens;
+        let mut obs = RequestObserver::new(metrics.clone(), info, true);
+        let mut watch = ThinkWatch::new(Route::Chat, triggers);
         let mut splicer = Splicer::new(asked, false);
         let mut out = 0;
         for p in &first {
-            black_box(watch.observe(p, Instant::now()));
+            obs.on_payload_also(p, Instant::now(), &mut watch);
+            black_box(watch.take_cut());
             if let Emit::Changed(b) = splicer.first_leg(p) {
                 out += b.len();
             }
         }
         splicer.cut(5);
+        obs.forget_usage();
         for p in &second {
-            if let Emit::Changed(b) = splicer.second_leg(p) {
-                out += b.len();
+            match splicer.second_leg(p) {
+                Emit::Changed(b) => {
+                    obs.on_payload(&b, Instant::now());
+                    out += b.len();
+                }
+                Emit::Same => obs.on_payload(p, Instant::now()),
+                Emit::Drop => {}
             }
         }
+        obs.complete();
         out
     });
-    let metrics = Arc::new(meridian_proxy::Metrics::new());
     let tracking = measure(chunks, || {
         let mut obs = RequestObserver::new(metrics.clone(), RequestInfo::new("bench", family.clone()), true);
         for p in first.iter().chain(&second) {
@@ -98,6 +110,6 @@ fn main() {
         first.len(),
         second.len()
     );
-    row("continuation (think watch + splicer)", continuation);
-    row("relay tracking (observer), for scale", tracking);
+    row("continued: tracking + think watch + splicer", continuation);
+    row("plain: tracking alone", tracking);
 }

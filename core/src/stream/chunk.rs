@@ -5,6 +5,7 @@
 use std::borrow::Cow;
 
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use smallvec::SmallVec;
 
 /// A JSON string, borrowed from the payload unless it contains escapes. (serde borrows a
@@ -37,6 +38,9 @@ struct ChoiceView<'a> {
     text: Option<Text<'a>>,
     #[serde(default)]
     token_ids: Option<TokenIds>,
+    /// Kept as its JSON text, unread: only an entropy exit over streamed logprobs reads it.
+    #[serde(borrow, default)]
+    logprobs: Option<&'a RawValue>,
     /// Only whether it is set (`null` while the choice goes on); the value is skipped.
     #[serde(default)]
     finish_reason: Option<serde::de::IgnoredAny>,
@@ -78,6 +82,8 @@ pub struct ChoiceDelta<'a> {
     pub reasoning: Option<Cow<'a, str>>,
     pub content: Option<Cow<'a, str>>,
     pub token_ids: Option<TokenIds>,
+    /// The choice's `logprobs`, as the JSON text the server sent (chat and completions).
+    pub logprobs: Option<&'a str>,
     /// The chunk carries the choice's `finish_reason`: the choice is complete.
     pub finished: bool,
     /// The upstream ended the response with an error event of its own (Responses,
@@ -122,6 +128,7 @@ pub fn parse_payload<'p>(
             reasoning: m.reasoning.or(m.reasoning_content).map(|t| t.0),
             content: m.content.or(c.text).map(|t| t.0),
             token_ids: c.token_ids,
+            logprobs: c.logprobs.map(RawValue::get),
             finished: c.finish_reason.is_some(),
             upstream_error: false,
         });
@@ -147,6 +154,7 @@ mod tests {
                 reasoning: c.reasoning.map(|s| Cow::Owned(s.into_owned())),
                 content: c.content.map(|s| Cow::Owned(s.into_owned())),
                 token_ids: c.token_ids,
+                logprobs: None,
                 finished: c.finished,
                 upstream_error: c.upstream_error,
             })
@@ -190,6 +198,14 @@ mod tests {
         assert_eq!(first("not json").1, None);
         assert_eq!(first("[1,2]").1, None);
         assert_eq!(first(r#"{"choices":[{"delta":{"content":5}}]}"#).1, None);
+    }
+
+    #[test]
+    fn logprobs_are_lent_as_sent_and_null_is_none() {
+        let payload = br#"{"choices":[{"delta":{"reasoning":"a"},"logprobs":{"content":[{"token":"a","logprob":-0.5}]}},{"index":1,"logprobs":null}]}"#;
+        let mut seen = Vec::new();
+        parse_payload(payload, |c| seen.push(c.logprobs.map(str::to_owned)));
+        assert_eq!(seen, vec![Some(r#"{"content":[{"token":"a","logprob":-0.5}]}"#.to_owned()), None]);
     }
 
     #[test]

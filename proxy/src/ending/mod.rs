@@ -31,7 +31,7 @@ use crate::relay::watch::{Ended, Watcher};
 pub enum EndThinking {
     /// Tell the upstream's hook, by request id.
     Hook(crate::hook::HookTarget),
-    /// Wake the stream's continuation driver ([`continuation`]).
+    /// Wake the stream's continuation stage in its relay ([`continuation`]).
     Continuation(Arc<Notify>),
 }
 
@@ -39,7 +39,7 @@ impl EndThinking {
     pub fn now(&self, request_id: &str) {
         match self {
             EndThinking::Hook(h) => h.end_thinking(request_id),
-            // A stored permit: the driver acts on its next turn even if it is busy now.
+            // A stored permit: the relay acts on its next turn even if it is busy now.
             EndThinking::Continuation(n) => n.notify_one(),
         }
     }

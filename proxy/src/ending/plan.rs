@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue};
 use bytes::Bytes;
-use futures::stream::BoxStream;
 use meridian_core::Phase;
 use meridian_core::config::{ExitSignal, Forcing};
 use meridian_core::models::ModelFamily;
@@ -15,7 +14,7 @@ use serde_json::{Map, Value};
 use tokio::sync::Notify;
 
 use super::continuation::{
-    ClientAsked, Continuation, ContinuationUpstream, Delimiters, Route, Splicer, ThinkWatch, Triggers,
+    ClientAsked, Continuation, ContinuationUpstream, Delimiters, Route, Setup, Splicer, ThinkWatch, Triggers,
     first_leg_body,
 };
 use crate::error::ProxyError;
@@ -106,7 +105,7 @@ impl Continuable {
 }
 
 impl ContinuationPlan {
-    /// Starts relaying the first leg (`stream`) through a continuation driver.
+    /// The relay's continuation stage for a first leg sent to `in_flight`.
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         self,
@@ -115,12 +114,10 @@ impl ContinuationPlan {
         path: &str,
         mut headers: HeaderMap,
         request_id: &str,
-        family: Option<Arc<ModelFamily>>,
-        initial_phase: Option<Phase>,
+        family: Option<&Arc<ModelFamily>>,
         live: Arc<crate::streams::StreamGuard>,
-        stream: BoxStream<'static, reqwest::Result<Bytes>>,
         span: tracing::Span,
-    ) -> BoxStream<'static, Result<Bytes, ProxyError>> {
+    ) -> Continuation {
         let upstream = in_flight.upstream();
         if let Ok(v) = HeaderValue::from_str(&format!("{request_id}-continued")) {
             headers.insert(REQUEST_ID, v);
@@ -133,28 +130,25 @@ impl ContinuationPlan {
             headers.insert(VLLM_PRIORITY, HeaderValue::from(p));
         }
         let added_logprobs = self.triggers.rpdi.is_some() && !self.asked.logprobs;
-        let watch = ThinkWatch::new(family.clone(), initial_phase, self.route, self.triggers);
-        Continuation {
+        Continuation::new(Setup {
             upstream: ContinuationUpstream {
                 client: state.client.clone(),
                 url: format!("{}{path}", upstream.base_url),
                 headers,
                 name: upstream.name.clone(),
                 first_byte_timeout: Duration::from_secs_f64(state.config.upstream.first_byte_timeout_s),
-                max_line: usize::try_from(state.config.upstream.max_response_bytes).unwrap_or(usize::MAX),
             },
             route: self.route,
             delimiters: self.delimiters,
             first_body: self.first_body,
             asked: self.asked,
             live: Some(live),
-            watch,
+            watch: ThinkWatch::new(self.route, self.triggers),
             splicer: Splicer::new(self.asked, added_logprobs),
             end_now: self.end_now,
             metrics: state.metrics.clone(),
-            family: family.as_ref().map_or("unknown", |f| f.name()).to_owned(),
+            family: family.map_or("unknown", |f| f.name()).to_owned(),
             span,
-        }
-        .spawn(stream)
+        })
     }
 }

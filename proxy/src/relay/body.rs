@@ -34,6 +34,7 @@ use super::tail::Tail;
 use crate::error::ProxyError;
 use crate::telemetry::Metrics;
 use crate::upstream::InFlight;
+use crate::ending::continuation::{Continuation, Emit, LegStream};
 use meridian_core::stream::{LineReader, SseLine, lines, sse_line};
 
 #[derive(PartialEq)]
@@ -62,6 +63,8 @@ pin_project_lite::pin_project! {
         // A drain's grace running out ends the stream (see `crate::drain`).
         #[pin]
         grace_over: WaitForCancellationFutureOwned,
+        // A stream whose thinking may be cut and continued (see `crate::ending::continuation`).
+        continuation: Option<Continuation>,
     }
 }
 
@@ -89,7 +92,15 @@ impl RelayBody {
             failing: None,
             tail: Tail::default(),
             grace_over,
+            continuation: None,
         }
+    }
+
+    /// Relays through a continuation stage: the first leg's thinking may be cut and the
+    /// rest of the answer read from a second request, spliced into one stream.
+    pub fn continued(mut self, continuation: Continuation) -> Self {
+        self.continuation = Some(continuation);
+        self
     }
 }
 
@@ -105,6 +116,22 @@ impl Stream for RelayBody {
             return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
         }
         loop {
+            // A cut between events (the thinking-time deadline, the EAT prober's word).
+            if let Some(c) = this.continuation.as_mut() {
+                if let Poll::Ready(cut) = c.poll_cut(cx) {
+                    if let Some(second) = c.cut(cut, this.observer) {
+                        // Dropping the first leg's response cancels it in the engine.
+                        *this.upstream = second;
+                        this.lines.take_partial();
+                        c.out.close_event();
+                        if let Some(b) = c.out.take() {
+                            this.tail.push(&b);
+                            return Poll::Ready(Some(Ok(b)));
+                        }
+                    }
+                    continue;
+                }
+            }
             match this.upstream.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(chunk))) => {
                     let at = Instant::now();
@@ -148,6 +175,17 @@ impl Stream for RelayBody {
                                     err,
                                 ))));
                             }
+                        }
+                    }
+                    if let Some(c) = this.continuation.as_mut() {
+                        let spliced = splice_block(c, &out, at, this.observer, this.tail, this.saw_done);
+                        if let Some(second) = spliced.cut_to {
+                            *this.upstream = second;
+                            this.lines.take_partial();
+                        }
+                        match spliced.out {
+                            Some(b) => return Poll::Ready(Some(Ok(b))),
+                            None => continue,
                         }
                     }
                     // The tracker sees exactly the lines the client gets, when it gets them.
@@ -210,6 +248,65 @@ impl Stream for RelayBody {
             }
         }
     }
+}
+
+/// A block of whole lines through the continuation stage.
+struct SplicedBlock {
+    /// What the client gets (`None`: every line was dropped).
+    out: Option<Bytes>,
+    /// A cut fell in this block: the leg to read from now (the block's lines after the
+    /// cut are dropped with the first leg).
+    cut_to: Option<LegStream>,
+}
+
+/// Runs a block's lines through the continuation stage: each chunk is tracked once
+/// (lent to the think watch on the first leg) and rewritten for the client; a cut the
+/// watch makes due on a chunk ends the first leg right after it.
+fn splice_block(
+    c: &mut Continuation,
+    block: &[u8],
+    at: Instant,
+    observer: &mut RequestObserver,
+    tail: &mut Tail,
+    saw_done: &mut bool,
+) -> SplicedBlock {
+    let mut cut_to = None;
+    for line in lines(block) {
+        match sse_line(line) {
+            SseLine::Data(payload) => {
+                let emit = c.chunk(payload, at, observer);
+                if emit != Emit::Drop {
+                    tail.saw_data();
+                }
+                c.out.chunk(emit, line);
+                if let Some(cut) = c.take_cut() {
+                    if let Some(second) = c.cut(cut, observer) {
+                        c.out.close_event();
+                        cut_to = Some(second);
+                        break;
+                    }
+                }
+            }
+            SseLine::Done => {
+                tail.saw_data();
+                *saw_done = true;
+                c.out.other(line);
+            }
+            SseLine::Blank => {
+                if c.out.other(line) {
+                    tail.saw_blank();
+                }
+            }
+            SseLine::Other => {
+                c.out.other(line);
+            }
+        }
+    }
+    let out = c.out.take();
+    if let Some(b) = &out {
+        tail.push(b);
+    }
+    SplicedBlock { out, cut_to }
 }
 
 /// The bytes that end a broken stream: the API's error event (see

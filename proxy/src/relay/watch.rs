@@ -9,6 +9,7 @@ use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 use meridian_core::phase::PhaseEvents;
+use meridian_core::stream::Usage;
 use meridian_core::{Phase, PhaseEvent};
 
 use crate::telemetry::RequestTimings;
@@ -20,6 +21,10 @@ pub struct Part<'a> {
     /// Its reasoning text, if it carried any: borrowed from the payload unless the JSON
     /// string had escapes.
     pub reasoning: Option<Cow<'a, str>>,
+    /// Its answer text (completions: all its text), likewise.
+    pub content: Option<Cow<'a, str>>,
+    /// Its `logprobs` as the server sent them (JSON text), unread.
+    pub logprobs: Option<&'a str>,
     /// The phase boundaries it crossed.
     pub events: PhaseEvents,
     /// It added thinking before the choice's first visible output.
@@ -73,6 +78,9 @@ pub struct Event<'a> {
     /// When its bytes arrived.
     pub at: Instant,
     pub parts: &'a [Part<'a>],
+    /// The token counts the event carried, if any (the final `usage` chunk, or each
+    /// chunk's with vLLM's `continuous_usage_stats`).
+    pub usage: Option<Usage>,
     pub so_far: &'a SoFar,
     /// The response already ended: these parts are what the tracker held back until
     /// then (text that might have begun a marker). Nothing is to be sent upstream now.

@@ -1,9 +1,11 @@
 //! Ending thinking on an engine the proxy cannot reach inside: budget forcing and
 //! entropy exits by continuation, for any OpenAI-compatible server.
 //!
-//! While the upstream thinks, its stream is relayed as usual and watched ([`watch`]):
-//! think tokens against the budget, thinking time against the deadline, RPDI over the
-//! streamed `top_logprobs`, and an EAT decision from the prober. When one of them says
+//! While the upstream thinks, its stream is relayed as usual, and the relay's tracker lends
+//! each event to a think watch ([`watch`]): think tokens against the budget, thinking
+//! time against the deadline, RPDI over the streamed `top_logprobs`, and an EAT decision
+//! from the prober. The continuation is a stage of the relay ([`stage`]), so each event
+//! is parsed once for all of them. When one of them says
 //! stop, the proxy drops the upstream stream (which cancels the request in the engine)
 //! and sends a second request ([`legs`]): the conversation, plus an assistant message
 //! holding the reasoning so far closed by the model's end-of-thinking delimiter, with
@@ -16,12 +18,12 @@
 //! most of it a cache hit. A ready hook ends thinking in place instead, so the proxy
 //! uses continuation only where there is none.
 
-mod driver;
 mod legs;
 mod splice;
+mod stage;
 mod watch;
 
-pub use driver::{Continuation, Upstream as ContinuationUpstream};
+pub use stage::{Continuation, LegStream, Setup, Spliced, Upstream as ContinuationUpstream};
 pub use legs::{ClientAsked, first_leg_body};
 pub use splice::{Emit, Splicer};
 pub use watch::{Cut, ThinkWatch, Triggers};

@@ -1,18 +1,15 @@
-//! Watches the first leg's chunks and says when thinking must end: the token budget
+//! Watches the first leg's events and says when thinking must end: the token budget
 //! spent, the thinking time up, or RPDI over the streamed top logprobs past its bound.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use meridian_core::models::ModelFamily;
 use meridian_core::signals::{Rpdi, RpdiConfig, entropy_from_top_logprobs, is_sentence_boundary};
-use meridian_core::stream::{ChoiceDelta, parse_payload};
-use meridian_core::{Delta, Phase, PhaseEvent, PhaseRouter};
-use serde::Deserialize;
+use meridian_core::{Phase, PhaseEvent};
 use serde_json::Value;
 use smallvec::SmallVec;
 
 use super::Route;
+use crate::relay::watch::{Event, Part, SoFar, Watcher};
 
 /// What may end this stream's thinking.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -51,70 +48,50 @@ impl Cut {
     }
 }
 
+/// Decides, event by event, whether the first leg's thinking must be cut. A [`Watcher`]:
+/// it reads what the relay's observer tracked (the one parse of each event), never the
+/// bytes, and the relay takes its verdict ([`ThinkWatch::take_cut`]) right after each
+/// event, so the cut falls on that event's boundary.
 pub struct ThinkWatch {
-    router: PhaseRouter,
     budget: Option<u32>,
     route: Route,
     seconds: Option<Duration>,
     rpdi: Option<(Rpdi, u32)>,
-    started: Option<Instant>,
     /// Chat: the reasoning so far; completions: all generated text so far.
     text: String,
+    /// The stream so far, as of the last event.
+    so_far: Option<SoFar>,
     /// Thinking is over (or a cut was declined): nothing more to decide.
     settled: bool,
+    /// The cut the last event made due, until taken.
+    due: Option<Cut>,
 }
 
 impl ThinkWatch {
-    pub fn new(family: Option<Arc<ModelFamily>>, initial: Option<Phase>, route: Route, t: Triggers) -> Self {
-        let mut router = PhaseRouter::new(family);
-        if let Some(p) = initial {
-            router = router.with_initial_phase(p);
-        }
-        if let Some(b) = t.tokens {
-            router = router.with_think_budget(b);
-        }
+    pub fn new(route: Route, t: Triggers) -> Self {
         ThinkWatch {
-            router,
             budget: t.tokens,
             route,
             seconds: t.seconds,
             rpdi: t.rpdi.map(|(cfg, min)| (Rpdi::new(cfg), min)),
-            started: None,
             text: String::new(),
+            so_far: None,
             settled: false,
+            due: None,
         }
     }
 
-    /// Feeds one chunk (`data:` payload) of the first leg, arrived at `at`; returns the
-    /// cut due now. Read with the relay's borrowed parser; the logprobs only when RPDI
-    /// needs them.
-    pub fn observe(&mut self, payload: &[u8], at: Instant) -> Option<Cut> {
-        let mut first: Option<ChoiceDelta<'_>> = None;
-        let usage = parse_payload(payload, |c| {
-            if c.index == 0 && first.is_none() {
-                first = Some(c);
-            }
-        })?;
-        let choice = first?;
-        let (reasoning, content) = (choice.reasoning.as_deref(), choice.content.as_deref());
-        let before = self.router.think_tokens();
-        let events =
-            self.router.observe(Delta { reasoning, content, token_ids: choice.token_ids.as_deref() });
-        match self.route {
-            Route::Chat => self.text.push_str(reasoning.unwrap_or_default()),
-            Route::Completions => self.text.push_str(content.unwrap_or_default()),
-        }
-        let grew = self.router.think_tokens() > before;
-        if grew {
-            self.started.get_or_insert(at);
-        }
-        if self.settled {
-            return None;
-        }
+    /// The cut the last event made due, if any.
+    pub fn take_cut(&mut self) -> Option<Cut> {
+        self.due.take()
+    }
+
+    fn decide(&mut self, event: &Event<'_>, part: &Part<'_>) -> Option<Cut> {
         let mut cut = None;
-        for e in &events {
+        for e in &part.events {
             match e {
-                PhaseEvent::ForceBudget { .. } => cut = Some(Cut::Tokens),
+                // The tracker's budget may be the engine's to enforce (`forcing = "auto"`).
+                PhaseEvent::ForceBudget { .. } if self.budget.is_some() => cut = Some(Cut::Tokens),
                 PhaseEvent::ExitThink { .. } | PhaseEvent::FirstOutput { .. } => self.settled = true,
                 _ => {}
             }
@@ -124,21 +101,21 @@ impl ThinkWatch {
         }
         // The server's own count, when it sends usage with each chunk, is exact where the
         // tracker's is not (a delta can carry several tokens, or none with text).
-        let generated = usage.map(|u| u.completion_tokens);
+        let generated = event.usage.map(|u| u.completion_tokens);
         if cut.is_none() && generated.zip(self.budget).is_some_and(|(n, b)| n >= b) {
             cut = Some(Cut::Tokens);
         }
-        if cut.is_none() && self.deadline().is_some_and(|d| at >= d) {
+        if cut.is_none() && self.deadline().is_some_and(|d| event.at >= d) {
             cut = Some(Cut::Seconds);
         }
-        if let (true, Some((rpdi, min))) = (grew, self.rpdi.as_mut()) {
-            if let Some(logprobs) = first_choice_logprobs(payload) {
+        if let (true, Some((rpdi, min))) = (part.thinking, self.rpdi.as_mut()) {
+            if let Some(logprobs) = part.logprobs.and_then(|l| serde_json::from_str::<Value>(l).ok()) {
                 for h in token_entropies(&logprobs) {
                     rpdi.push(h);
                 }
             }
-            let piece = reasoning.or(content).unwrap_or_default();
-            let due = self.router.think_tokens() >= *min && is_sentence_boundary(piece) && rpdi.exceeded();
+            let piece = part.reasoning.as_deref().or(part.content.as_deref()).unwrap_or_default();
+            let due = part.choice_think_tokens >= *min && is_sentence_boundary(piece) && rpdi.exceeded();
             if due && cut.is_none() {
                 cut = Some(Cut::Rpdi);
             }
@@ -148,21 +125,22 @@ impl ThinkWatch {
 
     /// When the thinking-time budget runs out (while thinking).
     pub fn deadline(&self) -> Option<Instant> {
-        if self.settled || self.router.phase() != Phase::Think {
+        if !self.thinking() {
             return None;
         }
-        Some(self.started? + self.seconds?)
+        Some(self.so_far?.think_started? + self.seconds?)
     }
 
     /// Whether a cut may still happen (thinking, not settled).
     pub fn thinking(&self) -> bool {
-        !self.settled && self.router.phase() == Phase::Think
+        !self.settled && self.so_far.is_some_and(|s| s.phase == Phase::Think)
     }
 
     /// Stop deciding (a cut that could not be carried out: the rest of the stream is
     /// relayed as it comes).
     pub fn settle(&mut self) {
         self.settled = true;
+        self.due = None;
     }
 
     pub fn text(&self) -> &str {
@@ -171,26 +149,27 @@ impl ThinkWatch {
 
     /// Tokens generated so far by the tracker's count.
     pub fn tokens(&self) -> u32 {
-        self.router.think_tokens() + self.router.output_tokens()
+        self.so_far.map_or(0, |s| s.think_tokens + s.output_tokens)
     }
 }
 
-/// The `logprobs` of a chunk's choice 0, for RPDI (which asked for them).
-fn first_choice_logprobs(payload: &[u8]) -> Option<Value> {
-    #[derive(Deserialize)]
-    struct Chunk {
-        #[serde(default)]
-        choices: SmallVec<[Choice; 1]>,
+impl Watcher for ThinkWatch {
+    fn on_event(&mut self, event: &Event<'_>) {
+        // Only choice 0: a continued request has one (`n` > 1 is never continued).
+        let Some(part) = event.parts.iter().find(|p| p.choice == 0) else { return };
+        self.so_far = Some(*event.so_far);
+        let piece = match self.route {
+            Route::Chat => part.reasoning.as_deref(),
+            Route::Completions => part.content.as_deref(),
+        };
+        self.text.push_str(piece.unwrap_or_default());
+        if self.settled || event.last {
+            return;
+        }
+        if let Some(cut) = self.decide(event, part) {
+            self.due.get_or_insert(cut);
+        }
     }
-    #[derive(Deserialize)]
-    struct Choice {
-        #[serde(default)]
-        index: usize,
-        #[serde(default)]
-        logprobs: Option<Value>,
-    }
-    let chunk: Chunk = serde_json::from_slice(payload).ok()?;
-    chunk.choices.into_iter().find(|c| c.index == 0)?.logprobs
 }
 
 /// One entropy (the lower bound the top logprobs allow) per token of a choice's
@@ -217,7 +196,11 @@ fn token_entropies(logprobs: &Value) -> impl Iterator<Item = f64> + '_ {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+    use crate::relay::{RequestInfo, RequestObserver};
+    use crate::telemetry::Metrics;
     use serde_json::json;
 
     fn reasoning(text: &str) -> Vec<u8> {
@@ -228,8 +211,46 @@ mod tests {
         json!({"choices": [{"index": 0, "delta": {"content": text}}]}).to_string().into_bytes()
     }
 
-    fn watch(t: Triggers) -> ThinkWatch {
-        ThinkWatch::new(None, None, Route::Chat, t)
+    /// A think watch lent each event by a relay observer, as the relay does.
+    struct Watched {
+        observer: RequestObserver,
+        watch: ThinkWatch,
+    }
+
+    impl Watched {
+        fn observe(&mut self, payload: &[u8], at: Instant) -> Option<Cut> {
+            self.observer.on_payload_also(payload, at, &mut self.watch);
+            self.watch.take_cut()
+        }
+        fn text(&self) -> &str {
+            self.watch.text()
+        }
+        fn thinking(&self) -> bool {
+            self.watch.thinking()
+        }
+        fn deadline(&self) -> Option<Instant> {
+            self.watch.deadline()
+        }
+    }
+
+    fn watch(t: Triggers) -> Watched {
+        let mut info = RequestInfo::new("test", None);
+        info.think_budget = t.tokens;
+        let observer = RequestObserver::new(Arc::new(Metrics::new()), info, true);
+        Watched { observer, watch: ThinkWatch::new(Route::Chat, t) }
+    }
+
+    #[test]
+    fn a_budget_the_engine_enforces_is_not_cut_here() {
+        let mut info = RequestInfo::new("test", None);
+        info.think_budget = Some(2);
+        let observer = RequestObserver::new(Arc::new(Metrics::new()), info, true);
+        let seconds = Triggers { seconds: Some(Duration::from_secs(60)), ..Default::default() };
+        let mut w = Watched { observer, watch: ThinkWatch::new(Route::Chat, seconds) };
+        let now = Instant::now();
+        for piece in ["a", " b", " c", " d"] {
+            assert_eq!(w.observe(&reasoning(piece), now), None);
+        }
     }
 
     #[test]

@@ -141,6 +141,17 @@ impl RequestObserver {
 
     /// Feeds one `data:` payload (or a whole non-streaming body) that arrived at `at`.
     pub fn on_payload(&mut self, payload: &[u8], at: Instant) {
+        self.observe(payload, at, None);
+    }
+
+    /// Feeds one payload, lending `also` the event after the request's own watchers: a
+    /// watcher whose owner must read its verdict the moment the event is tracked (the
+    /// continuation's think watch, which decides where the stream is cut).
+    pub fn on_payload_also(&mut self, payload: &[u8], at: Instant, also: &mut dyn Watcher) {
+        self.observe(payload, at, Some(also));
+    }
+
+    fn observe(&mut self, payload: &[u8], at: Instant, also: Option<&mut dyn Watcher>) {
         // Inline storage: the usual one or two choices cost no allocation.
         let mut parts: SmallVec<[Part<'_>; 2]> = SmallVec::new();
         let dialect = self.dialect;
@@ -149,14 +160,24 @@ impl RequestObserver {
                 parts.push(part);
             }
         });
-        if let Some(Some(usage)) = usage {
-            self.usage = Some(usage);
+        let usage = usage.flatten();
+        if usage.is_some() {
+            self.usage = usage;
         }
         self.update_totals();
-        let event = Event { at, parts: &parts, so_far: &self.so_far, last: false };
+        let event = Event { at, parts: &parts, usage, so_far: &self.so_far, last: false };
         for w in &mut self.watchers {
             w.on_event(&event);
         }
+        if let Some(w) = also {
+            w.on_event(&event);
+        }
+    }
+
+    /// Forgets the token counts the server sent so far: they described a response that
+    /// was cut and continued, and the continuation's own (or the tracker's) stand instead.
+    pub fn forget_usage(&mut self) {
+        self.usage = None;
     }
 
     /// Runs one choice's part through its phase router and the stream's moments.
@@ -209,6 +230,8 @@ impl RequestObserver {
         Some(Part {
             choice: c.index,
             reasoning: c.reasoning,
+            content: c.content,
+            logprobs: c.logprobs,
             events,
             thinking,
             output_grew: router.output_tokens() > output_before,
@@ -249,6 +272,8 @@ impl RequestObserver {
                 parts.push(Part {
                     choice: i,
                     reasoning: None,
+                    content: None,
+                    logprobs: None,
                     events,
                     thinking: false,
                     output_grew: false,
@@ -262,7 +287,7 @@ impl RequestObserver {
             return;
         }
         self.update_totals();
-        let event = Event { at, parts: &parts, so_far: &self.so_far, last: true };
+        let event = Event { at, parts: &parts, usage: None, so_far: &self.so_far, last: true };
         for w in &mut self.watchers {
             w.on_event(&event);
         }

@@ -101,37 +101,28 @@ pub async fn respond(
     let eat = end.and_then(|end| eat_prober(state, &info, &body, &in_flight, end.clone()).map(|p| (p, end)));
     let observer =
         plan_watchers(RequestObserver::new(state.metrics.clone(), info, true), state, ctx, deadline, eat);
-    let stream = match (continuation, continuation_headers) {
-        (Some(c), Some(h)) => c.start(
-            state,
-            &in_flight,
-            path,
-            h,
-            &ctx.request_id,
-            ctx.family.clone(),
-            ctx.initial_phase(),
-            live.clone(),
-            resp.bytes_stream().boxed(),
-            span.clone(),
-        ),
-        _ => {
-            let (name, span) = (upstream_name, span.clone());
-            resp.bytes_stream()
-                .map_err(move |e| {
-                    tracing::warn!(parent: &span, upstream = %name, error = %e, "upstream stream failed");
-                    ProxyError::UpstreamFailed {
-                        upstream: name.clone(),
-                        reason: "the stream broke off".into(),
-                    }
-                })
-                .boxed()
+    let continuation = match (continuation, continuation_headers) {
+        (Some(c), Some(h)) => {
+            Some(c.start(state, &in_flight, path, h, &ctx.request_id, ctx.family.as_ref(), live.clone(), span.clone()))
         }
+        _ => None,
     };
+    let (name, failed_in) = (upstream_name, span.clone());
+    let stream = resp
+        .bytes_stream()
+        .map_err(move |e| {
+            tracing::warn!(parent: &failed_in, upstream = %name, error = %e, "upstream stream failed");
+            ProxyError::UpstreamFailed { upstream: name.clone(), reason: "the stream broke off".into() }
+        })
+        .boxed();
     let idle = Duration::from_secs_f64(state.config.upstream.idle_timeout_s);
     let max_line = usize::try_from(state.config.upstream.max_response_bytes).unwrap_or(usize::MAX);
     let grace_over = state.drain.grace_over();
-    let relay =
+    let mut relay =
         RelayBody::new(stream, idle, observer, state.metrics.clone(), in_flight, grace_over, max_line);
+    if let Some(c) = continuation {
+        relay = relay.continued(c);
+    }
     let body = match state.config.server.sse_heartbeat_s {
         s if s > 0.0 => Body::from_stream(Heartbeats::new(relay, Duration::from_secs_f64(s))),
         _ => Body::from_stream(relay),

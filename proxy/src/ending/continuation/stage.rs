@@ -1,0 +1,272 @@
+//! The continuation as a stage of the relay: the relay reads the first leg's lines and
+//! tracks each event once; this stage lends the event to its think watch, rewrites the
+//! chunk for the client ([`Splicer`]), and, when a cut is due, hands the relay the second
+//! leg to read from instead. Everything runs in the relay's own poll: a client that goes
+//! away drops the relay, which drops whichever leg is open and so cancels it in the
+//! engine.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::http::HeaderMap;
+use bytes::{Bytes, BytesMut};
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use serde_json::{Map, Value};
+use tokio::sync::Notify;
+use tokio::time::Sleep;
+use tracing::Instrument;
+
+use super::legs::{ClientAsked, SoFar, second_leg_body};
+use super::splice::{Emit, Splicer};
+use super::watch::{Cut, ThinkWatch};
+use super::{Delimiters, Route};
+use crate::error::ProxyError;
+use crate::relay::RequestObserver;
+use crate::telemetry::{Metrics, spans};
+
+/// Where the continuation goes: the upstream that served the first leg (whose prefix
+/// cache holds the conversation).
+#[derive(Clone)]
+pub struct Upstream {
+    pub client: reqwest::Client,
+    /// The route's full URL.
+    pub url: String,
+    /// Headers for the continuation: the first leg's, with its own request id.
+    pub headers: HeaderMap,
+    pub name: String,
+    pub first_byte_timeout: Duration,
+}
+
+/// A leg's body for the relay: bytes, or the error that ends the client's stream.
+pub type LegStream = BoxStream<'static, Result<Bytes, ProxyError>>;
+
+/// What a continued stream is set up with (see `crate::ending::plan`).
+pub struct Setup {
+    pub upstream: Upstream,
+    pub route: Route,
+    pub delimiters: Delimiters,
+    /// The first leg's request body.
+    pub first_body: Map<String, Value>,
+    pub asked: ClientAsked,
+    pub watch: ThinkWatch,
+    pub splicer: Splicer,
+    /// Rung by the EAT prober when its signal says stop.
+    pub end_now: Arc<Notify>,
+    pub metrics: Arc<Metrics>,
+    pub family: String,
+    /// The stream's entry in the open-stream registry, marked when thinking is cut.
+    pub live: Option<Arc<crate::streams::StreamGuard>>,
+    /// The request's span: the leg after the cut gets a span under it, whose context goes
+    /// upstream (`Span::none()`: untraced, headers as they are).
+    pub span: tracing::Span,
+}
+
+pub struct Continuation {
+    setup: Setup,
+    /// The continuation was sent: its chunks are relayed spliced, and nothing is cut.
+    second: bool,
+    /// Waiting for the EAT prober's word (made when first polled while thinking).
+    eat: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    /// The thinking-time deadline, once thinking has started.
+    timer: Option<(Instant, Pin<Box<Sleep>>)>,
+    /// The client's stream as the legs' lines become it.
+    pub out: Spliced,
+}
+
+impl Continuation {
+    pub fn new(setup: Setup) -> Self {
+        Continuation { setup, second: false, eat: None, timer: None, out: Spliced::default() }
+    }
+
+    /// What may cut the first leg between its events: the EAT prober's word and the
+    /// thinking-time deadline. Only polled while thinking, as only then can either cut.
+    pub fn poll_cut(&mut self, cx: &mut Context<'_>) -> Poll<Cut> {
+        if self.second || !self.setup.watch.thinking() {
+            return Poll::Pending;
+        }
+        let end_now = &self.setup.end_now;
+        let eat = self.eat.get_or_insert_with(|| {
+            let n = end_now.clone();
+            Box::pin(async move { n.notified().await })
+        });
+        if eat.as_mut().poll(cx).is_ready() {
+            self.eat = None;
+            return Poll::Ready(Cut::Eat);
+        }
+        let Some(deadline) = self.setup.watch.deadline() else { return Poll::Pending };
+        let timer = match &mut self.timer {
+            Some((at, sleep)) if *at == deadline => sleep,
+            slot => &mut slot.insert((deadline, Box::pin(tokio::time::sleep_until(deadline.into())))).1,
+        };
+        if timer.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Cut::Seconds);
+        }
+        Poll::Pending
+    }
+
+    /// One chunk (`data:` payload) of the leg being relayed, arrived at `at`: tracked by
+    /// the relay's `observer` (the first leg's as the upstream sent it, for the think
+    /// watch reads its usage and logprobs; the continuation's as the client gets it, its
+    /// text relabelled as answer), and what the client gets instead.
+    pub fn chunk(&mut self, payload: &[u8], at: Instant, observer: &mut RequestObserver) -> Emit {
+        if !self.second {
+            observer.on_payload_also(payload, at, &mut self.setup.watch);
+            return self.setup.splicer.first_leg(payload);
+        }
+        let emit = self.setup.splicer.second_leg(payload);
+        match &emit {
+            Emit::Same => observer.on_payload(payload, at),
+            Emit::Changed(chunk) => observer.on_payload(chunk, at),
+            Emit::Drop => {}
+        }
+        emit
+    }
+
+    /// The cut the last chunk made due, if any.
+    pub fn take_cut(&mut self) -> Option<Cut> {
+        if self.second { None } else { self.setup.watch.take_cut() }
+    }
+
+    /// Carries out a cut: the continuation's stream, for the relay to read from in place
+    /// of the first leg (dropping it aborts the first leg in the engine); or `None`, and
+    /// no more cuts, when the request has no room left to answer in.
+    pub fn cut(&mut self, cut: Cut, observer: &mut RequestObserver) -> Option<LegStream> {
+        let tokens = self.setup.splicer.cut(self.setup.watch.tokens());
+        let so_far = SoFar { text: self.setup.watch.text(), tokens };
+        let Some(body) = second_leg_body(&self.setup.first_body, self.setup.route, &self.setup.delimiters, so_far, self.setup.asked)
+        else {
+            tracing::debug!(parent: &self.setup.span, reason = cut.label(), "no room left to continue; thinking goes on");
+            self.setup.watch.settle();
+            return None;
+        };
+        self.second = true;
+        self.count(cut);
+        // The first leg's token counts described a response that is no longer the one
+        // the client gets.
+        observer.forget_usage();
+        if let Some(live) = &self.setup.live {
+            live.entry().set_ending(crate::streams::Ending::Continued);
+        }
+        tracing::debug!(parent: &self.setup.span, reason = cut.label(), upstream = %self.setup.upstream.name, "thinking cut; continuing");
+        let leg = spans::leg_span(&self.setup.span, cut.label(), &self.setup.upstream.name);
+        Some(second_leg(self.setup.upstream.clone(), body, leg))
+    }
+
+    fn count(&self, cut: Cut) {
+        self.setup.metrics.count_continuation(cut.label());
+        match cut {
+            Cut::Tokens => {} // the relay's own tracker counts budgets reached
+            Cut::Seconds => self.setup.metrics.count_budget_reached(&self.setup.family),
+            Cut::Rpdi | Cut::Eat => self.setup.metrics.count_entropy_exit(cut.label()),
+        }
+    }
+}
+
+/// Sends the continuation and reads it as an event stream; any failure, marked on the
+/// leg's span, ends the client's stream with an error event.
+fn second_leg(up: Upstream, body: Value, leg: tracing::Span) -> LegStream {
+    let failed = {
+        let (name, leg) = (up.name.clone(), leg.clone());
+        move |reason: String| {
+            let e = ProxyError::UpstreamFailed { upstream: name.clone(), reason };
+            spans::fail(&leg, e.outcome());
+            e
+        }
+    };
+    let on_body_error = failed.clone();
+    let in_leg = leg.clone();
+    let send = async move {
+        let mut headers = up.headers.clone();
+        spans::inject(&leg, &mut headers);
+        let send = up.client.post(&up.url).headers(headers).json(&body).send();
+        let resp = match tokio::time::timeout(up.first_byte_timeout, send).await {
+            Err(_) => {
+                spans::fail(&leg, "upstream_timeout");
+                return Err(ProxyError::UpstreamTimeout {
+                    upstream: up.name.clone(),
+                    after_s: up.first_byte_timeout.as_secs_f64(),
+                });
+            }
+            Ok(Err(e)) => return Err(failed(format!("the continuation could not be sent: {e}"))),
+            Ok(Ok(r)) => r,
+        };
+        leg.record("http.response.status_code", i64::from(resp.status().as_u16()));
+        let status = resp.status();
+        if !status.is_success() {
+            let text = resp.text().await.unwrap_or_default();
+            let text: String = text.chars().take(300).collect();
+            return Err(failed(format!("the continuation was refused ({status}): {text}")));
+        }
+        let streamed = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if !streamed {
+            return Err(failed("the continuation came back whole, not as an event stream".into()));
+        }
+        // The leg's span (held by the error mapping) lasts as long as its body is read.
+        Ok(resp.bytes_stream().map_err(move |_| on_body_error("the continuation broke off".into())))
+    };
+    futures::stream::once(send.instrument(in_leg)).try_flatten().boxed()
+}
+
+/// What a leg's lines become for the client: chunks kept, rewritten or dropped (with the
+/// blank line that ended a dropped one), other lines as they came.
+#[derive(Default)]
+pub struct Spliced {
+    buf: BytesMut,
+    skip_blank: bool,
+    /// The client holds an event without its closing blank line.
+    open_event: bool,
+}
+
+impl Spliced {
+    /// A line that is not a chunk: a blank line, a comment, `[DONE]`. Whether it goes to
+    /// the client (the blank line that ended a dropped chunk does not).
+    pub fn other(&mut self, line: &[u8]) -> bool {
+        if line.is_empty() && std::mem::take(&mut self.skip_blank) {
+            return false;
+        }
+        self.push_line(line);
+        self.open_event = !line.is_empty();
+        true
+    }
+
+    /// A chunk's `data:` line, as the splicer decided.
+    pub fn chunk(&mut self, emit: Emit, line: &[u8]) {
+        match emit {
+            Emit::Same => self.push_line(line),
+            Emit::Changed(chunk) => {
+                self.buf.extend_from_slice(b"data: ");
+                self.buf.extend_from_slice(&chunk);
+                self.buf.extend_from_slice(b"\n");
+            }
+            Emit::Drop => {
+                self.skip_blank = true;
+                return;
+            }
+        }
+        self.open_event = true;
+    }
+
+    /// Ends the event the client holds open (the stream is cut here).
+    pub fn close_event(&mut self) {
+        if std::mem::take(&mut self.open_event) {
+            self.buf.extend_from_slice(b"\n");
+        }
+    }
+
+    pub fn take(&mut self) -> Option<Bytes> {
+        (!self.buf.is_empty()).then(|| self.buf.split().freeze())
+    }
+
+    fn push_line(&mut self, line: &[u8]) {
+        self.buf.extend_from_slice(line);
+        self.buf.extend_from_slice(b"\n");
+    }
+}

@@ -134,6 +134,11 @@ async fn nothing_the_client_did_not_ask_for_leaks_into_its_stream() {
     let r = stream(&proxy, "/v1/chat/completions", body).await;
     assert_eq!((r.reasoning.len(), r.content.len()), (3, 6));
     assert!(r.usage.is_empty(), "no usage asked for, none relayed (the proxy asked per chunk)");
+    // The proxy's own counts are the client's one answer, not the first leg's usage at
+    // the cut (3 tokens, all thinking), which stopped describing it there.
+    let tokens = |name: &str| sample(&proxy.state.metrics.render(), name, &[]).unwrap_or(-1.0);
+    eventually("counted", || tokens("meridian_output_tokens_sum") >= 0.0).await;
+    assert_eq!((tokens("meridian_think_tokens_sum"), tokens("meridian_output_tokens_sum")), (3.0, 6.0));
 }
 
 #[tokio::test]

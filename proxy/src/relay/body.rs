@@ -14,6 +14,11 @@
 //! network read, nothing is held and nothing is copied; a line split across reads is
 //! copied once.
 //!
+//! A stream whose thinking may be cut and continued runs its lines through the
+//! continuation stage (`crate::ending::continuation`): the same single tracking of each
+//! event, the chunk rewritten for the client, and at a cut the relay reads the second leg
+//! in place of the first.
+//!
 //! When a drain's grace runs out, the stream ends with a `server_shutting_down` error
 //! event; dropping the body then aborts the upstream request.
 

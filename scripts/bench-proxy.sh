@@ -13,4 +13,6 @@ fi
 # 10,000 streams held through a proxy need more descriptors than the usual soft limit.
 ulimit -n "$(ulimit -Hn)"
 cargo build --release --locked --bins
-cargo bench --locked -p meridian-proxy --bench relay_overhead
+# The stack alone, doing nothing but forward: the floor the report compares against.
+cargo build --release --locked -p meridian-proxy --example bare_relay
+cargo bench --locked -p meridian-proxy --bench relay_overhead -- "$@"

@@ -7,6 +7,9 @@
 //! docs/src/benchmarks/proxy-overhead.md.
 //!
 //!   scripts/bench-proxy.sh       (installs nginx, builds the release binaries, runs this)
+//!   scripts/bench-proxy.sh --only-cpu    (the CPU-per-event runs alone; writes nothing)
+//!   MERIDIAN_BASELINE_BIN=/path/to/old/meridian scripts/bench-proxy.sh --only-cpu
+//!                                (and an older build beside this one, before and after)
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -59,6 +62,22 @@ async fn bench() {
     let plain = meridian(&mock, &[]);
     let continued = meridian(&mock, &["--set", "budget.forcing=continuation"]);
     let ngx = nginx::Nginx::start(port_of(&mock.url), workers()).unwrap_or_else(|e| panic!("nginx: {e}"));
+    // The same stack as meridian doing nothing but forward: what the stack costs.
+    let bare = |client: &str| {
+        let args = ["--listen", "127.0.0.1:0", "--upstream", &mock.url, "--client", client];
+        spawn(&dir.join("examples").join("bare_relay"), &args)
+    };
+    let (bare_reqwest, bare_hyper) = (bare("reqwest"), bare("hyper"));
+    // Before and after a change: another build of meridian, measured beside this one.
+    let baseline_bin = std::env::var_os("MERIDIAN_BASELINE_BIN");
+    let older = |extra: &[&str]| {
+        baseline_bin.as_ref().map(|bin| {
+            let mut args = vec!["serve", "--listen", "127.0.0.1:0", "--upstream", &mock.url];
+            args.extend_from_slice(extra);
+            spawn(std::path::Path::new(bin), &args)
+        })
+    };
+    let (baseline, baseline_continued) = (older(&[]), older(&["--set", "budget.forcing=continuation"]));
 
     let direct = Path { name: "direct", url: mock.url.clone(), pids: vec![] };
     let via_nginx = Path { name: "nginx", url: ngx.url.clone(), pids: ngx.pids() };
@@ -66,13 +85,25 @@ async fn bench() {
     let via_continued =
         Path { name: "meridian-continuation", url: continued.url.clone(), pids: vec![continued.child.id()] };
 
+    let via_bare_reqwest =
+        Path { name: "bare-reqwest", url: bare_reqwest.url.clone(), pids: vec![bare_reqwest.child.id()] };
+    let via_bare_hyper =
+        Path { name: "bare-hyper", url: bare_hyper.url.clone(), pids: vec![bare_hyper.child.id()] };
+
+    let as_path = |name, p: &Option<Proc>| {
+        p.as_ref().map(|b| Path { name, url: b.url.clone(), pids: vec![b.child.id()] })
+    };
+    let via_baseline = as_path("meridian-baseline", &baseline);
+    let via_baseline_continued = as_path("meridian-baseline-continuation", &baseline_continued);
+
     let client = reqwest::Client::builder()
         .no_proxy()
         .tcp_nodelay(true)
         .pool_max_idle_per_host(4096)
         .build()
         .expect("http client");
-    for p in [&direct, &via_nginx, &via_meridian, &via_continued] {
+    let warm = [&direct, &via_nginx, &via_meridian, &via_continued, &via_bare_reqwest, &via_bare_hyper];
+    for p in warm.into_iter().chain(via_baseline.as_ref()).chain(via_baseline_continued.as_ref()) {
         for _ in 0..200 {
             let _ = load::one(&client, &p.url, &load::Shape::plain()).await;
         }
@@ -80,17 +111,36 @@ async fn bench() {
 
     let mut reps = Reps::default();
     let continuations_before = scrape(&client, &continued.url, "meridian_continuations_total").await;
-    phases::cpu_per_event(
-        &client,
-        &[
-            (&via_meridian, load::Shape::spaced(phases::CPU_INTERVAL_MS)),
-            (&via_continued, load::Shape::budget(phases::CPU_INTERVAL_MS, phases::THINK_BUDGET)),
-            (&via_nginx, load::Shape::spaced(phases::CPU_INTERVAL_MS)),
-        ],
-        3,
-        &mut reps,
-    )
-    .await;
+    let spaced = || load::Shape::spaced(phases::CPU_INTERVAL_MS);
+    let mut cpu_paths = vec![
+        (&via_meridian, spaced()),
+        (&via_continued, load::Shape::budget(phases::CPU_INTERVAL_MS, phases::THINK_BUDGET)),
+        (&via_nginx, spaced()),
+        (&via_bare_reqwest, spaced()),
+        (&via_bare_hyper, spaced()),
+    ];
+    if let (Some(b), Some(c)) = (&via_baseline, &via_baseline_continued) {
+        cpu_paths.insert(1, (b, spaced()));
+        cpu_paths.insert(3, (c, load::Shape::budget(phases::CPU_INTERVAL_MS, phases::THINK_BUDGET)));
+    }
+    phases::cpu_per_event(&client, &cpu_paths, 3, &mut reps).await;
+    if via_baseline.is_some() {
+        // Each repetition measured both within seconds of each other: their ratio is
+        // steadier than either figure on a shared machine.
+        for (now, before) in [
+            ("cpu meridian", "cpu meridian-baseline"),
+            ("cpu meridian-continuation", "cpu meridian-baseline-continuation"),
+        ] {
+            let ratios: Vec<f64> =
+                reps.values(now).iter().zip(reps.values(before)).map(|(a, b)| a / b).collect();
+            println!("{now} / baseline, per repetition: {}", stats::Spread::of(&ratios).show(3));
+        }
+    }
+    drop((bare_reqwest, bare_hyper, baseline, baseline_continued));
+    if std::env::args().any(|a| a == "--only-cpu") {
+        println!("--only-cpu: the other targets were not measured and the report was not written");
+        return;
+    }
     // Every budget request should have been continued once; the report says so.
     let continued_requests =
         scrape(&client, &continued.url, "meridian_continuations_total").await - continuations_before;

@@ -6,6 +6,7 @@ use std::fmt::Write;
 use super::hold::STREAMS;
 use super::phases::{self as p, THINK_BUDGET};
 use super::report::Report;
+use super::stats::Spread;
 
 impl Report {
     pub(crate) fn cpu(&self, md: &mut String) {
@@ -21,7 +22,9 @@ impl Report {
              `--set budget.forcing=continuation`: the proxy cuts the thinking after {budget} reasoning events, \
              ends the upstream request and sends a second one that continues the answer, whose events it \
              relabels and splices into the client's stream; {cont:.0} continuations were counted for its \
-             requests.\n\n\
+             requests. `bare-reqwest` and `bare-hyper` are the same stack as meridian doing nothing but \
+             forward (`proxy/examples/bare_relay.rs`: an axum server, and reqwest's client or hyper-util's \
+             pooled client without reqwest): the floor under meridian on this stack.\n\n\
              | proxy | CPU µs/event | user µs | system µs | context switches/event | events/request | errors | machine cores busy |\n\
              |---|---:|---:|---:|---:|---:|---:|---:|\n",
             rate = 500,
@@ -30,7 +33,10 @@ impl Report {
             budget = THINK_BUDGET,
             cont = self.continued_requests,
         );
-        for n in ["meridian", "meridian-continuation", "nginx"] {
+        let baseline = ["meridian-baseline", "meridian-baseline-continuation"];
+        let measured_baseline = !self.reps.values("cpu meridian-baseline").is_empty();
+        let names = ["meridian", "meridian-continuation", "nginx", "bare-reqwest", "bare-hyper"];
+        for n in names.into_iter().chain(baseline.into_iter().filter(|_| measured_baseline)) {
             let _ = writeln!(
                 md,
                 "| {n} | {} | {} | {} | {} | {} | {} | {} |",
@@ -41,6 +47,26 @@ impl Report {
                 self.get(&format!("events {n}")).show(1),
                 self.get(&format!("errors {n}")).median,
                 self.get(&format!("machine {n}")).show(2),
+            );
+        }
+        if measured_baseline {
+            let ratio = |now: &str, before: &str| {
+                let r: Vec<f64> = self
+                    .reps
+                    .values(now)
+                    .iter()
+                    .zip(self.reps.values(before))
+                    .map(|(a, b)| a / b)
+                    .collect();
+                Spread::of(&r).show(3)
+            };
+            let _ = write!(
+                md,
+                "\nBefore and after: `meridian-baseline` rows are an older build of meridian \
+                 (`MERIDIAN_BASELINE_BIN`), each repetition measured right after this build's. CPU per \
+                 event, this build over the older, per repetition: plain {}, continuation {}.\n",
+                ratio("cpu meridian", "cpu meridian-baseline"),
+                ratio("cpu meridian-continuation", "cpu meridian-baseline-continuation"),
             );
         }
         let (m, n) = (self.get("cpu meridian").median, self.get("cpu nginx").median);
@@ -61,6 +87,18 @@ impl Report {
                 mu / nu,
                 ms / ns,
                 self.tracking_ns / 1000.0,
+            );
+            let (br, bh) = (self.get("cpu bare-reqwest").median, self.get("cpu bare-hyper").median);
+            let _ = write!(
+                md,
+                " The stack alone says how much: forwarding with nothing else costs {br:.1} µs per event \
+                 with reqwest's client ({bh:.1} µs with hyper-util's directly), so meridian's own work \
+                 (the line reader, tracking, watchers, metrics, timers) adds {:.1} µs on top of the stack \
+                 it is built on, the stack itself is {:.1}× nginx, and hyper's client in place of \
+                 reqwest would save {:.1} µs.",
+                m - br,
+                br / n,
+                br - bh,
             );
             if n > 5.0 {
                 let _ = write!(

@@ -186,9 +186,10 @@ impl ProxyError {
 
     /// The error as an SSE event in the stream's own API, for streams that already
     /// started.
-    pub fn sse_event(&self, dialect: Dialect) -> bytes::Bytes {
+    /// `next_sequence` numbers the event on the Responses API (see [`error_event`]).
+    pub fn sse_event(&self, dialect: Dialect, next_sequence: u64) -> bytes::Bytes {
         let mut body = self.body();
-        error_event(dialect, body["error"].take())
+        error_event(dialect, body["error"].take(), next_sequence)
     }
 
     /// The outcome label this error is counted under.
@@ -239,9 +240,10 @@ impl ProxyError {
 /// OpenAI-style error object (`message`, `type`, `param`, `code`).
 ///
 /// - chat and completions: a `data:` line with `{"error": ...}`, then `[DONE]`;
-/// - Responses: an `error` event (`type`, `code`, `message`, `param`), as OpenAI sends;
+/// - Responses: an `error` event (`type`, `code`, `message`, `param`), as OpenAI sends,
+///   numbered `next_sequence`, the number after the upstream's last event;
 /// - Messages: an `error` event with Anthropic's `{"type": "error", "error": {...}}`.
-pub fn error_event(dialect: Dialect, error: Value) -> bytes::Bytes {
+pub fn error_event(dialect: Dialect, error: Value, next_sequence: u64) -> bytes::Bytes {
     let text = match dialect {
         Dialect::Chat => format!("data: {}\n\ndata: [DONE]\n\n", json!({ "error": error })),
         Dialect::Responses => {
@@ -250,6 +252,7 @@ pub fn error_event(dialect: Dialect, error: Value) -> bytes::Bytes {
                 "code": error["code"],
                 "message": error["message"],
                 "param": error["param"],
+                "sequence_number": next_sequence,
             });
             format!("event: error\ndata: {event}\n\n")
         }
@@ -337,22 +340,22 @@ mod tests {
     #[test]
     fn a_broken_stream_ends_in_its_apis_own_error_event() {
         let err = ProxyError::AdmissionQueueFull;
-        let chat = String::from_utf8(err.sse_event(Dialect::Chat).to_vec()).unwrap();
+        let chat = String::from_utf8(err.sse_event(Dialect::Chat, 0).to_vec()).unwrap();
         assert!(chat.starts_with("data: {\"error\":") && chat.ends_with("data: [DONE]\n\n"), "{chat}");
         let data = |text: &str| -> Value {
             let (event, data) = text.trim_end().split_once('\n').unwrap();
             assert_eq!(event, "event: error");
             serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap()
         };
-        let responses = data(std::str::from_utf8(&err.sse_event(Dialect::Responses)).unwrap());
+        let responses = data(std::str::from_utf8(&err.sse_event(Dialect::Responses, 7)).unwrap());
         assert_eq!(
-            (&responses["type"], &responses["code"]),
-            (&json!("error"), &json!("admission_queue_full"))
+            (&responses["type"], &responses["code"], &responses["sequence_number"]),
+            (&json!("error"), &json!("admission_queue_full"), &json!(7))
         );
-        let messages = data(std::str::from_utf8(&err.sse_event(Dialect::Messages)).unwrap());
+        let messages = data(std::str::from_utf8(&err.sse_event(Dialect::Messages, 0)).unwrap());
         assert_eq!(messages["error"]["type"], "overloaded_error", "a full queue is an overload");
         let truncated = ProxyError::UpstreamTruncated { upstream: "u".into() };
-        let messages = data(std::str::from_utf8(&truncated.sse_event(Dialect::Messages)).unwrap());
+        let messages = data(std::str::from_utf8(&truncated.sse_event(Dialect::Messages, 0)).unwrap());
         assert_eq!(messages["error"]["type"], "api_error");
     }
 }

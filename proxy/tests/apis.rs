@@ -167,11 +167,16 @@ async fn a_stream_without_its_terminator_ends_in_the_apis_own_error_event() {
         assert_eq!(last_event, "event: error", "{}: {text}", api.route);
         let error: Value = serde_json::from_str(last_data.strip_prefix("data: ").unwrap()).unwrap();
         match api.route {
-            "responses" => assert_eq!(
-                (&error["type"], &error["code"]),
-                (&json!("error"), &json!("upstream_truncated")),
-                "OpenAI's error event"
-            ),
+            "responses" => {
+                // Numbered after the upstream's last event (vLLM counts from 0), as
+                // every event of the API is.
+                let relayed = text.lines().filter(|l| l.starts_with("data: ")).count() - 1;
+                assert_eq!(
+                    (&error["type"], &error["code"], &error["sequence_number"]),
+                    (&json!("error"), &json!("upstream_truncated"), &json!(relayed)),
+                    "OpenAI's error event"
+                )
+            }
             _ => assert_eq!(
                 (&error["type"], &error["error"]["type"]),
                 (&json!("error"), &json!("api_error")),

@@ -101,6 +101,8 @@ def test_a_broken_responses_stream_ends_in_an_error_event(proxy):
     assert events[-1].code == "upstream_error"
     assert "the stream broke off" in events[-1].message
     assert not any(e.type == "response.completed" for e in events)
+    # Numbered like every event of the API: the one after the last the upstream sent.
+    assert events[-1].sequence_number == events[-2].sequence_number + 1
 
 
 def test_a_malformed_message_request_raises_the_usual_exception(proxy):

@@ -2,6 +2,16 @@
 
 use super::{ChoiceDelta, Usage, chunk, messages, responses};
 
+/// What one payload told the tracker besides its choices' parts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Read {
+    /// The token counts it reported.
+    pub usage: Option<Usage>,
+    /// Its place in the stream, where the API numbers its events (the Responses API's
+    /// `sequence_number`), so that an event the proxy adds can take the next number.
+    pub sequence: Option<u64>,
+}
+
 /// The event formats of the generation APIs vLLM serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Dialect {
@@ -16,30 +26,27 @@ pub enum Dialect {
 
 impl Dialect {
     /// Reads one `data:` payload (or a whole unstreamed body) of this dialect: calls
-    /// `on_choice` for each choice's part of it and returns the token counts it
-    /// reports. `None`: not a payload of the expected shape, which tells the tracker
-    /// nothing (and is relayed all the same).
-    pub fn parse<'p>(
-        self,
-        payload: &'p [u8],
-        on_choice: impl FnMut(ChoiceDelta<'p>),
-    ) -> Option<Option<Usage>> {
+    /// `on_choice` for each choice's part of it and returns the rest of what it reports
+    /// (token counts, its sequence number). `None`: not a payload of the expected shape,
+    /// which tells the tracker nothing (and is relayed all the same).
+    pub fn parse<'p>(self, payload: &'p [u8], on_choice: impl FnMut(ChoiceDelta<'p>)) -> Option<Read> {
+        let usage_only = |usage| Read { usage, sequence: None };
         match self {
-            Dialect::Chat => chunk::parse_payload(payload, on_choice),
+            Dialect::Chat => chunk::parse_payload(payload, on_choice).map(usage_only),
             Dialect::Responses => responses::parse(payload, on_choice),
-            Dialect::Messages => messages::parse(payload, on_choice),
+            Dialect::Messages => messages::parse(payload, on_choice).map(usage_only),
         }
     }
 }
 
 #[cfg(test)]
 pub(super) mod testing {
-    use super::{Dialect, Usage};
+    use super::{Dialect, Read};
 
     /// What a parser told the tracker: each choice part as (reasoning, content, finished).
     pub type Seen = Vec<(Option<String>, Option<String>, bool)>;
 
-    pub fn read(dialect: Dialect, payload: &str) -> (Seen, Option<Option<Usage>>) {
+    pub fn read(dialect: Dialect, payload: &str) -> (Seen, Option<Read>) {
         let mut seen = Vec::new();
         let usage = dialect.parse(payload.as_bytes(), |c| {
             seen.push((c.reasoning.map(|s| s.into_owned()), c.content.map(|s| s.into_owned()), c.finished))
@@ -57,15 +64,20 @@ mod tests {
     /// parts, answer parts, whether the last event finished the stream, the last usage.
     fn replay(dialect: Dialect, recording: &str) -> (usize, usize, bool, Option<Usage>) {
         let (mut think, mut answer, mut finished, mut usage) = (0, 0, false, None);
-        for payload in recording.lines().filter_map(|l| l.strip_prefix("data: ")) {
+        for (i, payload) in recording.lines().filter_map(|l| l.strip_prefix("data: ")).enumerate() {
             let (seen, u) = read(dialect, payload);
             assert!(u.is_some(), "{dialect:?} refused a payload vLLM sent: {payload}");
+            // vLLM numbers a Responses stream's events from 0, one by one: the proxy's
+            // own error event takes the number after the last it relayed.
+            let sequence = u.and_then(|r| r.sequence);
+            let expected = (dialect == Dialect::Responses).then_some(i as u64);
+            assert_eq!(sequence, expected, "{dialect:?} event {i}: {payload}");
             for (r, c, f) in seen {
                 think += usize::from(r.is_some());
                 answer += usize::from(c.is_some());
                 finished = f;
             }
-            usage = u.flatten().or(usage);
+            usage = u.and_then(|r| r.usage).or(usage);
         }
         (think, answer, finished, usage)
     }
@@ -104,7 +116,7 @@ mod tests {
             assert_eq!(seen.len(), 1, "{dialect:?}");
             let (r, c, finished) = &seen[0];
             assert!(r.as_ref().is_some_and(|r| !r.is_empty()) && c.is_some() && *finished, "{dialect:?}");
-            assert!(usage.flatten().is_some(), "{dialect:?}");
+            assert!(usage.and_then(|r| r.usage).is_some(), "{dialect:?}");
         }
     }
 }

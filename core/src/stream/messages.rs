@@ -127,7 +127,8 @@ mod tests {
     use crate::stream::dialect::testing::Seen;
 
     fn read(payload: &str) -> (Seen, Option<Option<Usage>>) {
-        crate::stream::dialect::testing::read(Dialect::Messages, payload)
+        let (seen, read) = crate::stream::dialect::testing::read(Dialect::Messages, payload);
+        (seen, read.map(|r| r.usage))
     }
 
     #[test]

@@ -13,6 +13,6 @@ mod responses;
 mod sse;
 
 pub use chunk::{ChoiceDelta, TokenIds, Usage, parse_payload};
-pub use dialect::Dialect;
+pub use dialect::{Dialect, Read};
 pub use lines::{LineReader, LineTooLong, SseLine, lines, sse_line};
 pub use sse::SseDecoder;

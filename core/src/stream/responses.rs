@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use smallvec::SmallVec;
 
 use super::chunk::Text;
-use super::{ChoiceDelta, Usage};
+use super::{ChoiceDelta, Read, Usage};
 
 #[derive(Deserialize)]
 struct View<'a> {
@@ -30,6 +30,9 @@ struct View<'a> {
     output: Option<SmallVec<[Item<'a>; 2]>>,
     #[serde(default)]
     usage: Option<UsageView>,
+    /// The event's place in the stream (every streamed event has one).
+    #[serde(default)]
+    sequence_number: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -82,14 +85,16 @@ impl UsageView {
 
 /// Parses one stream event's `data:` payload, or a whole response. `None`: not a JSON
 /// object of the expected shape (relayed all the same; it tells the tracker nothing).
-pub fn parse<'p>(payload: &'p [u8], mut on_choice: impl FnMut(ChoiceDelta<'p>)) -> Option<Option<Usage>> {
+pub fn parse<'p>(payload: &'p [u8], mut on_choice: impl FnMut(ChoiceDelta<'p>)) -> Option<Read> {
     let view: View<'p> = serde_json::from_slice(payload).ok()?;
+    let sequence = view.sequence_number;
     let Some(kind) = view.kind else {
         // Neither an event nor a response (`[]` reads as an empty struct, too).
         let output = view.output?;
-        return Some(whole(output, view.usage, on_choice));
+        return Some(Read { usage: whole(output, view.usage, on_choice), sequence });
     };
     let text = || view.delta.and_then(|d| serde_json::from_str::<Text<'_>>(d.get()).ok()).map(|t| t.0);
+    let mut usage = None;
     match kind.0.as_ref() {
         "response.reasoning_text.delta" => {
             on_choice(ChoiceDelta { reasoning: Some(text()?), ..ChoiceDelta::default() });
@@ -99,15 +104,15 @@ pub fn parse<'p>(payload: &'p [u8], mut on_choice: impl FnMut(ChoiceDelta<'p>)) 
         }
         "response.completed" | "response.incomplete" => {
             on_choice(ChoiceDelta { finished: true, ..ChoiceDelta::default() });
-            return Some(view.response.and_then(|r| r.usage).and_then(UsageView::usage));
+            usage = view.response.and_then(|r| r.usage).and_then(UsageView::usage);
         }
         "response.failed" | "error" => {
             on_choice(ChoiceDelta { finished: true, upstream_error: true, ..ChoiceDelta::default() });
-            return Some(view.response.and_then(|r| r.usage).and_then(UsageView::usage));
+            usage = view.response.and_then(|r| r.usage).and_then(UsageView::usage);
         }
         _ => {}
     }
-    Some(None)
+    Some(Read { usage, sequence })
 }
 
 /// A whole response: its reasoning items' text, then its messages' output text.
@@ -142,7 +147,21 @@ mod tests {
     use crate::stream::dialect::testing::Seen;
 
     fn read(payload: &str) -> (Seen, Option<Option<Usage>>) {
-        crate::stream::dialect::testing::read(Dialect::Responses, payload)
+        let (seen, read) = crate::stream::dialect::testing::read(Dialect::Responses, payload);
+        (seen, read.map(|r| r.usage))
+    }
+
+    #[test]
+    fn each_event_tells_its_sequence_number() {
+        let sequence = |payload: &str| {
+            crate::stream::dialect::testing::read(Dialect::Responses, payload).1.and_then(|r| r.sequence)
+        };
+        assert_eq!(sequence(r#"{"type":"response.created","sequence_number":0,"response":{}}"#), Some(0));
+        assert_eq!(
+            sequence(r#"{"type":"response.output_text.delta","delta":"a","sequence_number":41}"#),
+            Some(41)
+        );
+        assert_eq!(sequence(r#"{"type":"response.in_progress"}"#), None);
     }
 
     #[test]

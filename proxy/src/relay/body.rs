@@ -323,7 +323,7 @@ fn splice_block(
 fn close_with(tail: &Tail, observer: &mut RequestObserver, state: &mut State, err: ProxyError) -> Bytes {
     observer.fail(err.outcome());
     *state = State::Done;
-    let event = err.sse_event(observer.dialect());
+    let event = err.sse_event(observer.dialect(), observer.next_sequence());
     if tail.mid_event_with_data() {
         let mut b = Vec::with_capacity(event.len() + 1);
         b.push(b'\n');

@@ -145,7 +145,8 @@ fn error_event_from_body(status: StatusCode, body: &[u8], dialect: Dialect) -> B
             })
         }
     };
-    crate::error::error_event(dialect, error)
+    // Only heartbeats went before (comments, not events): this is the stream's first event.
+    crate::error::error_event(dialect, error, 0)
 }
 
 #[cfg(test)]

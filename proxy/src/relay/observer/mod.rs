@@ -96,6 +96,8 @@ pub struct RequestObserver {
     choices_finished: u64,
     /// The upstream ended the response with an error event of its own.
     upstream_error: bool,
+    /// The last event's sequence number, where the API numbers them (Responses).
+    last_sequence: Option<u64>,
     /// An unstreamed answer: the characters of its reasoning and of its answer, to split
     /// the server's token count by when it does not count reasoning itself (the
     /// tracker saw one delta, not one per token).
@@ -127,6 +129,7 @@ impl RequestObserver {
             choices_seen: 0,
             choices_finished: 0,
             upstream_error: false,
+            last_sequence: None,
             whole_text: (!streaming).then_some((0, 0)),
             builtin: watchers.len(),
             watchers,
@@ -155,12 +158,15 @@ impl RequestObserver {
         // Inline storage: the usual one or two choices cost no allocation.
         let mut parts: SmallVec<[Part<'_>; 2]> = SmallVec::new();
         let dialect = self.dialect;
-        let usage = dialect.parse(payload, |choice| {
+        let read = dialect.parse(payload, |choice| {
             if let Some(part) = self.track(choice, at) {
                 parts.push(part);
             }
         });
-        let usage = usage.flatten();
+        if let Some(sequence) = read.and_then(|r| r.sequence) {
+            self.last_sequence = Some(sequence);
+        }
+        let usage = read.and_then(|r| r.usage);
         if usage.is_some() {
             self.usage = usage;
         }
@@ -306,6 +312,12 @@ impl RequestObserver {
     /// The API the response speaks.
     pub fn dialect(&self) -> Dialect {
         self.dialect
+    }
+
+    /// The sequence number an event the proxy adds takes: the one after the last the
+    /// upstream sent (0 before any). Only the Responses API numbers its events.
+    pub fn next_sequence(&self) -> u64 {
+        self.last_sequence.map_or(0, |s| s.saturating_add(1))
     }
 
     pub fn phase(&self) -> Phase {

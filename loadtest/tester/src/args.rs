@@ -15,7 +15,9 @@ pub struct Args {
     /// Server base URL (no /v1), e.g. http://127.0.0.1:8080.
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     pub base_url: String,
-    /// API path.
+    /// API path, which also picks the API spoken: `/v1/chat/completions`,
+    /// `/v1/completions`, `/v1/responses` (OpenAI Responses, reasoning and output-text
+    /// events) or `/v1/messages` (Anthropic Messages, thinking blocks).
     #[arg(long, default_value = "/v1/chat/completions")]
     pub endpoint: String,
     /// Model name; default: the first one the server lists.

@@ -5,10 +5,66 @@ use std::time::Instant;
 
 use futures::StreamExt;
 use meridian_core::models::ModelFamily;
+use meridian_core::stream::Dialect;
 use serde_json::{Value, json};
 
 use crate::dataset::Prompt;
 use crate::record::{RecordBuilder, RequestRecord};
+
+/// The API a run speaks, from its endpoint's path: how each request is written and how
+/// its answer is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    /// `/v1/chat/completions`: `messages` in, `choices[].delta` out.
+    Chat,
+    /// `/v1/completions` (and any other path, as before): `prompt` in, `choices[].text` out.
+    Completions,
+    /// `/v1/responses`, OpenAI's Responses API (how gpt-oss is naturally served): `input`
+    /// in, typed reasoning and output-text events out.
+    Responses,
+    /// `/v1/messages`, Anthropic's Messages API as vLLM serves it: thinking blocks.
+    Messages,
+}
+
+impl Api {
+    pub fn of_endpoint(path: &str) -> Api {
+        let path = path.split('?').next().unwrap_or_default().trim_end_matches('/');
+        if path.ends_with("/chat/completions") {
+            Api::Chat
+        } else if path.ends_with("/responses") {
+            Api::Responses
+        } else if path.ends_with("/messages") {
+            Api::Messages
+        } else {
+            Api::Completions
+        }
+    }
+
+    /// How its streamed events (or whole answers) are read.
+    pub fn dialect(self) -> Dialect {
+        match self {
+            Api::Chat | Api::Completions => Dialect::Chat,
+            Api::Responses => Dialect::Responses,
+            Api::Messages => Dialect::Messages,
+        }
+    }
+
+    /// Why a run's options cannot be sent on this API, if they cannot: vLLM reads its
+    /// `thinking_token_budget` and `ignore_eos` on chat and completions only.
+    pub fn refuses(self, think_budgets: bool, ignore_eos: bool) -> Option<String> {
+        if matches!(self, Api::Chat | Api::Completions) {
+            return None;
+        }
+        let what = match (think_budgets, ignore_eos) {
+            (true, _) => "think budgets (--random-think-len)",
+            (false, true) => "--ignore-eos",
+            (false, false) => return None,
+        };
+        Some(format!(
+            "{what}: vLLM reads them on /v1/chat/completions and /v1/completions only, not on the {self:?} API"
+        ))
+    }
+}
 
 /// What every request of a run shares.
 #[derive(Clone)]
@@ -17,7 +73,7 @@ pub struct Target {
     /// Full URL of the endpoint, e.g. `http://host:8000/v1/chat/completions`.
     pub url: String,
     pub model: String,
-    pub chat: bool,
+    pub api: Api,
     pub stream: bool,
     pub api_key: Option<String>,
     /// Extra fields merged into every request body (`--extra-body`).
@@ -28,14 +84,20 @@ pub struct Target {
 
 impl Target {
     fn body(&self, prompt: &Prompt) -> Value {
-        let mut body = if self.chat {
-            json!({"model": self.model, "messages": [{"role": "user", "content": prompt.text}], "max_tokens": prompt.max_tokens})
-        } else {
-            json!({"model": self.model, "prompt": prompt.text, "max_tokens": prompt.max_tokens})
+        let (model, max) = (&self.model, prompt.max_tokens);
+        let messages = json!([{"role": "user", "content": prompt.text}]);
+        let mut body = match self.api {
+            Api::Chat => json!({"model": model, "messages": messages, "max_tokens": max}),
+            Api::Completions => json!({"model": model, "prompt": prompt.text, "max_tokens": max}),
+            Api::Responses => json!({"model": model, "input": prompt.text, "max_output_tokens": max}),
+            Api::Messages => json!({"model": model, "messages": messages, "max_tokens": max}),
         };
         if self.stream {
             body["stream"] = json!(true);
-            body["stream_options"] = json!({"include_usage": true});
+            // The Responses and Messages streams end with their usage unasked.
+            if matches!(self.api, Api::Chat | Api::Completions) {
+                body["stream_options"] = json!({"include_usage": true});
+            }
         }
         if self.ignore_eos {
             body["ignore_eos"] = json!(true);
@@ -55,7 +117,7 @@ impl Target {
 
     /// Sends `prompt` as request `index`; `sent_at` is its offset in the run.
     pub async fn send(&self, index: usize, sent_at: f64, prompt: &Prompt) -> RequestRecord {
-        let mut b = RecordBuilder::new(index, sent_at, self.family.clone());
+        let mut b = RecordBuilder::new(index, sent_at, self.family.clone(), self.api.dialect());
         let start = Instant::now();
         let mut req = self.client.post(&self.url).json(&self.body(prompt));
         if let Some(key) = &self.api_key {

@@ -4,7 +4,7 @@ use clap::Parser;
 use meridian_core::ModelRegistry;
 use meridian_loadtest::args::{Args, DatasetName};
 use meridian_loadtest::arrivals::{Rate, schedule};
-use meridian_loadtest::client::Target;
+use meridian_loadtest::client::{Api, Target};
 use meridian_loadtest::dataset::{self, Prompt};
 use meridian_loadtest::record::RequestRecord;
 use meridian_loadtest::report::{self, JSON_SCHEMA, JsonReport, JsonRun};
@@ -96,11 +96,16 @@ async fn real_main(args: Args) -> Result<ExitCode, String> {
                 .map_err(|e| e.to_string())?
         }
     };
+    let api = Api::of_endpoint(&args.endpoint);
+    let think_budgets = prompts.iter().any(|p| p.think_budget.is_some());
+    if let Some(why) = api.refuses(think_budgets, args.ignore_eos) {
+        return Err(format!("--endpoint {}: {why}", args.endpoint));
+    }
     let target = |url: &str| Target {
         client: client.clone(),
         url: format!("{}{}", url.trim_end_matches('/'), args.endpoint),
         model: model.clone(),
-        chat: args.endpoint.ends_with("/chat/completions"),
+        api,
         stream: !args.no_stream,
         api_key: args.api_key.clone(),
         extra_body: extra_body.clone(),

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use meridian_core::models::ModelFamily;
-use meridian_core::stream::{SseDecoder, Usage, parse_payload};
+use meridian_core::stream::{Dialect, SseDecoder, Usage};
 use meridian_core::{Delta, PhaseEvent, PhaseRouter};
 use serde::Serialize;
 
@@ -69,6 +69,8 @@ impl RequestRecord {
 
 /// Builds a record from timestamped network chunks.
 pub struct RecordBuilder {
+    /// The API the answer speaks, which decides how its events are read.
+    dialect: Dialect,
     record: RequestRecord,
     decoder: SseDecoder,
     router: PhaseRouter,
@@ -80,8 +82,9 @@ pub struct RecordBuilder {
 }
 
 impl RecordBuilder {
-    pub fn new(index: usize, sent_at: f64, family: Option<Arc<ModelFamily>>) -> Self {
+    pub fn new(index: usize, sent_at: f64, family: Option<Arc<ModelFamily>>, dialect: Dialect) -> Self {
         RecordBuilder {
+            dialect,
             record: RequestRecord { index, sent_at, ..Default::default() },
             decoder: SseDecoder::new(),
             router: PhaseRouter::new(family),
@@ -102,12 +105,12 @@ impl RecordBuilder {
     }
 
     fn on_payload(&mut self, at: f64, payload: &[u8]) {
-        let usage = parse_payload(payload, |c| {
+        let read = self.dialect.parse(payload, |c| {
             if c.index == 0 {
                 self.on_delta(at, c.reasoning.as_deref(), c.content.as_deref(), c.token_ids.as_deref());
             }
         });
-        if let Some(Some(u)) = usage {
+        if let Some(u) = read.and_then(|r| r.usage) {
             self.usage = Some(u);
         }
     }
@@ -196,7 +199,7 @@ mod tests {
     #[test]
     fn metric_definitions_on_a_stream_with_known_answers() {
         let family = ModelRegistry::builtin().unwrap().get("qwen3").cloned();
-        let mut b = RecordBuilder::new(0, 0.0, family);
+        let mut b = RecordBuilder::new(0, 0.0, family, Dialect::Chat);
         b.on_chunk(0.1, chunk("content", "").as_bytes());
         b.on_chunk(0.2, chunk("reasoning", "a").as_bytes());
         b.on_chunk(0.3, chunk("reasoning", "b").as_bytes());
@@ -225,19 +228,19 @@ mod tests {
 
     #[test]
     fn a_stream_that_breaks_is_an_error_with_what_was_measured() {
-        let mut b = RecordBuilder::new(3, 1.5, None);
+        let mut b = RecordBuilder::new(3, 1.5, None, Dialect::Chat);
         b.on_chunk(0.25, chunk("content", "x").as_bytes());
         let r = b.finish(0.3, Some("connection reset".into()));
         assert!(!r.ok);
         assert_eq!(r.ttft, Some(0.25));
         assert_eq!(r.error.as_deref(), Some("connection reset"));
-        let r = RecordBuilder::new(4, 0.0, None).finish(1.0, None);
+        let r = RecordBuilder::new(4, 0.0, None, Dialect::Chat).finish(1.0, None);
         assert!(!r.ok, "an empty answer is not a success");
     }
 
     #[test]
     fn events_split_across_network_chunks_are_timed_at_completion() {
-        let mut b = RecordBuilder::new(0, 0.0, None);
+        let mut b = RecordBuilder::new(0, 0.0, None, Dialect::Chat);
         let c = chunk("content", "hello");
         let (a, z) = c.as_bytes().split_at(20);
         b.on_chunk(0.1, a);

@@ -21,7 +21,7 @@ import requests
 from conftest import binary
 from tracing_rig import (
     CLIENT, ERROR, MODEL, REASONING, SERVER, Certs, GrpcReceiver, Hook, HttpReceiver, Proxy, Upstream, by_name,
-    parent_of, stream_chat, traceparent,
+    parent_of, stream_chat, traceparent, traced,
 )
 
 
@@ -30,24 +30,13 @@ from tracing_rig import (
 
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
 def test_request_span_tree_events_and_propagation(protocol):
-    receiver = HttpReceiver() if protocol == "http/protobuf" else GrpcReceiver()
-    upstream = Upstream()
-    proxy = Proxy(upstream.url, [
-        "telemetry.tracing.enabled=true",
-        f"telemetry.tracing.protocol={protocol}",
-        f"telemetry.tracing.endpoint={receiver.endpoint}",
-        # Admission on, with room: the wait is a span even when it is short.
-        "admission.enabled=true", "admission.max_streams=8",
-    ], env={"OTEL_BSP_SCHEDULE_DELAY": "100"})
-    try:
+    # Admission on, with room: the wait is a span even when it is short.
+    with traced("admission.enabled=true", "admission.max_streams=8", protocol=protocol) as rig:
         trace_id, client_span, header = traceparent()
-        stream_chat(proxy.url, {"traceparent": header, "x-request-id": "trace-me"},
+        stream_chat(rig.proxy.url, {"traceparent": header, "x-request-id": "trace-me"},
                     {"stream_options": {"include_usage": True}})
-        spans = receiver.spans.wait_for(lambda s: any(x["name"].startswith("chat ") for x in s))
-    finally:
-        proxy.stop()
-        upstream.stop()
-        receiver.stop()
+        spans = rig.request_spans()
+    receiver, upstream = rig.receiver, rig.upstream
 
     ours = [s for s in spans if s["trace_id"] == trace_id]
     assert len(ours) == len(spans), "every span of the request is in the client's trace"
@@ -91,19 +80,10 @@ def test_request_span_tree_events_and_propagation(protocol):
 def test_collector_over_tls(protocol, tmp_path):
     certs = Certs(tmp_path)
     receiver = HttpReceiver(certs) if protocol == "http/protobuf" else GrpcReceiver(certs)
-    upstream = Upstream()
-    proxy = Proxy(upstream.url, [
-        "telemetry.tracing.enabled=true", f"telemetry.tracing.protocol={protocol}",
-        f"telemetry.tracing.endpoint={receiver.endpoint}",
-    ], env={"OTEL_BSP_SCHEDULE_DELAY": "100", "SSL_CERT_FILE": str(certs.ca)})
-    try:
+    with traced(protocol=protocol, receiver=receiver, env={"SSL_CERT_FILE": str(certs.ca)}) as rig:
         trace_id, _, header = traceparent()
-        stream_chat(proxy.url, {"traceparent": header})
-        spans = receiver.spans.wait_for(lambda s: any(x["name"].startswith("chat ") for x in s))
-    finally:
-        proxy.stop()
-        upstream.stop()
-        receiver.stop()
+        stream_chat(rig.proxy.url, {"traceparent": header})
+        spans = rig.request_spans()
     assert receiver.endpoint.startswith("https://")
     assert {s["trace_id"] for s in spans} == {trace_id}
 
@@ -135,21 +115,12 @@ def test_proxy_starts_a_trace_when_the_client_sends_none_and_flushes_at_exit(pro
 
 
 def test_continuation_leg_is_a_span_and_carries_its_own_traceparent():
-    receiver = HttpReceiver()
     # Thinking outlasts the 0.3 s time budget; no hook, so the proxy continues the stream.
     upstream = Upstream(gap_s=0.1, think_chunks=[f" step{i}" for i in range(40)])
-    proxy = Proxy(upstream.url, [
-        "telemetry.tracing.enabled=true", "telemetry.tracing.protocol=http/protobuf",
-        f"telemetry.tracing.endpoint={receiver.endpoint}", "budget.think_seconds=0.3",
-    ], env={"OTEL_BSP_SCHEDULE_DELAY": "100"})
-    try:
+    with traced("budget.think_seconds=0.3", upstream=upstream) as rig:
         trace_id, _, header = traceparent()
-        stream_chat(proxy.url, {"traceparent": header})
-        spans = receiver.spans.wait_for(lambda s: any(x["name"].startswith("chat ") for x in s))
-    finally:
-        proxy.stop()
-        upstream.stop()
-        receiver.stop()
+        stream_chat(rig.proxy.url, {"traceparent": header})
+        spans = rig.request_spans()
     [request] = by_name(spans, f"chat {MODEL}")
     [attempt] = by_name(spans, "upstream attempt")
     [leg] = by_name(spans, "continuation leg")
@@ -165,25 +136,15 @@ def test_continuation_leg_is_a_span_and_carries_its_own_traceparent():
 
 
 def test_hook_directives_are_spans_under_the_request():
-    receiver = HttpReceiver()
     hook = Hook()
     # Thinking outlasts the 0.2 s time budget: the proxy tells the hook to end it, and
     # to forget the request once it is over.
     upstream = Upstream(gap_s=0.05, think_chunks=[f" step{i}" for i in range(12)])
-    proxy = Proxy(None, [
-        f'upstream.endpoints=[{{url = "{upstream.url}", hook = "{hook.addr}"}}]',
-        "telemetry.tracing.enabled=true", "telemetry.tracing.protocol=http/protobuf",
-        f"telemetry.tracing.endpoint={receiver.endpoint}", "budget.think_seconds=0.2",
-    ], env={"OTEL_BSP_SCHEDULE_DELAY": "100", "MERIDIAN_HOOK_TOKEN": "s3cret"})
-    try:
+    with traced("budget.think_seconds=0.2", upstream=upstream, hook=hook,
+                env={"MERIDIAN_HOOK_TOKEN": "s3cret"}) as rig:
         trace_id, _, header = traceparent()
-        stream_chat(proxy.url, {"traceparent": header})
-        spans = receiver.spans.wait_for(lambda s: sum(x["name"].startswith("hook ") for x in s) >= 2)
-    finally:
-        proxy.stop()
-        upstream.stop()
-        hook.stop()
-        receiver.stop()
+        stream_chat(rig.proxy.url, {"traceparent": header})
+        spans = rig.receiver.spans.wait_for(lambda s: sum(x["name"].startswith("hook ") for x in s) >= 2)
     assert [d["action"] for d in hook.directives] == ["end_thinking", "forget"], hook.directives
     [request] = by_name(spans, f"chat {MODEL}")
     [attempt] = by_name(spans, "upstream attempt")
@@ -196,20 +157,11 @@ def test_hook_directives_are_spans_under_the_request():
 
 
 def test_json_logs_carry_the_ids_of_the_exported_spans():
-    receiver = HttpReceiver()
-    upstream = Upstream()
-    proxy = Proxy(upstream.url, [
-        "telemetry.tracing.enabled=true", "telemetry.tracing.protocol=http/protobuf",
-        f"telemetry.tracing.endpoint={receiver.endpoint}",
-    ], env={"OTEL_BSP_SCHEDULE_DELAY": "100"})
-    try:
+    with traced() as rig:
         trace_id, _, header = traceparent()
-        stream_chat(proxy.url, {"traceparent": header})
-        spans = receiver.spans.wait_for(lambda s: any(x["name"].startswith("chat ") for x in s))
-    finally:
-        proxy.stop()
-        upstream.stop()
-        receiver.stop()
+        stream_chat(rig.proxy.url, {"traceparent": header})
+        spans = rig.request_spans()
+    proxy = rig.proxy
     [request] = by_name(spans, f"chat {MODEL}")
     finished = [line for line in proxy.json_logs() if line.get("message") == "request finished"]
     assert len(finished) == 1, proxy.log
@@ -236,19 +188,10 @@ def test_tracing_off_passes_the_client_traceparent_through_unchanged():
 
 
 def test_otel_sdk_disabled_turns_tracing_off_and_the_context_passes_through():
-    receiver = HttpReceiver()
-    upstream = Upstream()
-    proxy = Proxy(upstream.url, [
-        "telemetry.tracing.enabled=true", "telemetry.tracing.protocol=http/protobuf",
-        f"telemetry.tracing.endpoint={receiver.endpoint}",
-    ], env={"OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_SDK_DISABLED": "true"})
-    try:
+    with traced(env={"OTEL_SDK_DISABLED": "true"}) as rig:
         _, _, header = traceparent()
-        stream_chat(proxy.url, {"traceparent": header})
-    finally:
-        proxy.stop()
-        upstream.stop()
-        receiver.stop()
+        stream_chat(rig.proxy.url, {"traceparent": header})
+    proxy, receiver, upstream = rig.proxy, rig.receiver, rig.upstream
     assert proxy.proc.returncode == 0
     assert receiver.spans.items == [], "no exporter with OTEL_SDK_DISABLED=true"
     assert upstream.requests[0]["headers"]["traceparent"] == header
@@ -265,22 +208,13 @@ def test_an_unsupported_protocol_variable_stops_the_start_naming_it():
 
 
 def test_sample_ratio_zero_keeps_only_traces_the_client_sampled():
-    receiver = HttpReceiver()
-    upstream = Upstream()
-    proxy = Proxy(upstream.url, [
-        "telemetry.tracing.enabled=true", "telemetry.tracing.protocol=http/protobuf",
-        f"telemetry.tracing.endpoint={receiver.endpoint}", "telemetry.tracing.sample_ratio=0",
-    ], env={"OTEL_BSP_SCHEDULE_DELAY": "100"})
-    try:
-        stream_chat(proxy.url, {})  # a new trace: dropped at ratio 0
+    with traced("telemetry.tracing.sample_ratio=0") as rig:
+        stream_chat(rig.proxy.url, {})  # a new trace: dropped at ratio 0
         trace_id, _, header = traceparent()
-        stream_chat(proxy.url, {"traceparent": header})  # the client sampled it: kept
-        spans = receiver.spans.wait_for(lambda s: any(x["name"].startswith("chat ") for x in s))
+        stream_chat(rig.proxy.url, {"traceparent": header})  # the client sampled it: kept
+        spans = rig.request_spans()
         time.sleep(0.5)
-    finally:
-        proxy.stop()
-        upstream.stop()
-        receiver.stop()
+    receiver, upstream = rig.receiver, rig.upstream
     assert {s["trace_id"] for s in receiver.spans.items} == {trace_id}, spans
     unsampled, sampled = (r["headers"]["traceparent"] for r in upstream.requests)
     assert unsampled.endswith("-00"), "the drop decision travels upstream too"
@@ -288,22 +222,13 @@ def test_sample_ratio_zero_keeps_only_traces_the_client_sampled():
 
 
 def test_a_client_that_leaves_before_the_response_ends_the_span_so_marked():
-    receiver = HttpReceiver()
-    upstream = Upstream(head_delay_s=1.0)
-    proxy = Proxy(upstream.url, [
-        "telemetry.tracing.enabled=true", "telemetry.tracing.protocol=http/protobuf",
-        f"telemetry.tracing.endpoint={receiver.endpoint}",
-    ], env={"OTEL_BSP_SCHEDULE_DELAY": "100"})
-    try:
+    with traced(upstream=Upstream(head_delay_s=1.0)) as rig:
         trace_id, _, header = traceparent()
         body = {"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
         with pytest.raises(requests.exceptions.ReadTimeout):
-            requests.post(f"{proxy.url}/v1/chat/completions", json=body, headers={"traceparent": header}, timeout=0.3)
-        spans = receiver.spans.wait_for(lambda s: any(x["name"].startswith("chat ") for x in s))
-    finally:
-        proxy.stop()
-        upstream.stop()
-        receiver.stop()
+            requests.post(f"{rig.proxy.url}/v1/chat/completions", json=body, headers={"traceparent": header},
+                          timeout=0.3)
+        spans = rig.request_spans()
     [request] = by_name(spans, f"chat {MODEL}")
     assert request["trace_id"] == trace_id
     assert request["attrs"]["meridian.outcome"] == "client_disconnected"
@@ -311,24 +236,15 @@ def test_a_client_that_leaves_before_the_response_ends_the_span_so_marked():
 
 
 def test_an_upstream_that_goes_silent_fails_the_spans_and_its_warning_joins_the_trace():
-    receiver = HttpReceiver()
-    upstream = Upstream(stall_after=3)
-    proxy = Proxy(upstream.url, [
-        "telemetry.tracing.enabled=true", "telemetry.tracing.protocol=http/protobuf",
-        f"telemetry.tracing.endpoint={receiver.endpoint}", "upstream.idle_timeout_s=0.5",
-    ], env={"OTEL_BSP_SCHEDULE_DELAY": "100"})
-    try:
+    with traced("upstream.idle_timeout_s=0.5", upstream=Upstream(stall_after=3)) as rig:
         trace_id, _, header = traceparent()
         body = {"model": MODEL, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
-        with requests.post(f"{proxy.url}/v1/chat/completions", json=body, headers={"traceparent": header},
+        with requests.post(f"{rig.proxy.url}/v1/chat/completions", json=body, headers={"traceparent": header},
                            stream=True, timeout=30) as r:
             text = b"".join(r.iter_content(None)).decode()
         assert "upstream_timeout" in text, text
-        spans = receiver.spans.wait_for(lambda s: any(x["name"].startswith("chat ") for x in s))
-    finally:
-        proxy.stop()
-        upstream.stop()
-        receiver.stop()
+        spans = rig.request_spans()
+    proxy = rig.proxy
     [request] = by_name(spans, f"chat {MODEL}")
     [attempt] = by_name(spans, "upstream attempt")
     for s in (request, attempt):

@@ -4,6 +4,7 @@ an upstream speaking vLLM's streaming dialect that records the headers it gets, 
 policy channel of the engine hook, and the real `meridian` binary with its JSON logs."""
 
 
+import contextlib
 import json
 import os
 import queue
@@ -318,6 +319,40 @@ class Proxy:
                 self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+
+
+class Traced:
+    """A proxy exporting its traces to a receiver, in front of an upstream that records
+    what it gets (and a hook, when the test has one)."""
+
+    def __init__(self, receiver, upstream, proxy, hook=None):
+        self.receiver, self.upstream, self.proxy, self.hook = receiver, upstream, proxy, hook
+
+    def request_spans(self):
+        """The spans exported once the request span is among them."""
+        return self.receiver.spans.wait_for(lambda s: any(x["name"].startswith("chat ") for x in s))
+
+
+@contextlib.contextmanager
+def traced(*settings, protocol="http/protobuf", receiver=None, upstream=None, hook=None, env=None):
+    """Starts a `Traced` rig: tracing on to `receiver` (a new one for `protocol` by
+    default) with a short batch delay, plus `settings`; everything it started is stopped
+    however the test ends, the proxy first so its last spans leave while the receiver
+    listens."""
+    with contextlib.ExitStack() as stack:
+        receiver = receiver or (HttpReceiver() if protocol == "http/protobuf" else GrpcReceiver())
+        stack.callback(receiver.stop)
+        upstream = upstream or Upstream()
+        stack.callback(upstream.stop)
+        if hook is not None:
+            stack.callback(hook.stop)
+        route = [f'upstream.endpoints=[{{url = "{upstream.url}", hook = "{hook.addr}"}}]'] if hook else []
+        proxy = Proxy(None if hook else upstream.url, [
+            "telemetry.tracing.enabled=true", f"telemetry.tracing.protocol={protocol}",
+            f"telemetry.tracing.endpoint={receiver.endpoint}", *route, *settings,
+        ], env={"OTEL_BSP_SCHEDULE_DELAY": "100", **(env or {})})
+        stack.callback(proxy.stop)
+        yield Traced(receiver, upstream, proxy, hook)
 
 
 def traceparent():

@@ -43,10 +43,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             connector.set_nodelay(true);
             Upstream::Hyper(Box::new(HyperClient::builder(TokioExecutor::new()).build(connector)), base)
         }
-        Some("reqwest") | None => Upstream::Reqwest(
-            reqwest::Client::builder().no_proxy().tcp_nodelay(true).build()?,
-            base,
-        ),
+        Some("reqwest") | None => {
+            Upstream::Reqwest(reqwest::Client::builder().no_proxy().tcp_nodelay(true).build()?, base)
+        }
         Some(other) => return Err(format!("--client {other}: reqwest or hyper").into()),
     };
     let app = Router::new().fallback(relay).with_state(upstream);
@@ -79,12 +78,8 @@ async fn relay(State(upstream): State<Upstream>, req: Request) -> Response {
     };
     match upstream {
         Upstream::Reqwest(client, base) => {
-            let sent = client
-                .request(method, format!("{base}{path}"))
-                .headers(headers)
-                .body(body)
-                .send()
-                .await;
+            let sent =
+                client.request(method, format!("{base}{path}")).headers(headers).body(body).send().await;
             let Ok(resp) = sent else { return StatusCode::BAD_GATEWAY.into_response() };
             let status = resp.status();
             let content_type = resp.headers().get(header::CONTENT_TYPE).cloned();
@@ -96,7 +91,8 @@ async fn relay(State(upstream): State<Upstream>, req: Request) -> Response {
             out
         }
         Upstream::Hyper(client, base) => {
-            let Ok(mut req) = hyper::Request::builder().method(method).uri(format!("{base}{path}")).body(Full::new(body))
+            let Ok(mut req) =
+                hyper::Request::builder().method(method).uri(format!("{base}{path}")).body(Full::new(body))
             else {
                 return StatusCode::BAD_REQUEST.into_response();
             };

@@ -415,3 +415,42 @@ async fn an_oversized_body_is_refused_before_any_route_in_its_apis_shape() {
     );
     assert!(rig.mocks[0].requests().is_empty(), "nothing reached the engine");
 }
+
+#[tokio::test]
+async fn upstream_error_event_mid_stream() {
+    let dir = std::env::temp_dir().join(format!("meridian-apis-chat-err-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let recorded = meridian_mock_upstream::builtin_fixtures()["qwen3-reasoning"].body.clone();
+    let text = String::from_utf8(recorded.to_vec()).unwrap();
+    // Some reasoning, then what vLLM 0.32 sends when generation fails mid-stream
+    // (`create_streaming_error_response`), then its end marker.
+    let events: Vec<&str> = text.split_inclusive("\n\n").collect();
+    let failing = format!(
+        "{}data: {{\"error\":{{\"message\":\"Internal server error\",\"type\":\"InternalServerError\",\"param\":null,\"code\":500}}}}\n\ndata: [DONE]\n\n",
+        events[..4].concat()
+    );
+    std::fs::write(dir.join("chat-failing.sse"), failing).unwrap();
+    let mock = meridian_mock_upstream::MockUpstream::start(meridian_mock_upstream::MockOptions {
+        fixtures_dir: Some(dir.clone()),
+        ..mock_options()
+    })
+    .await
+    .unwrap();
+    let proxy = start_proxy(config_for(&[mock.url()])).await;
+    let url = format!("http://{}/v1/chat/completions", proxy.local_addr);
+    let body =
+        serde_json::json!({"model": MODEL, "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+    let got = receive(client().post(url).json(&body).header("x-mock-fixture", "chat-failing")).await;
+    let text = got.text();
+    assert!(text.contains("Internal server error") && text.trim_end().ends_with("data: [DONE]"), "{text}");
+    let state = proxy.state.clone();
+    eventually("counted as the upstream's failure, not ok", || {
+        let text = state.render_metrics();
+        let count = |outcome| {
+            sample(&text, "meridian_requests_total", &[("route", "chat_completions"), ("outcome", outcome)])
+        };
+        count("upstream_error") == Some(1.0) && count("ok").is_none()
+    })
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

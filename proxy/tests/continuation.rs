@@ -325,5 +325,30 @@ async fn cuts_and_splices_streams_split_at_any_byte() {
         assert!(labels.starts_with("RRRC") && !labels[3..].contains('R'), "split {split}: {labels}");
         assert_eq!(ids.len(), 1, "split {split}");
         assert_eq!(text.matches("data: [DONE]").count(), 1, "split {split}");
+        // Framed as SSE: every event one `data:` line and its blank line, none merged
+        // where a chunk was dropped or the first leg cut.
+        assert!(text.ends_with("\n\n"), "split {split}");
+        for event in text.split("\n\n").filter(|e| !e.is_empty()) {
+            assert_eq!(
+                event.lines().filter(|l| l.starts_with("data: ")).count(),
+                1,
+                "split {split}: {event:?}"
+            );
+            assert!(!event.contains("\n\n") && !event.starts_with('\n'), "split {split}: {event:?}");
+        }
     }
+}
+
+/// A first leg that goes quiet while it thinks is cut by the clock, not by its next
+/// chunk: with tokens seconds apart, the cut comes after the first thinking token.
+#[tokio::test]
+async fn a_stalled_think_stream_is_cut_when_its_time_is_up() {
+    // Slowed so that each step takes longer than the whole time budget.
+    let twin = twin_with(WorkloadSpec::fixed(20, 400, 2), 0.02).await;
+    let proxy = proxy(&twin, |_| {}).await;
+    let r = stream(&proxy, "/v1/chat/completions", chat(json!({"meridian": {"think_budget_s": 0.1}}))).await;
+    assert_eq!(r.reasoning.len(), 1, "cut between the first and the second thinking token");
+    assert_eq!(r.content.len(), 2);
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    eventually("counted", || continuations(&proxy, "budget_seconds") == 1.0).await;
 }

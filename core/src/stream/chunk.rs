@@ -21,6 +21,10 @@ struct ChunkView<'a> {
     choices: SmallVec<[ChoiceView<'a>; 2]>,
     #[serde(default)]
     usage: Option<UsageView>,
+    /// An error event (`{"error": {...}}`, as vLLM and the proxy end a failed stream):
+    /// only whether it is there.
+    #[serde(default)]
+    error: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Deserialize)]
@@ -121,6 +125,10 @@ pub fn parse_payload<'p>(
     mut on_choice: impl FnMut(ChoiceDelta<'p>),
 ) -> Option<Option<Usage>> {
     let chunk: ChunkView<'p> = serde_json::from_slice(payload).ok()?;
+    if chunk.error.is_some() {
+        // The stream ends here, failed: complete, but not an answer.
+        on_choice(ChoiceDelta { finished: true, upstream_error: true, ..ChoiceDelta::default() });
+    }
     for c in chunk.choices {
         let m = c.delta.or(c.message).unwrap_or_default();
         on_choice(ChoiceDelta {
@@ -198,6 +206,18 @@ mod tests {
         assert_eq!(first("not json").1, None);
         assert_eq!(first("[1,2]").1, None);
         assert_eq!(first(r#"{"choices":[{"delta":{"content":5}}]}"#).1, None);
+    }
+
+    #[test]
+    fn an_error_event_ends_the_stream_as_a_failure() {
+        // vLLM 0.32's `create_streaming_error_response`, which the proxy's own matches.
+        let payload = br#"{"error":{"message":"boom","type":"BadRequestError","param":null,"code":400}}"#;
+        let mut seen = Vec::new();
+        parse_payload(payload, |c| seen.push((c.index, c.finished, c.upstream_error)));
+        assert_eq!(seen, vec![(0, true, true)]);
+        let mut seen = 0;
+        parse_payload(br#"{"choices":[],"error":null}"#, |_| seen += 1);
+        assert_eq!(seen, 0, "a null error is none");
     }
 
     #[test]

@@ -79,6 +79,9 @@ pub struct RecordBuilder {
     /// Arrival of the last chunk that carried thinking (a think token or the end marker).
     last_think_at: Option<f64>,
     usage: Option<Usage>,
+    /// The server (or a proxy) ended the stream with an error event: a failed request,
+    /// whatever tokens came before it.
+    stream_error: Option<String>,
 }
 
 impl RecordBuilder {
@@ -92,6 +95,7 @@ impl RecordBuilder {
             last_was_output: false,
             last_think_at: None,
             usage: None,
+            stream_error: None,
         }
     }
 
@@ -106,6 +110,9 @@ impl RecordBuilder {
 
     fn on_payload(&mut self, at: f64, payload: &[u8]) {
         let read = self.dialect.parse(payload, |c| {
+            if c.upstream_error {
+                self.stream_error.get_or_insert_with(|| "the stream ended with an error event".to_owned());
+            }
             if c.index == 0 {
                 self.on_delta(at, c.reasoning.as_deref(), c.content.as_deref(), c.token_ids.as_deref());
             }
@@ -159,6 +166,7 @@ impl RecordBuilder {
 
     /// The response ended at `at` (ok) or failed.
     pub fn finish(mut self, at: f64, error: Option<String>) -> RequestRecord {
+        let error = error.or(self.stream_error.take());
         let events = self.router.finish();
         self.on_events(&events, at);
         let r = &mut self.record;
@@ -236,6 +244,25 @@ mod tests {
         assert_eq!(r.error.as_deref(), Some("connection reset"));
         let r = RecordBuilder::new(4, 0.0, None, Dialect::Chat).finish(1.0, None);
         assert!(!r.ok, "an empty answer is not a success");
+    }
+
+    #[test]
+    fn a_stream_that_ends_in_an_error_event_failed() {
+        // A proxy's or vLLM's error event after some tokens, then the end marker: the
+        // connection closed cleanly, but the answer is not whole.
+        let mut b = RecordBuilder::new(0, 0.0, None, Dialect::Chat);
+        b.on_chunk(0.1, chunk("content", "x").as_bytes());
+        b.on_chunk(
+            0.2,
+            b"data: {\"error\":{\"message\":\"upstream went silent\",\"code\":\"upstream_timeout\"}}\n\n",
+        );
+        b.on_chunk(0.2, b"data: [DONE]\n\n");
+        let r = b.finish(0.3, None);
+        assert!(!r.ok);
+        assert_eq!(r.error.as_deref(), Some("the stream ended with an error event"));
+        let mut b = RecordBuilder::new(1, 0.0, None, Dialect::Responses);
+        b.on_chunk(0.1, b"event: error\ndata: {\"type\":\"error\",\"code\":\"upstream_truncated\",\"message\":\"cut\",\"sequence_number\":3}\n\n");
+        assert!(!b.finish(0.2, None).ok);
     }
 
     #[test]

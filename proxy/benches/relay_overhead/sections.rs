@@ -51,13 +51,8 @@ impl Report {
         }
         if measured_baseline {
             let ratio = |now: &str, before: &str| {
-                let r: Vec<f64> = self
-                    .reps
-                    .values(now)
-                    .iter()
-                    .zip(self.reps.values(before))
-                    .map(|(a, b)| a / b)
-                    .collect();
+                let r: Vec<f64> =
+                    self.reps.values(now).iter().zip(self.reps.values(before)).map(|(a, b)| a / b).collect();
                 Spread::of(&r).show(3)
             };
             let _ = write!(

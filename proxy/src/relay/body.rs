@@ -1,5 +1,7 @@
 //! The streaming response body: each upstream chunk goes to the client the moment it
-//! arrives, and the same bytes feed the phase tracker. Upstream failure or silence ends
+//! arrives, and the same bytes feed the phase tracker (on a continued stream's first leg,
+//! the bytes as the upstream sent them, before what the client did not ask for is taken
+//! out). Upstream failure or silence ends
 //! the client's stream with an OpenAI-style error event instead of a hang, as do bytes
 //! that are not UTF-8 and a line longer than `upstream.max_response_bytes`; a client that
 //! goes away drops this body, which drops the upstream response and so cancels the
@@ -36,10 +38,10 @@ use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::observer::RequestObserver;
 use super::tail::Tail;
+use crate::ending::continuation::{Continuation, Emit, LegStream};
 use crate::error::ProxyError;
 use crate::telemetry::Metrics;
 use crate::upstream::InFlight;
-use crate::ending::continuation::{Continuation, Emit, LegStream};
 use meridian_core::stream::{LineReader, SseLine, lines, sse_line};
 
 #[derive(PartialEq)]
@@ -121,14 +123,15 @@ impl Stream for RelayBody {
             return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
         }
         loop {
-            // A cut between events (the thinking-time deadline, the EAT prober's word).
-            if let Some(c) = this.continuation.as_mut() {
+            // A cut between events (the thinking-time deadline, the EAT prober's word),
+            // unless the first leg already ended (a model that stopped while thinking).
+            let ended = *this.saw_done || this.observer.every_choice_finished();
+            if let Some(c) = this.continuation.as_mut().filter(|_| !ended) {
                 if let Poll::Ready(cut) = c.poll_cut(cx) {
                     if let Some(second) = c.cut(cut, this.observer) {
                         // Dropping the first leg's response cancels it in the engine.
                         *this.upstream = second;
                         this.lines.take_partial();
-                        c.out.close_event();
                         if let Some(b) = c.out.take() {
                             this.tail.push(&b);
                             return Poll::Ready(Some(Ok(b)));
@@ -187,10 +190,23 @@ impl Stream for RelayBody {
                         if let Some(second) = spliced.cut_to {
                             *this.upstream = second;
                             this.lines.take_partial();
+                            // The bad bytes came after the cut: dropped with the first leg.
+                            *this.failing = None;
                         }
-                        match spliced.out {
-                            Some(b) => return Poll::Ready(Some(Ok(b))),
-                            None => continue,
+                        match (spliced.out, this.failing.take()) {
+                            (Some(b), failing) => {
+                                *this.failing = failing;
+                                return Poll::Ready(Some(Ok(b)));
+                            }
+                            (None, Some(err)) => {
+                                return Poll::Ready(Some(Ok(close_with(
+                                    this.tail,
+                                    this.observer,
+                                    this.state,
+                                    err,
+                                ))));
+                            }
+                            (None, None) => continue,
                         }
                     }
                     // The tracker sees exactly the lines the client gets, when it gets them.
@@ -284,12 +300,11 @@ fn splice_block(
                     tail.saw_data();
                 }
                 c.out.chunk(emit, line);
-                if let Some(cut) = c.take_cut() {
-                    if let Some(second) = c.cut(cut, observer) {
-                        c.out.close_event();
-                        cut_to = Some(second);
-                        break;
-                    }
+                // Not once the first leg has ended (a model that stopped while thinking).
+                let cut = c.take_cut().filter(|_| !(*saw_done || observer.every_choice_finished()));
+                if let Some(second) = cut.and_then(|cut| c.cut(cut, observer)) {
+                    cut_to = Some(second);
+                    break;
                 }
             }
             SseLine::Done => {

@@ -23,9 +23,9 @@ mod splice;
 mod stage;
 mod watch;
 
-pub use stage::{Continuation, LegStream, Setup, Spliced, Upstream as ContinuationUpstream};
 pub use legs::{ClientAsked, first_leg_body};
 pub use splice::{Emit, Splicer};
+pub use stage::{Continuation, LegStream, Setup, Spliced, Upstream as ContinuationUpstream};
 pub use watch::{Cut, ThinkWatch, Triggers};
 
 /// The text that closes a thought for a model family, and the one that opens it.

@@ -137,13 +137,21 @@ impl Continuation {
     pub fn cut(&mut self, cut: Cut, observer: &mut RequestObserver) -> Option<LegStream> {
         let tokens = self.setup.splicer.cut(self.setup.watch.tokens());
         let so_far = SoFar { text: self.setup.watch.text(), tokens };
-        let Some(body) = second_leg_body(&self.setup.first_body, self.setup.route, &self.setup.delimiters, so_far, self.setup.asked)
-        else {
+        let Some(body) = second_leg_body(
+            &self.setup.first_body,
+            self.setup.route,
+            &self.setup.delimiters,
+            so_far,
+            self.setup.asked,
+        ) else {
             tracing::debug!(parent: &self.setup.span, reason = cut.label(), "no room left to continue; thinking goes on");
             self.setup.watch.settle();
             return None;
         };
         self.second = true;
+        // The client's event ends here; what the first leg left pending (a blank line to
+        // drop after a dropped chunk) does not carry over to the second.
+        self.out.end_leg();
         self.count(cut);
         // The first leg's token counts described a response that is no longer the one
         // the client gets.
@@ -254,11 +262,13 @@ impl Spliced {
         self.open_event = true;
     }
 
-    /// Ends the event the client holds open (the stream is cut here).
-    pub fn close_event(&mut self) {
+    /// The leg is cut here: ends the event the client holds open, and forgets a blank
+    /// line still to drop (it belonged to the leg that is gone).
+    fn end_leg(&mut self) {
         if std::mem::take(&mut self.open_event) {
             self.buf.extend_from_slice(b"\n");
         }
+        self.skip_blank = false;
     }
 
     pub fn take(&mut self) -> Option<Bytes> {

@@ -18,7 +18,7 @@ pub struct Triggers {
     pub seconds: Option<Duration>,
     /// RPDI, and the thinking tokens before it may fire.
     pub rpdi: Option<(RpdiConfig, u32)>,
-    /// EAT decides elsewhere (the prober) and says so through the driver.
+    /// EAT decides elsewhere (the prober) and rings the relay's continuation stage.
     pub eat: bool,
 }
 

@@ -98,6 +98,8 @@ pub struct RequestObserver {
     upstream_error: bool,
     /// The last event's sequence number, where the API numbers them (Responses).
     last_sequence: Option<u64>,
+    /// The prompt's token count from usage that was forgotten (see `forget_usage`).
+    prompt_tokens: Option<u32>,
     /// An unstreamed answer: the characters of its reasoning and of its answer, to split
     /// the server's token count by when it does not count reasoning itself (the
     /// tracker saw one delta, not one per token).
@@ -130,6 +132,7 @@ impl RequestObserver {
             choices_finished: 0,
             upstream_error: false,
             last_sequence: None,
+            prompt_tokens: None,
             whole_text: (!streaming).then_some((0, 0)),
             builtin: watchers.len(),
             watchers,
@@ -183,7 +186,8 @@ impl RequestObserver {
     /// Forgets the token counts the server sent so far: they described a response that
     /// was cut and continued, and the continuation's own (or the tracker's) stand instead.
     pub fn forget_usage(&mut self) {
-        self.usage = None;
+        // The prompt is the client's either way: its count stays.
+        self.prompt_tokens = self.usage.take().and_then(|u| u.prompt_tokens).or(self.prompt_tokens);
     }
 
     /// Runs one choice's part through its phase router and the stream's moments.
@@ -320,10 +324,6 @@ impl RequestObserver {
         self.last_sequence.map_or(0, |s| s.saturating_add(1))
     }
 
-    pub fn phase(&self) -> Phase {
-        self.so_far.phase
-    }
-
     /// Think and output token counts: the server's `usage` when it sent one (split by the
     /// tracker when the server does not count reasoning itself), else the tracker's counts.
     fn token_counts(&self) -> (Option<u32>, Option<u32>) {
@@ -373,7 +373,7 @@ impl Drop for RequestObserver {
             timings: &timings,
             so_far: &self.so_far,
             family,
-            prompt_tokens: self.usage.and_then(|u| u.prompt_tokens),
+            prompt_tokens: self.usage.and_then(|u| u.prompt_tokens).or(self.prompt_tokens),
         };
         // The request's own watchers first (a hook's `forget` goes while the request's
         // span is open), then the built-ins, the span's end and the record last.

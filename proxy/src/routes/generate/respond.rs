@@ -102,9 +102,16 @@ pub async fn respond(
     let observer =
         plan_watchers(RequestObserver::new(state.metrics.clone(), info, true), state, ctx, deadline, eat);
     let continuation = match (continuation, continuation_headers) {
-        (Some(c), Some(h)) => {
-            Some(c.start(state, &in_flight, path, h, &ctx.request_id, ctx.family.as_ref(), live.clone(), span.clone()))
-        }
+        (Some(c), Some(h)) => Some(c.start(
+            state,
+            &in_flight,
+            path,
+            h,
+            &ctx.request_id,
+            ctx.family.as_ref(),
+            live.clone(),
+            span.clone(),
+        )),
         _ => None,
     };
     let (name, failed_in) = (upstream_name, span.clone());

@@ -193,12 +193,12 @@ impl Stream for RelayBody {
                             // The bad bytes came after the cut: dropped with the first leg.
                             *this.failing = None;
                         }
-                        match (spliced.out, this.failing.take()) {
-                            (Some(b), failing) => {
-                                *this.failing = failing;
-                                return Poll::Ready(Some(Ok(b)));
-                            }
-                            (None, Some(err)) => {
+                        if let Some(b) = spliced.out {
+                            return Poll::Ready(Some(Ok(b)));
+                        }
+                        // Every line was dropped: an error due goes out now, not later.
+                        match this.failing.take() {
+                            Some(err) => {
                                 return Poll::Ready(Some(Ok(close_with(
                                     this.tail,
                                     this.observer,
@@ -206,7 +206,7 @@ impl Stream for RelayBody {
                                     err,
                                 ))));
                             }
-                            (None, None) => continue,
+                            None => continue,
                         }
                     }
                     // The tracker sees exactly the lines the client gets, when it gets them.

@@ -1,0 +1,436 @@
+"""Paired statistics for the real-engine A/B: headline effects with intervals that resolve.
+
+In each round every configuration runs the same seed, so request `index` i of a round has
+the same prompt, lengths and arrival time under each: requests are paired across
+configurations. The headline effect of num over den (say hook / stock p99 TTOT) is the
+q-quantile of num's values pooled over all rounds over the same quantile of den's, with a
+percentile-bootstrap interval that resamples rounds and, within each chosen round, request
+indices, the same indices on both sides. Pairing cancels how much requests differ from one
+another (one prompt is long, another short), which is most of their spread, and leaves the
+configurations' difference on each request: the interval measures the effect, not the mix.
+
+Quantiles are nearest-rank, as the load tester's summaries take them, so a point estimate
+here equals the figure a run's summary would give for the same requests. A tail is quoted
+only when at least 5 requests set it (`tail_for`); shares get Wilson intervals, which
+resolve long before tails do. Verdicts are the project's three words: "met" when
+the whole interval lies past the target, "missed" when it lies wholly short, else
+"unresolved". Pure stdlib, so the page can be rebuilt anywhere."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+MET, MISSED, UNRESOLVED, HARM = "met", "missed", "unresolved", "harm"
+
+#: Quantiles a page may quote as a tail, highest first.
+TAILS = (0.99, 0.95, 0.90, 0.50)
+#: The fewest requests that may set a quoted quantile: below that, "p99" is one request.
+MIN_TAIL_REQUESTS = 5
+
+# --- Metrics: getters over one request dict (None: the request did not reach it) ---------
+
+
+def ttft(r: dict) -> float | None:
+    return r.get("ttft")
+
+
+def ttfo(r: dict) -> float | None:
+    return r.get("ttfo")
+
+
+def ttot(r: dict) -> float | None:
+    return r.get("think_to_output")
+
+
+def e2e(r: dict) -> float | None:
+    return r.get("e2e")
+
+
+def answer_gap(r: dict) -> float | None:
+    """The largest gap between visible answer chunks: the stall a reader sees."""
+    return r.get("max_output_gap")
+
+
+def answer_itl(r: dict) -> list[float] | None:
+    """Every gap between visible answer chunks: a per-token metric. Pooling concatenates
+    the requests' lists, and the bootstrap resamples requests (each with its whole list),
+    since one request's gaps share its fate (a long prefill stalls them together)."""
+    return r.get("output_itl")
+
+
+METRICS = {"TTFT": ttft, "TTFO": ttfo, "TTOT": ttot, "end-to-end": e2e,
+           "largest answer gap": answer_gap, "answer ITL": answer_itl}
+
+# --- Paired data --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Paired:
+    """One metric for one workload x load: config -> round -> request index -> the
+    request's values (one for a per-request metric, its list for a per-token one), and
+    how many requests each config ran, so a page can say how many it kept."""
+
+    values: dict[str, dict[int, dict[int, tuple[float, ...]]]]
+    sent: dict[str, int]
+
+    def matched(self, num: str, den: str) -> list[list[tuple[tuple[float, ...], tuple[float, ...]]]]:
+        """Per round both configs ran, (num's values, den's values) of every request index
+        that has the metric under both: a request only one side reached is dropped from
+        this pair, not from others."""
+        a, b = self.values.get(num, {}), self.values.get(den, {})
+        out = []
+        for rnd in sorted(a.keys() & b.keys()):
+            common = sorted(a[rnd].keys() & b[rnd].keys())
+            if common:
+                out.append([(a[rnd][i], b[rnd][i]) for i in common])
+        return out
+
+
+def pair_requests(runs: dict[str, dict[int, list[dict]]], metric, *, keep_failed: bool = False) -> Paired:
+    """`runs` is {config: {round: [request dicts]}} for one workload x load; `metric` a
+    getter over a request dict or, for a metric that needs the round (an SLO against the
+    round's unloaded run), over (request, round) when it has `needs_round` set. Failed
+    requests are left out unless `keep_failed` (an SLO counts them as missing it)."""
+    values: dict = {}
+    sent: dict = {}
+    for config, rounds in runs.items():
+        for rnd, requests in rounds.items():
+            sent[config] = sent.get(config, 0) + len(requests)
+            kept = values.setdefault(config, {}).setdefault(rnd, {})
+            for r in requests:
+                if not (r.get("ok") or keep_failed):
+                    continue
+                v = metric(r, rnd) if getattr(metric, "needs_round", False) else metric(r)
+                if v is not None:
+                    kept[r["index"]] = tuple(v) if isinstance(v, (list, tuple)) else (float(v),)
+    return Paired(values, sent)
+
+
+def read_runs(raw_dir: Path, workload: str, load: float) -> dict[str, dict[int, list[dict]]]:
+    """{config: {round: requests}} from measure's raw files, `{workload}-{load:g}-{round}-{config}.json`."""
+    prefix = f"{workload}-{load:g}-"
+    out: dict = {}
+    for f in sorted(raw_dir.glob(f"{prefix}*.json")):
+        rnd, _, config = f.stem[len(prefix):].partition("-")
+        if rnd.isdigit() and config:
+            out.setdefault(config, {})[int(rnd)] = json.loads(f.read_text())["runs"][0]["requests"]
+    return out
+
+
+# --- Quantiles and the tail rule ----------------------------------------------------------
+
+
+def nearest_rank(ordered: list[float], q: float) -> float:
+    """The q-quantile of sorted values, nearest-rank (the load tester's definition)."""
+    return ordered[min(len(ordered), max(1, math.ceil(q * len(ordered)))) - 1]
+
+
+def quotable(q: float, n: int) -> bool:
+    """Whether at least 5 of n values lie at or beyond the q-quantile. Rounded, since
+    (1 - 0.9) * 50 is 4.999... in floating point."""
+    return round((1 - q) * n, 9) >= MIN_TAIL_REQUESTS
+
+
+def tail_for(n: int, wanted: float = 0.99) -> float | None:
+    """The highest of p99, p95, p90, p50 (none above `wanted`) that n values can set."""
+    return next((q for q in TAILS if q <= wanted and quotable(q, n)), None)
+
+
+# --- The paired bootstrap -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A paired effect with its bootstrap interval. `q` is the quantile compared, or the
+    statistic's name ("mean", "share difference", "share ratio"); `n_values` counts what
+    was pooled on each side (tokens for answer ITL, else requests)."""
+
+    point: float
+    low: float
+    high: float
+    n_requests: int
+    n_rounds: int
+    q: float | str
+    n_values: int
+
+    @property
+    def quotable(self) -> bool:
+        return isinstance(self.q, str) or quotable(self.q, self.n_values)
+
+
+def _pooled(rounds, side: int) -> list[float]:
+    return [v for rnd in rounds for pair in rnd for v in pair[side]]
+
+
+def _estimate(pairs: Paired, num: str, den: str, stat, q, resamples: int, seed: int,
+              confidence: float) -> Estimate | None:
+    """`stat(num's pooled values, den's)` on the data, and its percentile interval over
+    bootstrap samples: rounds with replacement, then each chosen round's request pairs
+    with replacement, so num and den always see the same requests."""
+    rounds = pairs.matched(num, den)
+    a, b = _pooled(rounds, 0), _pooled(rounds, 1)
+    point = stat(a, b) if a and b else None
+    if point is None:
+        return None
+    rng = random.Random(seed)
+    draws = []
+    for _ in range(resamples):
+        sample = [rng.choices(rnd, k=len(rnd)) for rnd in rng.choices(rounds, k=len(rounds))]
+        a_s, b_s = _pooled(sample, 0), _pooled(sample, 1)
+        v = stat(a_s, b_s) if a_s and b_s else None
+        if v is not None:  # a draw whose denominator came out 0 says nothing of the ratio
+            draws.append(v)
+    draws.sort()
+    tail = (1 - confidence) / 2
+    low, high = (nearest_rank(draws, tail), nearest_rank(draws, 1 - tail)) if draws else (math.nan, math.nan)
+    return Estimate(point, low, high, sum(map(len, rounds)), len(rounds), q, min(len(a), len(b)))
+
+
+def _ratio(x: float, y: float) -> float | None:
+    return x / y if y > 0 else None
+
+
+def paired_ratio(pairs: Paired, q: float | str, num: str, den: str, *, resamples: int = 2000, seed: int = 0,
+                 confidence: float = 0.9) -> Estimate | None:
+    """The headline effect: num's q-quantile over den's, each pooled over every round,
+    with a paired bootstrap interval. q="mean" gives the ratio of means (over the same
+    requests, so also the ratio of totals: tokens, time). None when nothing pairs."""
+    if isinstance(q, str) and q != "mean" or not isinstance(q, str) and not 0 < q <= 1:
+        raise ValueError(f"q must be a quantile in (0, 1] or 'mean', not {q!r}")
+    if q == "mean":
+        def stat(a, b):
+            return _ratio(statistics.fmean(a), statistics.fmean(b))
+    else:
+        def stat(a, b):
+            return _ratio(nearest_rank(sorted(a), q), nearest_rank(sorted(b), q))
+    return _estimate(pairs, num, den, stat, q, resamples, seed, confidence)
+
+
+# --- Verdicts ----------------------------------------------------------------------------
+
+
+def verdict(interval, target: float, better: str = "lower") -> str:
+    """"met" when the whole interval (anything with .low and .high) lies on the good side
+    of the target, the target itself included ("ratio <= 0.5" is met by high == 0.5);
+    "missed" when it lies wholly on the bad side; else "unresolved"."""
+    if better == "lower":
+        return MET if interval.high <= target else MISSED if interval.low > target else UNRESOLVED
+    if better == "higher":
+        return MET if interval.low >= target else MISSED if interval.high < target else UNRESOLVED
+    raise ValueError(f"better must be 'lower' or 'higher', not {better!r}")
+
+
+@dataclass(frozen=True)
+class Harm:
+    word: str  # "met", "harm" or "unresolved"
+    decided_by: str  # the metric that settled it
+
+
+def do_no_harm(intervals: dict[str, Estimate | None], bound: float = 1.05) -> Harm:
+    """Over ratios where lower is better (config / stock): "harm" when some interval lies
+    wholly above `bound` (decided by the one furthest above), "met" when every interval
+    lies at or below it (decided by the one that came closest), else "unresolved" (by the
+    one reaching highest; an unmeasured metric cannot show it does no harm)."""
+    measured = {k: v for k, v in intervals.items() if v is not None}
+    harmful = {k: v for k, v in measured.items() if v.low > bound}
+    if harmful:
+        return Harm(HARM, max(harmful, key=lambda k: harmful[k].low))
+    unmeasured = [k for k, v in intervals.items() if v is None]
+    if unmeasured or not measured:
+        return Harm(UNRESOLVED, unmeasured[0] if unmeasured else "nothing measured")
+    closest = max(measured, key=lambda k: measured[k].high)
+    return Harm(MET if measured[closest].high <= bound else UNRESOLVED, closest)
+
+
+# --- Shares -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Share:
+    point: float
+    low: float
+    high: float
+    successes: int
+    n: int
+
+
+def wilson(successes: int, n: int, confidence: float = 0.9) -> Share | None:
+    """The Wilson score interval of a binomial share: unlike the normal approximation it
+    stays inside [0, 1] and is honest at 0 or n successes, where SLO shares often sit."""
+    if n <= 0:
+        return None
+    z = statistics.NormalDist().inv_cdf((1 + confidence) / 2)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    # At 0 or n successes the bound is exactly 0 or 1; say so rather than 1 - 1e-16.
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == n else min(1.0, centre + half)
+    return Share(p, low, high, successes, n)
+
+
+def share_of(pairs: Paired, config: str, confidence: float = 0.9) -> Share | None:
+    """The share of `config`'s requests whose 0/1 value is 1, over every round."""
+    flags = [v for rnd in pairs.values.get(config, {}).values() for vs in rnd.values() for v in vs]
+    return wilson(round(sum(flags)), len(flags), confidence)
+
+
+def paired_share_change(pairs: Paired, num: str, den: str, kind: str = "difference", *, resamples: int = 2000,
+                        seed: int = 0, confidence: float = 0.9) -> Estimate | None:
+    """num's share minus den's ("difference") or over it ("ratio"), on the same requests,
+    with the paired bootstrap's interval."""
+    if kind == "difference":
+        def stat(a, b):
+            return statistics.fmean(a) - statistics.fmean(b)
+    elif kind == "ratio":
+        def stat(a, b):
+            return _ratio(statistics.fmean(a), statistics.fmean(b))
+    else:
+        raise ValueError(f"kind must be 'difference' or 'ratio', not {kind!r}")
+    return _estimate(pairs, num, den, stat, f"share {kind}", resamples, seed, confidence)
+
+
+def stalled(threshold_s: float = 0.25):
+    """A 0/1 metric: the answer's largest gap exceeded the threshold. None for an answer
+    with no gap (under two visible tokens), as the load tester's `stalled_answers` counts.
+    For `pair_requests` then `share_of` / `paired_share_change`."""
+    def flag(r: dict) -> float | None:
+        gap = r.get("max_output_gap")
+        return None if gap is None else float(gap > threshold_s)
+    return flag
+
+
+# --- SLOs ---------------------------------------------------------------------------------
+
+
+def _answer_met(r: dict, ttot_s: float, gap_s: float) -> bool:
+    """TTOT and the largest answer gap within limits, as the load tester's SLOs judge
+    them: no TTOT passes only for a request that did not think, no gap only for an
+    answer of one visible token; an answer never begun fails."""
+    if not r.get("ok") or r.get("ttfo") is None:
+        return False
+    think = r.get("usage_think_tokens")
+    think = r.get("client_think_tokens", 0) if think is None else think
+    t, gap = r.get("think_to_output"), r.get("max_output_gap")
+    ttot_ok = think == 0 if t is None else t <= ttot_s
+    return ttot_ok and (gap is None or gap <= gap_s)
+
+
+def answer_only_slo(ttot_s: float = 0.25, gap_s: float = 0.25):
+    """A 0/1 metric: the SLO on what the policy targets alone (today's goodput SLO)."""
+    def flag(r: dict) -> float:
+        return float(_answer_met(r, ttot_s, gap_s))
+    return flag
+
+
+@dataclass(frozen=True)
+class WholeRequestSlo:
+    """An SLO over the whole request, start and answer. A request meets it when it
+    succeeded, its TTFT is at most `start_factor` x the same request's TTFT unloaded plus
+    `start_allowance_s`, its TTFO likewise against its unloaded TTFO, and its TTOT and
+    largest answer gap are within `ttot_s` and `gap_s`.
+
+    Why relative starts: prompts and thoughts differ in length, so no single TTFT or
+    TTFO limit is fair to all. Against its own time alone a request may take twice as
+    long (a slowdown of 2: as long again in queues and shared steps as it needs alone,
+    the usual way to scale a latency SLO to each request), and the allowance keeps a
+    short request (50 ms alone) from failing over delays no reader notices; 250 ms is
+    also the answer stall threshold. The answer limits are today's answer-only SLO, so
+    a policy cannot pass this one by moving delay from the answer into the start, nor
+    the other way round."""
+
+    start_factor: float = 2.0
+    start_allowance_s: float = 0.25
+    ttot_s: float = 0.25
+    gap_s: float = 0.25
+
+    def met(self, r: dict, alone: dict | None) -> bool | None:
+        """None when the unloaded reference cannot judge the request (it failed there)."""
+        if alone is None or not alone.get("ok") or alone.get("ttft") is None or alone.get("ttfo") is None:
+            return None
+        if not _answer_met(r, self.ttot_s, self.gap_s):
+            return False
+        return all(r.get(k) is not None and r[k] <= self.start_factor * alone[k] + self.start_allowance_s
+                   for k in ("ttft", "ttfo"))
+
+
+def whole_request_slo(unloaded: dict[int, list[dict]] | list[dict], slo: WholeRequestSlo = WholeRequestSlo()):
+    """A 0/1 metric for `pair_requests(..., keep_failed=True)`: the request met `slo`
+    against the same index in `unloaded`, the same seed's requests run one at a time
+    ({round: requests}, each round having its own seed, or one list for every round)."""
+    by_round = {rnd: {r["index"]: r for r in reqs} for rnd, reqs in
+                (unloaded.items() if isinstance(unloaded, dict) else [(None, unloaded)])}
+
+    def flag(r: dict, rnd: int) -> float | None:
+        alone = by_round.get(rnd, by_round.get(None, {})).get(r["index"])
+        met = slo.met(r, alone)
+        return None if met is None else float(met)
+    flag.needs_round = True
+    return flag
+
+
+# --- Capacity at an SLO -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadPoint:
+    load: float  # fraction of stock capacity
+    rate: float  # requests per second offered
+    share: Share  # share meeting the SLO there
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """The load (and rate) where the share meeting the SLO first falls below the target,
+    interpolated; `conservative` / `optimistic` redo it on the shares' interval low /
+    high ends. `beyond` says the sweep never reached it ("above": every load met it, so
+    the figures are lower bounds at the highest load; "below": the lowest load missed,
+    so load and rate are None)."""
+
+    load: float | None
+    rate: float | None
+    conservative: float | None
+    optimistic: float | None
+    beyond: str | None
+
+
+def _crossing(points: list[LoadPoint], share, target: float) -> tuple[float, float] | None:
+    """(load, rate) where share(point) first drops below target, linear between the
+    bracketing loads; the highest load when it never does; None when the lowest misses.
+    The first crossing, not the last: a share that recovers at a higher load is noise."""
+    if share(points[0]) < target:
+        return None
+    for p0, p1 in itertools.pairwise(points):
+        s0, s1 = share(p0), share(p1)
+        if s1 < target:
+            f = (s0 - target) / (s0 - s1)
+            return p0.load + f * (p1.load - p0.load), p0.rate + f * (p1.rate - p0.rate)
+    return points[-1].load, points[-1].rate
+
+
+def capacity_at_slo(points: list[LoadPoint], target: float = 0.95) -> Capacity:
+    points = sorted(points, key=lambda p: p.load)
+    mid = _crossing(points, lambda p: p.share.point, target)
+    low = _crossing(points, lambda p: p.share.low, target)
+    high = _crossing(points, lambda p: p.share.high, target)
+    beyond = "below" if mid is None else "above" if all(p.share.point >= target for p in points) else None
+    return Capacity(mid and mid[0], mid and mid[1], low and low[0], high and high[0], beyond)
+
+
+def capacity_ratio(config: Capacity, stock: Capacity) -> tuple[float, float, float] | None:
+    """(point, low, high) of config's capacity over stock's; None when either lies below
+    the sweep (one beyond its top enters as a lower bound: check `beyond`). Loads are
+    fractions of the same stock capacity, so their ratio is the rates' ratio. The bounds
+    pair one's conservative end with the other's optimistic one; a conservative end below
+    the sweep counts as 0 (so a high bound is infinite)."""
+    if not (config.load and stock.load):
+        return None
+    low = (config.conservative or 0.0) / stock.optimistic
+    high = config.optimistic / stock.conservative if stock.conservative else math.inf
+    return config.load / stock.load, low, high

@@ -1,0 +1,273 @@
+"""The real-engine A/B's headline statistics: paired effects with bootstrap intervals, the
+tail rule, verdicts, Wilson shares, the whole-request SLO and capacity at an SLO. Small
+synthetic A/Bs with known effects pin each one."""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+
+from realab.stats import (  # noqa: E402
+    Capacity,
+    Estimate,
+    Harm,
+    LoadPoint,
+    WholeRequestSlo,
+    answer_itl,
+    answer_only_slo,
+    capacity_at_slo,
+    capacity_ratio,
+    do_no_harm,
+    nearest_rank,
+    pair_requests,
+    paired_ratio,
+    paired_share_change,
+    quotable,
+    read_runs,
+    share_of,
+    stalled,
+    tail_for,
+    ttot,
+    verdict,
+    whole_request_slo,
+    wilson,
+)
+
+FAST = 300  # resamples: enough for the interval's width to be stable, quick in a test
+
+
+def request(index: int, ttot_s: float | None, **extra) -> dict:
+    return {"index": index, "ok": True, "ttft": 0.1, "ttfo": 1.0, "think_to_output": ttot_s,
+            "max_output_gap": 0.05, "output_itl": [0.05], "usage_think_tokens": 10, **extra}
+
+
+def ab(rounds: int, n: int, effect, seed: int = 1, spread: float = 1.0) -> dict:
+    """stock and hook over the same requests: each request's stock TTOT varies a lot
+    (lognormal, sigma `spread`); the hook's is effect(stock value, rng)."""
+    rng = random.Random(seed)
+    runs: dict = {"stock": {}, "hook": {}}
+    for rnd in range(rounds):
+        base = [rng.lognormvariate(-1, spread) for _ in range(n)]
+        runs["stock"][rnd] = [request(i, v) for i, v in enumerate(base)]
+        runs["hook"][rnd] = [request(i, effect(v, rng)) for i, v in enumerate(base)]
+    return runs
+
+
+def test_an_exact_two_fold_effect_is_two_with_a_tight_interval():
+    pairs = pair_requests(ab(3, 60, lambda v, _: 2 * v), ttot)
+    e = paired_ratio(pairs, 0.9, "hook", "stock", resamples=FAST)
+    assert e.point == pytest.approx(2.0)
+    assert e.low <= 2.0 <= e.high and e.high - e.low < 1e-9
+    assert (e.n_requests, e.n_rounds, e.q) == (180, 3, 0.9)
+    assert verdict(e, 0.5) == "missed"
+    mean = paired_ratio(pairs, "mean", "hook", "stock", resamples=FAST)
+    assert mean.point == pytest.approx(2.0) and mean.high - mean.low < 1e-9
+
+
+def test_noise_without_an_effect_does_not_meet_a_halving_target():
+    pairs = pair_requests(ab(3, 60, lambda v, rng: v * rng.lognormvariate(0, 0.5)), ttot)
+    e = paired_ratio(pairs, 0.9, "hook", "stock", resamples=FAST)
+    assert e.low < 1.3 and e.high > 0.8
+    assert verdict(e, 0.5) != "met"
+
+
+def test_pairing_makes_the_interval_much_narrower_than_resampling_each_side_alone():
+    runs = ab(3, 100, lambda v, rng: 0.5 * v * rng.uniform(0.95, 1.05), spread=1.5)
+    paired = paired_ratio(pair_requests(runs, ttot), 0.5, "hook", "stock", resamples=FAST)
+    # Shuffling the hook's indices within each round leaves every pooled quantile (and so
+    # the point) as it was, but the bootstrap's shared indices then pick unrelated requests.
+    rng = random.Random(7)
+    for reqs in runs["hook"].values():
+        order = list(range(len(reqs)))
+        rng.shuffle(order)
+        for r, i in zip(reqs, order):
+            r["index"] = i
+    unpaired = paired_ratio(pair_requests(runs, ttot), 0.5, "hook", "stock", resamples=FAST)
+    assert unpaired.point == pytest.approx(paired.point)
+    assert paired.low <= 0.5 <= paired.high
+    assert (unpaired.high - unpaired.low) > 4 * (paired.high - paired.low)
+
+
+def test_the_same_seed_gives_the_same_interval_and_another_seed_another():
+    pairs = pair_requests(ab(3, 40, lambda v, rng: v * rng.uniform(0.5, 1.5)), ttot)
+    one = paired_ratio(pairs, 0.5, "hook", "stock", resamples=FAST, seed=3)
+    assert one == paired_ratio(pairs, 0.5, "hook", "stock", resamples=FAST, seed=3)
+    other = paired_ratio(pairs, 0.5, "hook", "stock", resamples=FAST, seed=4)
+    assert other.point == one.point and (one.low, one.high) != (other.low, other.high)
+
+
+def test_a_request_failed_or_unmeasured_on_either_side_is_dropped_from_that_pair_only():
+    runs = {"stock": {0: [request(0, 0.1), request(1, 0.2), request(2, 0.3), request(3, 0.4)]},
+            "hook": {0: [request(0, 0.1), {**request(1, 0.2), "ok": False}, request(2, None), request(3, 0.4)]},
+            "proxy": {0: [request(0, 0.1), request(1, 0.2), request(2, 0.3), request(3, 0.4)],
+                      1: [request(0, 0.1)]}}  # a round stock did not run: never paired
+    pairs = pair_requests(runs, ttot)
+    assert paired_ratio(pairs, 0.5, "hook", "stock", resamples=10).n_requests == 2
+    e = paired_ratio(pairs, 0.5, "proxy", "stock", resamples=10)
+    assert (e.n_requests, e.n_rounds) == (4, 1)
+    assert pairs.sent == {"stock": 4, "hook": 4, "proxy": 5}
+    assert paired_ratio(pairs, 0.5, "hook", "missing", resamples=10) is None
+
+
+def test_answer_itl_pools_every_token_gap_and_resamples_whole_requests():
+    runs = {"stock": {0: [request(0, 0.1, output_itl=[0.01, 0.02, 0.03]), request(1, 0.1, output_itl=[0.04])]},
+            "hook": {0: [request(0, 0.1, output_itl=[0.02, 0.04, 0.06]), request(1, 0.1, output_itl=[0.08])]}}
+    e = paired_ratio(pair_requests(runs, answer_itl), 1.0, "hook", "stock", resamples=50)
+    assert e.point == pytest.approx(2.0) and e.n_values == 4 and e.n_requests == 2
+    assert e.low == pytest.approx(2.0) and e.high == pytest.approx(2.0)
+
+
+def test_quantiles_are_nearest_rank_like_the_load_tester():
+    values = [float(i) for i in range(1, 101)]
+    assert nearest_rank(values, 0.99) == 99.0
+    assert nearest_rank(values, 0.5) == 50.0
+    assert nearest_rank(values[:50], 0.99) == 50.0, "a p99 over 50 is the slowest one"
+
+
+def test_a_tail_is_quoted_only_when_five_requests_set_it():
+    assert tail_for(50) == 0.9, "50 * 0.1 = 5 (and not 4.999...)"
+    assert not quotable(0.99, 50) and not quotable(0.95, 50) and quotable(0.9, 50)
+    assert tail_for(500) == 0.99 and tail_for(499) == 0.95
+    assert tail_for(100) == 0.95 and tail_for(99) == 0.9
+    assert tail_for(10) == 0.5 and tail_for(9) is None
+    assert tail_for(500, wanted=0.95) == 0.95
+    e = Estimate(1.0, 0.9, 1.1, 50, 1, 0.99, 50)
+    assert not e.quotable and Estimate(1.0, 0.9, 1.1, 50, 1, 0.9, 50).quotable
+
+
+def test_wilson_matches_the_formula():
+    z = statistics.NormalDist().inv_cdf(0.95)
+    s = wilson(0, 10)
+    assert s.low == 0.0 and s.high == pytest.approx(z * z / (10 + z * z), abs=1e-3)
+    assert round(s.high, 3) == 0.213
+    s = wilson(7, 20, confidence=0.95)  # the textbook case: 0.35 of 20, 95%: [0.181, 0.567]
+    assert (round(s.low, 3), round(s.high, 3)) == (0.181, 0.567)
+    assert wilson(10, 10).high == 1.0 and wilson(0, 0) is None
+
+
+class Interval:
+    def __init__(self, low, high):
+        self.low, self.high = low, high
+
+
+def test_verdict_boundaries():
+    assert verdict(Interval(0.3, 0.5), 0.5) == "met", "the target itself counts as reached"
+    assert verdict(Interval(0.3, 0.51), 0.5) == "unresolved"
+    assert verdict(Interval(0.5, 0.9), 0.5) == "unresolved"
+    assert verdict(Interval(0.51, 0.9), 0.5) == "missed"
+    assert verdict(Interval(0.95, 0.99), 0.95, better="higher") == "met"
+    assert verdict(Interval(0.9, 0.96), 0.95, better="higher") == "unresolved"
+    assert verdict(Interval(0.8, 0.94), 0.95, better="higher") == "missed"
+    assert verdict(Interval(math.nan, math.nan), 0.5) == "unresolved"
+    with pytest.raises(ValueError):
+        verdict(Interval(0, 1), 0.5, better="smaller")
+
+
+def test_do_no_harm_names_the_metric_that_decided():
+    ok = Estimate(1.0, 0.9, 1.02, 10, 1, 0.5, 10)
+    close = Estimate(1.0, 0.95, 1.05, 10, 1, 0.5, 10)
+    wide = Estimate(1.0, 0.9, 1.2, 10, 1, 0.5, 10)
+    bad = Estimate(1.3, 1.1, 1.5, 10, 1, 0.5, 10)
+    assert do_no_harm({"TTFT": ok, "e2e": close}) == Harm("met", "e2e"), "met: the one that came closest"
+    assert do_no_harm({"TTFT": ok, "e2e": wide}) == Harm("unresolved", "e2e")
+    assert do_no_harm({"TTFT": wide, "e2e": bad}) == Harm("harm", "e2e"), "harm outranks an unresolved one"
+    assert do_no_harm({"TTFT": ok, "TTFO": None}) == Harm("unresolved", "TTFO"), "unmeasured cannot be harmless"
+    assert do_no_harm({}) == Harm("unresolved", "nothing measured")
+
+
+def slo_request(index, ttft_s, ttfo_s, ttot_s, gap_s, ok=True, think=10):
+    return {"index": index, "ok": ok, "ttft": ttft_s, "ttfo": ttfo_s, "think_to_output": ttot_s,
+            "max_output_gap": gap_s, "usage_think_tokens": think}
+
+
+def test_whole_request_slo_counts_start_and_answer_against_the_same_request_alone():
+    alone = [slo_request(i, 0.1, 1.0, 0.05, 0.05) for i in range(7)]
+    alone[6] = {**alone[6], "ok": False}  # no reference: cannot be judged, so dropped
+    loaded = [
+        slo_request(0, 0.45, 2.25, 0.25, 0.25),  # every limit exactly: met
+        slo_request(1, 0.46, 1.5, 0.1, 0.1),  # TTFT over 2 x 0.1 + 0.25
+        slo_request(2, 0.2, 2.3, 0.1, 0.1),  # TTFO over 2 x 1.0 + 0.25
+        slo_request(3, 0.2, 1.5, 0.3, 0.1),  # TTOT over 250 ms
+        slo_request(4, 0.2, 1.5, 0.1, None),  # one visible token, no gap: met
+        slo_request(5, 0.2, None, None, None, ok=False),  # failed: counts as missing it
+        slo_request(6, 0.2, 1.5, 0.1, 0.1),
+    ]
+    runs = {"stock": {0: loaded}}
+    pairs = pair_requests(runs, whole_request_slo({0: alone}), keep_failed=True)
+    s = share_of(pairs, "stock")
+    assert (s.successes, s.n) == (2, 6)
+    assert share_of(pair_requests(runs, whole_request_slo(alone), keep_failed=True), "stock").n == 6
+    strict = WholeRequestSlo(start_factor=1.0, start_allowance_s=0.0)
+    assert share_of(pair_requests(runs, whole_request_slo(alone, strict), keep_failed=True), "stock").successes == 0
+    answer = share_of(pair_requests(runs, answer_only_slo(), keep_failed=True), "stock")
+    assert (answer.successes, answer.n) == (5, 7), "the start does not count: 1, 2 and 6 pass too"
+
+
+def test_ttot_is_waived_only_for_a_request_that_did_not_think():
+    runs = {"stock": {0: [slo_request(0, 0.1, 0.2, None, 0.1, think=0), slo_request(1, 0.1, 0.2, None, 0.1)]}}
+    s = share_of(pair_requests(runs, answer_only_slo(), keep_failed=True), "stock")
+    assert (s.successes, s.n) == (1, 2)
+
+
+def test_a_paired_share_difference_sees_an_slo_gain_on_the_same_requests():
+    rng = random.Random(5)
+    runs: dict = {"stock": {}, "hook": {}}
+    for rnd in range(3):
+        gaps = [rng.uniform(0.0, 0.5) for _ in range(80)]
+        runs["stock"][rnd] = [slo_request(i, 0.1, 1, 0.1, g) for i, g in enumerate(gaps)]
+        runs["hook"][rnd] = [slo_request(i, 0.1, 1, 0.1, g * 0.5) for i, g in enumerate(gaps)]
+    pairs = pair_requests(runs, answer_only_slo(), keep_failed=True)
+    d = paired_share_change(pairs, "hook", "stock", resamples=FAST)
+    assert d.point == pytest.approx(share_of(pairs, "hook").point - share_of(pairs, "stock").point)
+    assert 0 < d.low <= d.point <= d.high
+    r = paired_share_change(pairs, "hook", "stock", kind="ratio", resamples=FAST)
+    assert r.low > 1
+    runs["stock"][0].append(slo_request(80, 0.1, 1, 0.1, None))  # one visible token: no gap, not an answer here
+    stall = pair_requests(runs, stalled(0.25))
+    assert share_of(stall, "stock").n == 240
+    assert share_of(stall, "hook").successes == 0
+    assert paired_share_change(stall, "hook", "stock", resamples=FAST).high < 0
+
+
+def point(load, share, low, high):
+    from realab.stats import Share
+    return LoadPoint(load, 10 * load, Share(share, low, high, 0, 100))
+
+
+def test_capacity_interpolates_where_the_share_first_falls_below_the_target():
+    sweep = [point(0.5, 1.0, 0.97, 1.0), point(0.7, 0.99, 0.96, 1.0), point(0.9, 0.91, 0.88, 0.96),
+             point(1.1, 0.5, 0.4, 0.6)]
+    c = capacity_at_slo(sweep)
+    assert c.load == pytest.approx(0.7 + 0.2 * (0.99 - 0.95) / (0.99 - 0.91))  # 0.8
+    assert c.rate == pytest.approx(10 * c.load) and c.beyond is None
+    assert c.conservative == pytest.approx(0.7 + 0.2 * (0.96 - 0.95) / (0.96 - 0.88))
+    assert c.optimistic == pytest.approx(0.9 + 0.2 * (0.96 - 0.95) / (0.96 - 0.6))
+    assert c.conservative < c.load < c.optimistic
+    assert capacity_at_slo([point(0.5, 0.9, 0.8, 0.95)]).beyond == "below"
+    above = capacity_at_slo(sweep[:2])
+    assert (above.load, above.beyond) == (0.7, "above")
+
+
+def test_capacity_ratio_pairs_each_end_with_the_others_opposite_end():
+    config = Capacity(0.9, 9.0, 0.8, 1.0, None)
+    stock = Capacity(0.6, 6.0, 0.5, 0.75, None)
+    assert capacity_ratio(config, stock) == pytest.approx((1.5, 0.8 / 0.75, 1.0 / 0.5))
+    assert capacity_ratio(Capacity(None, None, None, 0.5, "below"), stock) is None
+    assert capacity_ratio(config, Capacity(0.6, 6.0, None, 0.75, None))[2] == math.inf
+
+
+def test_runs_are_read_from_measures_raw_file_names(tmp_path):
+    import json
+    for rnd, config in [(0, "stock"), (1, "hook-fcfs"), (0, "hook-fcfs")]:
+        raw = {"runs": [{"requests": [request(rnd, 0.1)]}]}
+        (tmp_path / f"mix-0.9-{rnd}-{config}.json").write_text(json.dumps(raw))
+    (tmp_path / "mix-0.5-0-stock.json").write_text("{}")
+    runs = read_runs(tmp_path, "mix", 0.9)
+    assert sorted(runs) == ["hook-fcfs", "stock"] and sorted(runs["hook-fcfs"]) == [0, 1]

@@ -3,6 +3,7 @@
     python -m realab measure ROOT MODEL_DIR RESULTS_JSON [--quick]
     python -m realab twin-inputs RESULTS_JSON OUT_DIR
     python -m realab report ROOT RESULTS_JSON TWIN_JSON CALIBRATION_JSON OUT_MD
+    python -m realab stepcost measure|report ...   (the hook's cost to real steps: stepcost.py)
 
 `measure` starts the engines and proxies, measures, and writes RESULTS_JSON (every run's
 summary, the step traces' preemptions, the capacity, the setup); the step traces stay in
@@ -55,25 +56,35 @@ def setup(root: Path, model: Path, work: Path) -> m.Setup:
     if len(caches) > 1:
         raise SystemExit(f"REALAB_WORKLOADS: {names} need different KV caches ({caches}); "
                          "measure them in separate runs (REALAB_APPEND=1)")
-    blocks = caches.pop()
-    spec = m.rig.EngineSpec(
-        python=sys.executable, model=model, served_name=SERVED, dtype="float32",
-        max_model_len=MAX_MODEL_LEN if blocks is None else KV_MAX_MODEL_LEN,
-        max_num_seqs=32, max_num_batched_tokens=2048, kv_cache_gib=2, omp_threads=1,
-        # No prefix cache: every round replays its seed's prompts at each load and on both
-        # configurations of the stock engine, so with the cache on every run after the
-        # first would prefill almost nothing (measured: 28% of prompt tokens computed) and
-        # a "90% load" would not be one; the twin has no prefix cache either.
-        extra=["--block-size", str(BLOCK_SIZE), "--no-enable-prefix-caching"]
-        + ([] if blocks is None else ["--num-gpu-blocks-override", str(blocks)]))
+    spec = engine_spec(model, caches.pop())
     loads = [float(x) for x in os.environ.get("REALAB_LOADS", "0.5,0.7,0.9,1.0").split(",")]
     return m.Setup(root=root, work=work, spec=spec, think_end_id=ids["</think>"], models_dir=work / "models",
                    workloads=workloads, loads=loads,
                    rounds=int(os.environ.get("REALAB_ROUNDS", "3")), slo_ttot_ms=250.0, slo_gap_ms=250.0)
 
 
+def engine_spec(model: Path, kv_blocks: int | None = None) -> m.rig.EngineSpec:
+    """The engines every real-engine measurement starts: the benchmark model and limits."""
+    return m.rig.EngineSpec(
+        python=sys.executable, model=model, served_name=SERVED, dtype="float32",
+        max_model_len=MAX_MODEL_LEN if kv_blocks is None else KV_MAX_MODEL_LEN,
+        max_num_seqs=32, max_num_batched_tokens=2048, kv_cache_gib=2, omp_threads=1,
+        # No prefix cache: every round replays its seed's prompts at each load and on both
+        # configurations of the stock engine, so with the cache on every run after the
+        # first would prefill almost nothing (measured: 28% of prompt tokens computed) and
+        # a "90% load" would not be one; the twin has no prefix cache either.
+        extra=["--block-size", str(BLOCK_SIZE), "--no-enable-prefix-caching"]
+        + ([] if kv_blocks is None else ["--num-gpu-blocks-override", str(kv_blocks)]))
+
+
 def main(argv: list[str]) -> None:
-    if argv[0] == "measure":
+    if argv[0] == "stepcost":
+        from . import stepcost
+
+        root = Path(__file__).resolve().parents[2]
+        model = Path(os.environ.get("REALAB_MODEL", str(Path.home() / ".cache/meridian/bench-qwen3-v1")))
+        stepcost.main(argv[1:], root, lambda work: engine_spec(model))
+    elif argv[0] == "measure":
         root, model, results = Path(argv[1]), Path(argv[2]), Path(argv[3])
         work = Path(tempfile.mkdtemp(prefix="realab-"))
         print(f"work directory (logs, step traces, raw load-test JSON): {work}", flush=True)

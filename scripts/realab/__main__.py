@@ -4,6 +4,7 @@
     python -m realab twin-inputs RESULTS_JSON OUT_DIR
     python -m realab report ROOT RESULTS_JSON TWIN_JSON CALIBRATION_JSON OUT_MD
     python -m realab stepcost measure|report ...   (the hook's cost to real steps: stepcost.py)
+    python -m realab policies keep|report ...      (every policy, paired: policies.py)
 
 `measure` starts the engines and proxies, measures, and writes RESULTS_JSON (every run's
 summary, the step traces' preemptions, the capacity, the setup); the step traces stay in
@@ -11,8 +12,12 @@ the work directory it prints. `report` writes the page from the measured and the
 twin's predicted figures. Knobs (environment): REALAB_ROUNDS, REALAB_LOADS,
 REALAB_WORKLOADS (names, comma-separated), REALAB_PROMPTS (requests per run, for every
 workload of the run), REALAB_APPEND=1 (add to an existing
-RESULTS_JSON: say, a second workload at other loads), REALAB_HOOK_POLICY (the hooked
-engine's policy, for exploratory runs; the setup in RESULTS_JSON records it)."""
+RESULTS_JSON: say, a second workload at other loads), REALAB_HOOK_POLICY (the policy of
+the config named `hook`; the setup in RESULTS_JSON records it), REALAB_CONFIGS (which
+configs run, stock first: stock, proxy, hook, hook-<policy>; default stock,proxy,hook),
+REALAB_UNLOADED=1 (each round's requests also one at a time on the stock engine: the
+whole-request SLO's reference), REALAB_PROXY (`shipped`: the proxies as meridian.toml
+ships them; `admission`, the default: with admission and priorities on)."""
 
 from __future__ import annotations
 
@@ -60,7 +65,8 @@ def setup(root: Path, model: Path, work: Path) -> m.Setup:
     loads = [float(x) for x in os.environ.get("REALAB_LOADS", "0.5,0.7,0.9,1.0").split(",")]
     return m.Setup(root=root, work=work, spec=spec, think_end_id=ids["</think>"], models_dir=work / "models",
                    workloads=workloads, loads=loads,
-                   rounds=int(os.environ.get("REALAB_ROUNDS", "3")), slo_ttot_ms=250.0, slo_gap_ms=250.0)
+                   rounds=int(os.environ.get("REALAB_ROUNDS", "3")), slo_ttot_ms=250.0, slo_gap_ms=250.0,
+                   configs=m.configs_from_env(), unloaded=os.environ.get("REALAB_UNLOADED") == "1")
 
 
 def engine_spec(model: Path, kv_blocks: int | None = None) -> m.rig.EngineSpec:
@@ -78,7 +84,11 @@ def engine_spec(model: Path, kv_blocks: int | None = None) -> m.rig.EngineSpec:
 
 
 def main(argv: list[str]) -> None:
-    if argv[0] == "stepcost":
+    if argv[0] == "policies":
+        from . import policies
+
+        policies.main(argv[1:])
+    elif argv[0] == "stepcost":
         from . import stepcost
 
         root = Path(__file__).resolve().parents[2]

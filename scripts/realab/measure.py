@@ -10,7 +10,7 @@ import os
 import statistics
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import curve, machine, rig
@@ -35,7 +35,30 @@ class Workload:
                 "--random-range-ratio", str(self.range_ratio)]
 
 
+#: The configurations of a run: stock vLLM, stock vLLM behind Meridian, and vLLM with the
+#: hook behind Meridian under the default policy (`hook`) or a named one (`hook-<policy>`:
+#: hook-fcfs, hook-output-first, hook-reasoning-first, hook-slo-driven). REALAB_CONFIGS
+#: picks them (comma-separated; stock first).
 CONFIGS = ["stock", "proxy", "hook"]
+#: The hook's policy for the config named `hook`.
+DEFAULT_POLICY = "output-first"
+
+
+def configs_from_env() -> list[str]:
+    names = os.environ.get("REALAB_CONFIGS", ",".join(CONFIGS)).split(",")
+    bad = [n for n in names if n not in ("stock", "proxy", "hook") and not n.startswith("hook-")]
+    if bad or not names or names[0] != "stock":
+        raise SystemExit(f"REALAB_CONFIGS: stock first, then proxy, hook or hook-<policy>; got {names}")
+    return names
+
+
+def policy_of(config: str) -> str | None:
+    """The hook policy a config runs (None: no hook)."""
+    if config == "hook":
+        return os.environ.get("REALAB_HOOK_POLICY", DEFAULT_POLICY)
+    if config.startswith("hook-"):
+        return config[len("hook-"):]
+    return None
 
 
 @dataclass
@@ -51,66 +74,99 @@ class Setup:
     slo_ttot_ms: float
     slo_gap_ms: float
     hook_token: str = "realab-hook-secret"
+    configs: list[str] = field(default_factory=lambda: list(CONFIGS))
+    #: Run each round's requests one at a time on the stock engine too (the reference
+    #: of the whole-request SLO: each request against itself unloaded).
+    unloaded: bool = False
 
 
 class Rig:
-    """Two engines (stock, hooked), each with its proxy; the stock engine also serves
-    clients directly. One group runs while the other is paused."""
+    """The stock engine with its proxy (it also serves clients directly), and one hooked
+    engine with its proxy, started under the policy the active config names and
+    restarted when another config names another; every engine is warmed up before it is
+    measured. One group runs while the other is paused."""
 
-    def __init__(self, s: Setup) -> None:
+    def __init__(self, s: Setup, warm: Workload | None = None) -> None:
         self.s = s
+        self.warm = warm
         self.procs: list[rig.Proc] = []
         self.hook_port = rig.free_port()
-        cfg = s.work / "hook.toml"
-        # REALAB_HOOK_POLICY tries a variant (say `output-first:pressure_hold_s=0`) in an
-        # exploratory run; the reported A/B runs the default.
-        policy = os.environ.get("REALAB_HOOK_POLICY", "output-first")
-        cfg.write_text(f'[hook]\nlisten = "127.0.0.1:{self.hook_port}"\npolicy = "{policy}"\n')
+        self.policy: str | None = None
+        self.hooked: rig.Proc | None = None
+        self.proxy_hook: rig.Proc | None = None
         self.stock = self._add(rig.start_engine(s.spec, "stock", s.work, "meridian_hook.steptrace.StepTraceScheduler"))
         rig.wait_http(self.stock, "/health", 600)
-        self.stock.pause()
-        self.hooked = self._add(rig.start_engine(
-            s.spec, "hook", s.work, "meridian_hook.steptrace.TracedMeridianScheduler",
-            ["--logits-processors", "meridian_hook.logits:MeridianLogitsProcessor"],
-            {"MERIDIAN_HOOK_CONFIG": str(cfg), "MERIDIAN_HOOK_TOKEN": s.hook_token}))
-        rig.wait_http(self.hooked, "/health", 600)
-        common = [f"models.dir={s.models_dir}", "upstream.health_interval_s=0.5", "admission.enabled=true",
-                  f"admission.max_streams={s.spec.max_num_seqs}", "priority.enabled=true"]
         binary = s.root / "target" / "release" / "meridian"
-        self.stock.resume()
+        self.common = [f"models.dir={s.models_dir}", "upstream.health_interval_s=0.5", *proxy_sets(s)]
+        self.binary = binary
         self.proxy_stock = self._add(rig.start_proxy(binary, "proxy-stock", s.work,
-                                                     [f"upstream.endpoints=[{{url = \"{self.stock.url}\"}}]", *common]))
+                                                     [f"upstream.endpoints=[{{url = \"{self.stock.url}\"}}]", *self.common]))
         rig.wait_http(self.proxy_stock, "/ready", 60)
-        endpoints = f'[{{url = "{self.hooked.url}", hook = "127.0.0.1:{self.hook_port}"}}]'
-        self.proxy_hook = self._add(rig.start_proxy(binary, "proxy-hook", s.work, [f"upstream.endpoints={endpoints}", *common],
-                                                    {"MERIDIAN_HOOK_TOKEN": s.hook_token}))
-        self._wait_hook_ready()
-        self.groups = {"stock": [self.stock, self.proxy_stock], "hook": [self.hooked, self.proxy_hook]}
+        self.groups: dict[str, list[rig.Proc]] = {"stock": [self.stock, self.proxy_stock], "hook": []}
+        # Each hooked config's engine keeps its own log and step trace across restarts.
+        self.engine_names = {policy_of(c): engine_name(c) for c in s.configs if policy_of(c) is not None}
+        self.started: set[str] = set()
 
     def _add(self, p: rig.Proc) -> rig.Proc:
         self.procs.append(p)
         return p
 
+    def _start_hooked(self, policy: str) -> None:
+        """(Re)starts the hooked engine and its proxy under `policy`, the stock group
+        paused meanwhile; warms the engine up."""
+        for p in self.groups["stock"]:
+            p.pause()
+        for p in self.groups["hook"]:
+            p.stop()
+            self.procs.remove(p)
+        s = self.s
+        cfg = s.work / "hook.toml"
+        cfg.write_text(f'[hook]\nlisten = "127.0.0.1:{self.hook_port}"\npolicy = "{policy}"\n')
+        name = self.engine_names[policy]
+        self.hooked = self._add(rig.start_engine(
+            s.spec, name, s.work, "meridian_hook.steptrace.TracedMeridianScheduler",
+            ["--logits-processors", "meridian_hook.logits:MeridianLogitsProcessor"],
+            {"MERIDIAN_HOOK_CONFIG": str(cfg), "MERIDIAN_HOOK_TOKEN": s.hook_token},
+            keep_trace=name in self.started))
+        self.started.add(name)
+        rig.wait_http(self.hooked, "/health", 600)
+        endpoints = f'[{{url = "{self.hooked.url}", hook = "127.0.0.1:{self.hook_port}"}}]'
+        self.proxy_hook = self._add(rig.start_proxy(self.binary, "proxy-hook", s.work,
+                                                    [f"upstream.endpoints={endpoints}", *self.common],
+                                                    {"MERIDIAN_HOOK_TOKEN": s.hook_token}))
+        self._wait_hook_ready()
+        self.groups["hook"] = [self.hooked, self.proxy_hook]
+        self.policy = policy
+        if self.warm is not None:
+            warm_up(s, self.hooked.url, self.warm, s.work / "runs" / f"warm-hook-{policy}.json")
+
     def _wait_hook_ready(self) -> None:
         def ready(r) -> bool:
             return any(line.startswith("meridian_upstream_hook_ready") and line.endswith(" 1")
                        for line in r.text.splitlines())
+        assert self.proxy_hook is not None
         rig.wait_http(self.proxy_hook, "/metrics", 60, ready)
 
     def activate(self, config: str) -> tuple[str, rig.Proc]:
-        """Resumes the group that serves `config`, pauses the other; returns the URL the
+        """Resumes the group that serves `config` (starting the hooked engine under the
+        config's policy if it runs another), pauses the other; returns the URL the
         clients use and the engine behind it."""
-        active = "hook" if config == "hook" else "stock"
+        policy = policy_of(config)
+        if policy is not None and policy != self.policy:
+            self._start_hooked(policy)
+        active = "hook" if policy is not None else "stock"
         for name, group in self.groups.items():
             for p in group:
                 (p.resume if name == active else p.pause)()
         engine = self.hooked if active == "hook" else self.stock
+        assert engine is not None
         rig.wait_http(engine, "/health", 60)
         if config == "stock":
             return engine.url, engine
-        proxy = self.proxy_hook if config == "hook" else self.proxy_stock
+        proxy = self.proxy_hook if active == "hook" else self.proxy_stock
+        assert proxy is not None
         rig.wait_http(proxy, "/ready", 60)
-        if config == "hook":
+        if active == "hook":
             self._wait_hook_ready()
         return proxy.url, engine
 
@@ -119,13 +175,35 @@ class Rig:
             p.stop()
 
 
-def loadtest(s: Setup, url: str, w: Workload, rate: str, seed: int, out: Path) -> dict:
+def proxy_sets(s: Setup) -> list[str]:
+    """The proxies' settings beyond the upstream: REALAB_PROXY=shipped runs them as
+    `meridian.toml` ships (admission and priorities off); the default, `admission`,
+    holds streams past the engine's max_num_seqs in the proxy's own queue, answering
+    ones first, with priorities on (what the earlier pages measured)."""
+    mode = os.environ.get("REALAB_PROXY", "admission")
+    if mode == "shipped":
+        return []
+    if mode == "admission":
+        return ["admission.enabled=true", f"admission.max_streams={s.spec.max_num_seqs}", "priority.enabled=true"]
+    raise SystemExit(f"REALAB_PROXY: shipped or admission; got {mode!r}")
+
+
+def warm_up(s: Setup, url: str, w: Workload, out: Path) -> None:
+    """Requests of the workload's shape, all at once, left out of every figure: a fresh
+    engine's first steps of each shape are slower, and at 90% load a slow start leaves a
+    queue the rest of a run inherits."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    warm = Workload(w.name, w.title, 16, w.input_len, w.think_len, w.output_len, w.range_ratio, w.kv_blocks)
+    loadtest(s, url, warm, "inf", 999, out)
+
+
+def loadtest(s: Setup, url: str, w: Workload, rate: str, seed: int, out: Path, concurrency: int | None = None) -> dict:
     extra = json.dumps({"logit_bias": {str(s.think_end_id): -100}})
     cmd = [str(s.root / "target" / "release" / "meridian-loadtest"), "--base-url", url, "--model", s.spec.served_name,
            "--model-family", "qwen3", "--request-rate", rate, "--seed", str(seed), "--ignore-eos",
            "--extra-body", extra, "--goodput", f"ttot:{s.slo_ttot_ms:g}", f"gap:{s.slo_gap_ms:g}",
            "--save-result", "--result-dir", str(out.parent), "--result-filename", out.name, "--disable-tqdm",
-           *w.tester_args()]
+           *w.tester_args(), *([] if concurrency is None else ["--max-concurrency", str(concurrency)])]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, timeout=1800)
     return json.loads(out.read_text())
 
@@ -146,7 +224,7 @@ def measure(s: Setup, results: Path, log=print, append: bool = False) -> dict:
     started = time.time()
     data: dict = {"setup": {"engine": {k: str(v) for k, v in asdict(s.spec).items() if k != "python"},
                             "workloads": [], "rounds": s.rounds,
-                            "slo_ttot_ms": s.slo_ttot_ms, "slo_gap_ms": s.slo_gap_ms, "configs": CONFIGS},
+                            "slo_ttot_ms": s.slo_ttot_ms, "slo_gap_ms": s.slo_gap_ms, "configs": s.configs},
                   "runs": [], "capacity": {}}
     if append and results.exists():
         data = json.loads(results.read_text())
@@ -157,8 +235,9 @@ def measure(s: Setup, results: Path, log=print, append: bool = False) -> dict:
         if w.name in names:
             raise ValueError(f"{results} already holds workload {w.name}")
         data["setup"]["workloads"].append({**asdict(w), "loads": s.loads, "max_model_len": s.spec.max_model_len,
-                                           "hook_policy": os.environ.get("REALAB_HOOK_POLICY", "output-first")})
-    r = Rig(s)
+                                           "hook_policy": policy_of("hook"), "configs": s.configs,
+                                           "proxy": os.environ.get("REALAB_PROXY", "admission")})
+    r = Rig(s, warm=s.workloads[0])
     raw = s.work / "runs"
     raw.mkdir(exist_ok=True)
     try:
@@ -177,16 +256,25 @@ def measure(s: Setup, results: Path, log=print, append: bool = False) -> dict:
             summ = out["runs"][0]["summary"]
             data.setdefault("capacity", {})[w.name] = summ["request_throughput"]
             log(f"capacity {w.name}: {summ['request_throughput']:.3f} req/s ({time.time() - started:.0f} s)")
-        # 3. The A/B: loads x rounds, configurations in rotating order, one seed a round.
+        # 3. Each round's requests one at a time on the stock engine: every request's
+        # own unloaded times, the reference of the whole-request SLO.
+        if s.unloaded:
+            for w in s.workloads:
+                for rnd in range(s.rounds):
+                    loadtest(s, url, w, "inf", rnd, raw / f"{w.name}-unloaded-{rnd}.json", concurrency=1)
+                    log(f"{w.name} round {rnd} unloaded ({time.time() - started:.0f} s)")
+        # 4. The A/B: loads x rounds, configurations in rotating order, one seed a round.
+        n = len(s.configs)
         for w in s.workloads:
             cap = data["capacity"][w.name]
             for load in s.loads:
                 for rnd in range(s.rounds):
-                    order = CONFIGS[rnd % 3:] + CONFIGS[:rnd % 3]
+                    order = s.configs[rnd % n:] + s.configs[:rnd % n]
                     for config in order:
                         url, engine = r.activate(config)
                         before = rig.scrape(engine.url + "/metrics")
-                        hook_before = rig.scrape(f"http://127.0.0.1:{r.hook_port}/metrics") if config == "hook" else {}
+                        hooked = policy_of(config) is not None
+                        hook_before = rig.scrape(f"http://127.0.0.1:{r.hook_port}/metrics") if hooked else {}
                         cpu0 = machine.sample()
                         t0 = time.perf_counter()
                         name = f"{w.name}-{load:g}-{rnd}-{config}.json"
@@ -194,8 +282,9 @@ def measure(s: Setup, results: Path, log=print, append: bool = False) -> dict:
                         t1 = time.perf_counter()
                         cpu = machine.between(cpu0, machine.sample())
                         after = rig.scrape(engine.url + "/metrics")
-                        hook_after = rig.scrape(f"http://127.0.0.1:{r.hook_port}/metrics") if config == "hook" else {}
+                        hook_after = rig.scrape(f"http://127.0.0.1:{r.hook_port}/metrics") if hooked else {}
                         run = {"workload": w.name, "load": load, "round": rnd, "config": config,
+                               "policy": policy_of(config),
                                "rate": cap * load, "window": [t0, t1], "summary": out["runs"][0]["summary"],
                                "engine": step_window(engine_trace(s, config), t0, t1),
                                "vllm_preemptions": delta(before, after, "vllm:num_preemptions_total"),
@@ -222,8 +311,14 @@ def engine_trace(s: Setup, config: str) -> Path:
     return engine_trace_in(s.work, config)
 
 
+def engine_name(config: str) -> str:
+    """The engine a config runs on, which names its log and step trace: `stock` for
+    stock and proxy, the config's own name for a hooked one."""
+    return "stock" if policy_of(config) is None else config
+
+
 def engine_trace_in(work: Path, config: str) -> Path:
-    return work / ("hook-steps.jsonl" if config == "hook" else "stock-steps.jsonl")
+    return work / f"{engine_name(config)}-steps.jsonl"
 
 
 def delta(before: dict[str, float], after: dict[str, float], name: str) -> float | None:

@@ -105,13 +105,20 @@ class EngineSpec:
         return {"VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib), "OMP_NUM_THREADS": str(self.omp_threads)}
 
 
-def start_engine(spec: EngineSpec, name: str, work: Path, scheduler_cls: str, more=(), env=None) -> Proc:
+def start_engine(spec: EngineSpec, name: str, work: Path, scheduler_cls: str, more=(), env=None,
+                 keep_trace: bool = False) -> Proc:
+    """Starts engine `name`, its step trace in `work/<name>-steps.jsonl` (appended to when
+    `keep_trace`, for a restarted engine; else started afresh) and its log beside it."""
     port = free_port()
     trace = work / f"{name}-steps.jsonl"
-    trace.unlink(missing_ok=True)
+    if not keep_trace:
+        trace.unlink(missing_ok=True)
+    log = work / f"{name}.log"
+    if keep_trace and log.exists():
+        log.rename(work / f"{name}-{time.time():.0f}.log")
     proc = spawn(name, spec.argv(port, scheduler_cls, list(more)),
                  {**spec.env(), "MERIDIAN_STEP_TRACE": str(trace), **(env or {})},
-                 work / f"{name}.log", f"http://127.0.0.1:{port}")
+                 log, f"http://127.0.0.1:{port}")
     return proc
 
 

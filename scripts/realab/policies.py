@@ -1,0 +1,258 @@
+"""Every policy beside stock on the real engine, every user-felt metric, paired: the page
+a platform engineer reads to decide whether the hook helps and what it costs.
+
+    python -m realab policies keep RESULTS_JSON SET_DIR LABEL   # one measured set, kept
+    python -m realab policies report PAGE_DIR OUT_MD              # the page, from every set
+
+`keep` copies RESULTS_JSON (labelled) and the raw load-test files of its measured runs
+(and unloaded reference runs) out of the work directories it names, gzipped, into
+SET_DIR (a folder of PAGE_DIR), so the page can be rebuilt from the repository; `report`
+writes the page from every set, in name order, with `stats.py`: per workload and
+load, each configuration against stock on the same requests (paired ratio, 90% bootstrap
+interval over requests and rounds), at the median and at the highest tail that at least
+five requests set; the shares of stalled answers and of requests meeting each SLO with
+Wilson intervals; and the "do no harm" verdict of the policy Meridian ships."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import statistics
+import sys
+from pathlib import Path
+
+from . import stats as S
+
+#: The hook policy `meridian.toml` and the chart ship.
+SHIPPED_POLICY = "output-first"
+#: Requests at the start of each run left out of every figure: the queue is still
+#: filling (the load tester's arrivals start on an idle engine).
+WARMUP_SHARE = 0.1
+#: The metrics of the "do no harm" verdict and of the table, lower is better for each.
+PER_REQUEST = ["TTFT", "TTFO", "TTOT", "end-to-end", "largest answer gap", "answer ITL"]
+DESCRIBE = {
+    "stock": "stock vLLM, clients straight to it",
+    "proxy": "stock vLLM behind Meridian (no hook)",
+}
+
+
+def describe(config: str, policy: str | None) -> str:
+    if config in DESCRIBE:
+        return DESCRIBE[config]
+    return f"vLLM with the hook, policy `{policy}`, behind Meridian"
+
+
+# --- raw files ----------------------------------------------------------------------------
+
+
+def keep(results: Path, set_dir: Path, label: str) -> int:
+    """Copies `results` into `set_dir` under `label`, and gzips the raw files of every
+    measured and unloaded run into `set_dir/raw`."""
+    data = json.loads(results.read_text())
+    raw_dir = set_dir / "raw"
+    raw_dir.mkdir(parents=True, exist_ok=True)
+    (set_dir / "results.json").write_text(json.dumps({**data, "label": label}, indent=1))
+    kept = 0
+    for work in data.get("work", []):
+        runs = Path(work) / "runs"
+        if not runs.is_dir():
+            continue
+        for f in sorted(runs.glob("*.json")):
+            if f.name.startswith(("capacity-", "warm-")):
+                continue
+            with f.open("rb") as src, gzip.open(raw_dir / (f.name + ".gz"), "wb", compresslevel=9) as dst:
+                shutil.copyfileobj(src, dst)
+            kept += 1
+    return kept
+
+
+def _requests(path: Path) -> list[dict]:
+    with gzip.open(path, "rt") as f:
+        return json.load(f)["runs"][0]["requests"]
+
+
+def read(raw_dir: Path, workload: str, load: float) -> tuple[dict[str, dict[int, list[dict]]], dict[int, list[dict]]]:
+    """({config: {round: requests}}, {round: unloaded requests}), the first
+    `WARMUP_SHARE` of each run's requests (by index) left out."""
+    prefix = f"{workload}-{load:g}-"
+    runs: dict[str, dict[int, list[dict]]] = {}
+    for f in sorted(raw_dir.glob(f"{prefix}*.json.gz")):
+        rnd, _, config = f.name[len(prefix):-len(".json.gz")].partition("-")
+        requests = _requests(f)
+        skip = int(len(requests) * WARMUP_SHARE)
+        runs.setdefault(config, {})[int(rnd)] = [r for r in requests if r["index"] >= skip]
+    unloaded = {int(f.name[len(f"{workload}-unloaded-"):-len(".json.gz")]): _requests(f)
+                for f in sorted(raw_dir.glob(f"{workload}-unloaded-*.json.gz"))}
+    return runs, unloaded
+
+
+# --- the page -----------------------------------------------------------------------------
+
+
+def _interval(e: S.Estimate | None) -> str:
+    if e is None:
+        return "-"
+    return f"{e.point:.2f} ({e.low:.2f}-{e.high:.2f})"
+
+
+def _share(s: S.Share | None) -> str:
+    return "-" if s is None else f"{100 * s.point:.0f}% ({100 * s.low:.0f}-{100 * s.high:.0f})"
+
+
+def effects(runs: dict, config: str, resamples: int) -> tuple[dict[str, tuple], dict[str, S.Estimate | None]]:
+    """Per metric: (p50 estimate, tail estimate); and the estimates the harm verdict reads."""
+    out: dict[str, tuple] = {}
+    judged: dict[str, S.Estimate | None] = {}
+    for name in PER_REQUEST:
+        pairs = S.pair_requests(runs, S.METRICS[name])
+        rounds = pairs.matched(config, "stock")
+        n = sum(len(r) for r in rounds)
+        tail = S.tail_for(n, 0.99)
+        # Per-token ITL: each bootstrap resample re-sorts every token; fewer resamples.
+        k = max(200, resamples // 5) if name == "answer ITL" else resamples
+        p50 = S.paired_ratio(pairs, 0.5, config, "stock", resamples=k)
+        high = S.paired_ratio(pairs, tail, config, "stock", resamples=k) if tail and tail > 0.5 else None
+        out[name] = (p50, high, tail, n)
+        judged[f"{name} p50"] = p50
+        if high is not None:
+            judged[f"{name} p{round(100 * tail)}"] = high
+    return out, judged
+
+
+def throughput(data: dict, workload: str, load: float, config: str) -> list[float]:
+    """Token throughput over stock's, per round both ran."""
+    by = {(r["round"], r["config"]): r["summary"]["total_token_throughput"] for r in data["runs"]
+          if r["workload"] == workload and r["load"] == load}
+    return [by[(rnd, config)] / by[(rnd, "stock")] for (rnd, c) in sorted(by) if c == config
+            and (rnd, "stock") in by and by[(rnd, "stock")] > 0]
+
+
+def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: int) -> list[str]:
+    runs, unloaded = read(raw_dir, workload, load)
+    if "stock" not in runs:
+        return []
+    policies = policies_of(data)
+    configs = [c for c in data["setup"]["configs"] if c in runs and c != "stock"]
+    rounds = len(runs["stock"])
+    per_run = statistics.median(len(v) for v in runs["stock"].values())
+    lines = [f"### {workload}, {load * 100:.0f}% of stock capacity", "",
+             f"{rounds} round(s), {per_run:.0f} requests a run counted (the first {WARMUP_SHARE:.0%} of each run "
+             f"left out while the queue fills); ratios are each configuration over stock on the same requests, "
+             f"with a 90% bootstrap interval over requests and rounds; below 1 is better."
+             + (" With a single round the interval holds only the requests' spread, not how one whole run "
+                "differs from another (a burst that queues many requests at once): read it as a lower bound "
+                "on the uncertainty." if rounds < 2 else ""), ""]
+    lines += ["| configuration | metric | p50 | tail | requests |", "|---|---|---:|---:|---:|"]
+    harms = {}
+    for config in configs:
+        table, judged = effects(runs, config, resamples)
+        for name, (p50, high, tail, n) in table.items():
+            tail_text = f"p{round(100 * tail)} {_interval(high)}" if high is not None else "-"
+            lines.append(f"| {config} | {name} | {_interval(p50)} | {tail_text} | {n} |")
+        thr = throughput(data, workload, load, config)
+        if thr:
+            lines.append(f"| {config} | token throughput (per round; higher is better) | "
+                         f"{' '.join(f'{x:.3f}' for x in thr)} | | |")
+        harms[config] = S.do_no_harm(judged)
+    lines.append("")
+    lines += ["| configuration | answers with a stall over 250 ms | answer-only SLO met | whole-request SLO met |",
+              "|---|---:|---:|---:|"]
+    stall = S.pair_requests(runs, S.stalled(0.25))
+    answer = S.pair_requests(runs, S.answer_only_slo(), keep_failed=True)
+    whole = S.pair_requests(runs, S.whole_request_slo(unloaded), keep_failed=True) if unloaded else None
+    for config in ["stock", *configs]:
+        lines.append(f"| {config} | {_share(S.share_of(stall, config))} | {_share(S.share_of(answer, config))} | "
+                     f"{_share(S.share_of(whole, config)) if whole else 'no unloaded reference'} |")
+    lines += ["", "Shares: Wilson 90% intervals over the counted requests. The answer-only SLO: think-to-answer "
+              "gap and largest answer gap each within 250 ms. The whole-request SLO adds the start: TTFT and "
+              "TTFO each within 2x the same request's own time on the idle engine plus 250 ms "
+              "(`stats.WholeRequestSlo`).", ""]
+    for config in configs:
+        h = harms[config]
+        shipped = " (the policy Meridian ships)" if policies.get(config) == SHIPPED_POLICY else ""
+        lines.append(f"- **{config}{shipped}, do no harm (every metric's interval at or below 1.05): "
+                     f"{h.word}**" + (f", decided by {h.decided_by}" if h.decided_by else "") + ".")
+    lines.append("")
+    return lines
+
+
+def policies_of(data: dict) -> dict[str, str | None]:
+    """The hook policy of each config (runs measured before configs named their policy:
+    the workload's `hook_policy` for `hook`)."""
+    out: dict[str, str | None] = {}
+    fallback = {w["name"]: w.get("hook_policy") for w in data["setup"]["workloads"]}
+    for r in data["runs"]:
+        policy = r.get("policy")
+        if policy is None and r["config"] == "hook":
+            policy = fallback.get(r["workload"])
+        out[r["config"]] = policy
+    return out
+
+
+def write(page_dir: Path, out: Path, resamples: int = 2000) -> None:
+    lines = ["# Every policy on a real engine, costs included", "",
+             "Generated by `python -m realab policies report` from the measured sets in "
+             f"`{page_dir.name}/` (each a `results.json` and the raw per-request files); measured by "
+             "`scripts/bench-dispatch-real.sh` with `REALAB_CONFIGS` naming the configurations, then "
+             "`python -m realab policies keep` (each set's command below).", "",
+             "Each configuration serves the same requests (same seed: prompts, lengths, arrival times) "
+             "in rotating order within a round; the page compares each request with itself under stock. "
+             "A verdict is *met* or *missed* only when the whole interval says so, otherwise "
+             "*unresolved*; a tail is quoted only where at least five requests set it. Every engine is "
+             "warmed up before it is measured.", ""]
+    for set_dir in sorted(p for p in page_dir.iterdir() if (p / "results.json").exists()):
+        lines += set_section(set_dir, resamples)
+    out.write_text("\n".join(lines))
+
+
+def set_section(set_dir: Path, resamples: int) -> list[str]:
+    data = json.loads((set_dir / "results.json").read_text())
+    raw_dir = set_dir / "raw"
+    policies = policies_of(data)
+    lines = [f"## {data.get('label', set_dir.name)}", "", "Configurations:", ""]
+    for config in data["setup"]["configs"]:
+        lines.append(f"- `{config}`: {describe(config, policies.get(config))}")
+    lines += ["", "### Conditions", ""]
+    eng = data["setup"]["engine"]
+    lines.append(f"vLLM CPU build, benchmark model ({Path(eng.get('model', '')).name}): max_num_seqs {eng.get('max_num_seqs')}, "
+                 f"max_num_batched_tokens {eng.get('max_num_batched_tokens')}, {eng.get('omp_threads')} OMP thread, "
+                 "prefix cache off; the CPU-shaped regime (a 2,048-token prompt chunk costs about 50 decode steps "
+                 "here, about 7 on an H100: see [Dispatch on a real engine](dispatch-real-engine.md)).")
+    proxy = {w.get("proxy", "admission") for w in data["setup"]["workloads"]}
+    lines.append("The proxies ran " + ("as `meridian.toml` ships them (admission and priorities off)."
+                                      if proxy == {"shipped"} else
+                                      "with admission on (streams past the engine's max_num_seqs wait in the "
+                                      "proxy's queue, answering ones first) and priorities on, which "
+                                      "`meridian.toml` ships off (`REALAB_PROXY=shipped` runs them as shipped)."))
+    for w, cap in sorted(data.get("capacity", {}).items()):
+        lines.append(f"Stock capacity, {w}: {cap:.3f} req/s (everything sent at once).")
+    cpu = [r["cpu"]["other_cores"] for r in data["runs"] if r.get("cpu")]
+    if cpu:
+        lines.append(f"Other work on the machine during the runs: {max(cpu):.2f} cores at most.")
+    lines.append("")
+    for w in data["setup"]["workloads"]:
+        for load in w["loads"]:
+            lines += section(data, raw_dir, w["name"], load, resamples)
+    lines += ["Reproduce:", "", "```", *reproduce(data), "```", ""]
+    return lines
+
+
+def reproduce(data: dict) -> list[str]:
+    out = []
+    for w in data["setup"]["workloads"]:
+        configs = ",".join(w.get("configs") or data["setup"]["configs"])
+        proxy = "REALAB_PROXY=shipped " if w.get("proxy") == "shipped" else ""
+        out.append(f"{proxy}REALAB_CONFIGS={configs} REALAB_UNLOADED=1 REALAB_WORKLOADS={w['name']} "
+                   f"REALAB_LOADS={','.join(f'{x:g}' for x in w['loads'])} REALAB_PROMPTS={w['prompts']} "
+                   f"REALAB_ROUNDS={data['setup']['rounds']} scripts/bench-dispatch-real.sh")
+    return out
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["keep"] and len(argv) == 4:
+        print(f"kept {keep(Path(argv[1]), Path(argv[2]), argv[3])} raw files")
+    elif argv[:1] == ["report"] and len(argv) == 3:
+        write(Path(argv[1]), Path(argv[2]))
+    else:
+        sys.exit(__doc__)

@@ -360,3 +360,39 @@ def test_the_step_that_samples_a_forced_end_of_thought_is_capped_too(tmp_path, m
     out = e.step({})  # 3 tokens thought, the budget is spent: the delimiter comes next
     assert set(out.num_scheduled_tokens) >= {"thinker"}
     assert sum(_prompt_tokens(e, out).values()) <= 64
+
+
+def test_reasoning_first_paces_an_answer_ahead_of_its_reader(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    # A reader of a token per 1,000 s with a 2-token lead: after two answer tokens the
+    # answer is ahead of its reader and sits steps out, which go to the thinker.
+    cfg = tmp_path / "meridian.toml"
+    cfg.write_text('[hook]\npolicy = "reasoning-first:reader_tokens_per_s=0.001,lead_tokens=2"\n')
+    monkeypatch.setenv("MERIDIAN_HOOK_CONFIG", str(cfg))
+    e = build(MeridianScheduler, num_blocks=64)
+    e.add("thinker", PROMPT, arrival=1.0)
+    e.add("answerer", PROMPT, arrival=2.0)
+    e.step({})
+    e.step({"answerer": THINK_END})  # the thought ends
+    paced = metric("meridian_hook_paced_answers_total")
+    steps = []
+    for _ in range(6):
+        steps.append(set(e.step({}).num_scheduled_tokens))
+        if metric("meridian_hook_paced_answers_total") > paced:
+            break
+    # The answer ran until its lead was used up (the scheduler reads tokens a step late).
+    assert steps[:2] == [{"thinker", "answerer"}] * 2, steps
+    assert steps[-1] == {"thinker"}, "the answer ahead of its reader sits out"
+    assert metric("meridian_hook_paced_answers_total") == paced + 1
+    assert {r.request_id for r in e.scheduler.running} == {"thinker", "answerer"}, "paced, not dropped"
+    assert set(e.step({}).num_scheduled_tokens) == {"thinker"}
+
+
+def test_output_first_never_paces_answers():
+    e = build(MeridianScheduler, num_blocks=64)
+    e.add("thinker", PROMPT, arrival=1.0)
+    e.add("answerer", PROMPT, arrival=2.0)
+    e.step({})
+    e.step({"answerer": THINK_END})
+    for _ in range(5):
+        out = e.step({})
+    assert set(out.num_scheduled_tokens) == {"thinker", "answerer"}

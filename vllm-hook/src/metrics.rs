@@ -33,6 +33,7 @@ samples! {
     ScheduleSteps = "meridian_hook_schedule_steps_total" "";
     Reorders = "meridian_hook_reorders_total" "";
     ExpressSteps = "meridian_hook_express_steps_total" "";
+    PacedAnswers = "meridian_hook_paced_answers_total" "";
     PreemptOutput = "meridian_hook_preemptions_total" "tier=\"output-critical\"";
     PreemptThink = "meridian_hook_preemptions_total" "tier=\"think-active\"";
     PreemptPending = "meridian_hook_preemptions_total" "tier=\"pending\"";
@@ -58,6 +59,10 @@ const HELP: &[(&str, &str)] = &[
     (
         "meridian_hook_express_steps_total",
         "Steps run for answering requests only, so a just-finished thought's first visible token comes fast.",
+    ),
+    (
+        "meridian_hook_paced_answers_total",
+        "Answering requests that sat a step out because they were ahead of their reader (reasoning-first pacing).",
     ),
     (
         "meridian_hook_preemptions_total",

@@ -8,11 +8,14 @@ thinking and prefilling requests sit the step out and no new request is admitted
 the step is short; otherwise, while someone is answering, a step computes at most the
 policy's prefill cap of prompt tokens in all (vLLM's own threshold caps each request's
 chunk, so the hook also narrows the step's token budget to one token per decoding request
-plus the cap). Every failure falls back to vLLM's own order."""
+plus the cap). A policy that paces answers (reasoning-first) has an answering request
+that is ahead of its reader sit steps out the same way, so the steps go to thinking
+requests. Every failure falls back to vLLM's own order."""
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
@@ -25,6 +28,8 @@ log = logging.getLogger("meridian_hook")
 
 #: Steps between two KV-tier measurements and clean-ups of finished requests.
 _HOUSEKEEPING_EVERY = 16
+#: The pause after a step in which every running request sat out (pacing) and none ran.
+_IDLE_PAUSE_S = 0.002
 
 #: A step the policy puts no limit on: (prefill cap, think-decode cap, held positions,
 #: token budget).
@@ -82,7 +87,13 @@ class MeridianScheduler(AsyncScheduler):
                     self._meridian_apply_limits(*plan, restore)
                 except Exception:  # noqa: BLE001
                     rt.failed("scheduler")
-            return super().schedule(*args, **kwargs)
+            output = super().schedule(*args, **kwargs)
+            if self._meridian_held and not getattr(output, "total_num_scheduled_tokens", 1):
+                # Everyone sat the step out (answers paced to their readers, nothing else to
+                # run): vLLM's loop would call again at once; a short pause keeps it from
+                # spinning a core until a reader catches up.
+                time.sleep(_IDLE_PAUSE_S)
+            return output
         finally:
             for undo in reversed(restore):
                 try:

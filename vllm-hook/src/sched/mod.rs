@@ -219,6 +219,12 @@ impl SchedulerCore {
 
     /// The order (victim last) and the policy's limits for the coming step.
     pub fn plan_rows(&mut self, rows: &[RunningRow]) -> (Vec<usize>, StepLimits) {
+        let (order, limits, _paced) = self.plan_rows_paced(rows);
+        (order, limits)
+    }
+
+    /// `plan_rows`, plus which rows the policy paces this step (by row index).
+    pub fn plan_rows_paced(&mut self, rows: &[RunningRow]) -> (Vec<usize>, StepLimits, Vec<bool>) {
         let now = self.started.elapsed().as_secs_f64();
         let mut views = Vec::with_capacity(rows.len());
         let mut row_slots = Vec::with_capacity(rows.len());
@@ -236,14 +242,17 @@ impl SchedulerCore {
         self.finish_plan(views, &row_slots, now)
     }
 
+
     /// Applies the policy channel's priorities, runs the policy, and maps its order
-    /// back to row indices. `row_slots[i]`: row i's slot.
+    /// back to row indices; also says which rows the policy paces (`paced[i]`: row i, a
+    /// decoding request that sits this step out, as reasoning-first does to an answer
+    /// ahead of its reader). `row_slots[i]`: row i's slot.
     fn finish_plan(
         &mut self,
         mut views: Vec<RequestView>,
         row_slots: &[usize],
         now: f64,
-    ) -> (Vec<usize>, StepLimits) {
+    ) -> (Vec<usize>, StepLimits, Vec<bool>) {
         let shared = Arc::clone(&self.shared);
         // One lock for the step; lookups only while the table is not empty, and then
         // only for requests whose last lookup predates the table's latest change.
@@ -279,17 +288,21 @@ impl SchedulerCore {
             let v = views.remove(victim);
             views.push(v);
         }
+        let mut paced = vec![false; views.len()];
         let order: Vec<usize> = views
             .iter()
             .filter_map(|v| {
-                index_of_seq.binary_search_by_key(&v.seq, |&(seq, _)| seq).ok().map(|k| index_of_seq[k].1)
+                let row = index_of_seq.binary_search_by_key(&v.seq, |&(seq, _)| seq).ok().map(|k| index_of_seq[k].1)?;
+                // Only a request that would decode: pacing a prompt would only delay it.
+                paced[row] = v.prefill_remaining == 0 && policy.defer(v, now);
+                Some(row)
             })
             .collect();
         self.shared.counters.add(Counter::ScheduleSteps, 1);
         if order.iter().enumerate().any(|(pos, &i)| pos != i) {
             self.shared.counters.add(Counter::Reorders, 1);
         }
-        (order, limits)
+        (order, limits, paced)
     }
 }
 
@@ -339,7 +352,7 @@ impl SchedulerCore {
             self.last_running.push((req.as_ptr() as usize, slot));
         }
         let prefilling: Vec<bool> = views.iter().map(|v| v.prefill_remaining > 0).collect();
-        let (mut order, limits) = self.finish_plan(views, &row_slots, now);
+        let (mut order, limits, paced) = self.finish_plan(views, &row_slots, now);
         let capped = limits.max_prefill_tokens.filter(|&cap| cap > 0);
         if capped.is_some() {
             prefill_after_decodes(&mut order, &prefilling);
@@ -349,13 +362,16 @@ impl SchedulerCore {
         }
         let (prefill_cap, think_cap) = (limits.max_prefill_tokens, limits.max_think_decodes);
         let mut hold = Vec::new();
-        if prefill_cap == Some(0) || think_cap.is_some() {
+        if prefill_cap == Some(0) || think_cap.is_some() || paced.contains(&true) {
             let mut thinking = 0u32;
             for (pos, &i) in order.iter().enumerate() {
                 if prefilling[i] {
                     if prefill_cap == Some(0) {
                         hold.push(pos);
                     }
+                } else if paced[i] {
+                    hold.push(pos);
+                    self.shared.counters.add(Counter::PacedAnswers, 1);
                 } else if let Some(cap) = think_cap {
                     let phase =
                         self.slot(row_slots[i]).tracker.as_ref().map_or(Phase::Pending, |t| t.phase());

@@ -2,7 +2,7 @@
 a platform engineer reads to decide whether the hook helps and what it costs.
 
     python -m realab policies keep RESULTS_JSON SET_DIR LABEL   # one measured set, kept
-    python -m realab policies report PAGE_DIR OUT_MD              # the page, from every set
+    python -m realab policies report PAGE_DIR OUT_MD [README]     # the page, from every set
 
 `keep` copies RESULTS_JSON (labelled) and the raw load-test files of its measured runs
 (and unloaded reference runs) out of the work directories it names, gzipped, into
@@ -11,7 +11,11 @@ writes the page from every set, in name order, with `stats.py`: per workload and
 load, each configuration against stock on the same requests (paired ratio, 90% bootstrap
 interval over requests and rounds), at the median and at the highest tail that at least
 five requests set; the shares of stalled answers and of requests meeting each SLO with
-Wilson intervals; and the "do no harm" verdict of the policy Meridian ships."""
+Wilson intervals; and the "do no harm" verdict of the policy Meridian ships. Given the
+README, it also rewrites the README's generated summary: for each workload, load and
+configuration, the newest set that measured it (a set whose results.json says
+`"superseded": true`, such as one measured before a fix, is left out), its verdict,
+costs and gains, every figure from the data."""
 
 from __future__ import annotations
 
@@ -52,7 +56,8 @@ def keep(results: Path, set_dir: Path, label: str) -> int:
     data = json.loads(results.read_text())
     raw_dir = set_dir / "raw"
     raw_dir.mkdir(parents=True, exist_ok=True)
-    (set_dir / "results.json").write_text(json.dumps({**data, "label": label}, indent=1))
+    (set_dir / "results.json").write_text(json.dumps({**data, "label": label, "step_shape": step_shape(data)},
+                                                     indent=1))
     kept = 0
     for work in data.get("work", []):
         runs = Path(work) / "runs"
@@ -65,6 +70,30 @@ def keep(results: Path, set_dir: Path, label: str) -> int:
                 shutil.copyfileobj(src, dst)
             kept += 1
     return kept
+
+
+def step_shape(data: dict) -> dict | None:
+    """What decides the regime, from the stock engine's step trace during the measured
+    runs: the median step computing a full prompt chunk (at least 1,536 prompt tokens),
+    the median decode-only step of 1 to 3 requests, and their ratio."""
+    windows = [r["window"] for r in data["runs"] if r["config"] in ("stock", "proxy")]
+    chunk, decode = [], []
+    for work in data.get("work", []):
+        trace = Path(work) / "stock-steps.jsonl"
+        if not trace.exists():
+            continue
+        for line in trace.open():
+            st = json.loads(line)
+            if not any(t0 <= st["t"] <= t1 for t0, t1 in windows):
+                continue
+            if st["prefill_tokens"] >= 1536:
+                chunk.append(st["step_s"])
+            elif st["prefill_tokens"] == 0 and 1 <= st["decode_reqs"] <= 3:
+                decode.append(st["step_s"])
+    if not chunk or not decode:
+        return None
+    c, d = statistics.median(chunk), statistics.median(decode)
+    return {"chunk_ms": 1000 * c, "decode_ms": 1000 * d, "ratio": c / d, "chunk_steps": len(chunk)}
 
 
 def _requests(path: Path) -> list[dict]:
@@ -126,6 +155,61 @@ def throughput(data: dict, workload: str, load: float, config: str) -> list[floa
           if r["workload"] == workload and r["load"] == load}
     return [by[(rnd, config)] / by[(rnd, "stock")] for (rnd, c) in sorted(by) if c == config
             and (rnd, "stock") in by and by[(rnd, "stock")] > 0]
+
+
+def plain_effects(table: dict[str, tuple]) -> tuple[list[str], list[str]]:
+    """(costs, gains): the metrics whose whole interval lies above 1.05 or below 0.95."""
+    costs, gains = [], []
+    for name, (p50, high, tail, _n) in table.items():
+        for label, e in (("p50", p50), (f"p{round(100 * tail)}" if tail else "", high)):
+            if e is None:
+                continue
+            text = f"{name} {label} {e.point:.2f}x ({e.low:.2f}-{e.high:.2f})"
+            if e.low > 1.05:
+                costs.append(text)
+            elif e.high < 0.95:
+                gains.append(text)
+    return costs, gains
+
+
+def summary_lines(page_dir: Path, resamples: int = 500) -> list[str]:
+    """One line per workload, load and configuration, from the newest set that measured
+    it (sets marked `superseded` left out): its do-no-harm verdict, and every cost and
+    gain whose interval says so (the README's real-engine summary)."""
+    newest: dict[tuple[str, float, str], Path] = {}
+    for set_dir in sorted(p for p in page_dir.iterdir() if (p / "results.json").exists()):
+        data = json.loads((set_dir / "results.json").read_text())
+        if data.get("superseded"):
+            continue
+        for r in data["runs"]:
+            if r["config"] != "stock":
+                newest[(r["workload"], r["load"], r["config"])] = set_dir
+    out = []
+    for (workload, load, config), set_dir in sorted(newest.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[1].name)):
+        runs, _ = read(set_dir / "raw", workload, load)
+        if "stock" not in runs or config not in runs:
+            continue
+        table, judged = effects(runs, config, resamples)
+        costs, gains = plain_effects(table)
+        harm = S.do_no_harm(judged)
+        out.append(f"- {workload} at {load * 100:.0f}% load, `{config}` against stock (set `{set_dir.name}`): "
+                   f"do no harm {harm.word}; costs: {'; '.join(costs) or 'none resolved'}; gains: "
+                   f"{'; '.join(gains) or 'none resolved'}.")
+    return out
+
+
+README_START = "<!-- realab policies: generated by `python -m realab policies report`; do not edit -->"
+README_END = "<!-- end realab policies -->"
+
+
+def write_readme_block(readme: Path, lines: list[str]) -> None:
+    """Replaces the text between the README's markers with `lines`."""
+    text = readme.read_text()
+    start, end = text.find(README_START), text.find(README_END)
+    if start < 0 or end < start:
+        raise SystemExit(f"{readme}: no generated block ({README_START!r} ... {README_END!r})")
+    block = "\n".join([README_START, *lines, README_END])
+    readme.write_text(text[:start] + block + text[end + len(README_END):])
 
 
 def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: int) -> list[str]:
@@ -217,8 +301,14 @@ def set_section(set_dir: Path, resamples: int) -> list[str]:
     eng = data["setup"]["engine"]
     lines.append(f"vLLM CPU build, benchmark model ({Path(eng.get('model', '')).name}): max_num_seqs {eng.get('max_num_seqs')}, "
                  f"max_num_batched_tokens {eng.get('max_num_batched_tokens')}, {eng.get('omp_threads')} OMP thread, "
-                 "prefix cache off; the CPU-shaped regime (a 2,048-token prompt chunk costs about 50 decode steps "
-                 "here, about 7 on an H100: see [Dispatch on a real engine](dispatch-real-engine.md)).")
+                 "prefix cache off.")
+    shape = data.get("step_shape")
+    if shape:
+        lines.append(f"The CPU-shaped regime: a step computing a prompt chunk (1,536 tokens or more) took "
+                     f"{shape['chunk_ms']:.0f} ms at the median, a decode-only step of 1 to 3 requests "
+                     f"{shape['decode_ms']:.1f} ms, so a chunk costs {shape['ratio']:.0f} decode steps here (about 7 "
+                     "on an H100: [GPU step-time curve](gpu-step-curve.md)); a win that comes from keeping answers "
+                     "out of long steps is larger here than a GPU would show.")
     proxy = {w.get("proxy", "admission") for w in data["setup"]["workloads"]}
     lines.append("The proxies ran " + ("as `meridian.toml` ships them (admission and priorities off)."
                                       if proxy == {"shipped"} else
@@ -252,7 +342,9 @@ def reproduce(data: dict) -> list[str]:
 def main(argv: list[str]) -> None:
     if argv[:1] == ["keep"] and len(argv) == 4:
         print(f"kept {keep(Path(argv[1]), Path(argv[2]), argv[3])} raw files")
-    elif argv[:1] == ["report"] and len(argv) == 3:
+    elif argv[:1] == ["report"] and len(argv) in (3, 4):
         write(Path(argv[1]), Path(argv[2]))
+        if len(argv) == 4:
+            write_readme_block(Path(argv[3]), summary_lines(Path(argv[1])))
     else:
         sys.exit(__doc__)

@@ -70,3 +70,21 @@ def test_the_whole_request_slo_reads_the_unloaded_reference(tmp_path: Path):
     stock = next(line for line in out.read_text().splitlines() if line.startswith("| stock | ") and "%" in line)
     assert stock.endswith("| 100% (97-100) |")
     assert not row.endswith("| 100% (97-100) |") and "no unloaded reference" not in row
+
+
+def test_the_readme_summary_names_costs_and_gains_from_the_data(tmp_path: Path):
+    write_set(tmp_path / "1-set", {"stock": 1.0, "hook-output-first": 1.2})
+    write_set(tmp_path / "0-old", {"stock": 1.0, "hook-output-first": 0.5, "hook-fcfs": 1.0})
+    old = json.loads((tmp_path / "0-old" / "results.json").read_text())
+    (tmp_path / "0-old" / "results.json").write_text(json.dumps({**old, "superseded": True}))
+    lines = policies.summary_lines(tmp_path, resamples=100)
+    # The superseded set is left out: its fcfs row and its faster output-first alike.
+    assert len(lines) == 1, lines
+    assert "`hook-output-first` against stock (set `1-set`): do no harm harm; costs: TTFT p50 1.20x (1.20-1.20)" in lines[0]
+    assert "gains: none resolved." in lines[0]
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{policies.README_START}\nold\n{policies.README_END}\nafter\n")
+    policies.write_readme_block(readme, lines)
+    text = readme.read_text()
+    assert "old" not in text and "intro\n" in text and text.endswith(f"{policies.README_END}\nafter\n")
+    assert "costs: TTFT p50 1.20x" in text

@@ -172,7 +172,7 @@ def plain_effects(table: dict[str, tuple]) -> tuple[list[str], list[str]]:
     return costs, gains
 
 
-def summary_lines(page_dir: Path, resamples: int = 500) -> list[str]:
+def summary_lines(page_dir: Path, resamples: int = 2000) -> list[str]:
     """One line per workload, load and configuration, from the newest set that measured
     it (sets marked `superseded` left out): its do-no-harm verdict, and every cost and
     gain whose interval says so (the README's real-engine summary)."""
@@ -192,7 +192,9 @@ def summary_lines(page_dir: Path, resamples: int = 500) -> list[str]:
         table, judged = effects(runs, config, resamples)
         costs, gains = plain_effects(table)
         harm = S.do_no_harm(judged)
-        out.append(f"- {workload} at {load * 100:.0f}% load, `{config}` against stock (set `{set_dir.name}`): "
+        policy = policies_of(json.loads((set_dir / "results.json").read_text())).get(config)
+        name = f"`{config}`" + (f" (policy `{policy}`)" if policy and not config.endswith(policy) else "")
+        out.append(f"- {workload} at {load * 100:.0f}% load, {name} against stock (set `{set_dir.name}`): "
                    f"do no harm {harm.word}; costs: {'; '.join(costs) or 'none resolved'}; gains: "
                    f"{'; '.join(gains) or 'none resolved'}.")
     return out

@@ -104,9 +104,9 @@ fn handle(mut request: Request, secret: &str, hello: &Hello, shared: &Arc<Shared
             match authenticated(&mut request, &method, &path, secret, hello, shared) {
                 Answer::Now(reply) => reply,
                 Answer::Hold { after, wait } => match hold(request, after, wait, shared, held) {
-                    Ok(()) => return,
+                    None => return,
                     // No thread to hold it on: answer at once.
-                    Err(back) => {
+                    Some(back) => {
                         request = back;
                         sync_reply(shared, after, Duration::ZERO)
                     }
@@ -121,17 +121,17 @@ fn handle(mut request: Request, secret: &str, hello: &Hello, shared: &Arc<Shared
 }
 
 /// Answers a sync on a thread of its own once `after` is overtaken or `wait` ends;
-/// gives the request back when no thread can take it.
+/// gives the request back (`Some`) when no thread can take it.
 fn hold(
     request: Request,
     after: u64,
     wait: Duration,
     shared: &Arc<Shared>,
     held: &Arc<AtomicUsize>,
-) -> Result<(), Request> {
+) -> Option<Request> {
     if held.fetch_add(1, Ordering::AcqRel) >= MAX_HELD {
         held.fetch_sub(1, Ordering::AcqRel);
-        return Err(request);
+        return Some(request);
     }
     // The request moves into the thread; kept here only until the spawn has succeeded.
     let slot = Arc::new(std::sync::Mutex::new(Some(request)));
@@ -148,11 +148,9 @@ fn hold(
     });
     if spawned.is_err() {
         held.fetch_sub(1, Ordering::AcqRel);
-        if let Some(request) = slot.lock().ok().and_then(|mut r| r.take()) {
-            return Err(request);
-        }
+        return slot.lock().ok().and_then(|mut r| r.take());
     }
-    Ok(())
+    None
 }
 
 fn sync_reply(shared: &Shared, after: u64, wait: Duration) -> Reply {

@@ -12,10 +12,9 @@ load, each configuration against stock on the same requests (paired ratio, 90% b
 interval over requests and rounds), at the median and at the highest tail that at least
 five requests set; the shares of stalled answers and of requests meeting each SLO with
 Wilson intervals; and the "do no harm" verdict of the policy Meridian ships. Given the
-README, it also rewrites the README's generated summary: for each workload, load and
-configuration, the newest set that measured it (a set whose results.json says
-`"superseded": true`, such as one measured before a fix, is left out), its verdict,
-costs and gains, every figure from the data."""
+README, it also rewrites the README's generated summary: for each set, workload, load
+and configuration (a set whose results.json says `"superseded": true` is left out), its
+verdict, costs and gains, every figure from the data."""
 
 from __future__ import annotations
 
@@ -173,19 +172,19 @@ def plain_effects(table: dict[str, tuple]) -> tuple[list[str], list[str]]:
 
 
 def summary_lines(page_dir: Path, resamples: int = 2000) -> list[str]:
-    """One line per workload, load and configuration, from the newest set that measured
-    it (sets marked `superseded` left out): its do-no-harm verdict, and every cost and
-    gain whose interval says so (the README's real-engine summary)."""
-    newest: dict[tuple[str, float, str], Path] = {}
+    """One line per set, workload, load and configuration (sets marked `superseded` left
+    out): its do-no-harm verdict, and every cost and gain whose interval says so (the
+    README's real-engine summary)."""
+    newest: dict[tuple[str, str, float, str], Path] = {}
     for set_dir in sorted(p for p in page_dir.iterdir() if (p / "results.json").exists()):
         data = json.loads((set_dir / "results.json").read_text())
         if data.get("superseded"):
             continue
         for r in data["runs"]:
             if r["config"] != "stock":
-                newest[(r["workload"], r["load"], r["config"])] = set_dir
+                newest[(set_dir.name, r["workload"], r["load"], r["config"])] = set_dir
     out = []
-    for (workload, load, config), set_dir in sorted(newest.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[1].name)):
+    for (_, workload, load, config), set_dir in sorted(newest.items()):
         runs, _ = read(set_dir / "raw", workload, load)
         if "stock" not in runs or config not in runs:
             continue

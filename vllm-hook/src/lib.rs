@@ -107,7 +107,7 @@ fn apply_directive(json: &str) -> PyResult<u64> {
     let d: Directive =
         serde_json::from_str(json).map_err(|e| PyValueError::new_err(format!("bad directive: {e}")))?;
     let s = shared();
-    let seq = s.apply_directives([d]).ok_or_else(|| PyValueError::new_err("hook state poisoned"))?;
+    let seq = s.directives.lock().map_err(|_| PyValueError::new_err("hook state poisoned"))?.apply(d);
     s.counters.add(metrics::Counter::Directives, 1);
     Ok(seq)
 }

@@ -107,13 +107,6 @@ pub struct SyncRequest {
     /// Counter totals of that process, by metric sample name.
     #[serde(default)]
     pub counters: std::collections::BTreeMap<String, u64>,
-    /// How long the listener may hold its reply while it has no directive after `after`,
-    /// in milliseconds (0: reply at once). Followers long-poll with it, so a directive
-    /// reaches them the moment it arrives while an idle channel costs a wake-up a
-    /// second, not one every few milliseconds (a follower shares its core with vLLM's
-    /// compute thread: it is pinned with it).
-    #[serde(default)]
-    pub wait_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

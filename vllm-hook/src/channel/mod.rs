@@ -6,10 +6,9 @@ mod follower;
 mod server;
 
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
-use meridian_core::channel::{Directive, DirectiveTable, Hello, RequestDirectives, SyncReply, base_request_id};
+use meridian_core::channel::{DirectiveTable, Hello, RequestDirectives, base_request_id};
 
 pub use follower::Follower;
 pub use server::ChannelServer;
@@ -25,37 +24,9 @@ pub struct Shared {
     /// knows the delimiters, that the logits processor is configured, and that one rank
     /// samples); the hello reply reports it.
     pub can_end_thinking: AtomicBool,
-    /// Signalled whenever `directives` changes, for followers' long polls.
-    changed: Condvar,
 }
 
 impl Shared {
-    /// Applies directives to the table and wakes the long polls waiting for them;
-    /// returns the table's sequence number after the last one (`None`: the table's lock
-    /// is poisoned).
-    pub fn apply_directives(&self, batch: impl IntoIterator<Item = Directive>) -> Option<u64> {
-        let mut table = self.directives.lock().ok()?;
-        let mut seq = table.seq();
-        for d in batch {
-            seq = table.apply(d);
-        }
-        drop(table);
-        self.changed.notify_all();
-        Some(seq)
-    }
-
-    /// The directives after `after`, waiting up to `wait` for one to arrive when there
-    /// are none yet (`None`: the table's lock is poisoned).
-    pub fn directives_after(&self, after: u64, wait: Duration) -> Option<SyncReply> {
-        let table = self.directives.lock().ok()?;
-        let table = if table.seq() > after || wait.is_zero() {
-            table
-        } else {
-            self.changed.wait_timeout_while(table, wait, |t| t.seq() <= after).ok()?.0
-        };
-        Some(table.since(after))
-    }
-
     /// Directives for a request, by vLLM's request id or the proxy's.
     pub fn directives_for(&self, request_id: &str) -> Option<RequestDirectives> {
         let table = self.directives.lock().ok()?;
@@ -97,6 +68,3 @@ pub enum Role {
 }
 
 pub type SharedRef = Arc<Shared>;
-
-#[cfg(test)]
-mod tests;

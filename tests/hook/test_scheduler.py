@@ -32,12 +32,19 @@ def test_answering_request_moves_ahead_of_earlier_thinkers():
     assert e.scheduler._meridian.phase("thinker") == "think"
 
 
-def test_stock_scheduler_keeps_arrival_order():
-    e = build(AsyncScheduler, num_blocks=64)
+def answerer_beside_thinker(scheduler_cls):
+    """An engine where "thinker" (arrived first) thinks on and "answerer" has just
+    closed its thought."""
+    e = build(scheduler_cls, num_blocks=64)
     e.add("thinker", PROMPT, arrival=1.0)
     e.add("answerer", PROMPT, arrival=2.0)
     e.step({})
     e.step({"answerer": THINK_END})
+    return e
+
+
+def test_stock_scheduler_keeps_arrival_order():
+    e = answerer_beside_thinker(AsyncScheduler)
     e.step({})
     assert ids(e.scheduler.running) == ["thinker", "answerer"]
 
@@ -388,11 +395,7 @@ def test_reasoning_first_paces_an_answer_ahead_of_its_reader(tmp_path, monkeypat
 
 
 def test_output_first_never_paces_answers():
-    e = build(MeridianScheduler, num_blocks=64)
-    e.add("thinker", PROMPT, arrival=1.0)
-    e.add("answerer", PROMPT, arrival=2.0)
-    e.step({})
-    e.step({"answerer": THINK_END})
+    e = answerer_beside_thinker(MeridianScheduler)
     for _ in range(5):
         out = e.step({})
     assert set(out.num_scheduled_tokens) == {"thinker", "answerer"}

@@ -10,7 +10,7 @@ import os
 import statistics
 import subprocess
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from . import curve, machine, rig
@@ -193,8 +193,7 @@ def warm_up(s: Setup, url: str, w: Workload, out: Path) -> None:
     engine's first steps of each shape are slower, and at 90% load a slow start leaves a
     queue the rest of a run inherits."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    warm = Workload(w.name, w.title, 16, w.input_len, w.think_len, w.output_len, w.range_ratio, w.kv_blocks)
-    loadtest(s, url, warm, "inf", 999, out)
+    loadtest(s, url, replace(w, prompts=16), "inf", 999, out)
 
 
 def loadtest(s: Setup, url: str, w: Workload, rate: str, seed: int, out: Path, concurrency: int | None = None) -> dict:

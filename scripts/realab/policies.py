@@ -95,22 +95,15 @@ def step_shape(data: dict) -> dict | None:
     return {"chunk_ms": 1000 * c, "decode_ms": 1000 * d, "ratio": c / d, "chunk_steps": len(chunk)}
 
 
-def _requests(path: Path) -> list[dict]:
-    with gzip.open(path, "rt") as f:
-        return json.load(f)["runs"][0]["requests"]
-
-
 def read(raw_dir: Path, workload: str, load: float) -> tuple[dict[str, dict[int, list[dict]]], dict[int, list[dict]]]:
     """({config: {round: requests}}, {round: unloaded requests}), the first
     `WARMUP_SHARE` of each run's requests (by index) left out."""
-    prefix = f"{workload}-{load:g}-"
-    runs: dict[str, dict[int, list[dict]]] = {}
-    for f in sorted(raw_dir.glob(f"{prefix}*.json.gz")):
-        rnd, _, config = f.name[len(prefix):-len(".json.gz")].partition("-")
-        requests = _requests(f)
-        skip = int(len(requests) * WARMUP_SHARE)
-        runs.setdefault(config, {})[int(rnd)] = [r for r in requests if r["index"] >= skip]
-    unloaded = {int(f.name[len(f"{workload}-unloaded-"):-len(".json.gz")]): _requests(f)
+    runs = S.read_runs(raw_dir, workload, load)
+    for rounds in runs.values():
+        for rnd, requests in rounds.items():
+            skip = int(len(requests) * WARMUP_SHARE)
+            rounds[rnd] = [r for r in requests if r["index"] >= skip]
+    unloaded = {int(f.name[len(f"{workload}-unloaded-"):-len(".json.gz")]): S.read_requests(f)
                 for f in sorted(raw_dir.glob(f"{workload}-unloaded-*.json.gz"))}
     return runs, unloaded
 
@@ -126,6 +119,18 @@ def _interval(e: S.Estimate | None) -> str:
 
 def _share(s: S.Share | None) -> str:
     return "-" if s is None else f"{100 * s.point:.0f}% ({100 * s.low:.0f}-{100 * s.high:.0f})"
+
+
+#: Effects already bootstrapped, by (raw dir, workload, load, config, resamples): the page
+#: and the README summary read the same ones.
+_EFFECTS: dict[tuple, tuple] = {}
+
+
+def effects_of(raw_dir: Path, workload: str, load: float, runs: dict, config: str, resamples: int) -> tuple:
+    key = (raw_dir, workload, load, config, resamples)
+    if key not in _EFFECTS:
+        _EFFECTS[key] = effects(runs, config, resamples)
+    return _EFFECTS[key]
 
 
 def effects(runs: dict, config: str, resamples: int) -> tuple[dict[str, tuple], dict[str, S.Estimate | None]]:
@@ -175,20 +180,20 @@ def summary_lines(page_dir: Path, resamples: int = 2000) -> list[str]:
     """One line per set, workload, load and configuration (sets marked `superseded` left
     out): its do-no-harm verdict, and every cost and gain whose interval says so (the
     README's real-engine summary)."""
-    newest: dict[tuple[str, str, float, str], Path] = {}
+    measured: dict[tuple[str, str, float, str], Path] = {}
     for set_dir in sorted(p for p in page_dir.iterdir() if (p / "results.json").exists()):
         data = json.loads((set_dir / "results.json").read_text())
         if data.get("superseded"):
             continue
         for r in data["runs"]:
             if r["config"] != "stock":
-                newest[(set_dir.name, r["workload"], r["load"], r["config"])] = set_dir
+                measured[(set_dir.name, r["workload"], r["load"], r["config"])] = set_dir
     out = []
-    for (_, workload, load, config), set_dir in sorted(newest.items()):
+    for (_, workload, load, config), set_dir in sorted(measured.items()):
         runs, _ = read(set_dir / "raw", workload, load)
         if "stock" not in runs or config not in runs:
             continue
-        table, judged = effects(runs, config, resamples)
+        table, judged = effects_of(set_dir / "raw", workload, load, runs, config, resamples)
         costs, gains = plain_effects(table)
         harm = S.do_no_harm(judged)
         policy = policies_of(json.loads((set_dir / "results.json").read_text())).get(config)
@@ -231,7 +236,7 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
     lines += ["| configuration | metric | p50 | tail | requests |", "|---|---|---:|---:|---:|"]
     harms = {}
     for config in configs:
-        table, judged = effects(runs, config, resamples)
+        table, judged = effects_of(raw_dir, workload, load, runs, config, resamples)
         for name, (p50, high, tail, n) in table.items():
             tail_text = f"p{round(100 * tail)} {_interval(high)}" if high is not None else "-"
             lines.append(f"| {config} | {name} | {_interval(p50)} | {tail_text} | {n} |")

@@ -18,6 +18,7 @@ the whole interval lies past the target, "missed" when it lies wholly short, els
 
 from __future__ import annotations
 
+import gzip
 import itertools
 import json
 import math
@@ -112,14 +113,23 @@ def pair_requests(runs: dict[str, dict[int, list[dict]]], metric, *, keep_failed
     return Paired(values, sent)
 
 
+def read_requests(path: Path) -> list[dict]:
+    """The requests of a load-test result file, plain or gzipped (`.json.gz`, as kept)."""
+    if path.name.endswith(".gz"):
+        with gzip.open(path, "rt") as f:
+            return json.load(f)["runs"][0]["requests"]
+    return json.loads(path.read_text())["runs"][0]["requests"]
+
+
 def read_runs(raw_dir: Path, workload: str, load: float) -> dict[str, dict[int, list[dict]]]:
-    """{config: {round: requests}} from measure's raw files, `{workload}-{load:g}-{round}-{config}.json`."""
+    """{config: {round: requests}} from measure's raw files,
+    `{workload}-{load:g}-{round}-{config}.json` (or `.json.gz`)."""
     prefix = f"{workload}-{load:g}-"
     out: dict = {}
-    for f in sorted(raw_dir.glob(f"{prefix}*.json")):
-        rnd, _, config = f.stem[len(prefix):].partition("-")
+    for f in sorted([*raw_dir.glob(f"{prefix}*.json"), *raw_dir.glob(f"{prefix}*.json.gz")]):
+        rnd, _, config = f.name[len(prefix):].split(".json")[0].partition("-")
         if rnd.isdigit() and config:
-            out.setdefault(config, {})[int(rnd)] = json.loads(f.read_text())["runs"][0]["requests"]
+            out.setdefault(config, {})[int(rnd)] = read_requests(f)
     return out
 
 

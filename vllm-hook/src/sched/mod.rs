@@ -219,12 +219,6 @@ impl SchedulerCore {
 
     /// The order (victim last) and the policy's limits for the coming step.
     pub fn plan_rows(&mut self, rows: &[RunningRow]) -> (Vec<usize>, StepLimits) {
-        let (order, limits, _paced) = self.plan_rows_paced(rows);
-        (order, limits)
-    }
-
-    /// `plan_rows`, plus which rows the policy paces this step (by row index).
-    pub fn plan_rows_paced(&mut self, rows: &[RunningRow]) -> (Vec<usize>, StepLimits, Vec<bool>) {
         let now = self.started.elapsed().as_secs_f64();
         let mut views = Vec::with_capacity(rows.len());
         let mut row_slots = Vec::with_capacity(rows.len());
@@ -239,9 +233,9 @@ impl SchedulerCore {
             views.push(view_of(entry, *arrival_s, *priority, *prefill_remaining));
             row_slots.push(i);
         }
-        self.finish_plan(views, &row_slots, now)
+        let (order, limits, _paced) = self.finish_plan(views, &row_slots, now);
+        (order, limits)
     }
-
 
     /// Applies the policy channel's priorities, runs the policy, and maps its order
     /// back to row indices; also says which rows the policy paces (`paced[i]`: row i, a
@@ -292,7 +286,10 @@ impl SchedulerCore {
         let order: Vec<usize> = views
             .iter()
             .filter_map(|v| {
-                let row = index_of_seq.binary_search_by_key(&v.seq, |&(seq, _)| seq).ok().map(|k| index_of_seq[k].1)?;
+                let row = index_of_seq
+                    .binary_search_by_key(&v.seq, |&(seq, _)| seq)
+                    .ok()
+                    .map(|k| index_of_seq[k].1)?;
                 // Only a request that would decode: pacing a prompt would only delay it.
                 paced[row] = v.prefill_remaining == 0 && policy.defer(v, now);
                 Some(row)

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use meridian_core::channel::{PROTOCOL_HEADER, PROTOCOL_VERSION, SYNC_PATH, SyncReply, SyncRequest};
 
-use super::Shared;
+use super::{Shared, affinity};
 use crate::metrics::Counter;
 
 /// How often a follower syncs while the listener answers, and after a failure.
@@ -32,6 +32,11 @@ impl Follower {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new().name("meridian-follow".into()).spawn(move || {
+            if let Some((to, from)) = affinity::move_off_inherited_cores() {
+                eprintln!(
+                    "meridian-hook: the policy-channel follower runs on CPUs {to:?}, off this worker's {from:?}"
+                );
+            }
             let agent: ureq::Agent =
                 ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(2))).build().into();
             let url = format!("http://{connect}{SYNC_PATH}");

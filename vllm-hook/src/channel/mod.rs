@@ -2,6 +2,7 @@
 //! the scheduler and the logits processor living in it), and either the listener the
 //! proxy talks to or a follower of it.
 
+mod affinity;
 mod follower;
 mod server;
 

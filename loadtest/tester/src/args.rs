@@ -81,6 +81,17 @@ pub struct Args {
     /// Exit with status 3 when the fraction of requests meeting every SLO is below this.
     #[arg(long)]
     pub slo_min_fraction: Option<f64>,
+    /// The whole-request SLO's reference: a JSON report saved (--save-result) by a run of
+    /// the same workload and --seed one request at a time (--max-concurrency 1). Each
+    /// request then meets the SLO when its TTFT and TTFO are within --slo-start-factor x
+    /// its own times there plus --slo-start-allowance-ms, and its think-to-output gap and
+    /// largest answer gap within --stall-threshold-ms.
+    #[arg(long)]
+    pub slo_reference: Option<PathBuf>,
+    #[arg(long, default_value_t = 2.0)]
+    pub slo_start_factor: f64,
+    #[arg(long, default_value_t = 250.0)]
+    pub slo_start_allowance_ms: f64,
     /// A/B: run the same workload against this base URL too and compare.
     #[arg(long)]
     pub compare_base_url: Option<String>,

@@ -1,7 +1,8 @@
 //! `meridian-loadtest`: a load tester for any OpenAI-compatible server (the Meridian
 //! proxy, a vLLM, the engine twin) that measures what reasoning users feel — time to the
 //! first *output* token, the think-to-output gap, output inter-token latency — next to
-//! the usual TTFT/TPOT/throughput, with goodput under SLOs, sweeps, and A/B comparison.
+//! the usual TTFT/TPOT/throughput, with goodput under SLOs (the answer-only SLO, and the
+//! whole-request SLO against each request's own unloaded times), sweeps, and A/B comparison.
 
 pub mod args;
 pub mod arrivals;
@@ -11,3 +12,4 @@ pub mod record;
 pub mod report;
 pub mod run;
 pub mod stats;
+pub mod whole_request;

@@ -10,6 +10,7 @@ use meridian_loadtest::record::RequestRecord;
 use meridian_loadtest::report::{self, JSON_SCHEMA, JsonReport, JsonRun};
 use meridian_loadtest::run::{Plan, run};
 use meridian_loadtest::stats::{RunSummary, Slo};
+use meridian_loadtest::whole_request::{Reference, WholeRequestSlo};
 
 // One thread: the tester must cost little and never compete with the server for cores;
 // its work per chunk is small and nothing in it blocks.
@@ -58,6 +59,22 @@ struct Outcome {
 
 async fn real_main(args: Args) -> Result<ExitCode, String> {
     let slos = args.goodput.iter().map(|s| Slo::parse(s)).collect::<Result<Vec<_>, _>>()?;
+    let whole_request = match &args.slo_reference {
+        Some(path) => {
+            if !(args.slo_start_factor >= 1.0 && args.slo_start_allowance_ms >= 0.0) {
+                return Err(
+                    "--slo-start-factor must be at least 1 and --slo-start-allowance-ms not negative".into(),
+                );
+            }
+            let slo = WholeRequestSlo {
+                start_factor: args.slo_start_factor,
+                start_allowance_ms: args.slo_start_allowance_ms,
+                answer_ms: args.stall_threshold_ms,
+            };
+            Some((slo, Reference::read(path)?))
+        }
+        None => None,
+    };
     let base_rate = parse_rate(&args.request_rate)?;
     let extra_body = match &args.extra_body {
         Some(s) => Some(serde_json::from_str(s).map_err(|e| format!("--extra-body is not JSON: {e}"))?),
@@ -96,6 +113,9 @@ async fn real_main(args: Args) -> Result<ExitCode, String> {
                 .map_err(|e| e.to_string())?
         }
     };
+    if let Some((_, reference)) = &whole_request {
+        reference.check_size(prompts.len())?;
+    }
     let api = Api::of_endpoint(&args.endpoint);
     let think_budgets = prompts.iter().any(|p| p.think_budget.is_some());
     if let Some(why) = api.refuses(think_budgets, args.ignore_eos) {
@@ -156,8 +176,11 @@ async fn real_main(args: Args) -> Result<ExitCode, String> {
                 label: label.clone(),
             };
             let out = run(tgt, &plan).await;
-            let summary =
+            let mut summary =
                 RunSummary::of(&label, rate, &out.records, out.duration_s, &slos, args.stall_threshold_ms);
+            if let Some((slo, reference)) = &whole_request {
+                summary.judge_whole_request(&out.records, *slo, reference);
+            }
             if let Some(r) = rate {
                 saturated |= summary.request_throughput < 0.9 * r || summary.failed * 20 > summary.requests;
             }

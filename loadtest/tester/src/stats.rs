@@ -3,6 +3,7 @@
 use serde::{Serialize, Serializer};
 
 use crate::record::RequestRecord;
+use crate::whole_request::{Reference, SloShare, WholeRequestSlo, answer_only};
 
 /// Mean and percentiles of one metric, in milliseconds. A metric no request reached
 /// (`count` 0: say, TTFO when no answer began) is written as JSON `null`, never as
@@ -172,6 +173,11 @@ pub struct RunSummary {
     /// Requests per second that met every SLO (all completed ones when no SLO was given).
     pub goodput: f64,
     pub good_fraction: f64,
+    /// The answer-only SLO: TTOT and the largest answer gap within `stall_threshold_ms`.
+    pub answer_only_slo: SloShare,
+    /// The whole-request SLO (start against each request's unloaded times, and the
+    /// answer), when the run was given a reference (`--slo-reference`).
+    pub whole_request_slo: Option<WholeRequestShare>,
     pub first_errors: Vec<String>,
 }
 
@@ -217,9 +223,33 @@ impl RunSummary {
             slos: slos.to_vec(),
             goodput: good as f64 / dur,
             good_fraction: if records.is_empty() { 0.0 } else { good as f64 / records.len() as f64 },
+            answer_only_slo: answer_only(records, stall_threshold_ms, dur),
+            whole_request_slo: None,
             first_errors: records.iter().filter_map(|r| r.error.clone()).take(5).collect(),
         }
     }
+}
+
+impl RunSummary {
+    /// Judges the run's requests under the whole-request SLO against `reference`.
+    pub fn judge_whole_request(
+        &mut self,
+        records: &[RequestRecord],
+        slo: WholeRequestSlo,
+        reference: &Reference,
+    ) {
+        let share = slo.judge(records, reference, self.duration_s);
+        self.whole_request_slo = Some(WholeRequestShare { slo, share });
+    }
+}
+
+/// The whole-request SLO's limits and what the run met of it.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct WholeRequestShare {
+    #[serde(flatten)]
+    pub slo: WholeRequestSlo,
+    #[serde(flatten)]
+    pub share: SloShare,
 }
 
 #[cfg(test)]

@@ -178,3 +178,86 @@ fn an_unreachable_server_fails_every_request_not_the_tool() {
     assert!(out.contains("0 / 3"), "{out}");
     assert!(err.contains("request failed"), "{err}");
 }
+
+/// The whole-request SLO: a run one at a time is the reference; the same workload sent
+/// at once is judged against it, request by request.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_whole_request_slo_judges_each_request_against_itself_alone() {
+    let t = twin(20, 10).await;
+    let dir = tmp("whole");
+    let url = t.url();
+    let run = move |prompts: &str, extra: Vec<String>| {
+        let url = url.clone();
+        let dir = dir.clone();
+        let prompts = prompts.to_owned();
+        move || {
+            let mut args: Vec<String> = [
+                "--base-url",
+                &url,
+                "--num-prompts",
+                &prompts,
+                "--random-input-len",
+                "64",
+                "--random-output-len",
+                "100",
+                "--stall-threshold-ms",
+                "100000",
+                "--result-dir",
+                dir.to_str().unwrap(),
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            args.extend(extra.into_iter().map(|a| a.replace("DIR", dir.to_str().unwrap())));
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            loadtest(&args)
+        }
+    };
+    let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let (code, _, err) = tokio::task::spawn_blocking(run(
+        "12",
+        s(&["--max-concurrency", "1", "--save-result", "--result-filename", "alone.json"]),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    let judged = |factor: &str, allowance: &str, name: &str| {
+        run(
+            "12",
+            s(&[
+                "--slo-reference",
+                "DIR/alone.json",
+                "--slo-start-factor",
+                factor,
+                "--slo-start-allowance-ms",
+                allowance,
+                "--save-result",
+                "--result-filename",
+                name,
+            ]),
+        )
+    };
+    let (code, out, err) = tokio::task::spawn_blocking(judged("1000", "0", "loose.json")).await.unwrap();
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("whole-request SLO"), "{out}");
+    let read = |name: &str| -> Value {
+        let text = std::fs::read_to_string(tmp("whole").join(name)).unwrap();
+        serde_json::from_str::<Value>(&text).unwrap()["runs"][0]["summary"].clone()
+    };
+    let loose = read("loose.json");
+    assert_eq!(loose["whole_request_slo"]["judged"], 12);
+    assert_eq!(loose["whole_request_slo"]["met"], 12, "{loose}");
+    assert_eq!(loose["answer_only_slo"]["met"], 12);
+    // Twelve prompts at once share their first steps: not all can start as fast as alone.
+    let (code, _, err) = tokio::task::spawn_blocking(judged("1", "0", "tight.json")).await.unwrap();
+    assert_eq!(code, 0, "{err}");
+    let tight = read("tight.json");
+    assert_eq!(tight["whole_request_slo"]["judged"], 12);
+    assert!(tight["whole_request_slo"]["met"].as_u64().unwrap() < 12, "{tight}");
+    assert_eq!(tight["answer_only_slo"]["met"], 12, "the answer-only SLO does not see the start");
+    // A reference of another workload is refused.
+    let (code, _, err) =
+        tokio::task::spawn_blocking(run("5", s(&["--slo-reference", "DIR/alone.json"]))).await.unwrap();
+    assert_ne!(code, 0);
+    assert!(err.contains("holds 12 requests"), "{err}");
+}

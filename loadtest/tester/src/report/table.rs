@@ -1,4 +1,5 @@
 use crate::stats::{RunSummary, Summary};
+use crate::whole_request::SloShare;
 
 /// Runs side by side, one column each.
 pub fn table(runs: &[&RunSummary]) -> String {
@@ -39,6 +40,17 @@ pub fn table(runs: &[&RunSummary]) -> String {
         None => "n/a".into(),
     });
     row("goodput (req/s)", &|r| format!("{:.2} ({:.0}% good)", r.goodput, r.good_fraction * 100.0));
+    let share = |s: &SloShare| match s.fraction {
+        Some(f) => format!("{:.0}% ({} of {}), {:.2} req/s", f * 100.0, s.met, s.judged, s.per_s),
+        None => "n/a".into(),
+    };
+    row("answer-only SLO (TTOT and answer gap within threshold)", &|r| share(&r.answer_only_slo));
+    if runs.iter().any(|r| r.whole_request_slo.is_some()) {
+        row("whole-request SLO (start vs alone, and the answer)", &|r| match &r.whole_request_slo {
+            Some(w) => share(&w.share),
+            None => "n/a".into(),
+        });
+    }
     let name_w = rows.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
     let col_w: Vec<usize> = (0..runs.len())
         .map(|i| rows.iter().map(|(_, v)| v[i].len()).chain([runs[i].label.len()]).max().unwrap_or(0))

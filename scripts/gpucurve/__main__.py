@@ -1,4 +1,5 @@
-"""python3 -m gpucurve {measure,breakdown,report} (from scripts/): see __init__.py."""
+"""python3 -m gpucurve {measure,breakdown,fused,report,sync,sync-report} (from scripts/): see
+__init__.py, and sync.py for sync."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import sys
 from . import __doc__ as DOC
 from .fused import fused
 from .measure import breakdown_only, measure
-from .paths import DATA
+from .paths import DATA, SYNC_PAGE
+from .sync import STEPS, WARMUP, sync
+from .syncreport import sync_report
 
 
 def report(args) -> None:
@@ -31,8 +34,18 @@ def main() -> None:
     fu.add_argument("--out", default=str(DATA))
     r = sub.add_parser("report", help="fit and write the page (needs cargo)")
     r.add_argument("--data", default=str(DATA))
+    s = sub.add_parser("sync", help="what a blocking device read per step costs under async scheduling (needs a GPU)")
+    s.add_argument("--out", default=str(DATA))
+    s.add_argument("--config", choices=["qwen3-8b", "tiny"], default="qwen3-8b")
+    s.add_argument("--device", default="cuda")
+    s.add_argument("--steps", type=int, default=STEPS, help="timed steps per loop")
+    s.add_argument("--warmup", type=int, default=WARMUP, help="steps before timing, per loop")
+    sr = sub.add_parser("sync-report", help="write the page from sync.json (no GPU needed)")
+    sr.add_argument("--data", default=str(DATA))
+    sr.add_argument("--page", default=str(SYNC_PAGE))
     args = ap.parse_args()
-    {"measure": measure, "breakdown": breakdown_only, "fused": fused, "report": report}[args.cmd](args)
+    {"measure": measure, "breakdown": breakdown_only, "fused": fused, "report": report, "sync": sync,
+     "sync-report": sync_report}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -50,9 +50,8 @@ def _time_ms(torch, fn, reps: int, cuda: bool) -> list[float]:
     return out
 
 
-def graph_times(torch, run) -> list[float]:
-    """`run` captured as one CUDA graph (after a warm-up on a side stream, as capture
-    wants) and its replays timed: TIMED of them after WARM."""
+def capture(torch, run):
+    """`run` captured as one CUDA graph, after a warm-up on a side stream, as capture wants."""
     graph = torch.cuda.CUDAGraph()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -61,6 +60,12 @@ def graph_times(torch, run) -> list[float]:
     torch.cuda.current_stream().wait_stream(side)
     with torch.cuda.graph(graph):
         run()
+    return graph
+
+
+def graph_times(torch, run) -> list[float]:
+    """`run` captured as one CUDA graph and its replays timed: TIMED of them after WARM."""
+    graph = capture(torch, run)
     times = _time_ms(torch, graph.replay, WARM + TIMED, True)[WARM:]
     del graph
     return times

@@ -17,7 +17,8 @@ the config named `hook`; the setup in RESULTS_JSON records it), REALAB_CONFIGS (
 configs run, stock first: stock, proxy, hook, hook-<policy>; default stock,proxy,hook),
 REALAB_UNLOADED=1 (each round's requests also one at a time on the stock engine: the
 whole-request SLO's reference), REALAB_PROXY (`shipped`: the proxies as meridian.toml
-ships them; `admission`, the default: with admission and priorities on)."""
+ships them; `admission`, the default: with admission and priorities on), REALAB_RIG
+(`cpu`, the default: the CPU-shaped regime; `gpu`: the GPU-shaped one, see RIGS)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,48 @@ KV_MAX_MODEL_LEN = 4096
 BLOCK_SIZE = 128
 
 
+@dataclasses.dataclass(frozen=True)
+class Regime:
+    """The engine limits that set which hardware a rig stands for."""
+
+    name: str
+    #: The engine's token budget per step, so the longest prompt chunk a step carries.
+    max_num_batched_tokens: int
+    #: Bind the forward pass to core 0 and keep everything else (API server, proxies,
+    #: load tester, this harness) on the other cores, as a GPU's host CPU does not slow its
+    #: kernels; None: vLLM's binding, with the rest of the machine shared.
+    engine_core: str | None
+
+
+#: On this rig a decode step of a few requests takes ~4 ms and a prompt token ~0.2 ms
+#: (a 2,048-token chunk, 413 ms: 103 decode steps). On an H100, a 2,048-token chunk of
+#: Qwen3-8B costs ~7 decode steps (gpu-step-curve.md). A 128-token budget makes a full
+#: chunk ~30 ms, ~7 decode steps here, and the long workload's ~1,000-token prompts ~8
+#: chunks, as a 16k-token prompt is in 2,048-token chunks on the GPU.
+RIGS = {
+    "cpu": Regime("cpu", max_num_batched_tokens=2048, engine_core=None),
+    "gpu": Regime("gpu", max_num_batched_tokens=128, engine_core="0"),
+}
+
+
+def regime() -> Regime:
+    name = os.environ.get("REALAB_RIG", "cpu")
+    if name not in RIGS:
+        raise SystemExit(f"REALAB_RIG: one of {sorted(RIGS)}; got {name!r}")
+    return RIGS[name]
+
+
+def keep_off_engine_core(reg: Regime) -> None:
+    """This process, and so every process it starts, off the engine's core (the engine's
+    forward pass binds itself there through VLLM_CPU_OMP_THREADS_BIND)."""
+    if reg.engine_core is None:
+        return
+    others = set(os.sched_getaffinity(0)) - {int(reg.engine_core)}
+    if not others:
+        raise SystemExit(f"REALAB_RIG={reg.name} needs a core besides {reg.engine_core} for the rest")
+    os.sched_setaffinity(0, others)
+
+
 def setup(root: Path, model: Path, work: Path) -> m.Setup:
     ids = write_family(model, work / "models", (SERVED,))
     names = os.environ.get("REALAB_WORKLOADS", "mix,long").split(",")
@@ -61,7 +104,7 @@ def setup(root: Path, model: Path, work: Path) -> m.Setup:
     if len(caches) > 1:
         raise SystemExit(f"REALAB_WORKLOADS: {names} need different KV caches ({caches}); "
                          "measure them in separate runs (REALAB_APPEND=1)")
-    spec = engine_spec(model, caches.pop())
+    spec = engine_spec(model, caches.pop(), regime())
     loads = [float(x) for x in os.environ.get("REALAB_LOADS", "0.5,0.7,0.9,1.0").split(",")]
     return m.Setup(root=root, work=work, spec=spec, think_end_id=ids["</think>"], models_dir=work / "models",
                    workloads=workloads, loads=loads,
@@ -69,12 +112,13 @@ def setup(root: Path, model: Path, work: Path) -> m.Setup:
                    configs=m.configs_from_env(), unloaded=os.environ.get("REALAB_UNLOADED") == "1")
 
 
-def engine_spec(model: Path, kv_blocks: int | None = None) -> m.rig.EngineSpec:
+def engine_spec(model: Path, kv_blocks: int | None = None, reg: Regime = RIGS["cpu"]) -> m.rig.EngineSpec:
     """The engines every real-engine measurement starts: the benchmark model and limits."""
     return m.rig.EngineSpec(
         python=sys.executable, model=model, served_name=SERVED, dtype="float32",
         max_model_len=MAX_MODEL_LEN if kv_blocks is None else KV_MAX_MODEL_LEN,
-        max_num_seqs=32, max_num_batched_tokens=2048, kv_cache_gib=2, omp_threads=1,
+        max_num_seqs=32, max_num_batched_tokens=reg.max_num_batched_tokens, kv_cache_gib=2, omp_threads=1,
+        omp_bind=reg.engine_core,
         # No prefix cache: every round replays its seed's prompts at each load and on both
         # configurations of the stock engine, so with the cache on every run after the
         # first would prefill almost nothing (measured: 28% of prompt tokens computed) and
@@ -99,6 +143,7 @@ def main(argv: list[str]) -> None:
         work = Path(tempfile.mkdtemp(prefix="realab-"))
         print(f"work directory (logs, step traces, raw load-test JSON): {work}", flush=True)
         s = setup(root, model, work)
+        keep_off_engine_core(regime())
         m.measure(s, results, log=lambda msg: print(msg, flush=True),
                   append=os.environ.get("REALAB_APPEND") == "1")
     elif argv[0] == "twin-inputs":

@@ -235,7 +235,8 @@ def measure(s: Setup, results: Path, log=print, append: bool = False) -> dict:
             raise ValueError(f"{results} already holds workload {w.name}")
         data["setup"]["workloads"].append({**asdict(w), "loads": s.loads, "max_model_len": s.spec.max_model_len,
                                            "hook_policy": policy_of("hook"), "configs": s.configs,
-                                           "proxy": os.environ.get("REALAB_PROXY", "admission")})
+                                           "proxy": os.environ.get("REALAB_PROXY", "admission"),
+                                           "rig": os.environ.get("REALAB_RIG", "cpu")})
     r = Rig(s, warm=s.workloads[0])
     raw = s.work / "runs"
     raw.mkdir(exist_ok=True)

@@ -25,6 +25,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from . import regime as R
 from . import stats as S
 
 #: The hook policy `meridian.toml` and the chart ship.
@@ -55,7 +56,7 @@ def keep(results: Path, set_dir: Path, label: str) -> int:
     data = json.loads(results.read_text())
     raw_dir = set_dir / "raw"
     raw_dir.mkdir(parents=True, exist_ok=True)
-    (set_dir / "results.json").write_text(json.dumps({**data, "label": label, "step_shape": step_shape(data)},
+    (set_dir / "results.json").write_text(json.dumps({**data, "label": label, "step_shape": R.step_shape(data)},
                                                      indent=1))
     kept = 0
     for work in data.get("work", []):
@@ -69,30 +70,6 @@ def keep(results: Path, set_dir: Path, label: str) -> int:
                 shutil.copyfileobj(src, dst)
             kept += 1
     return kept
-
-
-def step_shape(data: dict) -> dict | None:
-    """What decides the regime, from the stock engine's step trace during the measured
-    runs: the median step computing a full prompt chunk (at least 1,536 prompt tokens),
-    the median decode-only step of 1 to 3 requests, and their ratio."""
-    windows = [r["window"] for r in data["runs"] if r["config"] in ("stock", "proxy")]
-    chunk, decode = [], []
-    for work in data.get("work", []):
-        trace = Path(work) / "stock-steps.jsonl"
-        if not trace.exists():
-            continue
-        for line in trace.open():
-            st = json.loads(line)
-            if not any(t0 <= st["t"] <= t1 for t0, t1 in windows):
-                continue
-            if st["prefill_tokens"] >= 1536:
-                chunk.append(st["step_s"])
-            elif st["prefill_tokens"] == 0 and 1 <= st["decode_reqs"] <= 3:
-                decode.append(st["step_s"])
-    if not chunk or not decode:
-        return None
-    c, d = statistics.median(chunk), statistics.median(decode)
-    return {"chunk_ms": 1000 * c, "decode_ms": 1000 * d, "ratio": c / d, "chunk_steps": len(chunk)}
 
 
 def read(raw_dir: Path, workload: str, load: float) -> tuple[dict[str, dict[int, list[dict]]], dict[int, list[dict]]]:
@@ -304,16 +281,24 @@ def set_section(set_dir: Path, resamples: int) -> list[str]:
         lines.append(f"- `{config}`: {describe(config, policies.get(config))}")
     lines += ["", "### Conditions", ""]
     eng = data["setup"]["engine"]
+    bind = eng.get("omp_bind")
+    bind = None if bind in (None, "None") else bind
     lines.append(f"vLLM CPU build, benchmark model ({Path(eng.get('model', '')).name}): max_num_seqs {eng.get('max_num_seqs')}, "
-                 f"max_num_batched_tokens {eng.get('max_num_batched_tokens')}, {eng.get('omp_threads')} OMP thread, "
-                 "prefix cache off.")
+                 f"max_num_batched_tokens {eng.get('max_num_batched_tokens')}, {eng.get('omp_threads')} OMP thread"
+                 + (f" bound to core {bind}, everything else (API server, proxies, load tester) kept off it"
+                    if bind else "") + ", prefix cache off.")
     shape = data.get("step_shape")
+    gpu_shaped = {w.get("rig", "cpu") for w in data["setup"]["workloads"]} == {"gpu"}
     if shape:
-        lines.append(f"The CPU-shaped regime: a step computing a prompt chunk (1,536 tokens or more) took "
-                     f"{shape['chunk_ms']:.0f} ms at the median, a decode-only step of 1 to 3 requests "
-                     f"{shape['decode_ms']:.1f} ms, so a chunk costs {shape['ratio']:.0f} decode steps here (about 7 "
-                     "on an H100: [GPU step-time curve](gpu-step-curve.md)); a win that comes from keeping answers "
-                     "out of long steps is larger here than a GPU would show.")
+        measured = (f"a step computing a full prompt chunk ({shape.get('chunk_tokens', 1536):,} tokens or more) took "
+                    f"{shape['chunk_ms']:.0f} ms at the median, a decode-only step of 1 to 3 requests "
+                    f"{shape['decode_ms']:.1f} ms, so a chunk costs {shape['ratio']:.1f} decode steps here (about 7 "
+                    "for a 2,048-token chunk of Qwen3-8B on an H100: [GPU step-time curve](gpu-step-curve.md))")
+        lines.append(f"The GPU-shaped regime: {measured}." if gpu_shaped else
+                     f"The CPU-shaped regime: {measured}; a win that comes from keeping answers out of long steps "
+                     "is larger here than a GPU would show.")
+        lines += ["", *R.table(shape, R.h100(set_dir.parent.parent / "gpu-step-curve"), data["setup"]["workloads"], eng),
+                  ""]
     # The harness records each workload's configs since it warms every engine up.
     warmed = all("configs" in w for w in data["setup"]["workloads"])
     lines.append("Every engine was warmed up before it was measured." if warmed else

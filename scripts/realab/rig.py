@@ -92,6 +92,9 @@ class EngineSpec:
     kv_cache_gib: int
     omp_threads: int
     extra: list[str] = field(default_factory=list)
+    # The cores the engine's forward pass is bound to (vLLM's VLLM_CPU_OMP_THREADS_BIND,
+    # e.g. "0"); None: vLLM's own choice.
+    omp_bind: str | None = None
 
     def argv(self, port: int, scheduler_cls: str, more: list[str]) -> list[str]:
         return [self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model),
@@ -102,7 +105,10 @@ class EngineSpec:
                 "--scheduler-cls", scheduler_cls, "--disable-log-stats", *self.extra, *more]
 
     def env(self) -> dict[str, str]:
-        return {"VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib), "OMP_NUM_THREADS": str(self.omp_threads)}
+        env = {"VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib), "OMP_NUM_THREADS": str(self.omp_threads)}
+        if self.omp_bind is not None:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = self.omp_bind
+        return env
 
 
 def start_engine(spec: EngineSpec, name: str, work: Path, scheduler_cls: str, more=(), env=None,

@@ -1,0 +1,102 @@
+"""Which hardware a real-engine rig stands for: the ratios that decide what a scheduler
+can win, measured on the rig's stock engine during the runs and on an H100
+(`gpu-step-curve/`, a Qwen3-8B-shaped model replayed as CUDA graphs), side by side.
+
+A policy that keeps answers out of long steps wins by how much longer a step carrying a
+prompt chunk is than a decode step, and loses by how much a batch's extra requests
+slow a step; a rig whose ratios are a GPU's says something about that GPU."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+#: Decode batches whose step time the table compares with a batch of 1 to 3.
+BATCHES = (8, 16, 32)
+#: The H100's decode context for the comparison: the long workload's requests decode
+#: over ~1,000-1,200 tokens.
+H100_CONTEXT = 1024
+
+
+def step_shape(data: dict) -> dict | None:
+    """From the stock engine's step trace during the measured runs: the median step
+    computing a full prompt chunk (at least three quarters of the engine's token budget,
+    or 1,536 tokens when the budget is larger than any prompt), the median decode-only
+    step of 1 to 3 requests and their ratio, and the median decode-only step at each of
+    BATCHES (within a quarter of it) over the small one."""
+    windows = [r["window"] for r in data["runs"] if r["config"] in ("stock", "proxy")]
+    full_chunk = min(1536, int(0.75 * int(data["setup"]["engine"].get("max_num_batched_tokens", 2048))))
+    chunk, small = [], []
+    by_batch: dict[int, list[float]] = {b: [] for b in BATCHES}
+    for work in data.get("work", []):
+        trace = Path(work) / "stock-steps.jsonl"
+        if not trace.exists():
+            continue
+        for line in trace.open():
+            st = json.loads(line)
+            if not any(t0 <= st["t"] <= t1 for t0, t1 in windows):
+                continue
+            if st["prefill_tokens"] >= full_chunk:
+                chunk.append(st["step_s"])
+            elif st["prefill_tokens"] == 0:
+                n = st["decode_reqs"]
+                if 1 <= n <= 3:
+                    small.append(st["step_s"])
+                for b in BATCHES:
+                    if abs(n - b) <= b // 4:
+                        by_batch[b].append(st["step_s"])
+    if not chunk or not small:
+        return None
+    c, d = statistics.median(chunk), statistics.median(small)
+    return {"chunk_ms": 1000 * c, "decode_ms": 1000 * d, "ratio": c / d, "chunk_steps": len(chunk),
+            "chunk_tokens": full_chunk,
+            "decode_growth": {str(b): statistics.median(v) / d for b, v in by_batch.items() if len(v) >= 20}}
+
+
+def h100(gpu_dir: Path) -> dict | None:
+    """The same ratios on the H100 from its step traces (graph replays): a 2,048-token
+    chunk with no prefix and vLLM's default 8,192-token budget, over a decode of one
+    request; decodes of 8 to 32 requests (interpolated between the measured batches)."""
+    trace = gpu_dir / "steps-graph.jsonl"
+    if not trace.exists():
+        return None
+    steps: dict[tuple, list[float]] = {}
+    for line in trace.open():
+        st = json.loads(line)
+        key = (st["decode_reqs"], st.get("decode_context_each", 0), st["prefill_tokens"], st["prefill_context"])
+        steps.setdefault(key, []).append(st["step_s"])
+    med = {k: statistics.median(v) for k, v in steps.items()}
+    one = med.get((1, H100_CONTEXT, 0, 0))
+    if one is None:
+        return None
+    out = {"decode_ms": 1000 * one, "chunk": {}, "decode_growth": {}}
+    for tokens in (2048, 8192):
+        if (0, 0, tokens, 0) in med:
+            out["chunk"][str(tokens)] = med[(0, 0, tokens, 0)] / one
+    for b in BATCHES:
+        if (b, H100_CONTEXT, 0, 0) in med:
+            out["decode_growth"][str(b)] = med[(b, H100_CONTEXT, 0, 0)] / one
+    return out
+
+
+def table(shape: dict, gpu: dict | None, workloads: list[dict], engine: dict) -> list[str]:
+    """The regime table: each ratio on the H100 and on this rig."""
+    budget = int(engine.get("max_num_batched_tokens", 2048))
+    rows = ["| ratio | H100, Qwen3-8B shape (measured) | this rig (measured) |", "|---|---:|---:|"]
+    gpu_chunk = (f"{gpu['chunk']['2048']:.1f} (2,048 tokens); {gpu['chunk']['8192']:.1f} (8,192, vLLM's default budget)"
+                 if gpu and "2048" in gpu["chunk"] and "8192" in gpu["chunk"] else "not measured")
+    rows.append(f"| full prompt chunk step / decode step of one request | {gpu_chunk} | {shape['ratio']:.1f} "
+                f"({shape['chunk_tokens']:,}+ tokens, {shape['chunk_ms']:.0f} vs {shape['decode_ms']:.1f} ms) |")
+    for b in BATCHES:
+        g = gpu["decode_growth"].get(str(b)) if gpu else None
+        r = shape.get("decode_growth", {}).get(str(b))
+        rows.append(f"| decode step of {b} requests / of one | {f'{g:.2f}' if g else 'not measured'} | "
+                    f"{f'{r:.2f}' if r else 'too few steps'} |")
+    for w in workloads:
+        rows.append(f"| {w['name']} prompt (~{w['input_len']:,} tokens) in chunks of {budget:,} | "
+                    f"the same count at 2,048 a chunk: ~{w['input_len'] / budget * 2048:,.0f}-token prompts | "
+                    f"{w['input_len'] / budget:.1f} |")
+        rows.append(f"| {w['name']} thought / answer, in steps | the same: {w['think_len']} / {w['output_len']} | "
+                    f"{w['think_len']} / {w['output_len']} |")
+    return rows

@@ -59,14 +59,15 @@ class Regime:
     engine_core: str | None
 
 
-#: On this rig a decode step of a few requests takes ~4 ms and a prompt token ~0.2 ms
-#: (a 2,048-token chunk, 413 ms: 103 decode steps). On an H100, a 2,048-token chunk of
-#: Qwen3-8B costs ~7 decode steps (gpu-step-curve.md). A 128-token budget makes a full
-#: chunk ~30 ms, ~7 decode steps here, and the long workload's ~1,000-token prompts ~8
-#: chunks, as a 16k-token prompt is in 2,048-token chunks on the GPU.
+#: On an H100 a 2,048-token prompt chunk of Qwen3-8B costs ~7 decode steps of one
+#: request (gpu-step-curve.md). On this rig (measured by the curve probe, 2026-11-27) a
+#: decode step of one request takes ~11 ms and a prompt chunk of 128 tokens ~45 ms, of
+#: 256 ~80 ms (7 decode steps), of 2,048 over a second (~100). A 256-token budget makes
+#: the rig's full chunk cost what the H100's does in decode steps, and the long
+#: workload's ~1,000-token prompts ~4 chunks, as an ~8k-token prompt is on the GPU.
 RIGS = {
     "cpu": Regime("cpu", max_num_batched_tokens=2048, engine_core=None),
-    "gpu": Regime("gpu", max_num_batched_tokens=128, engine_core="0"),
+    "gpu": Regime("gpu", max_num_batched_tokens=256, engine_core="0"),
 }
 
 

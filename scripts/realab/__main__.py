@@ -17,7 +17,8 @@ the config named `hook`; the setup in RESULTS_JSON records it), REALAB_CONFIGS (
 configs run, stock first: stock, proxy, hook, hook-<policy>; default stock,proxy,hook),
 REALAB_UNLOADED=1 (each round's requests also one at a time on the stock engine: the
 whole-request SLO's reference), REALAB_PROXY (`shipped`: the proxies as meridian.toml
-ships them; `admission`, the default: with admission and priorities on), REALAB_RIG
+ships them; `admission`, the default: with admission and priorities on), REALAB_CAPACITY (the stock
+engine's capacity in req/s, measured earlier on the same rig: skips measuring it), REALAB_RIG
 (`cpu`, the default: the CPU-shaped regime; `gpu`: the GPU-shaped one, see RIGS)."""
 
 from __future__ import annotations

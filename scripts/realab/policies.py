@@ -311,7 +311,9 @@ def set_section(set_dir: Path, resamples: int) -> list[str]:
                                       "proxy's queue, answering ones first) and priorities on, which "
                                       "`meridian.toml` ships off (`REALAB_PROXY=shipped` runs them as shipped)."))
     for w, cap in sorted(data.get("capacity", {}).items()):
-        lines.append(f"Stock capacity, {w}: {cap:.3f} req/s (everything sent at once).")
+        how = ("measured by an earlier run of the same rig and given to this one (`REALAB_CAPACITY`)"
+               if data.get("capacity_given", {}).get(w) else "everything sent at once")
+        lines.append(f"Stock capacity, {w}: {cap:.3f} req/s ({how}).")
     cpu = [r["cpu"]["other_cores"] for r in data["runs"] if r.get("cpu")]
     if cpu:
         lines.append(f"Other work on the machine during the runs: {max(cpu):.2f} cores at most.")

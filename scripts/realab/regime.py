@@ -19,17 +19,32 @@ BATCHES = (8, 16, 32)
 H100_CONTEXT = 1024
 
 
+#: Prefixes (in full chunks) at which a chunk step is compared: the H100's traces have
+#: 2,048-token chunks after 0, 4,096 and 16,384 tokens, i.e. after 0, 2 and 8 chunks.
+PREFIX_CHUNKS = (0, 2, 8)
+
+
 def step_shape(data: dict) -> dict | None:
     """From the stock engine's step trace during the measured runs: the median step
     computing a full prompt chunk (at least three quarters of the engine's token budget,
     or 1,536 tokens when the budget is larger than any prompt), the median decode-only
-    step of 1 to 3 requests and their ratio, and the median decode-only step at each of
-    BATCHES (within a quarter of it) over the small one."""
+    step of 1 to 3 requests and their ratio; the same ratio for chunks after 0, 2 and 8
+    chunks of prefix (within one chunk); the median decode-only step at each of BATCHES
+    (within a quarter of it) over the small one; and each workload's median prompt in
+    tokens as the server counted it (from the stock runs' raw files)."""
     windows = [r["window"] for r in data["runs"] if r["config"] in ("stock", "proxy")]
-    full_chunk = min(1536, int(0.75 * int(data["setup"]["engine"].get("max_num_batched_tokens", 2048))))
+    budget = int(data["setup"]["engine"].get("max_num_batched_tokens", 2048))
+    full_chunk = min(1536, int(0.75 * budget))
     chunk, small = [], []
+    by_prefix: dict[int, list[float]] = {k: [] for k in PREFIX_CHUNKS}
     by_batch: dict[int, list[float]] = {b: [] for b in BATCHES}
+    prompts: dict[str, list[int]] = {}
     for work in data.get("work", []):
+        for f in sorted((Path(work) / "runs").glob("*-stock.json")):
+            name = f.name.split("-")[0]
+            for r in json.loads(f.read_text())["runs"][0]["requests"]:
+                if r.get("prompt_tokens"):
+                    prompts.setdefault(name, []).append(r["prompt_tokens"])
         trace = Path(work) / "stock-steps.jsonl"
         if not trace.exists():
             continue
@@ -39,6 +54,10 @@ def step_shape(data: dict) -> dict | None:
                 continue
             if st["prefill_tokens"] >= full_chunk:
                 chunk.append(st["step_s"])
+                if st["decode_reqs"] == 0:
+                    for k in PREFIX_CHUNKS:
+                        if abs(st.get("prefill_context", 0) - k * budget) < budget:
+                            by_prefix[k].append(st["step_s"])
             elif st["prefill_tokens"] == 0:
                 n = st["decode_reqs"]
                 if 1 <= n <= 3:
@@ -51,13 +70,15 @@ def step_shape(data: dict) -> dict | None:
     c, d = statistics.median(chunk), statistics.median(small)
     return {"chunk_ms": 1000 * c, "decode_ms": 1000 * d, "ratio": c / d, "chunk_steps": len(chunk),
             "chunk_tokens": full_chunk,
-            "decode_growth": {str(b): statistics.median(v) / d for b, v in by_batch.items() if len(v) >= 20}}
+            "chunk_after": {str(k): statistics.median(v) / d for k, v in by_prefix.items() if len(v) >= 5},
+            "decode_growth": {str(b): statistics.median(v) / d for b, v in by_batch.items() if len(v) >= 20},
+            "prompt_tokens": {w: statistics.median(v) for w, v in prompts.items()}}
 
 
 def h100(gpu_dir: Path) -> dict | None:
     """The same ratios on the H100 from its step traces (graph replays): a 2,048-token
-    chunk with no prefix and vLLM's default 8,192-token budget, over a decode of one
-    request; decodes of 8 to 32 requests (interpolated between the measured batches)."""
+    chunk (after 0, 2 and 8 chunks of prefix) and one of vLLM's default 8,192-token
+    budget, over a decode of one request; decodes of 8 to 32 requests."""
     trace = gpu_dir / "steps-graph.jsonl"
     if not trace.exists():
         return None
@@ -70,10 +91,13 @@ def h100(gpu_dir: Path) -> dict | None:
     one = med.get((1, H100_CONTEXT, 0, 0))
     if one is None:
         return None
-    out = {"decode_ms": 1000 * one, "chunk": {}, "decode_growth": {}}
+    out = {"decode_ms": 1000 * one, "chunk": {}, "chunk_after": {}, "decode_growth": {}}
     for tokens in (2048, 8192):
         if (0, 0, tokens, 0) in med:
             out["chunk"][str(tokens)] = med[(0, 0, tokens, 0)] / one
+    for k in PREFIX_CHUNKS:
+        if (0, 0, 2048, 2048 * k) in med:
+            out["chunk_after"][str(k)] = med[(0, 0, 2048, 2048 * k)] / one
     for b in BATCHES:
         if (b, H100_CONTEXT, 0, 0) in med:
             out["decode_growth"][str(b)] = med[(b, H100_CONTEXT, 0, 0)] / one
@@ -87,16 +111,23 @@ def table(shape: dict, gpu: dict | None, workloads: list[dict], engine: dict) ->
     gpu_chunk = (f"{gpu['chunk']['2048']:.1f} (2,048 tokens); {gpu['chunk']['8192']:.1f} (8,192, vLLM's default budget)"
                  if gpu and "2048" in gpu["chunk"] and "8192" in gpu["chunk"] else "not measured")
     rows.append(f"| full prompt chunk step / decode step of one request | {gpu_chunk} | {shape['ratio']:.1f} "
-                f"({shape['chunk_tokens']:,}+ tokens, {shape['chunk_ms']:.0f} vs {shape['decode_ms']:.1f} ms) |")
+                f"(every {shape['chunk_tokens']:,}+-token chunk, {shape['chunk_ms']:.0f} vs {shape['decode_ms']:.1f} ms) |")
+    for k in PREFIX_CHUNKS:
+        g = gpu.get("chunk_after", {}).get(str(k)) if gpu else None
+        r = shape.get("chunk_after", {}).get(str(k))
+        rows.append(f"| the same, a chunk after {k} chunks of prompt | {f'{g:.1f}' if g else 'not measured'} | "
+                    f"{f'{r:.1f}' if r else 'too few steps'} |")
     for b in BATCHES:
         g = gpu["decode_growth"].get(str(b)) if gpu else None
         r = shape.get("decode_growth", {}).get(str(b))
         rows.append(f"| decode step of {b} requests / of one | {f'{g:.2f}' if g else 'not measured'} | "
                     f"{f'{r:.2f}' if r else 'too few steps'} |")
     for w in workloads:
-        rows.append(f"| {w['name']} prompt (~{w['input_len']:,} tokens) in chunks of {budget:,} | "
-                    f"the same count at 2,048 a chunk: ~{w['input_len'] / budget * 2048:,.0f}-token prompts | "
-                    f"{w['input_len'] / budget:.1f} |")
+        tokens = shape.get("prompt_tokens", {}).get(w["name"])
+        if tokens:
+            chunks = tokens / budget
+            rows.append(f"| {w['name']} prompt in chunks (median {tokens:,.0f} tokens, chunks of {budget:,}) | "
+                        f"the same count at 2,048 a chunk: ~{chunks * 2048:,.0f}-token prompts | {chunks:.1f} |")
         rows.append(f"| {w['name']} thought / answer, in steps | the same: {w['think_len']} / {w['output_len']} | "
                     f"{w['think_len']} / {w['output_len']} |")
     return rows

@@ -12,21 +12,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from realab import regime  # noqa: E402
 
 
-def step(t: float, prefill: int, decodes: int, ms: float) -> str:
-    return json.dumps({"t": t, "prefill_tokens": prefill, "decode_reqs": decodes, "step_s": ms / 1000}) + "\n"
+def step(t: float, prefill: int, decodes: int, ms: float, prefix: int = 0) -> str:
+    return json.dumps({"t": t, "prefill_tokens": prefill, "decode_reqs": decodes, "step_s": ms / 1000,
+                       "prefill_context": prefix}) + "\n"
 
 
 def rig_data(work: Path, budget: int) -> dict:
     lines = []
     t = 0.0
     for _ in range(30):
-        for prefill, decodes, ms in [(budget, 0, 30.0), (0, 2, 4.0), (0, 16, 6.0), (0, 32, 9.0),
-                                     (budget // 2, 3, 20.0)]:
-            lines.append(step(t, prefill, decodes, ms))
+        for prefill, decodes, ms, prefix in [(budget, 0, 30.0, 0), (0, 2, 4.0, 0), (0, 16, 6.0, 0), (0, 32, 9.0, 0),
+                                             (budget // 2, 3, 20.0, 0), (budget, 0, 50.0, 8 * budget + 10)]:
+            lines.append(step(t, prefill, decodes, ms, prefix))
             t += 0.1
     # Steps outside the measured window (the curve probe, the warm-up) do not count.
     lines.append(step(1e6, budget, 0, 9999.0))
     (work / "stock-steps.jsonl").write_text("".join(lines))
+    runs = work / "runs"
+    runs.mkdir(exist_ok=True)
+    requests = [{"index": i, "prompt_tokens": 2000 + i} for i in range(5)]
+    (runs / "long-0.9-0-stock.json").write_text(json.dumps({"runs": [{"requests": requests}]}))
     return {"work": [str(work)], "setup": {"engine": {"max_num_batched_tokens": budget}},
             "runs": [{"config": "stock", "window": [0.0, t]}, {"config": "hook-fcfs", "window": [t, 2e6]}]}
 
@@ -34,8 +39,10 @@ def rig_data(work: Path, budget: int) -> dict:
 def test_the_rig_shape_is_read_from_full_chunks_and_small_decodes_in_the_window(tmp_path: Path):
     shape = regime.step_shape(rig_data(tmp_path, 128))
     assert shape["chunk_tokens"] == 96, "three quarters of the budget"
-    assert (shape["chunk_ms"], shape["decode_ms"]) == (30.0, 4.0)
-    assert shape["ratio"] == 7.5
+    assert (shape["chunk_ms"], shape["decode_ms"]) == (40.0, 4.0), "the median of 30 and 50 ms chunks"
+    assert shape["ratio"] == 10.0
+    assert shape["chunk_after"] == {"0": 7.5, "8": 12.5}, "no chunk after 2 chunks of prefix"
+    assert shape["prompt_tokens"] == {"long": 2002}
     assert shape["decode_growth"] == {"16": 1.5, "32": 2.25}, "batch 8 had no steps near it"
 
 
@@ -46,25 +53,31 @@ def test_a_budget_larger_than_any_prompt_counts_long_prompts_as_chunks(tmp_path:
 
 def test_the_h100_ratios_come_from_its_graph_replays(tmp_path: Path):
     rows = []
-    for decodes, ctx, prefill, ms in [(1, 1024, 0, 8.0), (1, 1024, 0, 8.4), (1, 1024, 0, 8.2),
-                                      (16, 1024, 0, 9.84), (0, 0, 2048, 57.4), (0, 0, 8192, 270.6),
-                                      (1, 128, 0, 7.0)]:
+    for decodes, ctx, prefill, prefix, ms in [(1, 1024, 0, 0, 8.0), (1, 1024, 0, 0, 8.4), (1, 1024, 0, 0, 8.2),
+                                              (16, 1024, 0, 0, 9.84), (0, 0, 2048, 0, 57.4), (0, 0, 8192, 0, 270.6),
+                                              (0, 0, 2048, 4096, 73.8), (1, 128, 0, 0, 7.0)]:
         rows.append(json.dumps({"decode_reqs": decodes, "decode_context_each": ctx, "prefill_tokens": prefill,
-                                "prefill_context": 0, "step_s": ms / 1000}) + "\n")
+                                "prefill_context": prefix, "step_s": ms / 1000}) + "\n")
     (tmp_path / "steps-graph.jsonl").write_text("".join(rows))
     gpu = regime.h100(tmp_path)
     assert round(gpu["chunk"]["2048"], 3) == 7.0 and round(gpu["chunk"]["8192"], 3) == 33.0
     assert round(gpu["decode_growth"]["16"], 3) == 1.2 and "8" not in gpu["decode_growth"]
+    assert round(gpu["chunk_after"]["0"], 3) == 7.0 and round(gpu["chunk_after"]["2"], 3) == 9.0
+    assert "8" not in gpu["chunk_after"]
     assert regime.h100(tmp_path / "missing") is None
 
 
 def test_the_table_sets_each_ratio_beside_the_h100s(tmp_path: Path):
     shape = regime.step_shape(rig_data(tmp_path, 128))
-    gpu = {"decode_ms": 8.2, "chunk": {"2048": 7.0, "8192": 33.0}, "decode_growth": {"16": 1.2}}
+    gpu = {"decode_ms": 8.2, "chunk": {"2048": 7.0, "8192": 33.0}, "chunk_after": {"0": 7.0, "8": 14.2},
+           "decode_growth": {"16": 1.2}}
     workloads = [{"name": "long", "input_len": 1000, "think_len": 128, "output_len": 64}]
     rows = "\n".join(regime.table(shape, gpu, workloads, {"max_num_batched_tokens": 128}))
     assert "| full prompt chunk step / decode step of one request | 7.0 (2,048 tokens); 33.0" in rows
-    assert "| 7.5 (96+ tokens, 30 vs 4.0 ms) |" in rows
+    assert "| 10.0 (every 96+-token chunk, 40 vs 4.0 ms) |" in rows
+    assert "| the same, a chunk after 8 chunks of prompt | 14.2 | 12.5 |" in rows
+    assert "| the same, a chunk after 2 chunks of prompt | not measured | too few steps |" in rows
     assert "| decode step of 16 requests / of one | 1.20 | 1.50 |" in rows
     assert "| decode step of 8 requests / of one | not measured | too few steps |" in rows
-    assert "| long prompt (~1,000 tokens) in chunks of 128 | the same count at 2,048 a chunk: ~16,000-token prompts | 7.8 |" in rows
+    assert ("| long prompt in chunks (median 2,002 tokens, chunks of 128) | the same count at 2,048 a chunk: "
+            "~32,032-token prompts | 15.6 |") in rows

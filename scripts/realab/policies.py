@@ -297,8 +297,11 @@ def set_section(set_dir: Path, resamples: int) -> list[str]:
         lines.append(f"The GPU-shaped regime: {measured}." if gpu_shaped else
                      f"The CPU-shaped regime: {measured}; a win that comes from keeping answers out of long steps "
                      "is larger here than a GPU would show.")
-        lines += ["", *R.table(shape, R.h100(set_dir.parent.parent / "gpu-step-curve"), data["setup"]["workloads"], eng),
-                  ""]
+        gpu = R.h100(set_dir.parent.parent / "gpu-step-curve")
+        lines += ["", *R.table(shape, gpu, data["setup"]["workloads"], eng), ""]
+        unlike = R.differences(shape, gpu)
+        if unlike:
+            lines += ["Where this rig is not the H100 (beyond 25% either way): " + "; ".join(unlike) + ".", ""]
     # The harness records each workload's configs since it warms every engine up.
     warmed = all("configs" in w for w in data["setup"]["workloads"])
     lines.append("Every engine was warmed up before it was measured." if warmed else

@@ -131,3 +131,22 @@ def table(shape: dict, gpu: dict | None, workloads: list[dict], engine: dict) ->
         rows.append(f"| {w['name']} thought / answer, in steps | the same: {w['think_len']} / {w['output_len']} | "
                     f"{w['think_len']} / {w['output_len']} |")
     return rows
+
+
+def differences(shape: dict, gpu: dict | None, tolerance: float = 1.25) -> list[str]:
+    """Sentences naming each ratio where the rig is off the H100's by more than
+    `tolerance` either way, and what that does to a policy's effect here."""
+    if not gpu:
+        return []
+    out = []
+    for k in PREFIX_CHUNKS:
+        g, r = gpu.get("chunk_after", {}).get(str(k)), shape.get("chunk_after", {}).get(str(k))
+        if g and r and not 1 / tolerance <= r / g <= tolerance:
+            out.append(f"a chunk after {k} chunks of prompt costs {r:.1f} decode steps here against {g:.1f} on the "
+                       f"H100, so keeping answers out of chunk steps is worth {'more' if r > g else 'less'} here")
+    for b in BATCHES:
+        g, r = gpu["decode_growth"].get(str(b)), shape.get("decode_growth", {}).get(str(b))
+        if g and r and not 1 / tolerance <= r / g <= tolerance:
+            out.append(f"a decode step of {b} requests costs {r:.2f}x one request's here against {g:.2f}x on the "
+                       f"H100, so taking thinkers out of a step saves {'more' if r > g else 'less'} here than there")
+    return out

@@ -81,3 +81,12 @@ def test_the_table_sets_each_ratio_beside_the_h100s(tmp_path: Path):
     assert "| decode step of 8 requests / of one | not measured | too few steps |" in rows
     assert ("| long prompt in chunks (median 2,002 tokens, chunks of 128) | the same count at 2,048 a chunk: "
             "~32,032-token prompts | 15.6 |") in rows
+
+
+def test_where_the_rig_is_not_the_h100_is_said_and_what_it_does():
+    shape = {"chunk_after": {"0": 7.5, "8": 12.5}, "decode_growth": {"16": 3.8, "32": 1.3}}
+    gpu = {"chunk_after": {"0": 7.0, "8": 14.2}, "decode_growth": {"16": 1.16, "32": 1.27}}
+    said = regime.differences(shape, gpu)
+    assert said == ["a decode step of 16 requests costs 3.80x one request's here against 1.16x on the H100, so "
+                    "taking thinkers out of a step saves more here than there"]
+    assert regime.differences(shape, None) == []

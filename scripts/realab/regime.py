@@ -107,21 +107,23 @@ def h100(gpu_dir: Path) -> dict | None:
 def table(shape: dict, gpu: dict | None, workloads: list[dict], engine: dict) -> list[str]:
     """The regime table: each ratio on the H100 and on this rig."""
     budget = int(engine.get("max_num_batched_tokens", 2048))
+    # Sets kept before the table existed recorded only the overall chunk ratio.
+    missing = "too few steps" if "decode_growth" in shape else "not recorded"
     rows = ["| ratio | H100, Qwen3-8B shape (measured) | this rig (measured) |", "|---|---:|---:|"]
     gpu_chunk = (f"{gpu['chunk']['2048']:.1f} (2,048 tokens); {gpu['chunk']['8192']:.1f} (8,192, vLLM's default budget)"
                  if gpu and "2048" in gpu["chunk"] and "8192" in gpu["chunk"] else "not measured")
     rows.append(f"| full prompt chunk step / decode step of one request | {gpu_chunk} | {shape['ratio']:.1f} "
-                f"(every {shape['chunk_tokens']:,}+-token chunk, {shape['chunk_ms']:.0f} vs {shape['decode_ms']:.1f} ms) |")
+                f"(every {shape.get('chunk_tokens', 1536):,}+-token chunk, {shape['chunk_ms']:.0f} vs {shape['decode_ms']:.1f} ms) |")
     for k in PREFIX_CHUNKS:
         g = gpu.get("chunk_after", {}).get(str(k)) if gpu else None
         r = shape.get("chunk_after", {}).get(str(k))
         rows.append(f"| the same, a chunk after {k} chunks of prompt | {f'{g:.1f}' if g else 'not measured'} | "
-                    f"{f'{r:.1f}' if r else 'too few steps'} |")
+                    f"{f'{r:.1f}' if r else missing} |")
     for b in BATCHES:
         g = gpu["decode_growth"].get(str(b)) if gpu else None
         r = shape.get("decode_growth", {}).get(str(b))
         rows.append(f"| decode step of {b} requests / of one | {f'{g:.2f}' if g else 'not measured'} | "
-                    f"{f'{r:.2f}' if r else 'too few steps'} |")
+                    f"{f'{r:.2f}' if r else missing} |")
     for w in workloads:
         tokens = shape.get("prompt_tokens", {}).get(w["name"])
         if tokens:

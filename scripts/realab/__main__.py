@@ -65,7 +65,8 @@ class Regime:
 #: decode step of one request takes ~11 ms and a prompt chunk of 128 tokens ~45 ms, of
 #: 256 ~80 ms (7 decode steps), of 2,048 over a second (~100). A 256-token budget makes
 #: the rig's full chunk cost what the H100's does in decode steps, and the long
-#: workload's ~1,000-token prompts ~4 chunks, as an ~8k-token prompt is on the GPU.
+#: workload's prompts (~2,600 tokens as the server counts them) ~10 chunks, as a ~20k-token
+#: prompt is on the GPU. The policies page measures these ratios for each set (regime.py).
 RIGS = {
     "cpu": Regime("cpu", max_num_batched_tokens=2048, engine_core=None),
     "gpu": Regime("gpu", max_num_batched_tokens=256, engine_core="0"),
@@ -79,14 +80,14 @@ def regime() -> Regime:
     return RIGS[name]
 
 
-def keep_off_engine_core(reg: Regime) -> None:
+def keep_off_engine_core(spec: m.rig.EngineSpec) -> None:
     """This process, and so every process it starts, off the engine's core (the engine's
     forward pass binds itself there through VLLM_CPU_OMP_THREADS_BIND)."""
-    if reg.engine_core is None:
+    if spec.omp_bind is None:
         return
-    others = set(os.sched_getaffinity(0)) - {int(reg.engine_core)}
+    others = set(os.sched_getaffinity(0)) - {int(spec.omp_bind)}
     if not others:
-        raise SystemExit(f"REALAB_RIG={reg.name} needs a core besides {reg.engine_core} for the rest")
+        raise SystemExit(f"the engine is bound to core {spec.omp_bind}: the rest needs another core")
     os.sched_setaffinity(0, others)
 
 
@@ -145,7 +146,7 @@ def main(argv: list[str]) -> None:
         work = Path(tempfile.mkdtemp(prefix="realab-"))
         print(f"work directory (logs, step traces, raw load-test JSON): {work}", flush=True)
         s = setup(root, model, work)
-        keep_off_engine_core(regime())
+        keep_off_engine_core(s.spec)
         m.measure(s, results, log=lambda msg: print(msg, flush=True),
                   append=os.environ.get("REALAB_APPEND") == "1")
     elif argv[0] == "twin-inputs":

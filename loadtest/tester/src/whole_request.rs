@@ -54,9 +54,13 @@ impl SloShare {
 /// did not think passes TTOT, an answer of one visible token passes the gap, an answer
 /// never begun fails). Every request is judged, failed ones as not met.
 pub fn answer_only(records: &[RequestRecord], limit_ms: f64, duration_s: f64) -> SloShare {
-    let ttot = Slo { metric: SloMetric::Ttot, max_ms: limit_ms };
-    let gap = Slo { metric: SloMetric::Gap, max_ms: limit_ms };
-    SloShare::of(records.iter().map(|r| Some(r.ok && ttot.met_by(r) && gap.met_by(r))), duration_s)
+    SloShare::of(records.iter().map(|r| Some(answer_met(r, limit_ms))), duration_s)
+}
+
+/// The answer-only rule for one request, which the whole-request SLO also applies.
+fn answer_met(r: &RequestRecord, limit_ms: f64) -> bool {
+    r.ok && Slo { metric: SloMetric::Ttot, max_ms: limit_ms }.met_by(r)
+        && Slo { metric: SloMetric::Gap, max_ms: limit_ms }.met_by(r)
 }
 
 /// The whole-request SLO's limits.
@@ -80,14 +84,12 @@ impl WholeRequestSlo {
     /// failed or never answered when run alone).
     pub fn met_by(&self, r: &RequestRecord, alone: Option<Alone>) -> Option<bool> {
         let alone = alone?;
-        let answer = Slo { metric: SloMetric::Ttot, max_ms: self.answer_ms }.met_by(r)
-            && Slo { metric: SloMetric::Gap, max_ms: self.answer_ms }.met_by(r);
         let start = |loaded: Option<f64>, unloaded: f64| {
             loaded.is_some_and(|t| {
                 t * 1000.0 <= self.start_factor * unloaded * 1000.0 + self.start_allowance_ms
             })
         };
-        Some(r.ok && answer && start(r.ttft, alone.ttft) && start(r.ttfo, alone.ttfo))
+        Some(answer_met(r, self.answer_ms) && start(r.ttft, alone.ttft) && start(r.ttfo, alone.ttfo))
     }
 
     /// The share of `records` that met it against `reference`.

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --locked -q -p meridian-sim
 out=docs/src/benchmarks/dispatch.md
-policies="fcfs,output-first,reasoning-first,slo-driven,output-first:express=0,output_prefill_cap=512"
+policies="fcfs,output-first,reasoning-first,slo-driven,output-first:output_prefill_cap=128,output-first:express=0,output_prefill_cap=512"
 cat > "$out" <<'MD'
 # Dispatch policies on the twin
 
@@ -21,8 +21,13 @@ Policies:
   (or prefilling) requests preempted first, the latest arrival among them; **express
   steps**: while a request has finished thinking and awaits its first visible token, the
   step runs answering requests only (no thinking decodes, no prefill), so that token
-  comes after a short step; otherwise at most 128 prompt tokens per step while anyone is
-  answering, lifted for 5 s after a preemption.
+  comes after a short step; otherwise, while anyone is answering, a step's prompt tokens
+  are capped at half the engine's step budget (4,096 of these profiles' 8,192), the cap
+  lifted for 5 s after a preemption.
+- `output-first:output_prefill_cap=128`: the default until 2026-11-27, a fixed 128-token
+  cap whatever the budget. On vLLM the ratio of cap to budget decides its harm: 16 of
+  256 tokens, what 128 is to a GPU's 2,048, made TTFT p50 1.8x stock's
+  ([every policy on a real engine](policies-real-engine.md), GPU-shaped set).
 - `output-first:express=0,output_prefill_cap=512`: the first version of output-first
   (no express steps, a 512-token prefill cap), for comparison.
 - `reasoning-first` (after PASCAL): thinking first, answers paced to a 25 tokens/s
@@ -69,7 +74,7 @@ mechanisms behind them, not the numbers.
 
 - Where `output-first` meets the TTOT part of the target, express steps are why: a
   just-finished thinker's first visible token comes out of a step that carries only
-  answering requests, a fraction of a full step. The 128-token prefill cap works on the
+  answering requests, a fraction of a full step. The prefill cap works on the
   ITL part: no answering request's step is stretched by a long prompt chunk. The price
   shows in the TTFO column: thinking requests sit out the express steps and prefill
   proceeds in smaller chunks.

@@ -19,7 +19,9 @@ REALAB_UNLOADED=1 (each round's requests also one at a time on the stock engine:
 whole-request SLO's reference), REALAB_PROXY (`shipped`: the proxies as meridian.toml
 ships them; `admission`, the default: with admission and priorities on), REALAB_CAPACITY (the stock
 engine's capacity in req/s, measured earlier on the same rig: skips measuring it), REALAB_RIG
-(`cpu`, the default: the CPU-shaped regime; `gpu`: the GPU-shaped one, see RIGS)."""
+(`cpu`, the default: the CPU-shaped regime; `gpu`: the GPU-shaped one, see RIGS),
+REALAB_FIRST_ROUND (the first round's number, which is its seed; default 0: more rounds
+for a kept set start after its last, then `policies add` merges them)."""
 
 from __future__ import annotations
 
@@ -112,7 +114,8 @@ def setup(root: Path, model: Path, work: Path) -> m.Setup:
     return m.Setup(root=root, work=work, spec=spec, think_end_id=ids["</think>"], models_dir=work / "models",
                    workloads=workloads, loads=loads,
                    rounds=int(os.environ.get("REALAB_ROUNDS", "3")), slo_ttot_ms=250.0, slo_gap_ms=250.0,
-                   configs=m.configs_from_env(), unloaded=os.environ.get("REALAB_UNLOADED") == "1")
+                   configs=m.configs_from_env(), unloaded=os.environ.get("REALAB_UNLOADED") == "1",
+                   first_round=int(os.environ.get("REALAB_FIRST_ROUND", "0")))
 
 
 def engine_spec(model: Path, kv_blocks: int | None = None, reg: Regime = RIGS["cpu"]) -> m.rig.EngineSpec:

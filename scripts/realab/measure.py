@@ -78,6 +78,12 @@ class Setup:
     #: Run each round's requests one at a time on the stock engine too (the reference
     #: of the whole-request SLO: each request against itself unloaded).
     unloaded: bool = False
+    #: The first round's number, which is its seed: rounds added to a kept set later
+    #: (`policies add`) start after the set's last one, so no seed is measured twice.
+    first_round: int = 0
+
+    def round_numbers(self) -> range:
+        return range(self.first_round, self.first_round + self.rounds)
 
 
 class Rig:
@@ -222,7 +228,7 @@ def step_window(trace: Path, t0: float, t1: float) -> dict:
 def measure(s: Setup, results: Path, log=print, append: bool = False) -> dict:
     started = time.time()
     data: dict = {"setup": {"engine": {k: str(v) for k, v in asdict(s.spec).items() if k != "python"},
-                            "workloads": [], "rounds": s.rounds,
+                            "workloads": [], "rounds": s.rounds, "first_round": s.first_round,
                             "slo_ttot_ms": s.slo_ttot_ms, "slo_gap_ms": s.slo_gap_ms, "configs": s.configs},
                   "runs": [], "capacity": {}}
     if append and results.exists():
@@ -268,7 +274,7 @@ def measure(s: Setup, results: Path, log=print, append: bool = False) -> dict:
         # own unloaded times, the reference of the whole-request SLO.
         if s.unloaded:
             for w in s.workloads:
-                for rnd in range(s.rounds):
+                for rnd in s.round_numbers():
                     loadtest(s, url, w, "inf", rnd, raw / f"{w.name}-unloaded-{rnd}.json", concurrency=1)
                     log(f"{w.name} round {rnd} unloaded ({time.time() - started:.0f} s)")
         # 4. The A/B: loads x rounds, configurations in rotating order, one seed a round.
@@ -276,7 +282,7 @@ def measure(s: Setup, results: Path, log=print, append: bool = False) -> dict:
         for w in s.workloads:
             cap = data["capacity"][w.name]
             for load in s.loads:
-                for rnd in range(s.rounds):
+                for rnd in s.round_numbers():
                     order = s.configs[rnd % n:] + s.configs[:rnd % n]
                     for config in order:
                         url, engine = r.activate(config)

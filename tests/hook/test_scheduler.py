@@ -338,6 +338,32 @@ def test_the_prefill_cap_bounds_the_whole_step_not_each_prompt(tmp_path, monkeyp
     assert e.scheduler.max_num_scheduled_tokens == 1024, "vLLM's budget is back after the step"
 
 
+@pytest.mark.parametrize("budget", [256, 1024])
+def test_the_shipped_prefill_cap_is_half_of_vllms_step_budget(tmp_path, monkeypatch: pytest.MonkeyPatch, budget):
+    """output-first as meridian.toml ships it (no cap in tokens): while someone answers,
+    a step's prompt tokens stay within half of max_num_batched_tokens, whatever that is,
+    and the prompts go in at that pace, not slower."""
+    cfg = tmp_path / "meridian.toml"
+    cfg.write_text('[hook]\npolicy = "output-first:express=0"\n')
+    monkeypatch.setenv("MERIDIAN_HOOK_CONFIG", str(cfg))
+    e = build(MeridianScheduler, num_blocks=512, budget=budget)
+    e.scheduler.scheduler_config.long_prefill_token_threshold = budget  # stock's own per-request cap
+    e.add("answerer", PROMPT, arrival=1.0)
+    e.add("thinker", PROMPT, arrival=2.0)
+    e.step({"answerer": THINK_END})
+    e.step({})
+    prompt = 3 * budget
+    e.add("long", [2] * prompt + [THINK_START], arrival=3.0)
+    long = e.scheduler.requests["long"]
+    chunks = []
+    while long.num_computed_tokens < long.num_prompt_tokens:
+        out = e.step({})
+        chunks.append(_prompt_tokens(e, out).get("long", 0))
+        assert len(chunks) < 20
+    assert max(chunks) <= budget // 2, chunks
+    assert len(chunks) <= (prompt + 1) // (budget // 2) + 1, f"the prompt went in at half the budget a step: {chunks}"
+
+
 def test_stock_vllm_caps_each_prompt_so_two_prompts_double_the_step():
     e = _two_long_prompts_beside_an_answer(AsyncScheduler, 64)
     out = e.step({})

@@ -9,6 +9,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 from realab import policies  # noqa: E402
@@ -88,3 +90,55 @@ def test_the_readme_summary_names_costs_and_gains_from_the_data(tmp_path: Path):
     text = readme.read_text()
     assert "old" not in text and "intro\n" in text and text.endswith(f"{policies.README_END}\nafter\n")
     assert "costs: TTFT p50 1.20x" in text
+
+
+def measured_rounds(work: Path, scales: dict[str, float], rounds: list[int], n: int = 100) -> Path:
+    """A results file as `realab measure` writes it for `rounds` (raw runs in `work`)."""
+    runs_dir = work / "runs"
+    runs_dir.mkdir(parents=True)
+    runs = []
+    for rnd in rounds:
+        for config, scale in scales.items():
+            body = {"runs": [{"requests": [request(i, scale) for i in range(n)]}]}
+            (runs_dir / f"long-0.9-{rnd}-{config}.json").write_text(json.dumps(body))
+            runs.append({"workload": "long", "load": 0.9, "round": rnd, "config": config,
+                         "policy": None if config == "stock" else config.removeprefix("hook-"),
+                         "summary": {"total_token_throughput": 1000.0 / scale}, "cpu": {"other_cores": 0.01}})
+        (runs_dir / f"long-unloaded-{rnd}.json").write_text(
+            json.dumps({"runs": [{"requests": [request(i, 0.9) for i in range(n)]}]}))
+    data = {"setup": {"configs": list(scales), "rounds": len(rounds), "first_round": rounds[0],
+                      "engine": {"model": "/elsewhere/bench", "max_num_seqs": 32, "max_num_batched_tokens": 2048,
+                                 "omp_threads": 1},
+                      "workloads": [{"name": "long", "loads": [0.9], "prompts": n, "configs": list(scales),
+                                     "proxy": "shipped"}]},
+            "capacity": {"long": 2.0}, "runs": runs, "work": [str(work)]}
+    out = work / "results.json"
+    out.write_text(json.dumps(data))
+    return out
+
+
+def test_rounds_added_to_a_kept_set_widen_its_pairs_and_are_never_measured_twice(tmp_path: Path):
+    page_dir = tmp_path / "page"
+    write_set(page_dir / "1-set", {"stock": 1.0, "proxy": 1.0, "hook-output-first": 1.2})
+    more = measured_rounds(tmp_path / "w1", {"stock": 1.0, "hook-output-first": 1.2, "hook-reasoning-first": 0.8},
+                           [1, 2])
+    assert policies.add(more, page_dir / "1-set", "rounds 1-2") == 8
+    out = page_dir.parent / "page.md"
+    policies.write(page_dir, out, resamples=200)
+    page = out.read_text()
+    # Three rounds of output-first against stock, two of reasoning-first, one of the proxy.
+    assert "| hook-output-first | TTFT | 1.20 (1.20-1.20) | p95 1.20 (1.20-1.20) | 270 |" in page
+    assert "| hook-reasoning-first | TTFO | 0.80 (0.80-0.80) |" in page and "| 180 |" in page
+    assert ("Rounds per configuration (a ratio pairs only the rounds both sides ran): stock 0, 1, 2; proxy 0; "
+            "hook-output-first 0, 1, 2; hook-reasoning-first 1, 2.") in page
+    assert "REALAB_FIRST_ROUND=1 REALAB_PROXY=shipped REALAB_CONFIGS=stock,hook-output-first,hook-reasoning-first" in page
+    assert "policies add /tmp/more.json" in page
+    again = measured_rounds(tmp_path / "w2", {"stock": 1.0}, [2])
+    with pytest.raises(SystemExit, match="already in"):
+        policies.add(again, page_dir / "1-set", "round 2 again")
+    other = json.loads(more.read_text())
+    other["setup"]["engine"]["max_num_batched_tokens"] = 256
+    other["runs"] = [{**r, "round": 3} for r in other["runs"]]
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    with pytest.raises(SystemExit, match="another engine"):
+        policies.add(tmp_path / "other.json", page_dir / "1-set", "another budget")

@@ -77,6 +77,11 @@ pub trait SchedulingPolicy: Send {
     /// Index into `running` of the request to preempt when KV blocks run out.
     fn pick_victim(&mut self, running: &[RequestView], now_s: f64) -> usize;
 
+    /// The engine's token budget per step (vLLM's `max_num_batched_tokens`), told once
+    /// before the first step. Limits that must scale with the engine (a prefill cap
+    /// that is harmless at one budget starves prompts at another) are shares of it.
+    fn set_step_budget(&mut self, _tokens: u32) {}
+
     /// The engine preempted a request (KV blocks ran out). Engines call it after a
     /// preemption actually happens; `pick_victim` may also be asked just to rank.
     fn on_preempted(&mut self, _now_s: f64) {}
@@ -105,7 +110,7 @@ pub trait SchedulingPolicy: Send {
 pub const POLICY_NAMES: [&str; 5] = ["fcfs", "priority", "output-first", "reasoning-first", "slo-driven"];
 
 /// A policy by its configuration name, optionally with parameters:
-/// `output-first:think_decode_cap=16,output_prefill_cap=256` or
+/// `output-first:think_decode_cap=16,output_prefill_share=0.25` or
 /// `reasoning-first:reader_tokens_per_s=30`. `None` for an unknown name or parameter.
 pub fn policy_by_name(spec: &str) -> Option<Box<dyn SchedulingPolicy>> {
     let (name, params) = spec.split_once(':').unwrap_or((spec, ""));
@@ -125,6 +130,7 @@ pub fn policy_by_name(spec: &str) -> Option<Box<dyn SchedulingPolicy>> {
                     "protect_after_think_s" => p.protect_after_think_s = v,
                     "max_think_wait_s" => p.max_think_wait_s = v,
                     "output_prefill_cap" => p.output_prefill_cap = cap(v),
+                    "output_prefill_share" if (0.0..=1.0).contains(&v) => p.output_prefill_share = v,
                     "think_decode_cap" => p.think_decode_cap = cap(v),
                     "pressure_hold_s" => p.pressure_hold_s = v,
                     "express" => p.express = v != 0.0,
@@ -151,6 +157,11 @@ pub fn policy_by_name(spec: &str) -> Option<Box<dyn SchedulingPolicy>> {
                 match k {
                     "output_itl_target_ms" => p.output_itl_target_s = v / 1000.0,
                     "relax_below" => p.relax_below = v,
+                    // Its output-first mode's prefill limits, named as output-first's.
+                    "output_prefill_cap" => p.output_first.output_prefill_cap = cap(v),
+                    "output_prefill_share" if (0.0..=1.0).contains(&v) => {
+                        p.output_first.output_prefill_share = v
+                    }
                     _ => return None,
                 }
             }
@@ -170,6 +181,9 @@ mod tests {
             assert_eq!(policy_by_name(name).unwrap().name(), name);
         }
         assert!(policy_by_name("output-first:think_decode_cap=16,output_prefill_cap=256").is_some());
+        assert!(policy_by_name("output-first:output_prefill_share=0.25").is_some());
+        assert!(policy_by_name("output-first:output_prefill_share=1.5").is_none(), "a share of the budget");
+        assert!(policy_by_name("slo-driven:output_prefill_share=0.25").is_some());
         assert!(policy_by_name("reasoning-first:reader_tokens_per_s=30").is_some());
         assert!(policy_by_name("reasoning-first:reader_tokens_per_s=0").is_none(), "answers never resume");
         assert!(policy_by_name("reasoning-first:lead_tokens=-1").is_none());

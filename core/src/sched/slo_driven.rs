@@ -78,6 +78,11 @@ impl SchedulingPolicy for SloDriven {
         self.current().pick_victim(running, now_s)
     }
 
+    fn set_step_budget(&mut self, tokens: u32) {
+        self.output_first.set_step_budget(tokens);
+        self.reasoning_first.set_step_budget(tokens);
+    }
+
     fn on_preempted(&mut self, now_s: f64) {
         // Pressure is remembered whichever mode is on, for when output-first takes over.
         self.output_first.on_preempted(now_s);

@@ -38,7 +38,10 @@ PROTOCOL_VERSION: int
 class SchedulerCore:
     """Orders vLLM's running list by a meridian-core policy (victim last)."""
 
-    def __init__(self, policy: str, think_start: list[int], think_end: list[int]) -> None: ...
+    def __init__(
+        self, policy: str, think_start: list[int], think_end: list[int], step_budget: int | None = None
+    ) -> None:
+        """step_budget: vLLM's max_num_batched_tokens (the policy's prefill cap is a share of it)."""
     @property
     def policy_name(self) -> str: ...
     def track(self, request_id: str, prompt: list[int]) -> None: ...

@@ -6,7 +6,8 @@ and puts the policy's victim last. It also carries out the policy's step limits:
 express step (a request has just finished thinking and awaits its first visible token)
 thinking and prefilling requests sit the step out and no new request is admitted, so
 the step is short; otherwise, while someone is answering, a step computes at most the
-policy's prefill cap of prompt tokens in all (vLLM's own threshold caps each request's
+policy's prefill cap of prompt tokens in all (by default half of
+``max_num_batched_tokens``) (vLLM's own threshold caps each request's
 chunk, so the hook also narrows the step's token budget to one token per decoding request
 plus the cap). A policy that paces answers (reasoning-first) has an answering request
 that is ahead of its reader sit steps out the same way, so the steps go to thinking
@@ -55,7 +56,10 @@ class MeridianScheduler(AsyncScheduler):
         end: list[int] = []
         with rt.guard("scheduler"):
             start, end = rt.markers(self.vllm_config)
-            self._meridian = _native.SchedulerCore(rt.config.hook.policy, start, end)
+            # The step budget as configured (the hook narrows max_num_scheduled_tokens
+            # within a step and restores it; the configured figure is the engine's).
+            budget = self.scheduler_config.max_num_batched_tokens
+            self._meridian = _native.SchedulerCore(rt.config.hook.policy, start, end, budget)
             if str(getattr(self, "policy", "")).lower().endswith("priority"):
                 log.warning(
                     "meridian hook: with --scheduling-policy priority vLLM picks victims by "

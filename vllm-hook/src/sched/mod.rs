@@ -315,9 +315,16 @@ fn prefill_after_decodes(order: &mut [usize], prefilling: &[bool]) {
 impl SchedulerCore {
     /// `policy` as in `hook.policy`; `think_start` / `think_end`: the served model's
     /// delimiters as token ids (empty `think_end`: phases unknown, order by arrival).
+    /// `step_budget`: vLLM's `max_num_batched_tokens`, which the policy's limits that
+    /// are shares of the budget (output-first's default prefill cap) scale with.
     #[new]
-    fn new(policy: &str, think_start: Vec<u32>, think_end: Vec<u32>) -> PyResult<Self> {
-        Ok(SchedulerCore::create(policy, think_start, think_end, crate::shared())?)
+    #[pyo3(signature = (policy, think_start, think_end, step_budget=None))]
+    fn new(policy: &str, think_start: Vec<u32>, think_end: Vec<u32>, step_budget: Option<u32>) -> PyResult<Self> {
+        let mut core = SchedulerCore::create(policy, think_start, think_end, crate::shared())?;
+        if let Some(tokens) = step_budget {
+            core.policy.get_mut().unwrap_or_else(|p| p.into_inner()).set_step_budget(tokens);
+        }
+        Ok(core)
     }
 
     /// Starts tracking a request from its prompt (call once, before `order`).

@@ -107,7 +107,9 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub fn new(config: EngineConfig, policy: Box<dyn SchedulingPolicy>) -> Self {
+    pub fn new(config: EngineConfig, mut policy: Box<dyn SchedulingPolicy>) -> Self {
+        // As the hook tells its policy vLLM's budget: limits that are shares of it.
+        policy.set_step_budget(config.max_num_batched_tokens);
         Engine {
             config,
             policy,

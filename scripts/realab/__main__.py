@@ -4,7 +4,8 @@
     python -m realab twin-inputs RESULTS_JSON OUT_DIR
     python -m realab report ROOT RESULTS_JSON TWIN_JSON CALIBRATION_JSON OUT_MD
     python -m realab stepcost measure|report ...   (the hook's cost to real steps: stepcost.py)
-    python -m realab policies keep|report ...      (every policy, paired: policies.py)
+    python -m realab policies keep|add|report ...  (every policy, paired: policies.py)
+    python -m realab forecast SET_DIR SIM          (the twin beside a kept set, and its H100 forecast)
 
 `measure` starts the engines and proxies, measures, and writes RESULTS_JSON (every run's
 summary, the step traces' preemptions, the capacity, the setup); the step traces stay in
@@ -138,6 +139,10 @@ def main(argv: list[str]) -> None:
         from . import policies
 
         policies.main(argv[1:])
+    elif argv[0] == "forecast" and len(argv) == 3:
+        from . import forecast
+
+        print(json.dumps(forecast.forecast(Path(argv[1]), Path(argv[2])), indent=1))
     elif argv[0] == "stepcost":
         from . import stepcost
 

@@ -26,6 +26,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from . import forecast as F
 from . import regime as R
 from . import stats as S
 
@@ -59,6 +60,7 @@ def keep(results: Path, set_dir: Path, label: str) -> int:
     raw_dir.mkdir(parents=True, exist_ok=True)
     (set_dir / "results.json").write_text(json.dumps({**data, "label": label, "step_shape": R.step_shape(data)},
                                                      indent=1))
+    F.keep_steps(data, set_dir)
     return _copy_raw(data, raw_dir, replace=True)
 
 
@@ -116,6 +118,7 @@ def add(results: Path, set_dir: Path, note: str) -> int:
         "rounds": sorted({r["round"] for r in new["runs"]}), "first_round": new["setup"].get("first_round", 0),
         "elapsed_s": new.get("elapsed_s")})
     copied = _copy_raw(new, set_dir / "raw", replace=False)
+    F.keep_steps(kept, set_dir)
     (set_dir / "results.json").write_text(json.dumps(kept, indent=1))
     return copied
 
@@ -265,8 +268,10 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
                   + ".", ""]
     lines += ["| configuration | metric | p50 | tail | requests |", "|---|---|---:|---:|---:|"]
     harms = {}
+    tables = {}
     for config in configs:
         table, judged = effects_of(raw_dir, workload, load, runs, config, resamples)
+        tables[config] = table
         for name, (p50, high, tail, n) in table.items():
             tail_text = f"p{round(100 * tail)} {_interval(high)}" if high is not None else "-"
             lines.append(f"| {config} | {name} | {_interval(p50)} | {tail_text} | {n} |")
@@ -294,6 +299,7 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
         lines.append(f"- **{config}{shipped}, do no harm (every metric's interval at or below 1.05): "
                      f"{h.word}**" + (f", decided by {h.decided_by}" if h.decided_by else "") + ".")
     lines.append("")
+    lines += F.section(raw_dir.parent, workload, load, tables)
     return lines
 
 
@@ -351,7 +357,10 @@ def set_section(set_dir: Path, resamples: int) -> list[str]:
                      f"The CPU-shaped regime: {measured}; a win that comes from keeping answers out of long steps "
                      "is larger here than a GPU would show.")
         gpu = R.h100(set_dir.parent.parent / "gpu-step-curve")
-        lines += ["", *R.table(shape, gpu, data["setup"]["workloads"], eng), ""]
+        cal = set_dir / "twin" / "calibration.json"
+        twin = (R.twin_ratios(json.loads(cal.read_text()), int(eng.get("max_num_batched_tokens", 2048)))
+                if cal.exists() else None)
+        lines += ["", *R.table(shape, gpu, data["setup"]["workloads"], eng, twin), ""]
         unlike = R.differences(shape, gpu)
         if unlike:
             lines += ["Where this rig is not the H100 (beyond 25% either way): " + "; ".join(unlike) + ".", ""]
@@ -377,7 +386,10 @@ def set_section(set_dir: Path, resamples: int) -> list[str]:
     for w in data["setup"]["workloads"]:
         for load in w["loads"]:
             lines += section(data, raw_dir, w["name"], load, resamples)
-    lines += ["Reproduce:", "", "```", *reproduce(data), "```", ""]
+    twin = (["cargo build --release -p meridian-sim && python3 -m realab forecast "
+             f"../docs/src/benchmarks/policies-real-engine/{set_dir.name} ../target/release/meridian-sim"]
+            if (set_dir / "twin" / "forecast.json").exists() else [])
+    lines += ["Reproduce:", "", "```", *reproduce(data), *twin, "```", ""]
     return lines
 
 

@@ -104,34 +104,63 @@ def h100(gpu_dir: Path) -> dict | None:
     return out
 
 
-def table(shape: dict, gpu: dict | None, workloads: list[dict], engine: dict) -> list[str]:
-    """The regime table: each ratio on the H100 and on this rig."""
+def twin_ratios(calibration: dict, budget: int) -> dict | None:
+    """The same ratios in the twin calibrated on the rig: its fitted step time for the
+    rig's own prompt-only steps of a full chunk (the budget's power-of-two bin) and
+    decode-only steps of BATCHES requests, over its decode step of one request
+    (`meridian-sim calibrate --json`'s curve over the whole trace)."""
+    curve = calibration.get("curve_all") or calibration.get("curve")
+    if not curve:
+        return None
+    fitted = {int(row[0]): row[3] for row in curve["decode"]}
+    chunks = {int(row[0]): row[3] for row in curve["prefill"]}
+    one = fitted.get(1)
+    chunk = chunks.get(1 << (budget - 1).bit_length())
+    if not one:
+        return None
+    return {"chunk": chunk / one if chunk else None,
+            "decode_growth": {str(b): fitted[b] / one for b in BATCHES if b in fitted}}
+
+
+def table(shape: dict, gpu: dict | None, workloads: list[dict], engine: dict, twin: dict | None = None) -> list[str]:
+    """The regime table: each ratio on the H100, on this rig and, where the set has
+    one, in the twin calibrated on this rig."""
     budget = int(engine.get("max_num_batched_tokens", 2048))
     # Sets kept before the table existed recorded only the overall chunk ratio.
     missing = "too few steps" if "decode_growth" in shape else "not recorded"
     rows = ["| ratio | H100, Qwen3-8B shape (measured) | this rig (measured) |", "|---|---:|---:|"]
+    if twin is not None:
+        rows = ["| ratio | H100, Qwen3-8B shape (measured) | this rig (measured) | the twin on this rig |",
+                "|---|---:|---:|---:|"]
     gpu_chunk = (f"{gpu['chunk']['2048']:.1f} (2,048 tokens); {gpu['chunk']['8192']:.1f} (8,192, vLLM's default budget)"
                  if gpu and "2048" in gpu["chunk"] and "8192" in gpu["chunk"] else "not measured")
+    def cell(v: float | None, digits: int) -> str:
+        if twin is None:
+            return ""
+        return f" {v:.{digits}f} |" if v else " - |"
+
     rows.append(f"| full prompt chunk step / decode step of one request | {gpu_chunk} | {shape['ratio']:.1f} "
-                f"(every {shape.get('chunk_tokens', 1536):,}+-token chunk, {shape['chunk_ms']:.0f} vs {shape['decode_ms']:.1f} ms) |")
+                f"(every {shape.get('chunk_tokens', 1536):,}+-token chunk, {shape['chunk_ms']:.0f} vs {shape['decode_ms']:.1f} ms) |"
+                + cell((twin or {}).get("chunk"), 1))
     for k in PREFIX_CHUNKS:
         g = gpu.get("chunk_after", {}).get(str(k)) if gpu else None
         r = shape.get("chunk_after", {}).get(str(k))
         rows.append(f"| the same, a chunk after {k} chunks of prompt | {f'{g:.1f}' if g else 'not measured'} | "
-                    f"{f'{r:.1f}' if r else missing} |")
+                    f"{f'{r:.1f}' if r else missing} |" + cell(None, 1))
     for b in BATCHES:
         g = gpu["decode_growth"].get(str(b)) if gpu else None
         r = shape.get("decode_growth", {}).get(str(b))
         rows.append(f"| decode step of {b} requests / of one | {f'{g:.2f}' if g else 'not measured'} | "
-                    f"{f'{r:.2f}' if r else missing} |")
+                    f"{f'{r:.2f}' if r else missing} |" + cell((twin or {}).get("decode_growth", {}).get(str(b)), 2))
     for w in workloads:
         tokens = shape.get("prompt_tokens", {}).get(w["name"])
         if tokens:
             chunks = tokens / budget
             rows.append(f"| {w['name']} prompt in chunks (median {tokens:,.0f} tokens, chunks of {budget:,}) | "
-                        f"the same count at 2,048 a chunk: ~{chunks * 2048:,.0f}-token prompts | {chunks:.1f} |")
+                        f"the same count at 2,048 a chunk: ~{chunks * 2048:,.0f}-token prompts | {chunks:.1f} |"
+                        + (" the same requests |" if twin is not None else ""))
         rows.append(f"| {w['name']} thought / answer, in steps | the same: {w['think_len']} / {w['output_len']} | "
-                    f"{w['think_len']} / {w['output_len']} |")
+                    f"{w['think_len']} / {w['output_len']} |" + (" the same requests |" if twin is not None else ""))
     return rows
 
 

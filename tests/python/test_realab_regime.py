@@ -90,3 +90,19 @@ def test_where_the_rig_is_not_the_h100_is_said_and_what_it_does():
     assert said == ["a decode step of 16 requests costs 3.80x one request's here against 1.16x on the H100, so "
                     "taking thinkers out of a step saves more here than there"]
     assert regime.differences(shape, None) == []
+
+
+def test_the_twin_column_reads_the_calibrated_curve():
+    # Rows as `meridian-sim calibrate --json` writes them: [bin, measured ms, steps, fitted ms].
+    cal = {"curve_all": {"prefill": [[128, 40.0, 9, 41.0], [256, 80.0, 50, 82.5]],
+                         "decode": [[1, 11.0, 900, 11.0], [8, 28.0, 40, 27.5], [16, 40.0, 30, 44.0]]}}
+    twin = regime.twin_ratios(cal, 256)
+    assert twin == {"chunk": 7.5, "decode_growth": {"8": 2.5, "16": 4.0}}
+    assert regime.twin_ratios({"curve_all": {"prefill": [], "decode": []}}, 256) is None
+    shape = {"ratio": 7.0, "chunk_ms": 80.0, "decode_ms": 11.4, "chunk_tokens": 192,
+             "decode_growth": {"8": 2.6}, "chunk_after": {}}
+    rows = regime.table(shape, None, [], {"max_num_batched_tokens": 256}, twin)
+    assert rows[0].endswith("| the twin on this rig |")
+    assert rows[2].endswith("| 7.5 |")
+    assert any(r.startswith("| decode step of 8 requests / of one | not measured | 2.60 | 2.50 |") for r in rows)
+    assert any(r.startswith("| decode step of 32 requests") and r.endswith("| - |") for r in rows)

@@ -1,0 +1,266 @@
+"""The twin beside the measurement, then the twin's forecast for an H100 (issue 27, item 6).
+
+    python -m realab forecast SET_DIR SIM      # SIM: target/release/meridian-sim
+
+For a kept set of the policies page: the twin is calibrated on the rig's own stock engine
+(its step traces, kept in `SET_DIR/steps/` by `policies keep` and `policies add`), and
+replays every measured round's requests (the send times and the lengths the engine
+reported) under each configuration's policy: `SET_DIR/twin/rig/`, files named as the
+measured ones, so the page reads prediction and measurement with the same paired
+statistics. Then the same requests on the H100 profile measured in `gpu-step-curve/`
+with the step budget the rig stands for (2,048 tokens): prompts scaled by the budgets'
+ratio (the same count of chunks), thoughts and answers as they were (the same count of
+steps), and send times stretched or squeezed so that the load is the same fraction of
+the H100 twin's capacity as it was of the rig twin's: `SET_DIR/twin/h100/`, with
+`SET_DIR/twin/forecast.json` saying how (profiles, capacities, scales)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from . import stats as S
+
+#: The step budget the GPU-shaped rig stands for on the H100 (its chunk costs ~7 decode
+#: steps there, as the rig's 256-token chunk does here: `regime.py`).
+H100_BUDGET = 2048
+H100_PROFILE = "h100-qwen3-8b-pytorch"
+#: Policies of the configurations without a hook: vLLM's own order.
+STOCK_POLICY = "fcfs"
+
+
+def keep_steps(data: dict, set_dir: Path) -> int:
+    """Gzips each work directory's stock-engine step trace into `set_dir/steps/` (the
+    twin's calibration input); a trace already kept is left alone."""
+    out = set_dir / "steps"
+    kept = 0
+    for work in data.get("work", []):
+        trace = Path(work) / "stock-steps.jsonl"
+        target = out / f"stock-{Path(work).name}.jsonl.gz"
+        if not trace.exists() or target.exists():
+            continue
+        out.mkdir(parents=True, exist_ok=True)
+        with trace.open("rb") as src, gzip.open(target, "wb", compresslevel=9) as dst:
+            shutil.copyfileobj(src, dst)
+        kept += 1
+    return kept
+
+
+def policy_for(config: str, policies: dict[str, str | None]) -> str:
+    return policies.get(config) or STOCK_POLICY
+
+
+def scaled(requests: list[dict], prompt_scale: float, time_scale: float, all_at_once: bool = False) -> list[dict]:
+    """The requests with prompts `prompt_scale` times as long and send times
+    `time_scale` times as far apart (all at time 0 with `all_at_once`: a capacity run)."""
+    first = min((r["sent_at"] for r in requests), default=0.0)
+    out = []
+    for r in requests:
+        s = dict(r)
+        if s.get("prompt_tokens") is not None:
+            s["prompt_tokens"] = max(1, round(s["prompt_tokens"] * prompt_scale))
+        s["sent_at"] = 0.0 if all_at_once else (r["sent_at"] - first) * time_scale
+        out.append(s)
+    return out
+
+
+def h100_profile(gpu_dir: Path, budget: int = H100_BUDGET) -> str:
+    """The measured H100 profile (TOML) with the step budget the rig stands for."""
+    text = (gpu_dir / "fitted-profile.toml").read_text()
+    lines = [f"max_num_batched_tokens = {budget}" if ln.startswith("max_num_batched_tokens") else ln
+             for ln in text.splitlines()]
+    return "\n".join(lines) + "\n"
+
+
+class Twin:
+    """`meridian-sim` on one profile file."""
+
+    def __init__(self, sim: Path, profile_file: Path, profile: str, tmp: Path) -> None:
+        self.sim, self.profile_file, self.profile, self.tmp = sim, profile_file, profile, tmp
+
+    def replay(self, requests: list[dict], policy: str) -> dict:
+        src, out = self.tmp / "in.json", self.tmp / "out.json"
+        src.write_text(json.dumps({"runs": [{"requests": requests}]}))
+        subprocess.run([str(self.sim), "replay", str(src), "--policy", policy, "--out", str(out),
+                        "--profile-file", str(self.profile_file), "--profile", self.profile], check=True)
+        return json.loads(out.read_text())
+
+    def capacity(self, requests: list[dict]) -> float:
+        """Requests per second of engine time with every request sent at once, FCFS."""
+        out = self.replay(scaled(requests, 1.0, 1.0, all_at_once=True), STOCK_POLICY)
+        done = sum(1 for r in out["runs"][0]["requests"] if r["ok"])
+        return done / max(out["makespan_s"], 1e-9)
+
+
+def calibrate(sim: Path, set_dir: Path, data: dict, tmp: Path) -> Path:
+    """The rig's twin profile, fitted to its stock engine's kept step traces."""
+    traces = sorted((set_dir / "steps").glob("stock-*.jsonl.gz"))
+    if not traces:
+        raise SystemExit(f"{set_dir}/steps: no stock step trace kept (policies keep/add keep them)")
+    joined = tmp / "stock-steps.jsonl"
+    with joined.open("wb") as dst:
+        for t in traces:
+            with gzip.open(t, "rb") as src:
+                shutil.copyfileobj(src, dst)
+    eng = data["setup"]["engine"]
+    block = re.search(r"--block-size', '(\d+)'", str(eng.get("extra", "")))
+    profile = tmp / "rig.toml"
+    kv = max((w.get("kv_blocks") or 0 for w in data["setup"]["workloads"]), default=0) or 100_000
+    subprocess.run([str(sim), "calibrate", "--steps", str(joined), "--profile-out", str(profile),
+                    "--json", str(set_dir / "twin" / "calibration.json"), "--name", "rig",
+                    "--gpu", "none (the GPU-shaped rig: vLLM CPU build, forward pass on one core)",
+                    "--model", Path(eng.get("model", "bench")).name, "--block-size", block.group(1) if block else "16",
+                    "--kv-blocks", str(kv), "--max-num-seqs", str(eng.get("max_num_seqs", 32)),
+                    "--max-num-batched-tokens", str(eng.get("max_num_batched_tokens", 256))],
+                   check=True, stdout=subprocess.DEVNULL)
+    shutil.copy(profile, set_dir / "twin" / "rig-profile.toml")
+    return profile
+
+
+def _write(path: Path, report: dict) -> None:
+    with gzip.open(path, "wt") as f:
+        json.dump(report, f)
+
+
+def forecast(set_dir: Path, sim: Path) -> dict:
+    """Writes `twin/rig/`, `twin/h100/` and `twin/forecast.json` for the set."""
+    from .policies import policies_of  # the page's own reading of configs
+
+    data = json.loads((set_dir / "results.json").read_text())
+    policies = policies_of(data)
+    raw = set_dir / "raw"
+    (set_dir / "twin").mkdir(exist_ok=True)
+    budget = int(data["setup"]["engine"].get("max_num_batched_tokens", 256))
+    prompt_scale = H100_BUDGET / budget
+    with tempfile.TemporaryDirectory() as t:
+        tmp = Path(t)
+        rig = Twin(sim, calibrate(sim, set_dir, data, tmp), "rig", tmp)
+        gpu_file = tmp / "h100.toml"
+        gpu_file.write_text(h100_profile(set_dir.parent.parent / "gpu-step-curve"))
+        gpu = Twin(sim, gpu_file, H100_PROFILE, tmp)
+        shutil.copy(gpu_file, set_dir / "twin" / "h100-profile.toml")
+        summary: dict = {"rig_profile": "twin/rig-profile.toml", "h100_profile": "twin/h100-profile.toml",
+                         "h100_budget": H100_BUDGET, "prompt_scale": prompt_scale, "rounds": {}}
+        for side in ("rig", "h100"):
+            (set_dir / "twin" / side).mkdir(exist_ok=True)
+        for w in data["setup"]["workloads"]:
+            for load in w["loads"]:
+                runs = S.read_runs(raw, w["name"], load)
+                for rnd, stock in sorted(runs.get("stock", {}).items()):
+                    cap_rig = rig.capacity(stock)
+                    cap_gpu = gpu.capacity(scaled(stock, prompt_scale, 1.0))
+                    time_scale = cap_rig / cap_gpu
+                    on_gpu = scaled(stock, prompt_scale, time_scale)
+                    summary["rounds"][f"{w['name']}-{load:g}-{rnd}"] = {
+                        "rig_capacity": cap_rig, "h100_capacity": cap_gpu, "time_scale": time_scale}
+                    for config, by_round in runs.items():
+                        if rnd not in by_round:
+                            continue
+                        name = f"{w['name']}-{load:g}-{rnd}-{config}.json.gz"
+                        policy = policy_for(config, policies)
+                        _write(set_dir / "twin" / "rig" / name, rig.replay(stock, policy))
+                        _write(set_dir / "twin" / "h100" / name, gpu.replay(on_gpu, policy))
+    (set_dir / "twin" / "forecast.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+# --- the page -----------------------------------------------------------------------------
+
+#: A prediction agrees with a measured effect when it lies inside the measured interval
+#: or within this relative distance of the measured point.
+TOLERANCE = 0.25
+
+
+def agrees(measured: S.Estimate, predicted: float) -> bool:
+    inside = measured.low <= predicted <= measured.high
+    return inside or abs(predicted / measured.point - 1) <= TOLERANCE if measured.point > 0 else inside
+
+
+def resolved(e: S.Estimate | None) -> bool:
+    """An effect the measurement resolves: its whole interval on one side of 1."""
+    return e is not None and (e.low > 1 or e.high < 1)
+
+
+def bar(forecast: float, residual: float) -> tuple[float, float]:
+    """The forecast's error bar: from the twin's figure to the figure moved by the
+    rig's residual (measured over predicted on the rig, same metric and quantile)."""
+    moved = forecast * residual
+    return min(forecast, moved), max(forecast, moved)
+
+
+def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple], resamples: int = 200) -> list[str]:
+    """The page's lines for one workload x load: per configuration and metric, the
+    measured paired ratio, the twin's on the rig (the same requests), whether they
+    agree, and the H100 forecast with the rig's residual as its error bar. `measured`
+    is the page's own {config: {metric: (p50, tail estimate, tail, n)}}."""
+    from .policies import read
+
+    twin_dir = set_dir / "twin"
+    if not (twin_dir / "forecast.json").exists():
+        return []
+    summary = json.loads((twin_dir / "forecast.json").read_text())
+    rig_runs, _ = read(twin_dir / "rig", workload, load)
+    gpu_runs, _ = read(twin_dir / "h100", workload, load)
+    if "stock" not in rig_runs:
+        return []
+    cal = json.loads((twin_dir / "calibration.json").read_text()) if (twin_dir / "calibration.json").exists() else {}
+    fit = cal.get("fit", cal)
+    caps = [v for k, v in summary["rounds"].items() if k.startswith(f"{workload}-{load:g}-")]
+    lines = ["#### The twin beside the measurement, and its H100 forecast", "",
+             "The twin (`meridian-sim replay`), calibrated on this rig's stock engine (its step traces"
+             + (f"; fit over {fit['samples']:,} steps: median error {fit['median_abs_pct_error']:.1f}%, "
+               f"`{fit['formula']}`" if "median_abs_pct_error" in fit else "")
+             + "), replays each round's requests (send times and the lengths the engine reported) under each "
+             "configuration's policy; the same paired statistics read it. *Agrees*: the twin's ratio lies inside "
+             f"the measured interval or within {TOLERANCE:.0%} of the measured point; judged only where the "
+             "measurement resolves the effect (its interval wholly on one side of 1). The H100 forecast replays the "
+             f"same requests on the H100 profile measured in [the GPU step-time curve](gpu-step-curve.md) with a "
+             f"{summary['h100_budget']:,}-token budget: prompts {summary['prompt_scale']:g}x as long (the same "
+             "count of chunks), thoughts and answers as they were, send times rescaled to the same fraction of the "
+             "H100 twin's capacity"
+             + (f" (twin capacity, rig {caps[0]['rig_capacity']:.3f} req/s; H100 {caps[0]['h100_capacity']:.2f} req/s)"
+                if caps else "")
+             + ". Its bracket runs from the twin's figure to that figure times the rig's residual (measured over "
+             "predicted, same metric and quantile): a forecast, not a measurement.", "",
+             "| configuration | metric | measured | twin on the rig | agrees | H100 forecast [bracket] |",
+             "|---|---|---:|---:|---|---:|"]
+    judged = agreed = 0
+    misses = []
+    for config, table in measured.items():
+        if config not in rig_runs:
+            continue
+        for metric, (p50, high, tail, _n) in table.items():
+            for q, m in ((0.5, p50), (tail, high)):
+                if m is None or not q:
+                    continue
+                pairs = S.pair_requests(rig_runs, S.METRICS[metric])
+                t = S.paired_ratio(pairs, q, config, "stock", resamples=resamples)
+                g = None
+                if config in gpu_runs:
+                    g = S.paired_ratio(S.pair_requests(gpu_runs, S.METRICS[metric]), q, config, "stock",
+                                       resamples=resamples)
+                if t is None:
+                    continue
+                label = f"{metric} p{round(100 * q)}"
+                verdict = "not resolved"
+                if resolved(m):
+                    judged += 1
+                    ok = agrees(m, t.point)
+                    agreed += ok
+                    verdict = "yes" if ok else "**no**"
+                    if not ok:
+                        misses.append(f"{config} {label} (measured {m.point:.2f}, twin {t.point:.2f})")
+                fc = "-"
+                if g is not None:
+                    lo, hi = bar(g.point, m.point / t.point if t.point > 0 else 1.0)
+                    fc = f"{g.point:.2f} [{lo:.2f}-{hi:.2f}]"
+                lines.append(f"| {config} | {label} | {m.point:.2f} ({m.low:.2f}-{m.high:.2f}) | {t.point:.2f} | "
+                             f"{verdict} | {fc} |")
+    lines += ["", f"The twin agrees with {agreed} of the {judged} effects the measurement resolves"
+              + (f"; it misses {'; '.join(misses)}." if misses else "."), ""]
+    return lines

@@ -1,0 +1,86 @@
+"""The twin beside a kept set: the replayed requests read by the page's own paired
+statistics, agreement judged only where the measurement resolves an effect, and the H100
+forecast's inputs (prompts in the same count of chunks, the same load fraction)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+sys.path.insert(0, str(Path(__file__).parent))
+
+from realab import forecast as F  # noqa: E402
+from realab import policies  # noqa: E402
+from realab import stats as S  # noqa: E402
+from test_realab_policies import request, write_set  # noqa: E402
+
+
+def test_the_forecast_keeps_chunks_and_load_fraction():
+    reqs = [{"index": 0, "sent_at": 10.0, "prompt_tokens": 2590}, {"index": 1, "sent_at": 13.0, "prompt_tokens": 300}]
+    out = F.scaled(reqs, 8.0, 0.25)
+    assert [r["prompt_tokens"] for r in out] == [20720, 2400]
+    assert [r["sent_at"] for r in out] == [0.0, 0.75]
+    assert [r["sent_at"] for r in F.scaled(reqs, 1.0, 1.0, all_at_once=True)] == [0.0, 0.0]
+    assert reqs[0]["prompt_tokens"] == 2590, "the measured requests are left as they were"
+
+
+def test_the_h100_profile_is_the_measured_one_at_the_rigs_budget():
+    root = Path(__file__).resolve().parents[2]
+    text = F.h100_profile(root / "docs/src/benchmarks/gpu-step-curve")
+    assert 'name = "h100-qwen3-8b-pytorch"' in text
+    assert "max_num_batched_tokens = 2048" in text and "8192" not in text
+
+
+def test_agreement_is_judged_only_where_the_measurement_resolves():
+    def est(point: float, low: float, high: float) -> S.Estimate:
+        return S.Estimate(point=point, low=low, high=high, n_requests=90, n_rounds=1, q=0.5, n_values=90)
+
+    gain = est(0.6, 0.5, 0.8)
+    assert F.resolved(gain) and not F.resolved(est(0.9, 0.7, 1.1))
+    assert F.agrees(gain, 0.79), "inside the interval"
+    assert F.agrees(gain, 0.46), "within 25% of the point"
+    assert not F.agrees(gain, 1.0)
+    assert F.bar(0.5, 1.2) == (0.5, 0.6) and F.bar(0.5, 0.8) == (0.4, 0.5)
+
+
+def twin_dir(set_dir: Path, side: str, scales: dict[str, float], n: int = 100) -> None:
+    d = set_dir / "twin" / side
+    d.mkdir(parents=True)
+    for config, scale in scales.items():
+        with gzip.open(d / f"long-0.9-0-{config}.json.gz", "wt") as f:
+            json.dump({"runs": [{"requests": [request(i, scale) for i in range(n)]}]}, f)
+
+
+def test_the_page_puts_the_twin_beside_each_measured_effect(tmp_path: Path):
+    set_dir = tmp_path / "1-set"
+    write_set(set_dir, {"stock": 1.0, "hook-output-first": 0.6, "hook-fcfs": 1.0})
+    twin_dir(set_dir, "rig", {"stock": 1.0, "hook-output-first": 0.9, "hook-fcfs": 1.0})
+    twin_dir(set_dir, "h100", {"stock": 1.0, "hook-output-first": 0.8, "hook-fcfs": 1.0})
+    (set_dir / "twin" / "forecast.json").write_text(json.dumps(
+        {"h100_budget": 2048, "prompt_scale": 8, "rounds": {"long-0.9-0": {"rig_capacity": 0.3, "h100_capacity": 2.5,
+                                                                          "time_scale": 0.12}}}))
+    out = tmp_path / "page.md"
+    policies.write(tmp_path, out, resamples=100)
+    page = out.read_text()
+    assert "#### The twin beside the measurement, and its H100 forecast" in page
+    # Measured 0.6 (resolved), twin 0.9: 50% off and outside the interval.
+    assert "| hook-output-first | TTFT p50 | 0.60 (0.60-0.60) | 0.90 | **no** | 0.80 [0.53-0.80] |" in page
+    # fcfs measured 1.00 (1.00-1.00): not resolved, not judged.
+    assert "| hook-fcfs | TTFO p50 | 1.00 (1.00-1.00) | 1.00 | not resolved |" in page
+    assert "The twin agrees with 0 of the 12 effects the measurement resolves" in page
+    assert "hook-output-first TTFT p50 (measured 0.60, twin 0.90)" in page
+    assert "rig 0.300 req/s; H100 2.50 req/s" in page
+
+
+def test_step_traces_are_kept_once(tmp_path: Path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "stock-steps.jsonl").write_text('{"t": 1, "step_s": 0.01}\n')
+    data = {"work": [str(work), str(tmp_path / "gone")]}
+    assert F.keep_steps(data, tmp_path / "set") == 1
+    assert F.keep_steps(data, tmp_path / "set") == 0
+    kept = tmp_path / "set" / "steps" / "stock-work.jsonl.gz"
+    assert gzip.open(kept, "rt").read() == '{"t": 1, "step_s": 0.01}\n'

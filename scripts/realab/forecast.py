@@ -231,6 +231,7 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
              "|---|---|---:|---:|---|---:|"]
     judged = agreed = 0
     misses = []
+    per_config: dict[str, list[int]] = {}
     for config, table in measured.items():
         if config not in rig_runs:
             continue
@@ -252,6 +253,9 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
                     judged += 1
                     ok = agrees(m, t.point)
                     agreed += ok
+                    tally = per_config.setdefault(config, [0, 0])
+                    tally[0] += ok
+                    tally[1] += 1
                     verdict = "yes" if ok else "**no**"
                     if not ok:
                         misses.append(f"{config} {label} (measured {m.point:.2f}, twin {t.point:.2f})")
@@ -262,5 +266,9 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
                 lines.append(f"| {config} | {label} | {m.point:.2f} ({m.low:.2f}-{m.high:.2f}) | {t.point:.2f} | "
                              f"{verdict} | {fc} |")
     lines += ["", f"The twin agrees with {agreed} of the {judged} effects the measurement resolves"
-              + (f"; it misses {'; '.join(misses)}." if misses else "."), ""]
+              + (f" (by configuration: {', '.join(f'{c} {a} of {n}' for c, (a, n) in per_config.items())})"
+                 if per_config else "")
+              + (f"; it misses {'; '.join(misses)}." if misses else ".")
+              + " A configuration whose rig effects the twin misses more often than it meets has no credible "
+              "H100 forecast yet: its bracket says how far off the twin was, not where the GPU will be.", ""]
     return lines

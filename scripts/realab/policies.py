@@ -101,7 +101,6 @@ def add(results: Path, set_dir: Path, note: str) -> int:
         old = by_name.get(w["name"])
         if old is None or any(old.get(k) != w.get(k) for k in _SAME_WORKLOAD):
             raise SystemExit(f"{results}: workload {w['name']} is not measured as in {set_dir}")
-        old["configs"] = [*old.get("configs", []), *(c for c in w["configs"] if c not in old.get("configs", []))]
         for name, cap in new.get("capacity", {}).items():
             if abs(cap - kept["capacity"].get(name, cap)) > 1e-9:
                 raise SystemExit(f"{results}: {name} at another capacity ({cap} vs {kept['capacity'][name]})")
@@ -298,6 +297,14 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
         shipped = " (the policy Meridian ships)" if policies.get(config) == SHIPPED_POLICY else ""
         lines.append(f"- **{config}{shipped}, do no harm (every metric's interval at or below 1.05): "
                      f"{h.word}**" + (f", decided by {h.decided_by}" if h.decided_by else "") + ".")
+    for config in (c for c in configs if policies.get(c) == "fcfs"):
+        costs, gains = plain_effects(tables[config])
+        if costs or gains:
+            lines.append(f"- **This rig's noise floor:** `{config}` schedules exactly as stock does (the hook "
+                         "loaded, reordering nothing), yet its intervals resolve " + "; ".join(costs + gains)
+                         + f". The interval resamples requests and {rounds} round(s); whole runs under queueing "
+                         "differ by more than that, so an effect of that size on that metric elsewhere in this "
+                         "section is not yet a policy's.")
     lines.append("")
     lines += F.section(raw_dir.parent, workload, load, tables)
     return lines

@@ -70,7 +70,7 @@ def test_the_page_puts_the_twin_beside_each_measured_effect(tmp_path: Path):
     assert "| hook-output-first | TTFT p50 | 0.60 (0.60-0.60) | 0.90 | **no** | 0.80 [0.53-0.80] |" in page
     # fcfs measured 1.00 (1.00-1.00): not resolved, not judged.
     assert "| hook-fcfs | TTFO p50 | 1.00 (1.00-1.00) | 1.00 | not resolved |" in page
-    assert "The twin agrees with 0 of the 12 effects the measurement resolves" in page
+    assert "The twin agrees with 0 of the 12 effects the measurement resolves (by configuration: hook-output-first 0 of 12)" in page
     assert "hook-output-first TTFT p50 (measured 0.60, twin 0.90)" in page
     assert "rig 0.300 req/s; H100 2.50 req/s" in page
 

@@ -63,6 +63,16 @@ def test_each_config_is_compared_with_stock_and_judged_by_its_worst_metric(tmp_p
     assert "REALAB_PROXY=shipped REALAB_CONFIGS=stock,proxy,hook-output-first" in page
 
 
+def test_a_hook_that_reorders_nothing_but_resolves_an_effect_is_called_the_noise_floor(tmp_path: Path):
+    write_set(tmp_path / "1-set", {"stock": 1.0, "hook-fcfs": 0.8, "hook-output-first": 1.0})
+    out = tmp_path / "page.md"
+    policies.write(tmp_path, out, resamples=200)
+    page = out.read_text()
+    assert "- **This rig's noise floor:** `hook-fcfs` schedules exactly as stock does" in page
+    assert "yet its intervals resolve TTFT p50 0.80x (0.80-0.80)" in page
+    assert "`hook-output-first` schedules" not in page
+
+
 def test_the_whole_request_slo_reads_the_unloaded_reference(tmp_path: Path):
     # 3x slower than alone misses TTFT's 2x (plus 0.25 s) for the longer requests.
     write_set(tmp_path / "1-set", {"stock": 1.0, "hook-fcfs": 3.0})
@@ -133,6 +143,8 @@ def test_rounds_added_to_a_kept_set_widen_its_pairs_and_are_never_measured_twice
             "hook-output-first 0, 1, 2; hook-reasoning-first 1, 2.") in page
     assert "REALAB_FIRST_ROUND=1 REALAB_PROXY=shipped REALAB_CONFIGS=stock,hook-output-first,hook-reasoning-first" in page
     assert "policies add /tmp/more.json" in page
+    assert "REALAB_CONFIGS=stock,proxy,hook-output-first REALAB_UNLOADED=1" in page, "round 0's own configs"
+
     again = measured_rounds(tmp_path / "w2", {"stock": 1.0}, [2])
     with pytest.raises(SystemExit, match="already in"):
         policies.add(again, page_dir / "1-set", "round 2 again")

@@ -109,7 +109,8 @@ impl OutputFirst {
     /// engine's budget (at least one token: a cap of 0 means an express step), else none.
     pub fn prefill_cap(&self) -> Option<u32> {
         self.output_prefill_cap.or_else(|| {
-            self.step_budget.map(|budget| ((f64::from(budget) * self.output_prefill_share).round() as u32).max(1))
+            self.step_budget
+                .map(|budget| ((f64::from(budget) * self.output_prefill_share).round() as u32).max(1))
         })
     }
 

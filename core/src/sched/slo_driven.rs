@@ -124,4 +124,25 @@ mod tests {
         assert!(!steps(&mut p, 0.01, 30));
         assert!(!steps(&mut p, 5.0, 3), "idle gaps are ignored");
     }
+
+    #[test]
+    fn its_output_first_mode_caps_prefill_at_the_engines_budget_share() {
+        use crate::Phase;
+        let answering = RequestView {
+            seq: 1,
+            arrival_s: 0.0,
+            priority: 0,
+            phase: Phase::Output,
+            prefill_remaining: 0,
+            think_tokens: 10,
+            output_tokens: 3,
+            think_ended_s: Some(0.0),
+            think_ends_next: false,
+            queued_s: None,
+        };
+        let mut p = SloDriven::default();
+        p.set_step_budget(2048);
+        assert!(p.protecting_output(), "it starts protecting answers");
+        assert_eq!(p.step_limits(&[answering], 5.0).max_prefill_tokens, Some(1024));
+    }
 }

@@ -17,6 +17,8 @@ use crate::workload::{Workload, WorkloadSpec};
 /// One request's timings, in seconds of engine time from its arrival.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SimRecord {
+    /// The request's position in the experiment's arrivals.
+    pub index: usize,
     pub arrival_s: f64,
     pub ttft: Option<f64>,
     pub ttfo: Option<f64>,
@@ -70,6 +72,16 @@ impl ExperimentResult {
     }
 }
 
+/// One request of an experiment: when it arrives (engine seconds) and its lengths.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Arrival {
+    pub at_s: f64,
+    pub prompt: u32,
+    pub think: u32,
+    /// Visible answer tokens; the end-of-thought delimiter after a thought is added.
+    pub answer: u32,
+}
+
 /// Runs `n` requests arriving as a Poisson process at `rate` req/s.
 pub fn run_poisson(
     config: EngineConfig,
@@ -79,17 +91,30 @@ pub fn run_poisson(
     n: usize,
     seed: u64,
 ) -> ExperimentResult {
-    let started = std::time::Instant::now();
-    let mut engine = Engine::new(config, policy);
     let mut workload = Workload::new(spec, seed);
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5EED);
     let gap = Exp::new(rate.max(1e-9)).ok();
     let mut arrivals = Vec::with_capacity(n);
     let mut t = 0.0;
     for _ in 0..n {
-        arrivals.push(t);
+        let shape = workload.next_shape();
+        arrivals.push(Arrival { at_s: t, prompt: shape.prompt, think: shape.think, answer: shape.answer });
         t += gap.map_or(1.0 / rate.max(1e-9), |g| g.sample(&mut rng));
     }
+    run_arrivals(config, policy, &arrivals)
+}
+
+/// Runs the given requests (in arrival order) through the engine. Each record's `index`
+/// is its request's position in `arrivals`; a request the engine refuses (it cannot fit
+/// in the KV cache) has no record.
+pub fn run_arrivals(
+    config: EngineConfig,
+    policy: Box<dyn SchedulingPolicy>,
+    arrivals: &[Arrival],
+) -> ExperimentResult {
+    let started = std::time::Instant::now();
+    let mut engine = Engine::new(config, policy);
+    let n = arrivals.len();
     let mut records: Vec<SimRecord> = Vec::with_capacity(n);
     let mut by_seq: HashMap<u64, usize> = HashMap::new();
     let mut last_token: HashMap<u64, (f64, Phase)> = HashMap::new();
@@ -97,23 +122,24 @@ pub fn run_poisson(
     loop {
         // Admit everything that has arrived by now; jump the clock when idle.
         if !engine.has_work() && next < n {
-            engine.advance_to(arrivals[next]);
+            engine.advance_to(arrivals[next].at_s);
         }
-        while next < n && arrivals[next] <= engine.now() {
-            let shape = workload.next_shape();
+        while next < n && arrivals[next].at_s <= engine.now() {
+            let a = arrivals[next];
             let submitted = engine.submit(NewRequest {
                 id: next.to_string(),
-                prompt_tokens: shape.prompt,
-                think_tokens: shape.think,
-                answer_tokens: shape.answer,
+                prompt_tokens: a.prompt,
+                think_tokens: a.think,
+                answer_tokens: a.answer,
                 priority: 0,
                 think_budget: None,
             });
             if let Ok(seq) = submitted {
                 by_seq.insert(seq, records.len());
                 records.push(SimRecord {
-                    arrival_s: arrivals[next],
-                    prompt_tokens: shape.prompt,
+                    index: next,
+                    arrival_s: a.at_s,
+                    prompt_tokens: a.prompt,
                     ..Default::default()
                 });
             }
@@ -121,7 +147,7 @@ pub fn run_poisson(
         }
         // An idle engine wakes for the next arrival. `None` only when the engine holds
         // nothing: the clock jump above then brings the next arrival, or the run is over.
-        let Some(step) = engine.step_until(arrivals.get(next).copied().unwrap_or(f64::INFINITY)) else {
+        let Some(step) = engine.step_until(arrivals.get(next).map_or(f64::INFINITY, |a| a.at_s)) else {
             if next >= n {
                 break;
             }
@@ -161,7 +187,7 @@ pub fn run_poisson(
             }
         }
     }
-    let first = arrivals.first().copied().unwrap_or(0.0);
+    let first = arrivals.first().map_or(0.0, |a| a.at_s);
     ExperimentResult {
         records,
         makespan_s: engine.now() - first,

@@ -14,6 +14,7 @@ pub mod cost;
 pub mod engine;
 pub mod experiment;
 pub mod kv;
+pub mod replay;
 pub mod server;
 pub mod workload;
 

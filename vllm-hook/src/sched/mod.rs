@@ -319,7 +319,12 @@ impl SchedulerCore {
     /// are shares of the budget (output-first's default prefill cap) scale with.
     #[new]
     #[pyo3(signature = (policy, think_start, think_end, step_budget=None))]
-    fn new(policy: &str, think_start: Vec<u32>, think_end: Vec<u32>, step_budget: Option<u32>) -> PyResult<Self> {
+    fn new(
+        policy: &str,
+        think_start: Vec<u32>,
+        think_end: Vec<u32>,
+        step_budget: Option<u32>,
+    ) -> PyResult<Self> {
         let mut core = SchedulerCore::create(policy, think_start, think_end, crate::shared())?;
         if let Some(tokens) = step_budget {
             core.policy.get_mut().unwrap_or_else(|p| p.into_inner()).set_step_budget(tokens);

@@ -158,6 +158,21 @@ enum Command {
         #[command(flatten)]
         limits: ProfileLimits,
     },
+    /// Replay a load test's requests (send times, and the lengths the engine reported)
+    /// through the twin under a policy; write each request's predicted timings as a
+    /// load-test report (`meridian_sim::replay`).
+    Replay {
+        /// The `meridian-loadtest` JSON report whose first run is replayed.
+        report: PathBuf,
+        /// Scheduling policy, by name (parameters as for `ab`).
+        #[arg(long, default_value = "fcfs")]
+        policy: String,
+        /// Where the predicted report goes.
+        #[arg(long)]
+        out: PathBuf,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
     /// Draw a line plot from a JSON spec on standard input
     /// (`{"title", "x_label", "y_label", "series": [{"name", "points": [[x, y], ...]}]}`).
     Plot {
@@ -216,6 +231,19 @@ async fn main() -> Result<(), String> {
             let twin = TwinServer::start(opts, pick(&policy)?).await.map_err(|e| e.to_string())?;
             println!("listening on {} (engine twin, policy {})", twin.url(), twin.policy_name());
             tokio::signal::ctrl_c().await.map_err(|e| e.to_string())?;
+        }
+        Command::Replay { report, policy, out, engine } => {
+            let text = std::fs::read_to_string(&report).map_err(|e| format!("{}: {e}", report.display()))?;
+            let parsed: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| format!("{}: {e}", report.display()))?;
+            let requests = meridian_sim::replay::requests_of(&parsed)
+                .map_err(|e| format!("{}: {e}", report.display()))?;
+            let predicted = meridian_sim::replay::replay(
+                EngineConfig::from(&engine.profile()?),
+                pick(&policy)?,
+                &requests,
+            );
+            std::fs::write(&out, predicted.to_string()).map_err(|e| format!("{}: {e}", out.display()))?;
         }
         Command::Run { request_rate, num_prompts, policy, engine } => {
             let res = experiment::run_poisson(

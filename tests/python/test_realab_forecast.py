@@ -13,9 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 sys.path.insert(0, str(Path(__file__).parent))
 
 from realab import forecast as F  # noqa: E402
-from realab import policies  # noqa: E402
 from realab import stats as S  # noqa: E402
-from test_realab_policies import request, write_set  # noqa: E402
+from test_realab_policies import page_of, request, write_set  # noqa: E402
 
 
 def test_the_forecast_keeps_chunks_and_load_fraction():
@@ -62,9 +61,7 @@ def test_the_page_puts_the_twin_beside_each_measured_effect(tmp_path: Path):
     (set_dir / "twin" / "forecast.json").write_text(json.dumps(
         {"h100_budget": 2048, "prompt_scale": 8, "rounds": {"long-0.9-0": {"rig_capacity": 0.3, "h100_capacity": 2.5,
                                                                           "time_scale": 0.12}}}))
-    out = tmp_path / "page.md"
-    policies.write(tmp_path, out, resamples=100)
-    page = out.read_text()
+    page = page_of(tmp_path, resamples=100)
     assert "#### The twin beside the measurement, and its H100 forecast" in page
     # Measured 0.6 (resolved), twin 0.9: 50% off and outside the interval.
     assert "| hook-output-first | TTFT p50 | 0.60 (0.60-0.60) | 0.90 | **no** | 0.80 [0.53-0.80] |" in page

@@ -46,11 +46,16 @@ def write_set(set_dir: Path, scales: dict[str, float], n: int = 100) -> None:
     (set_dir / "results.json").write_text(json.dumps(data))
 
 
+def page_of(page_dir: Path, resamples: int = 200) -> str:
+    """The page `policies report` writes from the sets in `page_dir`."""
+    out = page_dir / "page.md"
+    policies.write(page_dir, out, resamples=resamples)
+    return out.read_text()
+
+
 def test_each_config_is_compared_with_stock_and_judged_by_its_worst_metric(tmp_path: Path):
     write_set(tmp_path / "1-set", {"stock": 1.0, "proxy": 1.0, "hook-output-first": 1.2})
-    out = tmp_path / "page.md"
-    policies.write(tmp_path, out, resamples=200)
-    page = out.read_text()
+    page = page_of(tmp_path)
     assert "| proxy | TTFO | 1.00 (1.00-1.00) |" in page
     assert "| hook-output-first | TTFO | 1.20 (1.20-1.20) |" in page
     # 90 of 100 requests count (the first tenth of the run is the warm-up), so p95 would
@@ -65,9 +70,7 @@ def test_each_config_is_compared_with_stock_and_judged_by_its_worst_metric(tmp_p
 
 def test_a_hook_that_reorders_nothing_but_resolves_an_effect_is_called_the_noise_floor(tmp_path: Path):
     write_set(tmp_path / "1-set", {"stock": 1.0, "hook-fcfs": 0.8, "hook-output-first": 1.0})
-    out = tmp_path / "page.md"
-    policies.write(tmp_path, out, resamples=200)
-    page = out.read_text()
+    page = page_of(tmp_path)
     assert "- **This rig's noise floor:** `hook-fcfs` schedules exactly as stock does" in page
     assert "yet its intervals resolve TTFT p50 0.80x (0.80-0.80)" in page
     assert "`hook-output-first` schedules" not in page
@@ -76,10 +79,9 @@ def test_a_hook_that_reorders_nothing_but_resolves_an_effect_is_called_the_noise
 def test_the_whole_request_slo_reads_the_unloaded_reference(tmp_path: Path):
     # 3x slower than alone misses TTFT's 2x (plus 0.25 s) for the longer requests.
     write_set(tmp_path / "1-set", {"stock": 1.0, "hook-fcfs": 3.0})
-    out = tmp_path / "page.md"
-    policies.write(tmp_path, out, resamples=200)
-    row = next(line for line in out.read_text().splitlines() if line.startswith("| hook-fcfs | ") and "%" in line)
-    stock = next(line for line in out.read_text().splitlines() if line.startswith("| stock | ") and "%" in line)
+    lines = page_of(tmp_path).splitlines()
+    row = next(line for line in lines if line.startswith("| hook-fcfs | ") and "%" in line)
+    stock = next(line for line in lines if line.startswith("| stock | ") and "%" in line)
     assert stock.endswith("| 100% (97-100) |")
     assert not row.endswith("| 100% (97-100) |") and "no unloaded reference" not in row
 
@@ -133,9 +135,7 @@ def test_rounds_added_to_a_kept_set_widen_its_pairs_and_are_never_measured_twice
     more = measured_rounds(tmp_path / "w1", {"stock": 1.0, "hook-output-first": 1.2, "hook-reasoning-first": 0.8},
                            [1, 2])
     assert policies.add(more, page_dir / "1-set", "rounds 1-2") == 8
-    out = page_dir.parent / "page.md"
-    policies.write(page_dir, out, resamples=200)
-    page = out.read_text()
+    page = page_of(page_dir)
     # Three rounds of output-first against stock, two of reasoning-first, one of the proxy.
     assert "| hook-output-first | TTFT | 1.20 (1.20-1.20) | p95 1.20 (1.20-1.20) | 270 |" in page
     assert "| hook-reasoning-first | TTFO | 0.80 (0.80-0.80) |" in page and "| 180 |" in page

@@ -34,7 +34,7 @@ def write_set(set_dir: Path, scales: dict[str, float], n: int = 100) -> None:
             json.dump(body, f)
         runs.append({"workload": "long", "load": 0.9, "round": 0, "config": config,
                      "policy": None if config in ("stock", "proxy") else config.removeprefix("hook-"),
-                     "summary": {"total_token_throughput": 1000.0 / scale}, "cpu": {"other_cores": 0.01}})
+                     "summary": {"total_token_throughput": 1000.0 / max(scale, 1e-9)}, "cpu": {"other_cores": 0.01}})
     with gzip.open(raw / "long-unloaded-0.json.gz", "wt") as f:
         json.dump({"runs": [{"requests": [request(i, 0.9) for i in range(n)]}]}, f)
     data = {"label": "synthetic", "setup": {"configs": list(scales), "rounds": 1,
@@ -66,6 +66,14 @@ def test_each_config_is_compared_with_stock_and_judged_by_its_worst_metric(tmp_p
     assert "harm**, decided by TTFT p50" in page
     assert "as `meridian.toml` ships them" in page
     assert "REALAB_PROXY=shipped REALAB_CONFIGS=stock,proxy,hook-output-first" in page
+
+
+def test_a_median_of_zero_is_explained_as_bursts(tmp_path: Path):
+    write_set(tmp_path / "1-set", {"stock": 1.0, "hook-output-first": 0.0})
+    page = page_of(tmp_path)
+    assert "| hook-output-first | TTOT | 0.00 (0.00-0.00) |" in page
+    assert "A ratio that reads 0.00 is a median near zero, not a missing figure: for hook-output-first" in page
+    assert "hook-output-first TTOT" in page and "answers delivered in bursts" in page
 
 
 def test_a_hook_that_reorders_nothing_but_resolves_an_effect_is_called_the_noise_floor(tmp_path: Path):
@@ -115,7 +123,7 @@ def measured_rounds(work: Path, scales: dict[str, float], rounds: list[int], n: 
             (runs_dir / f"long-0.9-{rnd}-{config}.json").write_text(json.dumps(body))
             runs.append({"workload": "long", "load": 0.9, "round": rnd, "config": config,
                          "policy": None if config == "stock" else config.removeprefix("hook-"),
-                         "summary": {"total_token_throughput": 1000.0 / scale}, "cpu": {"other_cores": 0.01}})
+                         "summary": {"total_token_throughput": 1000.0 / max(scale, 1e-9)}, "cpu": {"other_cores": 0.01}})
         (runs_dir / f"long-unloaded-{rnd}.json").write_text(
             json.dumps({"runs": [{"requests": [request(i, 0.9) for i in range(n)]}]}))
     data = {"setup": {"configs": list(scales), "rounds": len(rounds), "first_round": rounds[0],

@@ -229,9 +229,11 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
              "predicted, same metric and quantile): a forecast, not a measurement.", "",
              "| configuration | metric | measured | twin on the rig | agrees | H100 forecast [bracket] |",
              "|---|---|---:|---:|---|---:|"]
-    judged = agreed = 0
     misses = []
-    per_config: dict[str, list[int]] = {}
+    per_config: dict[str, list[int]] = {}  # config: [agreed, judged]
+    # Each metric paired once per side: the pairing reads every configuration's requests.
+    rig_pairs = {metric: S.pair_requests(rig_runs, S.METRICS[metric]) for metric in S.METRICS}
+    gpu_pairs = {metric: S.pair_requests(gpu_runs, S.METRICS[metric]) for metric in S.METRICS}
     for config, table in measured.items():
         if config not in rig_runs:
             continue
@@ -239,20 +241,15 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
             for q, m in ((0.5, p50), (tail, high)):
                 if m is None or not q:
                     continue
-                pairs = S.pair_requests(rig_runs, S.METRICS[metric])
-                t = S.paired_ratio(pairs, q, config, "stock", resamples=resamples)
-                g = None
-                if config in gpu_runs:
-                    g = S.paired_ratio(S.pair_requests(gpu_runs, S.METRICS[metric]), q, config, "stock",
-                                       resamples=resamples)
+                t = S.paired_ratio(rig_pairs[metric], q, config, "stock", resamples=resamples)
                 if t is None:
                     continue
+                g = (S.paired_ratio(gpu_pairs[metric], q, config, "stock", resamples=resamples)
+                     if config in gpu_runs else None)
                 label = f"{metric} p{round(100 * q)}"
                 verdict = "not resolved"
                 if resolved(m):
-                    judged += 1
                     ok = agrees(m, t.point)
-                    agreed += ok
                     tally = per_config.setdefault(config, [0, 0])
                     tally[0] += ok
                     tally[1] += 1
@@ -265,6 +262,7 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
                     fc = f"{g.point:.2f} [{lo:.2f}-{hi:.2f}]"
                 lines.append(f"| {config} | {label} | {m.point:.2f} ({m.low:.2f}-{m.high:.2f}) | {t.point:.2f} | "
                              f"{verdict} | {fc} |")
+    agreed, judged = (sum(col) for col in zip(*per_config.values())) if per_config else (0, 0)
     lines += ["", f"The twin agrees with {agreed} of the {judged} effects the measurement resolves"
               + (f" (by configuration: {', '.join(f'{c} {a} of {n}' for c, (a, n) in per_config.items())})"
                  if per_config else "")

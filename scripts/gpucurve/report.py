@@ -14,6 +14,7 @@ from pathlib import Path
 from .twin import ab_side_by_side
 
 from .paths import PAGE, ROOT
+from .cards import card_dirs, card_section
 from .trace import groups, key, name, read_trace
 DATASHEET = "h100-qwen3-8b"
 MEASURED = "h100-qwen3-8b-pytorch"
@@ -54,16 +55,17 @@ def plot(path: Path, title: str, x_label: str, series: list[tuple[str, list[tupl
     sim("plot", "--out", str(path), stdin=json.dumps(spec))
 
 
-def fit_profile(data: Path, meta: dict, sheet: dict) -> tuple[dict, dict, str]:
+def fit_profile(data: Path, meta: dict, sheet: dict, name: str = MEASURED) -> tuple[dict, dict, str]:
     """`meridian-sim calibrate --steps` on the graph trace, with the datasheet profile's
-    engine limits; returns the fitted profile, the fit's figures and its printout."""
+    engine limits, as profile `name`; returns the fitted profile, the fit's figures and
+    its printout."""
     toml_path = data / "fitted-profile.toml"
     trace = data / "steps-graph.jsonl"
     # Relative to the repository (sim runs there), so the profile's derivation names no machine's path.
     trace_arg = str(trace.relative_to(ROOT)) if trace.is_relative_to(ROOT) else str(trace)
     printout = sim(
         "calibrate", "--steps", trace_arg, "--json", str(data / "fit.json"),
-        "--profile-out", str(toml_path), "--name", MEASURED, "--gpu", meta["facts"].get("device", "unknown"),
+        "--profile-out", str(toml_path), "--name", name, "--gpu", meta["facts"].get("device", "unknown"),
         "--model", "Qwen3-8B shape, random bf16 weights, plain PyTorch step replayed as a CUDA graph",
         "--kv-blocks", str(sheet["kv_blocks"]), "--block-size", str(sheet["block_size"]),
         "--max-num-seqs", str(sheet["max_num_seqs"]), "--max-num-batched-tokens", str(sheet["max_num_batched_tokens"]))
@@ -250,6 +252,9 @@ def report(args) -> None:
         return f"| `{name}` | {a * scale:.4g} {unit} | {b * scale:.4g} {unit} | {ratio} |"
 
     ab_lines = ab_side_by_side(sim, data, sheet, DATASHEET, MEASURED)
+    cards = [line for card in card_dirs(data)
+             for line in [*card_section(card, meta, steps, fitted,
+                                        lambda d, m, n: fit_profile(d, m, sheet, n)[:2]), ""]]
     lines = [
         "# GPU step-time curve: the twin's H100 profile against a measurement",
         "",
@@ -344,6 +349,7 @@ def report(args) -> None:
         "",
         *ab_lines,
         "",
+        *cards,
         "## Decode steps",
         "",
         *images("decode"),

@@ -5,7 +5,7 @@
     python -m realab report ROOT RESULTS_JSON TWIN_JSON CALIBRATION_JSON OUT_MD
     python -m realab stepcost measure|report ...   (the hook's cost to real steps: stepcost.py)
     python -m realab policies keep|add|report ...  (every policy, paired: policies.py)
-    python -m realab forecast SET_DIR SIM          (the twin beside a kept set, and its H100 forecast)
+    python -m realab forecast SET_DIR SIM          (the twin beside a kept set, and its GPU forecasts)
 
 `measure` starts the engines and proxies, measures, and writes RESULTS_JSON (every run's
 summary, the step traces' preemptions, the capacity, the setup); the step traces stay in

@@ -1,4 +1,4 @@
-"""The twin beside the measurement, then the twin's forecast for an H100 (issue 27, item 6).
+"""The twin beside the measurement, then the twin's forecast for GPUs (issue 27, item 6).
 
     python -m realab forecast SET_DIR SIM      # SIM: target/release/meridian-sim
 
@@ -7,12 +7,13 @@ For a kept set of the policies page: the twin is calibrated on the rig's own sto
 replays every measured round's requests (the send times and the lengths the engine
 reported) under each configuration's policy: `SET_DIR/twin/rig/`, files named as the
 measured ones, so the page reads prediction and measurement with the same paired
-statistics. Then the same requests on the H100 profile measured in `gpu-step-curve/`
-with the step budget the rig stands for (2,048 tokens): prompts scaled by the budgets'
-ratio (the same count of chunks), thoughts and answers as they were (the same count of
-steps), and send times stretched or squeezed so that the load is the same fraction of
-the H100 twin's capacity as it was of the rig twin's: `SET_DIR/twin/h100/`, with
-`SET_DIR/twin/forecast.json` saying how (profiles, capacities, scales)."""
+statistics. Then the same requests on each GPU profile measured in `gpu-step-curve/`
+(the H100, and every other card kept under it: `CARDS`) with the step budget the rig
+stands for (2,048 tokens): prompts scaled by the budgets' ratio (the same count of
+chunks), thoughts and answers as they were (the same count of steps), and send times
+stretched or squeezed so that the load is the same fraction of that card's twin capacity
+as it was of the rig twin's: `SET_DIR/twin/<card>/`, with `SET_DIR/twin/forecast.json`
+saying how (profiles, capacities, scales)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,9 @@ from . import stats as S
 #: steps there, as the rig's 256-token chunk does here: `regime.py`).
 H100_BUDGET = 2048
 H100_PROFILE = "h100-qwen3-8b-pytorch"
+#: The cards forecast: (folder under twin/, label, measured curve under gpu-step-curve/,
+#: profile name). A card whose curve is not there is left out.
+CARDS = [("h100", "H100", ".", H100_PROFILE), ("h200", "H200", "h200", "h200-qwen3-8b-pytorch")]
 #: Policies of the configurations without a hook: vLLM's own order.
 STOCK_POLICY = "fcfs"
 
@@ -69,8 +73,9 @@ def scaled(requests: list[dict], prompt_scale: float, time_scale: float, all_at_
     return out
 
 
-def h100_profile(gpu_dir: Path, budget: int = H100_BUDGET) -> str:
-    """The measured H100 profile (TOML) with the step budget the rig stands for."""
+def card_profile(gpu_dir: Path, budget: int = H100_BUDGET) -> str:
+    """A card's measured profile (TOML; the H100's for its folder) with the step budget
+    the rig stands for."""
     text = (gpu_dir / "fitted-profile.toml").read_text()
     lines = [f"max_num_batched_tokens = {budget}" if ln.startswith("max_num_batched_tokens") else ln
              for ln in text.splitlines()]
@@ -128,7 +133,7 @@ def _write(path: Path, report: dict) -> None:
 
 
 def forecast(set_dir: Path, sim: Path) -> dict:
-    """Writes `twin/rig/`, `twin/h100/` and `twin/forecast.json` for the set."""
+    """Writes `twin/rig/`, `twin/<card>/` and `twin/forecast.json` for the set."""
     from .policies import policies_of  # the page's own reading of configs
 
     data = json.loads((set_dir / "results.json").read_text())
@@ -137,34 +142,43 @@ def forecast(set_dir: Path, sim: Path) -> dict:
     (set_dir / "twin").mkdir(exist_ok=True)
     budget = int(data["setup"]["engine"].get("max_num_batched_tokens", 256))
     prompt_scale = H100_BUDGET / budget
+    curves = set_dir.parent.parent / "gpu-step-curve"
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
         rig = Twin(sim, calibrate(sim, set_dir, data, tmp), "rig", tmp)
-        gpu_file = tmp / "h100.toml"
-        gpu_file.write_text(h100_profile(set_dir.parent.parent / "gpu-step-curve"))
-        gpu = Twin(sim, gpu_file, H100_PROFILE, tmp)
-        shutil.copy(gpu_file, set_dir / "twin" / "h100-profile.toml")
-        summary: dict = {"rig_profile": "twin/rig-profile.toml", "h100_profile": "twin/h100-profile.toml",
-                         "h100_budget": H100_BUDGET, "prompt_scale": prompt_scale, "rounds": {}}
-        for side in ("rig", "h100"):
+        cards: dict[str, Twin] = {}
+        summary: dict = {"rig_profile": "twin/rig-profile.toml", "gpu_budget": H100_BUDGET,
+                         "prompt_scale": prompt_scale, "cards": {}, "rounds": {}}
+        for slug, label, folder, profile in CARDS:
+            if not (curves / folder / "fitted-profile.toml").exists():
+                continue
+            card_file = tmp / f"{slug}.toml"
+            card_file.write_text(card_profile(curves / folder))
+            cards[slug] = Twin(sim, card_file, profile, tmp)
+            shutil.copy(card_file, set_dir / "twin" / f"{slug}-profile.toml")
+            summary["cards"][slug] = {"label": label, "profile": f"twin/{slug}-profile.toml"}
+        for side in ("rig", *cards):
             (set_dir / "twin" / side).mkdir(exist_ok=True)
         for w in data["setup"]["workloads"]:
             for load in w["loads"]:
                 runs = S.read_runs(raw, w["name"], load)
                 for rnd, stock in sorted(runs.get("stock", {}).items()):
                     cap_rig = rig.capacity(stock)
-                    cap_gpu = gpu.capacity(scaled(stock, prompt_scale, 1.0))
-                    time_scale = cap_rig / cap_gpu
-                    on_gpu = scaled(stock, prompt_scale, time_scale)
-                    summary["rounds"][f"{w['name']}-{load:g}-{rnd}"] = {
-                        "rig_capacity": cap_rig, "h100_capacity": cap_gpu, "time_scale": time_scale}
+                    entry = summary["rounds"][f"{w['name']}-{load:g}-{rnd}"] = {
+                        "rig_capacity": cap_rig, "capacity": {}, "time_scale": {}}
+                    on_card = {}
+                    for slug, twin in cards.items():
+                        cap = twin.capacity(scaled(stock, prompt_scale, 1.0))
+                        entry["capacity"][slug], entry["time_scale"][slug] = cap, cap_rig / cap
+                        on_card[slug] = scaled(stock, prompt_scale, cap_rig / cap)
                     for config, by_round in runs.items():
                         if rnd not in by_round:
                             continue
                         name = f"{w['name']}-{load:g}-{rnd}-{config}.json.gz"
                         policy = policy_for(config, policies)
                         _write(set_dir / "twin" / "rig" / name, rig.replay(stock, policy))
-                        _write(set_dir / "twin" / "h100" / name, gpu.replay(on_gpu, policy))
+                        for slug, twin in cards.items():
+                            _write(set_dir / "twin" / slug / name, twin.replay(on_card[slug], policy))
     (set_dir / "twin" / "forecast.json").write_text(json.dumps(summary, indent=1))
     return summary
 
@@ -196,7 +210,7 @@ def bar(forecast: float, residual: float) -> tuple[float, float]:
 def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple], resamples: int = 200) -> list[str]:
     """The page's lines for one workload x load: per configuration and metric, the
     measured paired ratio, the twin's on the rig (the same requests), whether they
-    agree, and the H100 forecast with the rig's residual as its error bar. `measured`
+    agree, and each card's forecast with the rig's residual as its error bar. `measured`
     is the page's own {config: {metric: (p50, tail estimate, tail, n)}}."""
     from .policies import read
 
@@ -205,35 +219,40 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
         return []
     summary = json.loads((twin_dir / "forecast.json").read_text())
     rig_runs, _ = read(twin_dir / "rig", workload, load)
-    gpu_runs, _ = read(twin_dir / "h100", workload, load)
     if "stock" not in rig_runs:
         return []
+    cards = {slug: c["label"] for slug, c in summary.get("cards", {}).items() if (twin_dir / slug).is_dir()}
+    card_runs = {slug: read(twin_dir / slug, workload, load)[0] for slug in cards}
+    labels = " and ".join(cards.values()) or "GPU"
     cal = json.loads((twin_dir / "calibration.json").read_text()) if (twin_dir / "calibration.json").exists() else {}
     fit = cal.get("fit", cal)
     caps = [v for k, v in summary["rounds"].items() if k.startswith(f"{workload}-{load:g}-")]
-    lines = ["#### The twin beside the measurement, and its H100 forecast", "",
+    capacities = "; ".join(f"{label} {caps[0]['capacity'][slug]:.2f} req/s" for slug, label in cards.items()
+                           if caps and slug in caps[0].get("capacity", {}))
+    lines = [f"#### The twin beside the measurement, and its {labels} forecast", "",
              "The twin (`meridian-sim replay`), calibrated on this rig's stock engine (its step traces"
              + (f"; fit over {fit['samples']:,} steps: median error {fit['median_abs_pct_error']:.1f}%, "
                f"`{fit['formula']}`" if "median_abs_pct_error" in fit else "")
              + "), replays each round's requests (send times and the lengths the engine reported) under each "
              "configuration's policy; the same paired statistics read it. *Agrees*: the twin's ratio lies inside "
              f"the measured interval or within {TOLERANCE:.0%} of the measured point; judged only where the "
-             "measurement resolves the effect (its interval wholly on one side of 1). The H100 forecast replays the "
-             f"same requests on the H100 profile measured in [the GPU step-time curve](gpu-step-curve.md) with a "
-             f"{summary['h100_budget']:,}-token budget: prompts {summary['prompt_scale']:g}x as long (the same "
-             "count of chunks), thoughts and answers as they were, send times rescaled to the same fraction of the "
-             "H100 twin's capacity"
-             + (f" (twin capacity, rig {caps[0]['rig_capacity']:.3f} req/s; H100 {caps[0]['h100_capacity']:.2f} req/s)"
-                if caps else "")
+             f"measurement resolves the effect (its interval wholly on one side of 1). Each forecast replays the "
+             f"same requests on that card's profile measured in [the GPU step-time curve](gpu-step-curve.md) with a "
+             f"{summary['gpu_budget']:,}-token budget: prompts {summary['prompt_scale']:g}x as long (the same "
+             "count of chunks), thoughts and answers as they were, send times rescaled to the same fraction of "
+             "that card's twin capacity"
+             + (f" (twin capacity, rig {caps[0]['rig_capacity']:.3f} req/s; {capacities})" if caps else "")
              + ". Its bracket runs from the twin's figure to that figure times the rig's residual (measured over "
              "predicted, same metric and quantile): a forecast, not a measurement.", "",
-             "| configuration | metric | measured | twin on the rig | agrees | H100 forecast [bracket] |",
-             "|---|---|---:|---:|---|---:|"]
+             "| configuration | metric | measured | twin on the rig | agrees | "
+             + " | ".join(f"{label} forecast [bracket]" for label in cards.values()) + " |",
+             "|---|---|---:|---:|---|" + "---:|" * len(cards)]
     misses = []
     per_config: dict[str, list[int]] = {}  # config: [agreed, judged]
     # Each metric paired once per side: the pairing reads every configuration's requests.
     rig_pairs = {metric: S.pair_requests(rig_runs, S.METRICS[metric]) for metric in S.METRICS}
-    gpu_pairs = {metric: S.pair_requests(gpu_runs, S.METRICS[metric]) for metric in S.METRICS}
+    card_pairs = {slug: {metric: S.pair_requests(runs, S.METRICS[metric]) for metric in S.METRICS}
+                  for slug, runs in card_runs.items()}
     for config, table in measured.items():
         if config not in rig_runs:
             continue
@@ -244,8 +263,6 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
                 t = S.paired_ratio(rig_pairs[metric], q, config, "stock", resamples=resamples)
                 if t is None:
                     continue
-                g = (S.paired_ratio(gpu_pairs[metric], q, config, "stock", resamples=resamples)
-                     if config in gpu_runs else None)
                 label = f"{metric} p{round(100 * q)}"
                 verdict = "not resolved"
                 if resolved(m):
@@ -256,17 +273,22 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
                     verdict = "yes" if ok else "**no**"
                     if not ok:
                         misses.append(f"{config} {label} (measured {m.point:.2f}, twin {t.point:.2f})")
-                fc = "-"
-                if g is not None:
+                forecasts = []
+                for slug in cards:
+                    g = (S.paired_ratio(card_pairs[slug][metric], q, config, "stock", resamples=resamples)
+                         if config in card_runs[slug] else None)
+                    if g is None:
+                        forecasts.append("-")
+                        continue
                     lo, hi = bar(g.point, m.point / t.point if t.point > 0 else 1.0)
-                    fc = f"{g.point:.2f} [{lo:.2f}-{hi:.2f}]"
+                    forecasts.append(f"{g.point:.2f} [{lo:.2f}-{hi:.2f}]")
                 lines.append(f"| {config} | {label} | {m.point:.2f} ({m.low:.2f}-{m.high:.2f}) | {t.point:.2f} | "
-                             f"{verdict} | {fc} |")
+                             f"{verdict} | " + " | ".join(forecasts) + " |")
     agreed, judged = (sum(col) for col in zip(*per_config.values())) if per_config else (0, 0)
     lines += ["", f"The twin agrees with {agreed} of the {judged} effects the measurement resolves"
               + (f" (by configuration: {', '.join(f'{c} {a} of {n}' for c, (a, n) in per_config.items())})"
                  if per_config else "")
               + (f"; it misses {'; '.join(misses)}." if misses else ".")
               + " A configuration whose rig effects the twin misses more often than it meets has no credible "
-              "H100 forecast yet: its bracket says how far off the twin was, not where the GPU will be.", ""]
+              "GPU forecast yet: its bracket says how far off the twin was, not where the GPU will be.", ""]
     return lines

@@ -306,9 +306,10 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
     for config in (c for c in configs if policies.get(c) == "fcfs"):
         costs, gains = plain_effects(tables[config])
         if costs or gains:
+            paired_rounds = len(set(runs.get(config, {})) & set(runs["stock"]))
             lines.append(f"- **This rig's noise floor:** `{config}` schedules exactly as stock does (the hook "
                          "loaded, reordering nothing), yet its intervals resolve " + "; ".join(costs + gains)
-                         + f". The interval resamples requests and {rounds} round(s); whole runs under queueing "
+                         + f". The interval resamples requests and {paired_rounds} round(s); whole runs under queueing "
                          "differ by more than that, so an effect of that size on that metric elsewhere in this "
                          "section is not yet a policy's.")
     lines.append("")

@@ -87,3 +87,48 @@ def test_a_mixed_step_computes_what_a_plain_float32_model_does():
     run = subprocess.run([VLLM_PYTHON, str(Path(__file__).with_name("gpucurve_reference.py"))],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def _card(folder: Path, device: str, times: dict[tuple, float], config: dict) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "meta.json").write_text(json.dumps({"config": config, "facts": {"device": device, "copy_tb_s": 4.2,
+                                                                               "matmul_tflops": 778}}))
+    (folder / "steps-graph.jsonl").write_text("".join(
+        json.dumps(_row(*k) | {"step_s": t}) + "\n" for k, t in times.items()))
+    return folder
+
+
+def test_a_second_card_is_set_beside_the_first_by_the_ratios_that_decide_scheduling(tmp_path):
+    from gpucurve.cards import card_dirs, card_section, profile_name
+    from gpucurve.trace import groups, read_trace
+
+    shapes = {(1, 1024, 0, 0): 0.008, (64, 1024, 0, 0): 0.012, (0, 0, 2048, 0): 0.060}
+    config = {"layers": 36, "hidden": 4096}
+    main = _card(tmp_path / "main", "NVIDIA H100 80GB HBM3", shapes, config)
+    # Faster memory: decode-only steps 0.75x, the compute-bound chunk as it was.
+    faster = {k: t * (1.0 if k[2] else 0.75) for k, t in shapes.items()}
+    card = _card(main / "h200", "NVIDIA H200", faster, config)
+    _card(main / "empty", "NVIDIA H200", {}, config).joinpath("steps-graph.jsonl").unlink()
+    assert card_dirs(main) == [card], "only folders holding a measured curve"
+    assert profile_name("NVIDIA H200") == "h200-qwen3-8b-pytorch"
+    fits = []
+
+    def fit_card(folder, meta, name):
+        fits.append((folder, name))
+        return {"fixed_s": 0.002, "per_token_s": 26e-6, "weight_read_tokens": 160}, {
+            "median_abs_pct_error": 2.0, "r_squared": 0.999, "samples": 3}
+
+    main_steps = groups(read_trace(main / "steps-graph.jsonl"))
+    page = "\n".join(card_section(card, json.loads((main / "meta.json").read_text()), main_steps,
+                                  {"fixed_s": 0.003, "per_token_s": 27e-6, "weight_read_tokens": 192}, fit_card))
+    assert fits == [(card, "h200-qwen3-8b-pytorch")], "the card is fitted under its own profile name"
+    assert "## A second card: NVIDIA H200" in page
+    assert "| `fixed_s` | 3 ms | 2 ms | 0.67x |" in page
+    assert "| decode-only steps | 2 | 0.75 (0.75-0.75) |" in page
+    assert "| prompt-chunk steps | 1 | 1.00 (1.00-1.00) |" in page
+    assert "| a 2,048-token chunk over one decode (x 1,024 cached) | 7.5 | 10.0 |" in page
+    assert "| weight-read floor, tokens | 192 | 160 |" in page
+    assert "A chunk therefore costs more decode steps on this card" in page
+    other = _card(main / "other", "NVIDIA H200", faster, {"layers": 2, "hidden": 64})
+    assert card_section(other, json.loads((main / "meta.json").read_text()), main_steps, {}, fit_card) == [
+        "`other/` measured another model shape than the main card: not compared."]

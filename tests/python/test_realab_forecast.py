@@ -26,11 +26,15 @@ def test_the_forecast_keeps_chunks_and_load_fraction():
     assert reqs[0]["prompt_tokens"] == 2590, "the measured requests are left as they were"
 
 
-def test_the_h100_profile_is_the_measured_one_at_the_rigs_budget():
+def test_each_cards_profile_is_the_measured_one_at_the_rigs_budget():
     root = Path(__file__).resolve().parents[2]
-    text = F.h100_profile(root / "docs/src/benchmarks/gpu-step-curve")
+    curves = root / "docs/src/benchmarks/gpu-step-curve"
+    text = F.card_profile(curves)
     assert 'name = "h100-qwen3-8b-pytorch"' in text
     assert "max_num_batched_tokens = 2048" in text and "8192" not in text
+    for slug, _label, folder, profile in F.CARDS:
+        text = F.card_profile(curves / folder)
+        assert f'name = "{profile}"' in text, f"{slug}: the profile the forecast asks for is the one fitted"
 
 
 def test_agreement_is_judged_only_where_the_measurement_resolves():
@@ -58,18 +62,22 @@ def test_the_page_puts_the_twin_beside_each_measured_effect(tmp_path: Path):
     write_set(set_dir, {"stock": 1.0, "hook-output-first": 0.6, "hook-fcfs": 1.0})
     twin_dir(set_dir, "rig", {"stock": 1.0, "hook-output-first": 0.9, "hook-fcfs": 1.0})
     twin_dir(set_dir, "h100", {"stock": 1.0, "hook-output-first": 0.8, "hook-fcfs": 1.0})
+    twin_dir(set_dir, "h200", {"stock": 1.0, "hook-output-first": 0.7, "hook-fcfs": 1.0})
+    cards = {"h100": {"label": "H100"}, "h200": {"label": "H200"}}
     (set_dir / "twin" / "forecast.json").write_text(json.dumps(
-        {"h100_budget": 2048, "prompt_scale": 8, "rounds": {"long-0.9-0": {"rig_capacity": 0.3, "h100_capacity": 2.5,
-                                                                          "time_scale": 0.12}}}))
+        {"gpu_budget": 2048, "prompt_scale": 8, "cards": cards, "rounds": {"long-0.9-0": {
+            "rig_capacity": 0.3, "capacity": {"h100": 2.5, "h200": 2.7}, "time_scale": {"h100": 0.12, "h200": 0.11}}}}))
     page = page_of(tmp_path, resamples=100)
-    assert "#### The twin beside the measurement, and its H100 forecast" in page
-    # Measured 0.6 (resolved), twin 0.9: 50% off and outside the interval.
-    assert "| hook-output-first | TTFT p50 | 0.60 (0.60-0.60) | 0.90 | **no** | 0.80 [0.53-0.80] |" in page
+    assert "#### The twin beside the measurement, and its H100 and H200 forecast" in page
+    # Measured 0.6 (resolved), twin 0.9: 50% off and outside the interval; each card's
+    # forecast moved by the same residual (0.6 / 0.9).
+    assert ("| hook-output-first | TTFT p50 | 0.60 (0.60-0.60) | 0.90 | **no** | 0.80 [0.53-0.80] "
+            "| 0.70 [0.47-0.70] |") in page
     # fcfs measured 1.00 (1.00-1.00): not resolved, not judged.
     assert "| hook-fcfs | TTFO p50 | 1.00 (1.00-1.00) | 1.00 | not resolved |" in page
     assert "The twin agrees with 0 of the 12 effects the measurement resolves (by configuration: hook-output-first 0 of 12)" in page
     assert "hook-output-first TTFT p50 (measured 0.60, twin 0.90)" in page
-    assert "rig 0.300 req/s; H100 2.50 req/s" in page
+    assert "rig 0.300 req/s; H100 2.50 req/s; H200 2.70 req/s" in page
 
 
 def test_step_traces_are_kept_once(tmp_path: Path):

@@ -78,9 +78,13 @@ def test_a_median_of_zero_is_explained_as_bursts(tmp_path: Path):
 
 def test_a_hook_that_reorders_nothing_but_resolves_an_effect_is_called_the_noise_floor(tmp_path: Path):
     write_set(tmp_path / "1-set", {"stock": 1.0, "hook-fcfs": 0.8, "hook-output-first": 1.0})
+    # Stock ran a second round that hook-fcfs did not: its interval pairs one round.
+    with gzip.open(tmp_path / "1-set" / "raw" / "long-0.9-1-stock.json.gz", "wt") as f:
+        json.dump({"runs": [{"requests": [request(i, 1.0) for i in range(100)]}]}, f)
     page = page_of(tmp_path)
     assert "- **This rig's noise floor:** `hook-fcfs` schedules exactly as stock does" in page
     assert "yet its intervals resolve TTFT p50 0.80x (0.80-0.80)" in page
+    assert "The interval resamples requests and 1 round(s)" in page, "the rounds both sides ran"
     assert "`hook-output-first` schedules" not in page
 
 

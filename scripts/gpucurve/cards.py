@@ -87,7 +87,9 @@ def card_section(card: Path, main_meta: dict, main_steps: dict[tuple, dict], mai
            + (f"A second run of the whole curve moved a shape's median by {statistics.median(moved):.1%} at the "
               f"median shape, {max(moved):.1%} at most. " if moved else "")
            + f"Fit: median |error| {fit['median_abs_pct_error']:.1f}%, R² {fit['r_squared']:.3f} over "
-           f"{fit['samples']} timed steps.", "",
+           f"{fit['samples']} timed steps. The profile's engine limits (KV blocks, sequences, step budget) are "
+           f"the {main_short} datasheet profile's, not scaled to this card's memory: it prices steps, it does "
+           "not size a cache.", "",
            f"| term | {main_short} fitted | {short} fitted | {short} / {main_short} |", "|---|---|---|---|",
            term("fixed_s", 1e3, "ms"), term("per_token_s", 1e6, "µs"), term("per_decode_request_s", 1e6, "µs"),
            term("per_context_token_s", 1e9, "ns"), term("per_prefill_attention_s", 1e12, "ps"),

@@ -15,7 +15,7 @@ REALAB_WORKLOADS (names, comma-separated), REALAB_PROMPTS (requests per run, for
 workload of the run), REALAB_APPEND=1 (add to an existing
 RESULTS_JSON: say, a second workload at other loads), REALAB_HOOK_POLICY (the policy of
 the config named `hook`; the setup in RESULTS_JSON records it), REALAB_CONFIGS (which
-configs run, stock first: stock, proxy, hook, hook-<policy>; default stock,proxy,hook),
+configs run, stock first: stock, stock-again (the same stock engine measured again: an A/A run, the noise floor), proxy, hook, hook-<policy>; default stock,proxy,hook),
 REALAB_UNLOADED=1 (each round's requests also one at a time on the stock engine: the
 whole-request SLO's reference), REALAB_PROXY (`shipped`: the proxies as meridian.toml
 ships them; `admission`, the default: with admission and priorities on), REALAB_CAPACITY (the stock

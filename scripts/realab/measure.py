@@ -38,17 +38,21 @@ class Workload:
 #: The configurations of a run: stock vLLM, stock vLLM behind Meridian, and vLLM with the
 #: hook behind Meridian under the default policy (`hook`) or a named one (`hook-<policy>`:
 #: hook-fcfs, hook-output-first, hook-reasoning-first, hook-slo-driven). REALAB_CONFIGS
-#: picks them (comma-separated; stock first).
+#: picks them (comma-separated; stock first). `stock-again` runs the same stock engine a
+#: second time in the round (an A/A run): what it differs from stock by is the rig's
+#: run-to-run noise, measured instead of inferred.
 CONFIGS = ["stock", "proxy", "hook"]
+STOCK_AGAIN = "stock-again"
 #: The hook's policy for the config named `hook`.
 DEFAULT_POLICY = "output-first"
 
 
 def configs_from_env() -> list[str]:
     names = os.environ.get("REALAB_CONFIGS", ",".join(CONFIGS)).split(",")
-    bad = [n for n in names if n not in ("stock", "proxy", "hook") and not n.startswith("hook-")]
-    if bad or not names or names[0] != "stock":
-        raise SystemExit(f"REALAB_CONFIGS: stock first, then proxy, hook or hook-<policy>; got {names}")
+    bad = [n for n in names if n not in ("stock", "proxy", "hook", STOCK_AGAIN) and not n.startswith("hook-")]
+    if bad or not names or names[0] != "stock" or len(set(names)) != len(names):
+        raise SystemExit(f"REALAB_CONFIGS: stock first, then {STOCK_AGAIN}, proxy, hook or hook-<policy>, "
+                         f"each once; got {names}")
     return names
 
 
@@ -167,7 +171,7 @@ class Rig:
         engine = self.hooked if active == "hook" else self.stock
         assert engine is not None
         rig.wait_http(engine, "/health", 60)
-        if config == "stock":
+        if config in ("stock", STOCK_AGAIN):
             return engine.url, engine
         proxy = self.proxy_hook if active == "hook" else self.proxy_stock
         assert proxy is not None

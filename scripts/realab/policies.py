@@ -40,6 +40,8 @@ PER_REQUEST = ["TTFT", "TTFO", "TTOT", "end-to-end", "largest answer gap", "answ
 DESCRIBE = {
     "stock": "stock vLLM, clients straight to it",
     "proxy": "stock vLLM behind Meridian (no hook)",
+    "stock-again": "stock vLLM again, the same engine measured a second time in the round (an A/A run: "
+                   "its ratios are the rig's run-to-run noise)",
 }
 
 
@@ -303,12 +305,13 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
         shipped = " (the policy Meridian ships)" if policies.get(config) == SHIPPED_POLICY else ""
         lines.append(f"- **{config}{shipped}, do no harm (every metric's interval at or below 1.05): "
                      f"{h.word}**" + (f", decided by {h.decided_by}" if h.decided_by else "") + ".")
-    for config in (c for c in configs if policies.get(c) == "fcfs"):
+    for config in (c for c in configs if policies.get(c) == "fcfs" or c == "stock-again"):
         costs, gains = plain_effects(tables[config])
         if costs or gains:
             paired_rounds = len(set(runs.get(config, {})) & set(runs["stock"]))
-            lines.append(f"- **This rig's noise floor:** `{config}` schedules exactly as stock does (the hook "
-                         "loaded, reordering nothing), yet its intervals resolve " + "; ".join(costs + gains)
+            what = ("is stock measured again" if config == "stock-again"
+                    else "schedules exactly as stock does (the hook loaded, reordering nothing)")
+            lines.append(f"- **This rig's noise floor:** `{config}` {what}, yet its intervals resolve " + "; ".join(costs + gains)
                          + f". The interval resamples requests and {paired_rounds} round(s); whole runs under queueing "
                          "differ by more than that, so an effect of that size on that metric elsewhere in this "
                          "section is not yet a policy's.")

@@ -33,7 +33,7 @@ def write_set(set_dir: Path, scales: dict[str, float], n: int = 100) -> None:
         with gzip.open(raw / f"long-0.9-0-{config}.json.gz", "wt") as f:
             json.dump(body, f)
         runs.append({"workload": "long", "load": 0.9, "round": 0, "config": config,
-                     "policy": None if config in ("stock", "proxy") else config.removeprefix("hook-"),
+                     "policy": None if config in ("stock", "stock-again", "proxy") else config.removeprefix("hook-"),
                      "summary": {"total_token_throughput": 1000.0 / max(scale, 1e-9)}, "cpu": {"other_cores": 0.01}})
     with gzip.open(raw / "long-unloaded-0.json.gz", "wt") as f:
         json.dump({"runs": [{"requests": [request(i, 0.9) for i in range(n)]}]}, f)
@@ -166,3 +166,23 @@ def test_rounds_added_to_a_kept_set_widen_its_pairs_and_are_never_measured_twice
     (tmp_path / "other.json").write_text(json.dumps(other))
     with pytest.raises(SystemExit, match="another engine"):
         policies.add(tmp_path / "other.json", page_dir / "1-set", "another budget")
+
+
+def test_stock_measured_again_is_the_noise_floor_itself(tmp_path: Path):
+    write_set(tmp_path / "1-set", {"stock": 1.0, "stock-again": 1.3, "hook-output-first": 1.0})
+    page = page_of(tmp_path)
+    assert "- `stock-again`: stock vLLM again, the same engine measured a second time in the round" in page
+    assert "- **This rig's noise floor:** `stock-again` is stock measured again, yet its intervals resolve" in page
+    assert "TTFT p50 1.30x (1.30-1.30)" in page
+
+
+def test_a_run_names_stock_first_and_each_configuration_once(monkeypatch):
+    from realab.measure import configs_from_env, engine_name, policy_of
+
+    monkeypatch.setenv("REALAB_CONFIGS", "stock,stock-again,hook-output-first")
+    assert configs_from_env() == ["stock", "stock-again", "hook-output-first"]
+    assert policy_of("stock-again") is None and engine_name("stock-again") == "stock", "the same stock engine"
+    for bad in ("stock-again,stock", "stock,stock", "stock,hook-fcfs,hook-fcfs", "stock,lifo"):
+        monkeypatch.setenv("REALAB_CONFIGS", bad)
+        with pytest.raises(SystemExit):
+            configs_from_env()

@@ -95,9 +95,10 @@ def card_section(card: Path, main_meta: dict, main_steps: dict[tuple, dict], mai
            term("per_context_token_s", 1e9, "ns"), term("per_prefill_attention_s", 1e12, "ps"),
            term("weight_read_tokens", 1, "tokens"), "",
            f"| step class | shapes | {short} / {main_short} step time, median (range) |", "|---|---:|---|"]
+    ratios = {label: _median_ratio([(steps[k]["step_s"], main_steps[k]["step_s"]) for k in keys])
+              for label, keys in by_class.items()}
     for label, keys in by_class.items():
-        r = _median_ratio([(steps[k]["step_s"], main_steps[k]["step_s"]) for k in keys])
-        if r:
+        if r := ratios[label]:
             out.append(f"| {label} | {len(keys)} | {r[0]:.2f} ({r[1]:.2f}-{r[2]:.2f}) |")
     mine, theirs = regime(steps, fitted), regime(main_steps, main_fitted)
     out += ["", f"| ratio that decides scheduling | {main_short} | {short} |", "|---|---:|---:|"]
@@ -114,8 +115,7 @@ def card_section(card: Path, main_meta: dict, main_steps: dict[tuple, dict], mai
         out += ["", f"Fused (`torch.compile`, then a graph) on the {short}: "
                 + "; ".join(f"{'one decode' if s['decode_reqs'] == 1 else str(s['decode_reqs']) + ' decodes' if s['decode_reqs'] else str(s['prefill_tokens']) + '-token chunk'}"
                             f" {s['plain_ms']:.2f} -> {s['fused_ms']:.2f} ms" for s in f) + "."]
-    chunk_ratio = _median_ratio([(steps[k]["step_s"], main_steps[k]["step_s"]) for k in by_class["prompt-chunk steps"]])
-    decode_ratio = _median_ratio([(steps[k]["step_s"], main_steps[k]["step_s"]) for k in by_class["decode-only steps"]])
+    chunk_ratio, decode_ratio = ratios["prompt-chunk steps"], ratios["decode-only steps"]
     if chunk_ratio and decode_ratio:
         if decode_ratio[0] < chunk_ratio[0] - 0.05:
             read = (f"the {short}'s faster memory shortens the steps that read weights and KV (decode-only "

@@ -29,6 +29,7 @@ from pathlib import Path
 from . import forecast as F
 from . import regime as R
 from . import stats as S
+from .measure import STOCK_AGAIN
 
 #: The hook policy `meridian.toml` and the chart ship.
 SHIPPED_POLICY = "output-first"
@@ -40,7 +41,7 @@ PER_REQUEST = ["TTFT", "TTFO", "TTOT", "end-to-end", "largest answer gap", "answ
 DESCRIBE = {
     "stock": "stock vLLM, clients straight to it",
     "proxy": "stock vLLM behind Meridian (no hook)",
-    "stock-again": "stock vLLM again, the same engine measured a second time in the round (an A/A run: "
+    STOCK_AGAIN: "stock vLLM again, the same engine measured a second time in the round (an A/A run: "
                    "its ratios are the rig's run-to-run noise)",
 }
 
@@ -305,11 +306,11 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
         shipped = " (the policy Meridian ships)" if policies.get(config) == SHIPPED_POLICY else ""
         lines.append(f"- **{config}{shipped}, do no harm (every metric's interval at or below 1.05): "
                      f"{h.word}**" + (f", decided by {h.decided_by}" if h.decided_by else "") + ".")
-    for config in (c for c in configs if policies.get(c) == "fcfs" or c == "stock-again"):
+    for config in (c for c in configs if policies.get(c) == "fcfs" or c == STOCK_AGAIN):
         costs, gains = plain_effects(tables[config])
         if costs or gains:
             paired_rounds = len(set(runs.get(config, {})) & set(runs["stock"]))
-            what = ("is stock measured again" if config == "stock-again"
+            what = ("is stock measured again" if config == STOCK_AGAIN
                     else "schedules exactly as stock does (the hook loaded, reordering nothing)")
             lines.append(f"- **This rig's noise floor:** `{config}` {what}, yet its intervals resolve " + "; ".join(costs + gains)
                          + f". The interval resamples requests and {paired_rounds} round(s); whole runs under queueing "

@@ -196,7 +196,8 @@ def agrees(measured: S.Estimate, predicted: float) -> bool:
 
 
 def resolved(e: S.Estimate | None) -> bool:
-    """An effect the measurement resolves: its whole interval on one side of 1."""
+    """An effect the measurement resolves: its whole interval on one side of 1 (never a
+    single round's, whose interval cannot carry run-to-run spread)."""
     return e is not None and (e.low > 1 or e.high < 1)
 
 
@@ -282,7 +283,7 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
                         continue
                     lo, hi = bar(g.point, m.point / t.point if t.point > 0 else 1.0)
                     forecasts.append(f"{g.point:.2f} [{lo:.2f}-{hi:.2f}]")
-                lines.append(f"| {config} | {label} | {m.point:.2f} ({m.low:.2f}-{m.high:.2f}) | {t.point:.2f} | "
+                lines.append(f"| {config} | {label} | {m.text()} | {t.point:.2f} | "
                              f"{verdict} | " + " | ".join(forecasts) + " |")
     agreed, judged = (sum(col) for col in zip(*per_config.values())) if per_config else (0, 0)
     lines += ["", f"The twin agrees with {agreed} of the {judged} effects the measurement resolves"

@@ -10,7 +10,7 @@ a platform engineer reads to decide whether the hook helps and what it costs.
 SET_DIR (a folder of PAGE_DIR), so the page can be rebuilt from the repository; `report`
 writes the page from every set, in name order, with `stats.py`: per workload and
 load, each configuration against stock on the same requests (paired ratio, 90% bootstrap
-interval over requests and rounds), at the median and at the highest tail that at least
+interval over requests and rounds, widened for how few rounds there are: `stats.py`), at the median and at the highest tail that at least
 five requests set; the shares of stalled answers and of requests meeting each SLO with
 Wilson intervals; and the "do no harm" verdict of the policy Meridian ships. Given the
 README, it also rewrites the README's generated summary: for each set, workload, load
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import shutil
 import statistics
 import sys
@@ -142,9 +143,7 @@ def read(raw_dir: Path, workload: str, load: float) -> tuple[dict[str, dict[int,
 
 
 def _interval(e: S.Estimate | None) -> str:
-    if e is None:
-        return "-"
-    return f"{e.point:.2f} ({e.low:.2f}-{e.high:.2f})"
+    return "-" if e is None else e.text()
 
 
 def _share(s: S.Share | None) -> str:
@@ -192,13 +191,16 @@ def throughput(data: dict, workload: str, load: float, config: str) -> list[floa
 
 
 def plain_effects(table: dict[str, tuple]) -> tuple[list[str], list[str]]:
-    """(costs, gains): the metrics whose whole interval lies above 1.05 or below 0.95."""
+    """(costs, gains): the metrics whose whole (run-aware) interval lies above 1.05 or
+    below 0.95."""
     costs, gains = [], []
     for name, (p50, high, tail, _n) in table.items():
         for label, e in (("p50", p50), (f"p{round(100 * tail)}" if tail else "", high)):
             if e is None:
                 continue
             text = f"{name} {label} {e.point:.2f}x ({e.low:.2f}-{e.high:.2f})"
+            if not e.run_aware:  # one round: no interval that carries how runs differ
+                continue
             if e.low > 1.05:
                 costs.append(text)
             elif e.high < 0.95:
@@ -248,6 +250,32 @@ def write_readme_block(readme: Path, lines: list[str]) -> None:
     readme.write_text(text[:start] + block + text[end + len(README_END):])
 
 
+def noise_floor(config: str, table: dict[str, tuple], paired_rounds: int) -> list[str]:
+    """What a configuration that schedules as stock does (stock-again; the hook with fcfs)
+    shows of this rig's run-to-run noise: its furthest ratio from 1, what the bootstrap over
+    requests alone would have called resolved, and what the run-aware intervals resolve."""
+    estimates = [(f"{name} {label}", e) for name, (p50, high, tail, _n) in table.items()
+                 for label, e in (("p50", p50), (f"p{round(100 * tail)}" if tail else "", high)) if e is not None]
+    if not estimates:
+        return []
+    what = ("is stock measured again" if config == STOCK_AGAIN
+            else "schedules exactly as stock does (the hook loaded, reordering nothing)")
+    far_name, far = max(estimates, key=lambda ne: abs(math.log(ne[1].point)) if ne[1].point > 0 else math.inf)
+    within = [f"{n} {e.point:.2f}x" for n, e in estimates if e.within_low > 1.05 or e.within_high < 0.95]
+    costs, gains = plain_effects(table)
+    text = (f"- **This rig's noise floor:** `{config}` {what}; over {paired_rounds} round(s) its ratios reach "
+            f"{far_name} {far.point:.2f}x.")
+    if within:
+        text += (" The bootstrap over these runs' requests, not widened for the rounds' count, would call "
+                 + "; ".join(within) + " resolved: whole runs differ by more than their requests show.")
+    if costs or gains:
+        text += (" Even the intervals widened for the rounds' count resolve " + "; ".join(costs + gains)
+                 + ": an effect of that size on that metric elsewhere in this section is not yet a policy's.")
+    else:
+        text += " The intervals widened for the rounds' count resolve none of it."
+    return [text]
+
+
 def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: int) -> list[str]:
     runs, unloaded = read(raw_dir, workload, load)
     if "stock" not in runs:
@@ -259,10 +287,11 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
     lines = [f"### {workload}, {load * 100:.0f}% of stock capacity", "",
              f"{rounds} round(s), {per_run:.0f} requests a run counted (the first {WARMUP_SHARE:.0%} of each run "
              f"left out while the queue fills); ratios are each configuration over stock on the same requests, "
-             f"with a 90% bootstrap interval over requests and rounds; below 1 is better."
-             + (" With a single round the interval holds only the requests' spread, not how one whole run "
-                "differs from another (a burst that queues many requests at once): read it as a lower bound "
-                "on the uncertainty." if rounds < 2 else ""), ""]
+             f"with a 90% bootstrap interval over requests and rounds, widened for how few rounds there are "
+             f"(`stats.run_spread_factor`: whole runs differ by more than their requests show); below 1 is better."
+             + (" With a single round no interval can carry how one whole run differs from another (a burst "
+                "that queues many requests at once), so each ratio shows the interval within that one run "
+                "(\"one run: ...\") and no verdict reads it." if rounds < 2 else ""), ""]
     uneven = [c for c in configs if sorted(runs[c]) != sorted(runs["stock"])]
     if uneven:
         lines += ["Rounds per configuration (a ratio pairs only the rounds both sides ran): "
@@ -307,15 +336,7 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
         lines.append(f"- **{config}{shipped}, do no harm (every metric's interval at or below 1.05): "
                      f"{h.word}**" + (f", decided by {h.decided_by}" if h.decided_by else "") + ".")
     for config in (c for c in configs if policies.get(c) == "fcfs" or c == STOCK_AGAIN):
-        costs, gains = plain_effects(tables[config])
-        if costs or gains:
-            paired_rounds = len(set(runs.get(config, {})) & set(runs["stock"]))
-            what = ("is stock measured again" if config == STOCK_AGAIN
-                    else "schedules exactly as stock does (the hook loaded, reordering nothing)")
-            lines.append(f"- **This rig's noise floor:** `{config}` {what}, yet its intervals resolve " + "; ".join(costs + gains)
-                         + f". The interval resamples requests and {paired_rounds} round(s); whole runs under queueing "
-                         "differ by more than that, so an effect of that size on that metric elsewhere in this "
-                         "section is not yet a policy's.")
+        lines += noise_floor(config, tables[config], len(set(runs.get(config, {})) & set(runs["stock"])))
     lines.append("")
     lines += F.section(raw_dir.parent, workload, load, tables)
     return lines

@@ -5,9 +5,20 @@ the same prompt, lengths and arrival time under each: requests are paired across
 configurations. The headline effect of num over den (say hook / stock p99 TTOT) is the
 q-quantile of num's values pooled over all rounds over the same quantile of den's, with a
 percentile-bootstrap interval that resamples rounds and, within each chosen round, request
-indices, the same indices on both sides. Pairing cancels how much requests differ from one
+indices, the same indices on both sides, widened for the few rounds it resampled
+(`run_spread_factor`). Pairing cancels how much requests differ from one
 another (one prompt is long, another short), which is most of their spread, and leaves the
 configurations' difference on each request: the interval measures the effect, not the mix.
+
+Pairing cannot cancel how one whole run differs from another. Under queueing a run is one
+draw of a bursty process: the same stock engine measured twice in one round (an A/A run,
+`stock-again`) differed by 18-32% at 90% load, with request-level intervals that excluded 1.
+That spread shows only between rounds, and a bootstrap over R rounds sees R draws of it: it
+under-states it (by (R-1)/R in variance) and its percentiles take no account of how few
+draws there are. So the interval is widened, in log space about the point, by
+t(R-1)/z * sqrt(R/(R-1)) (the few-clusters correction of a cluster bootstrap: 2.17x at 3
+rounds, 1.34x at 6), and one round gives no interval at all: its effect is shown with the
+within-run interval beside it and cannot be met, missed or called harm.
 
 Quantiles are nearest-rank, as the load tester's summaries take them, so a point estimate
 here equals the figure a run's summary would give for the same requests. A tail is quoted
@@ -18,6 +29,7 @@ the whole interval lies past the target, "missed" when it lies wholly short, els
 
 from __future__ import annotations
 
+import functools
 import gzip
 import itertools
 import json
@@ -168,10 +180,76 @@ class Estimate:
     n_rounds: int
     q: float | str
     n_values: int
+    #: The bootstrap interval before widening for the rounds' count: what the requests
+    #: of these runs alone allow (the only interval a single round has).
+    within_low: float = math.nan
+    within_high: float = math.nan
 
     @property
     def quotable(self) -> bool:
         return isinstance(self.q, str) or quotable(self.q, self.n_values)
+
+    def text(self) -> str:
+        """"0.60 (0.52-0.71)"; a single round's "0.60 (one run: 0.55-0.65)", its interval
+        only the requests' spread within that run."""
+        if self.run_aware:
+            return f"{self.point:.2f} ({self.low:.2f}-{self.high:.2f})"
+        return f"{self.point:.2f} (one run: {self.within_low:.2f}-{self.within_high:.2f})"
+
+    @property
+    def run_aware(self) -> bool:
+        """Whether the interval carries run-to-run spread (two rounds or more): only
+        then may a verdict read it."""
+        return not (math.isnan(self.low) or math.isnan(self.high))
+
+
+def t_quantile(p: float, df: int) -> float:
+    """Student's t quantile (0.5 < p < 1), by bisection on its CDF; the CDF integrates the
+    density with Simpson's rule over [0, t]. Stdlib only, so the page builds anywhere;
+    accurate to 1e-6, far below what an interval's second decimal shows."""
+    if not 0.5 < p < 1 or df < 1:
+        raise ValueError(f"need 0.5 < p < 1 and df >= 1, not p={p!r}, df={df!r}")
+    return _t_quantile(p, df)
+
+
+@functools.lru_cache(maxsize=None)
+def _t_quantile(p: float, df: int) -> float:
+    norm = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+
+    def density(x: float) -> float:
+        return norm * (1 + x * x / df) ** (-(df + 1) / 2)
+
+    def cdf(t: float, steps: int = 2000) -> float:
+        h = t / steps
+        inner = sum((4 if i % 2 else 2) * density(i * h) for i in range(1, steps))
+        return 0.5 + h / 3 * (density(0) + inner + density(t))
+
+    lo, hi = 0.0, 1.0
+    while cdf(hi) < p:
+        lo, hi = hi, 2 * hi
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def run_spread_factor(rounds: int, confidence: float = 0.9) -> float | None:
+    """How much wider (in log space) an interval bootstrapped over `rounds` resampled
+    rounds must be to carry run-to-run spread: t(rounds - 1) over z at the confidence,
+    times sqrt(rounds / (rounds - 1)) for the bootstrap's variance shortfall. None for one
+    round: a single run pair cannot tell an effect from how runs differ."""
+    if rounds < 2:
+        return None
+    p = 1 - (1 - confidence) / 2
+    return t_quantile(p, rounds - 1) / statistics.NormalDist().inv_cdf(p) * math.sqrt(rounds / (rounds - 1))
+
+
+def _widen(point: float, low: float, high: float, factor: float, log_scale: bool) -> tuple[float, float]:
+    """The interval [low, high] stretched `factor` times about `point` (in log space for a
+    ratio, so 0.5x and 2x stay symmetric; linearly for a difference)."""
+    if log_scale and point > 0 and low > 0:
+        return (point * min(1.0, low / point) ** factor, point * max(1.0, high / point) ** factor)
+    return (point - factor * max(0.0, point - low), point + factor * max(0.0, high - point))
 
 
 def _pooled(rounds, side: int) -> list[float]:
@@ -179,10 +257,11 @@ def _pooled(rounds, side: int) -> list[float]:
 
 
 def _estimate(pairs: Paired, num: str, den: str, stat, q, resamples: int, seed: int,
-              confidence: float) -> Estimate | None:
+              confidence: float, log_scale: bool = True) -> Estimate | None:
     """`stat(num's pooled values, den's)` on the data, and its percentile interval over
     bootstrap samples: rounds with replacement, then each chosen round's request pairs
-    with replacement, so num and den always see the same requests."""
+    with replacement, so num and den always see the same requests; then widened for the
+    rounds' count (`run_spread_factor`; NaN bounds for a single round)."""
     rounds = pairs.matched(num, den)
     a, b = _pooled(rounds, 0), _pooled(rounds, 1)
     point = stat(a, b) if a and b else None
@@ -199,7 +278,10 @@ def _estimate(pairs: Paired, num: str, den: str, stat, q, resamples: int, seed: 
     draws.sort()
     tail = (1 - confidence) / 2
     low, high = (nearest_rank(draws, tail), nearest_rank(draws, 1 - tail)) if draws else (math.nan, math.nan)
-    return Estimate(point, low, high, sum(map(len, rounds)), len(rounds), q, min(len(a), len(b)))
+    factor = run_spread_factor(len(rounds), confidence)
+    run_low, run_high = (math.nan, math.nan) if factor is None or not draws else _widen(point, low, high, factor,
+                                                                                          log_scale)
+    return Estimate(point, run_low, run_high, sum(map(len, rounds)), len(rounds), q, min(len(a), len(b)), low, high)
 
 
 def _ratio(x: float, y: float) -> float | None:
@@ -228,7 +310,8 @@ def paired_ratio(pairs: Paired, q: float | str, num: str, den: str, *, resamples
 def verdict(interval, target: float, better: str = "lower") -> str:
     """"met" when the whole interval (anything with .low and .high) lies on the good side
     of the target, the target itself included ("ratio <= 0.5" is met by high == 0.5);
-    "missed" when it lies wholly on the bad side; else "unresolved"."""
+    "missed" when it lies wholly on the bad side; else "unresolved" (as for the NaN bounds
+    of a single round)."""
     if better == "lower":
         return MET if interval.high <= target else MISSED if interval.low > target else UNRESOLVED
     if better == "higher":
@@ -248,12 +331,14 @@ def do_no_harm(intervals: dict[str, Estimate | None], bound: float = 1.05) -> Ha
     lies at or below it (decided by the one that came closest), else "unresolved" (by the
     one reaching highest; an unmeasured metric cannot show it does no harm)."""
     measured = {k: v for k, v in intervals.items() if v is not None}
-    harmful = {k: v for k, v in measured.items() if v.low > bound}
+    harmful = {k: v for k, v in measured.items() if v.run_aware and v.low > bound}
     if harmful:
         return Harm(HARM, max(harmful, key=lambda k: harmful[k].low))
     unmeasured = [k for k, v in intervals.items() if v is None]
     if unmeasured or not measured:
         return Harm(UNRESOLVED, unmeasured[0] if unmeasured else "nothing measured")
+    if not all(v.run_aware for v in measured.values()):
+        return Harm(UNRESOLVED, "a single round (no interval carries run-to-run spread)")
     closest = max(measured, key=lambda k: measured[k].high)
     return Harm(MET if measured[closest].high <= bound else UNRESOLVED, closest)
 
@@ -303,7 +388,8 @@ def paired_share_change(pairs: Paired, num: str, den: str, kind: str = "differen
             return _ratio(statistics.fmean(a), statistics.fmean(b))
     else:
         raise ValueError(f"kind must be 'difference' or 'ratio', not {kind!r}")
-    return _estimate(pairs, num, den, stat, f"share {kind}", resamples, seed, confidence)
+    return _estimate(pairs, num, den, stat, f"share {kind}", resamples, seed, confidence,
+                     log_scale=kind == "ratio")
 
 
 def stalled(threshold_s: float = 0.25):

@@ -27,7 +27,8 @@ use crate::Phase;
 ///   depends on its ratio to the budget: measured on vLLM with a 256-token step budget
 ///   (`policies-real-engine.md`, set 5), half the budget (128) cut answer gaps with no
 ///   resolved cost, while 16 tokens (what a fixed 128 is to a GPU's 2,048) made TTFT
-///   p50 1.8x and the answers' p90 gap 5x stock's: prompts crawl in, and the requests
+///   p50 1.8x and the answers' p90 gap 5x stock's (one round: a point estimate, not
+///   a verdict): prompts crawl in, and the requests
 ///   behind them answer in bursts. An engine that never tells its budget gets no cap.
 ///   The prefill cap is lifted for `pressure_hold_s` after any preemption: under KV
 ///   pressure, preempted requests must recompute their context quickly, and capping that

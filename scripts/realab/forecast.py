@@ -4,15 +4,19 @@
 
 For a kept set of the policies page: the twin is calibrated on the rig's own stock engine
 (its step traces, kept in `SET_DIR/steps/` by `policies keep` and `policies add`), and
-replays every measured round's requests (the send times and the lengths the engine
-reported) under each configuration's policy: `SET_DIR/twin/rig/`, files named as the
-measured ones, so the page reads prediction and measurement with the same paired
-statistics. Then the same requests on each GPU profile measured in `gpu-step-curve/`
+replays every measured round's requests (the lengths the engine reported, the send times
+rescaled so that the load is the same fraction of the twin's capacity as the run's was
+of stock's measured capacity) under each configuration's policy: `SET_DIR/twin/rig/`,
+files named as the measured ones, so the page reads prediction and measurement with the
+same paired statistics. Matching the load's fraction, not its rate, matters because
+queueing is steep near capacity: a twin a third faster than its engine, replaying the
+same send times, runs at 67% load where the engine ran at 90%, and predicts the queue's
+effects a third too small. Then the same requests on each GPU profile measured in `gpu-step-curve/`
 (the H100, and every other card kept under it: `CARDS`) with the step budget the rig
 stands for (2,048 tokens): prompts scaled by the budgets' ratio (the same count of
 chunks), thoughts and answers as they were (the same count of steps), and send times
 stretched or squeezed so that the load is the same fraction of that card's twin capacity
-as it was of the rig twin's: `SET_DIR/twin/<card>/`, with `SET_DIR/twin/forecast.json`
+as it was of the rig's measured capacity: `SET_DIR/twin/<card>/`, with `SET_DIR/twin/forecast.json`
 saying how (profiles, capacities, scales)."""
 
 from __future__ import annotations
@@ -71,6 +75,15 @@ def scaled(requests: list[dict], prompt_scale: float, time_scale: float, all_at_
         s["sent_at"] = 0.0 if all_at_once else (r["sent_at"] - first) * time_scale
         out.append(s)
     return out
+
+
+def load_scales(measured: float | None, rig_twin: float, cards: dict[str, float]) -> tuple[float, dict[str, float]]:
+    """Send-time scales (rig twin; each card) that put every twin at the run's load
+    fraction: a run sent at rate f * `measured` (stock's measured capacity), its send
+    times multiplied by `measured / capacity`, arrives at f * that capacity. Without a
+    measured capacity the rig twin's own stands for it (its replay keeps the send times)."""
+    reference = measured or rig_twin
+    return reference / rig_twin, {slug: reference / cap for slug, cap in cards.items()}
 
 
 def card_profile(gpu_dir: Path, budget: int = H100_BUDGET) -> str:
@@ -162,21 +175,24 @@ def forecast(set_dir: Path, sim: Path) -> dict:
         for w in data["setup"]["workloads"]:
             for load in w["loads"]:
                 runs = S.read_runs(raw, w["name"], load)
+                # Stock's capacity as measured on the rig (everything sent at once), which
+                # the run's load is a fraction of; without one, the rig twin's own.
+                measured_cap = data.get("capacity", {}).get(w["name"])
                 for rnd, stock in sorted(runs.get("stock", {}).items()):
                     cap_rig = rig.capacity(stock)
-                    entry = summary["rounds"][f"{w['name']}-{load:g}-{rnd}"] = {
-                        "rig_capacity": cap_rig, "capacity": {}, "time_scale": {}}
-                    on_card = {}
-                    for slug, twin in cards.items():
-                        cap = twin.capacity(scaled(stock, prompt_scale, 1.0))
-                        entry["capacity"][slug], entry["time_scale"][slug] = cap, cap_rig / cap
-                        on_card[slug] = scaled(stock, prompt_scale, cap_rig / cap)
+                    card_caps = {slug: twin.capacity(scaled(stock, prompt_scale, 1.0)) for slug, twin in cards.items()}
+                    rig_scale, card_scales = load_scales(measured_cap, cap_rig, card_caps)
+                    summary["rounds"][f"{w['name']}-{load:g}-{rnd}"] = {
+                        "rig_capacity": cap_rig, "measured_capacity": measured_cap, "rig_time_scale": rig_scale,
+                        "capacity": card_caps, "time_scale": card_scales}
+                    on_rig = scaled(stock, 1.0, rig_scale)
+                    on_card = {slug: scaled(stock, prompt_scale, card_scales[slug]) for slug in cards}
                     for config, by_round in runs.items():
                         if rnd not in by_round:
                             continue
                         name = f"{w['name']}-{load:g}-{rnd}-{config}.json.gz"
                         policy = policy_for(config, policies)
-                        _write(set_dir / "twin" / "rig" / name, rig.replay(stock, policy))
+                        _write(set_dir / "twin" / "rig" / name, rig.replay(on_rig, policy))
                         for slug, twin in cards.items():
                             _write(set_dir / "twin" / slug / name, twin.replay(on_card[slug], policy))
     (set_dir / "twin" / "forecast.json").write_text(json.dumps(summary, indent=1))
@@ -234,15 +250,20 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
              "The twin (`meridian-sim replay`), calibrated on this rig's stock engine (its step traces"
              + (f"; fit over {fit['samples']:,} steps: median error {fit['median_abs_pct_error']:.1f}%, "
                f"`{fit['formula']}`" if "median_abs_pct_error" in fit else "")
-             + "), replays each round's requests (send times and the lengths the engine reported) under each "
-             "configuration's policy; the same paired statistics read it. *Agrees*: the twin's ratio lies inside "
+             + "), replays each round's requests (the lengths the engine reported) under each configuration's "
+             "policy, their send times rescaled so the load is the same fraction of the twin's capacity as the run's "
+             "was of stock's measured capacity"
+             + (f" (twin {caps[0]['rig_capacity']:.3f} req/s against {caps[0]['measured_capacity']:.3f} measured: "
+                "replayed at the run's own send times, the twin would stand at a lower load, where queues are "
+                "shorter and every policy's effect smaller)" if caps and caps[0].get("measured_capacity") else "")
+             + "; the same paired statistics read it. *Agrees*: the twin's ratio lies inside "
              f"the measured interval or within {TOLERANCE:.0%} of the measured point; judged only where the "
              f"measurement resolves the effect (its interval wholly on one side of 1). Each forecast replays the "
              f"same requests on that card's profile measured in [the GPU step-time curve](gpu-step-curve.md) with a "
              f"{summary['gpu_budget']:,}-token budget: prompts {summary['prompt_scale']:g}x as long (the same "
              "count of chunks), thoughts and answers as they were, send times rescaled to the same fraction of "
              "that card's twin capacity"
-             + (f" (twin capacity, rig {caps[0]['rig_capacity']:.3f} req/s; {capacities})" if caps else "")
+             + (f" (twin capacity: {capacities})" if caps and capacities else "")
              + ". Its bracket runs from the twin's figure to that figure times the rig's residual (measured over "
              "predicted, same metric and quantile): a forecast, not a measurement.", "",
              "| configuration | metric | measured | twin on the rig | agrees | "

@@ -9,6 +9,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -66,7 +68,7 @@ def test_the_page_puts_the_twin_beside_each_measured_effect(tmp_path: Path):
     cards = {"h100": {"label": "H100"}, "h200": {"label": "H200"}}
     (set_dir / "twin" / "forecast.json").write_text(json.dumps(
         {"gpu_budget": 2048, "prompt_scale": 8, "cards": cards, "rounds": {"long-0.9-0": {
-            "rig_capacity": 0.3, "capacity": {"h100": 2.5, "h200": 2.7}, "time_scale": {"h100": 0.12, "h200": 0.11}}}}))
+            "rig_capacity": 0.3, "measured_capacity": 0.25, "capacity": {"h100": 2.5, "h200": 2.7}, "time_scale": {"h100": 0.12, "h200": 0.11}}}}))
     page = page_of(tmp_path, resamples=100)
     assert "#### The twin beside the measurement, and its H100 and H200 forecast" in page
     # Measured 0.6 (resolved), twin 0.9: 50% off and outside the interval; each card's
@@ -77,7 +79,17 @@ def test_the_page_puts_the_twin_beside_each_measured_effect(tmp_path: Path):
     assert "| hook-fcfs | TTFO p50 | 1.00 (1.00-1.00) | 1.00 | not resolved |" in page
     assert "The twin agrees with 0 of the 12 effects the measurement resolves (by configuration: hook-output-first 0 of 12)" in page
     assert "hook-output-first TTFT p50 (measured 0.60, twin 0.90)" in page
-    assert "rig 0.300 req/s; H100 2.50 req/s; H200 2.70 req/s" in page
+    assert "(twin 0.300 req/s against 0.250 measured:" in page
+    assert "(twin capacity: H100 2.50 req/s; H200 2.70 req/s)" in page
+
+
+def test_every_twin_replays_at_the_runs_load_fraction():
+    # The run: 90% of stock's measured 0.3 req/s. A twin a half faster than the engine
+    # (0.45) must see its send times squeezed to 2/3, or it stands at 60% load.
+    rig, cards = F.load_scales(0.3, 0.45, {"h100": 3.0})
+    for scale, capacity in ((rig, 0.45), (cards["h100"], 3.0)):
+        assert 0.9 * 0.3 / scale == pytest.approx(0.9 * capacity)
+    assert F.load_scales(None, 0.45, {"h100": 3.0}) == (1.0, {"h100": 0.15}), "no measured capacity: the twin's"
 
 
 def test_step_traces_are_kept_once(tmp_path: Path):

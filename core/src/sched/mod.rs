@@ -112,7 +112,8 @@ pub const POLICY_NAMES: [&str; 5] = ["fcfs", "priority", "output-first", "reason
 /// A policy by its configuration name, optionally with parameters:
 /// `output-first:think_decode_cap=16,output_prefill_share=0.25` or
 /// `reasoning-first:reader_tokens_per_s=30`; `slo-driven` also takes output-first's
-/// parameters, for its output-first mode. `None` for an unknown name or parameter.
+/// parameters, for its output-first mode, and `relax_to_stock=1` to relax to vLLM's own
+/// order instead of reasoning-first. `None` for an unknown name or parameter.
 pub fn policy_by_name(spec: &str) -> Option<Box<dyn SchedulingPolicy>> {
     let (name, params) = spec.split_once(':').unwrap_or((spec, ""));
     let mut pairs = Vec::new();
@@ -148,6 +149,7 @@ pub fn policy_by_name(spec: &str) -> Option<Box<dyn SchedulingPolicy>> {
                 match k {
                     "output_itl_target_ms" => p.output_itl_target_s = v / 1000.0,
                     "relax_below" => p.relax_below = v,
+                    "relax_to_stock" => p.relax_to_stock = v != 0.0,
                     // Anything else sets its output-first mode, named as output-first's.
                     _ => set_output_first(&mut p.output_first, k, v)?,
                 }
@@ -188,6 +190,7 @@ mod tests {
         assert!(policy_by_name("output-first:output_prefill_share=0.25").is_some());
         assert!(policy_by_name("output-first:output_prefill_share=1.5").is_none(), "a share of the budget");
         assert!(policy_by_name("slo-driven:output_prefill_share=0.25").is_some());
+        assert!(policy_by_name("slo-driven:relax_to_stock=1,output_itl_target_ms=60").is_some());
         assert!(policy_by_name("reasoning-first:reader_tokens_per_s=30").is_some());
         assert!(policy_by_name("reasoning-first:reader_tokens_per_s=0").is_none(), "answers never resume");
         assert!(policy_by_name("reasoning-first:lead_tokens=-1").is_none());

@@ -1,17 +1,23 @@
-use super::{OutputFirst, ReasoningFirst, RequestView, SchedulingPolicy, StepLimits};
+use super::{Fcfs, OutputFirst, ReasoningFirst, RequestView, SchedulingPolicy, StepLimits};
 
-/// Picks between output-first and reasoning-first by what the answers need now. The step
-/// time (measured between consecutive steps, smoothed) is every answering request's
-/// inter-token latency: while it runs above `output_itl_target_s`, answers are at risk and
-/// output-first limits apply; once it is comfortably below (under `relax_below` of the
-/// target), answers have slack, and reasoning-first pacing gives steps to thinking.
+/// Picks a policy by what the answers need now. The step time (measured between
+/// consecutive steps, smoothed) is every answering request's inter-token latency: while
+/// it runs above `output_itl_target_s`, answers are at risk and output-first limits
+/// apply; once it is comfortably below (under `relax_below` of the target), answers have
+/// slack, and the policy relaxes: to reasoning-first pacing, which gives steps to
+/// thinking, or, with `relax_to_stock`, to vLLM's own order with no limits at all, so
+/// that an engine whose answers meet their target is scheduled exactly as stock (the
+/// do-no-harm candidate: it intervenes only while the target is missed).
 #[derive(Debug, Clone)]
 pub struct SloDriven {
     pub output_itl_target_s: f64,
-    /// Fraction of the target under which the policy relaxes to reasoning-first.
+    /// Fraction of the target under which the policy relaxes.
     pub relax_below: f64,
+    /// Relax to stock's order (FCFS, no limits, no pacing) instead of reasoning-first.
+    pub relax_to_stock: bool,
     pub output_first: OutputFirst,
     pub reasoning_first: ReasoningFirst,
+    stock: Fcfs,
     last_step_s: Option<f64>,
     step_ema_s: Option<f64>,
     protecting_output: bool,
@@ -22,8 +28,10 @@ impl Default for SloDriven {
         SloDriven {
             output_itl_target_s: 0.05,
             relax_below: 0.7,
+            relax_to_stock: false,
             output_first: OutputFirst::default(),
             reasoning_first: ReasoningFirst::default(),
+            stock: Fcfs,
             last_step_s: None,
             step_ema_s: None,
             protecting_output: true,
@@ -55,7 +63,12 @@ impl SloDriven {
     }
 
     fn current(&mut self) -> &mut dyn SchedulingPolicy {
-        if self.protecting_output { &mut self.output_first } else { &mut self.reasoning_first }
+        match (self.protecting_output, self.relax_to_stock) {
+            (true, _) => &mut self.output_first,
+            (false, false) => &mut self.reasoning_first,
+            // Fcfs holds no state: a fresh one each step is vLLM's own scheduler.
+            (false, true) => &mut self.stock,
+        }
     }
 }
 
@@ -144,5 +157,49 @@ mod tests {
         p.set_step_budget(2048);
         assert!(p.protecting_output(), "it starts protecting answers");
         assert_eq!(p.step_limits(&[answering], 5.0).max_prefill_tokens, Some(1024));
+    }
+
+    #[test]
+    fn relaxed_to_stock_it_schedules_exactly_as_vllm_while_answers_meet_their_target() {
+        use crate::Phase;
+        let view = |seq: u64, phase: Phase, arrival_s: f64, think_ended_s: Option<f64>| RequestView {
+            seq,
+            arrival_s,
+            priority: 0,
+            phase,
+            prefill_remaining: 0,
+            think_tokens: 10,
+            output_tokens: 3,
+            think_ended_s,
+            think_ends_next: false,
+            queued_s: None,
+        };
+        let mut p = SloDriven { relax_to_stock: true, ..SloDriven::default() };
+        p.set_step_budget(256);
+        let mut t = 0.0;
+        let running = vec![view(1, Phase::Think, 0.0, None), view(2, Phase::Output, 1.0, Some(1.5))];
+        // Fast steps: no limits, admission order kept, and stock's victim (the last).
+        for _ in 0..30 {
+            t += 0.01;
+            p.order_running(&mut running.clone(), t);
+        }
+        assert!(!p.protecting_output());
+        t += 0.01;
+        let mut order = running.clone();
+        p.order_running(&mut order, t);
+        assert_eq!(order, running, "stock keeps the running order");
+        assert_eq!(p.step_limits(&running, t), StepLimits::default());
+        assert_eq!(p.pick_victim(&running, t), 1);
+        assert!(!p.defer(&running[1], t), "no pacing: answers are never held back");
+        // Slow steps: the answers miss their target, and output-first takes over.
+        for _ in 0..30 {
+            t += 0.2;
+            p.order_running(&mut running.clone(), t);
+        }
+        assert!(p.protecting_output());
+        let mut order = running.clone();
+        p.order_running(&mut order, t + 0.2);
+        assert_eq!(order[0].seq, 2, "the answering request first");
+        assert_eq!(p.step_limits(&running, t + 0.2).max_prefill_tokens, Some(128));
     }
 }

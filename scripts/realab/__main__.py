@@ -6,6 +6,7 @@
     python -m realab stepcost measure|report ...   (the hook's cost to real steps: stepcost.py)
     python -m realab policies keep|add|report ...  (every policy, paired: policies.py)
     python -m realab forecast SET_DIR SIM          (the twin beside a kept set, and its GPU forecasts)
+    python -m realab candidates SET_DIR SIM POLICIES LOADS OUT_MD  (candidate policies on the twin first)
 
 `measure` starts the engines and proxies, measures, and writes RESULTS_JSON (every run's
 summary, the step traces' preemptions, the capacity, the setup); the step traces stay in
@@ -143,6 +144,10 @@ def main(argv: list[str]) -> None:
         from . import forecast
 
         print(json.dumps(forecast.forecast(Path(argv[1]), Path(argv[2])), indent=1))
+    elif argv[0] == "candidates":
+        from . import candidates
+
+        candidates.main(argv[1:])
     elif argv[0] == "stepcost":
         from . import stepcost
 

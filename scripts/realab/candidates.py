@@ -26,7 +26,7 @@ from pathlib import Path
 
 from . import forecast as F
 from . import stats as S
-from .policies import PER_REQUEST, WARMUP_SHARE
+from .policies import PER_REQUEST, without_warmup
 
 QUANTILES = (0.5, 0.99)
 #: Resamples per interval: the twin's intervals are for reading, not verdicts.
@@ -42,12 +42,8 @@ def replays(set_dir: Path, sim: Path, policies: list[str], loads: list[float], t
         raise SystemExit(f"{profile}: missing (run `python -m realab forecast {set_dir} SIM` first)")
     budget = int(data["setup"]["engine"].get("max_num_batched_tokens", 256))
     twins = {"rig": (F.Twin(sim, profile, "rig", tmp), 1.0)}
-    curves = set_dir.parent.parent / "gpu-step-curve"
-    for slug, _label, folder, name in F.CARDS:
-        if (curves / folder / "fitted-profile.toml").exists():
-            card = tmp / f"{slug}.toml"
-            card.write_text(F.card_profile(curves / folder))
-            twins[slug] = (F.Twin(sim, card, name, tmp), F.H100_BUDGET / budget)
+    for slug, (twin, _label, _file) in F.card_twins(set_dir.parent.parent / "gpu-step-curve", sim, tmp).items():
+        twins[slug] = (twin, F.H100_BUDGET / budget)
     out: dict = {}
     for w in data["setup"]["workloads"]:
         for load in w["loads"]:
@@ -61,9 +57,8 @@ def replays(set_dir: Path, sim: Path, policies: list[str], loads: list[float], t
                         requests = F.scaled(stock, prompt_scale, sent_rate / (target * capacity))
                         for policy in policies:
                             rep = twin.replay(requests, policy)["runs"][0]["requests"]
-                            skip = int(len(rep) * WARMUP_SHARE)
-                            out.setdefault((w["name"], side, target), {}).setdefault(policy, {})[rnd] = [
-                                r for r in rep if r["index"] >= skip]
+                            out.setdefault((w["name"], side, target), {}).setdefault(policy, {})[rnd] = (
+                                without_warmup(rep))
     return out
 
 

@@ -95,6 +95,18 @@ def card_profile(gpu_dir: Path, budget: int = H100_BUDGET) -> str:
     return "\n".join(lines) + "\n"
 
 
+def card_twins(curves: Path, sim: Path, tmp: Path) -> dict[str, tuple[Twin, str, Path]]:
+    """{slug: (its twin, its label, its profile file in `tmp`)} for every card of `CARDS`
+    whose measured curve is under `curves`, each at the budget the rig stands for."""
+    out = {}
+    for slug, label, folder, profile in CARDS:
+        if (curves / folder / "fitted-profile.toml").exists():
+            card_file = tmp / f"{slug}.toml"
+            card_file.write_text(card_profile(curves / folder))
+            out[slug] = (Twin(sim, card_file, profile, tmp), label, card_file)
+    return out
+
+
 class Twin:
     """`meridian-sim` on one profile file."""
 
@@ -162,12 +174,8 @@ def forecast(set_dir: Path, sim: Path) -> dict:
         cards: dict[str, Twin] = {}
         summary: dict = {"rig_profile": "twin/rig-profile.toml", "gpu_budget": H100_BUDGET,
                          "prompt_scale": prompt_scale, "cards": {}, "rounds": {}}
-        for slug, label, folder, profile in CARDS:
-            if not (curves / folder / "fitted-profile.toml").exists():
-                continue
-            card_file = tmp / f"{slug}.toml"
-            card_file.write_text(card_profile(curves / folder))
-            cards[slug] = Twin(sim, card_file, profile, tmp)
+        for slug, (twin, label, card_file) in card_twins(curves, sim, tmp).items():
+            cards[slug] = twin
             shutil.copy(card_file, set_dir / "twin" / f"{slug}-profile.toml")
             summary["cards"][slug] = {"label": label, "profile": f"twin/{slug}-profile.toml"}
         for side in ("rig", *cards):

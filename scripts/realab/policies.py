@@ -126,14 +126,19 @@ def add(results: Path, set_dir: Path, note: str) -> int:
     return copied
 
 
+def without_warmup(requests: list[dict]) -> list[dict]:
+    """A run's requests less the first `WARMUP_SHARE` of them (by index)."""
+    skip = int(len(requests) * WARMUP_SHARE)
+    return [r for r in requests if r["index"] >= skip]
+
+
 def read(raw_dir: Path, workload: str, load: float) -> tuple[dict[str, dict[int, list[dict]]], dict[int, list[dict]]]:
     """({config: {round: requests}}, {round: unloaded requests}), the first
     `WARMUP_SHARE` of each run's requests (by index) left out."""
     runs = S.read_runs(raw_dir, workload, load)
     for rounds in runs.values():
         for rnd, requests in rounds.items():
-            skip = int(len(requests) * WARMUP_SHARE)
-            rounds[rnd] = [r for r in requests if r["index"] >= skip]
+            rounds[rnd] = without_warmup(requests)
     unloaded = {int(f.name[len(f"{workload}-unloaded-"):-len(".json.gz")]): S.read_requests(f)
                 for f in sorted(raw_dir.glob(f"{workload}-unloaded-*.json.gz"))}
     return runs, unloaded

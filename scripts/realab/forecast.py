@@ -138,6 +138,7 @@ def calibrate(sim: Path, set_dir: Path, data: dict, tmp: Path) -> Path:
             with gzip.open(t, "rb") as src:
                 shutil.copyfileobj(src, dst)
     eng = data["setup"]["engine"]
+    windows = [r["window"] for r in data["runs"] if r["config"] in ("stock", "proxy") and r.get("window")]
     block = re.search(r"--block-size', '(\d+)'", str(eng.get("extra", "")))
     profile = tmp / "rig.toml"
     kv = max((w.get("kv_blocks") or 0 for w in data["setup"]["workloads"]), default=0) or 100_000
@@ -146,7 +147,10 @@ def calibrate(sim: Path, set_dir: Path, data: dict, tmp: Path) -> Path:
                     "--gpu", "none (the GPU-shaped rig: vLLM CPU build, forward pass on one core)",
                     "--model", Path(eng.get("model", "bench")).name, "--block-size", block.group(1) if block else "16",
                     "--kv-blocks", str(kv), "--max-num-seqs", str(eng.get("max_num_seqs", 32)),
-                    "--max-num-batched-tokens", str(eng.get("max_num_batched_tokens", 256))],
+                    "--max-num-batched-tokens", str(eng.get("max_num_batched_tokens", 256)),
+                    # The curve over the measured runs only: the page's regime table sets
+                    # the twin beside the rig's steps in those windows (regime.twin_ratios).
+                    *(a for w in windows for a in ("--curve-window", f"{w[0]},{w[1]}"))],
                    check=True, stdout=subprocess.DEVNULL)
     shutil.copy(profile, set_dir / "twin" / "rig-profile.toml")
     return profile

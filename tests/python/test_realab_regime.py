@@ -94,11 +94,11 @@ def test_where_the_rig_is_not_the_h100_is_said_and_what_it_does():
 
 def test_the_twin_column_reads_the_calibrated_curve():
     # Rows as `meridian-sim calibrate --json` writes them: [bin, measured ms, steps, fitted ms].
-    cal = {"curve_all": {"prefill": [[128, 40.0, 9, 41.0], [256, 80.0, 50, 82.5]],
-                         "decode": [[1, 11.0, 900, 11.0], [8, 28.0, 40, 27.5], [16, 40.0, 30, 44.0]]}}
+    cal = {"curve": {"prefill": [[128, 40.0, 9, 41.0], [256, 80.0, 50, 82.5]],
+                     "decode": [[1, 11.0, 900, 11.0], [8, 28.0, 40, 27.5], [16, 40.0, 30, 44.0]]}}
     twin = regime.twin_ratios(cal, 256)
     assert twin == {"chunk": 7.5, "decode_growth": {"8": 2.5, "16": 4.0}}
-    assert regime.twin_ratios({"curve_all": {"prefill": [], "decode": []}}, 256) is None
+    assert regime.twin_ratios({"curve": {"prefill": [], "decode": []}}, 256) is None
     shape = {"ratio": 7.0, "chunk_ms": 80.0, "decode_ms": 11.4, "chunk_tokens": 192,
              "decode_growth": {"8": 2.6}, "chunk_after": {}}
     rows = regime.table(shape, None, [], {"max_num_batched_tokens": 256}, twin)
@@ -106,3 +106,17 @@ def test_the_twin_column_reads_the_calibrated_curve():
     assert rows[2].endswith("| 7.5 |")
     assert any(r.startswith("| decode step of 8 requests / of one | not measured | 2.60 | 2.50 |") for r in rows)
     assert any(r.startswith("| decode step of 32 requests") and r.endswith("| - |") for r in rows)
+
+
+def test_the_twin_column_bins_the_steps_as_the_rig_column_does():
+    # The rig column pools decode steps of 1 to 3 requests, and of b requests within a
+    # quarter of b; the twin's figure is the step-weighted mean of the same bins' fits.
+    cal = {"curve": {"prefill": [[256, 80.0, 50, 80.0]],
+                     "decode": [[1, 10.0, 300, 10.0], [3, 14.0, 100, 14.0], [13, 40.0, 10, 40.0],
+                                [16, 44.0, 30, 44.0], [20, 50.0, 10, 50.0], [21, 60.0, 99, 60.0]]}}
+    twin = regime.twin_ratios(cal, 256)
+    assert twin is not None
+    assert twin["chunk"] == 80.0 / 11.0
+    assert twin["decode_growth"] == {"16": (10 * 40.0 + 30 * 44.0 + 10 * 50.0) / 50 / 11.0}
+    # The curve over every step (warm-up included) is not what the rig column measures.
+    assert regime.twin_ratios({"curve_all": cal["curve"]}, 256) is None

@@ -83,3 +83,43 @@ fn the_fitted_model_reproduces_the_measured_step_curve() {
     let one = curve.decode.iter().find(|p| p.tokens == 1.0).unwrap();
     assert!(longest.tokens >= 1024.0 && longest.median_s > 20.0 * one.median_s, "{longest:?} vs {one:?}");
 }
+
+/// `meridian-sim calibrate --curve-window`, given twice, draws the curve from the steps in
+/// either window (a set's measured runs) while the fit still reads every step: what the
+/// policies page sets beside the rig's own steps.
+#[test]
+fn the_curve_can_be_drawn_from_several_windows() {
+    let steps = real_steps();
+    let (a, b) = ((1900.0, 2500.0), (3000.0, 3700.0));
+    let inside = |s: &&TracedStep| (a.0..=a.1).contains(&s.t) || (b.0..=b.1).contains(&s.t);
+    let expected = StepCurve::of(&steps.iter().filter(inside).cloned().collect::<Vec<_>>());
+    let decoded = |c: &StepCurve| c.decode.iter().map(|p| p.steps).sum::<usize>();
+    assert!(decoded(&expected) < decoded(&StepCurve::of(&steps)), "the windows must leave steps out");
+    let dir = std::env::temp_dir().join(format!("meridian-sim-windows-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    let trace = dir.join("steps.jsonl");
+    std::fs::write(&trace, TRACE).expect("the trace is written");
+    let json = dir.join("calibration.json");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_meridian-sim"))
+        .arg("calibrate")
+        .arg("--steps")
+        .arg(&trace)
+        .arg("--json")
+        .arg(&json)
+        .args(["--curve-window", &format!("{},{}", a.0, a.1), "--curve-window", &format!("{},{}", b.0, b.1)])
+        .output()
+        .expect("meridian-sim runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON is written")).expect("it is JSON");
+    let counts = |key: &str, part: &str| -> Vec<u64> {
+        written[key][part].as_array().expect("rows").iter().map(|r| r[2].as_u64().expect("a count")).collect()
+    };
+    let want = |points: &[meridian_sim::calibrate::CurvePoint]| points.iter().map(|p| p.steps as u64).collect::<Vec<_>>();
+    assert_eq!(counts("curve", "decode"), want(&expected.decode));
+    assert_eq!(counts("curve", "prefill"), want(&expected.prefill));
+    let all = StepCurve::of(&steps);
+    assert_eq!(counts("curve_all", "decode"), want(&all.decode));
+    assert_eq!(written["fit"]["samples"].as_u64(), Some(samples_from_steps(&steps).len() as u64));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -146,8 +146,10 @@ enum Command {
         plot: Option<PathBuf>,
         /// Draw the curve from the steps scheduled in this window only (`T0,T1`, the
         /// trace's clock), say an idle engine's probe; the fit still uses every step.
+        /// Repeat it for several windows (the steps in any of them), say every measured
+        /// run of a set, so the curve sets the fit beside the very steps a page measured.
         #[arg(long, requires = "steps", value_parser = parse_window)]
-        curve_window: Option<(f64, f64)>,
+        curve_window: Vec<(f64, f64)>,
         /// Fit without a weight-read floor (the datasheet profiles' form), to see what
         /// the floor adds.
         #[arg(long)]
@@ -390,7 +392,7 @@ fn calibrate_command(
     report: Option<PathBuf>,
     steps: Option<PathBuf>,
     json: Option<PathBuf>,
-    (plot, curve_window): (Option<PathBuf>, Option<(f64, f64)>),
+    (plot, curve_windows): (Option<PathBuf>, Vec<(f64, f64)>),
     no_floor: bool,
     profile_out: Option<PathBuf>,
     limits: &ProfileLimits,
@@ -438,12 +440,16 @@ fn calibrate_command(
     if let Some(path) = &profile_out {
         std::fs::write(path, &toml).map_err(|e| format!("{}: {e}", path.display()))?;
     }
-    let curve = trace.as_deref().map(|steps| match curve_window {
-        Some((t0, t1)) => {
-            let inside: Vec<_> = steps.iter().filter(|s| (t0..=t1).contains(&s.t)).cloned().collect();
-            calibrate::StepCurve::of(&inside)
+    let curve = trace.as_deref().map(|steps| {
+        if curve_windows.is_empty() {
+            return calibrate::StepCurve::of(steps);
         }
-        None => calibrate::StepCurve::of(steps),
+        let inside: Vec<_> = steps
+            .iter()
+            .filter(|s| curve_windows.iter().any(|&(t0, t1)| (t0..=t1).contains(&s.t)))
+            .cloned()
+            .collect();
+        calibrate::StepCurve::of(&inside)
     });
     if let Some(path) = &json {
         let out = serde_json::json!({

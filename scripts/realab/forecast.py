@@ -43,19 +43,23 @@ STOCK_POLICY = "fcfs"
 
 
 def keep_steps(data: dict, set_dir: Path) -> int:
-    """Gzips each work directory's stock-engine step trace into `set_dir/steps/` (the
-    twin's calibration input); a trace already kept is left alone."""
+    """Gzips each work directory's step traces into `set_dir/steps/`: the stock engine's
+    (`stock-<work>.jsonl.gz`, the twin's calibration input) and each hooked engine's
+    (`<config>@<work>.jsonl.gz`, which the page sets beside the twin's fit:
+    `regime.step_residuals`); a trace already kept is left alone."""
     out = set_dir / "steps"
     kept = 0
     for work in data.get("work", []):
-        trace = Path(work) / "stock-steps.jsonl"
-        target = out / f"stock-{Path(work).name}.jsonl.gz"
-        if not trace.exists() or target.exists():
-            continue
-        out.mkdir(parents=True, exist_ok=True)
-        with trace.open("rb") as src, gzip.open(target, "wb", compresslevel=9) as dst:
-            shutil.copyfileobj(src, dst)
-        kept += 1
+        traces = [(Path(work) / "stock-steps.jsonl", out / f"stock-{Path(work).name}.jsonl.gz")]
+        traces += [(t, out / f"{t.name[:-len('-steps.jsonl')]}@{Path(work).name}.jsonl.gz")
+                   for t in sorted(Path(work).glob("hook-*-steps.jsonl"))]
+        for trace, target in traces:
+            if not trace.exists() or target.exists():
+                continue
+            out.mkdir(parents=True, exist_ok=True)
+            with trace.open("rb") as src, gzip.open(target, "wb", compresslevel=9) as dst:
+                shutil.copyfileobj(src, dst)
+            kept += 1
     return kept
 
 
@@ -325,4 +329,47 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
               + (f"; it misses {'; '.join(misses)}." if misses else ".")
               + " A configuration whose rig effects the twin misses more often than it meets has no credible "
               "GPU forecast yet: its bracket says how far off the twin was, not where the GPU will be.", ""]
+    shape = json.loads((set_dir / "results.json").read_text()).get("step_shape") or {}
+    if shape.get("decode_ms"):
+        measured_runs, _ = read(set_dir / "raw", workload, load)
+        lines += delivery_lines(measured_runs, rig_runs, shape["decode_ms"] / 1000)
     return lines
+
+
+def late_thought_shares(runs: dict[str, dict[int, list[dict]]], floor_s: float) -> dict[str, tuple[float, int]]:
+    """{config: (share, requests)}: the share of requests whose think-to-answer gap is
+    shorter than `floor_s`, over the requests that have one."""
+    out = {}
+    for config, rounds in runs.items():
+        gaps = [g for reqs in rounds.values() for r in reqs if (g := S.ttot(r)) is not None]
+        if gaps:
+            out[config] = (sum(g < floor_s for g in gaps) / len(gaps), len(gaps))
+    return out
+
+
+def delivery_lines(measured: dict, twin: dict, floor_s: float) -> list[str]:
+    """What the twin cannot show about TTOT: two engine steps lie between a request's
+    last thought token and its first answer token (the step sampling the closing
+    delimiter, which shows nothing, and the next), so an engine cannot make that gap
+    shorter than one decode step; measured, some are, because the API server delivered
+    the last thought token late (vLLM merges the outputs a stream's reader has not yet
+    taken). The twin delivers every token at its step's end."""
+    seen = late_thought_shares(measured, floor_s)
+    modelled = late_thought_shares(twin, floor_s)
+    if not seen:
+        return []
+    stock = seen.get("stock", (0.0, 0))[0]
+    above = [c for c, (share, _n) in seen.items() if c != "stock" and share > stock]
+    cells = "; ".join(f"{c} {share:.1%} of {n}" for c, (share, n) in seen.items())
+    twin_max = max((share for share, _n in modelled.values()), default=0.0)
+    return ["**Delivery, which the twin does not model.** Two engine steps lie between a request's last thought "
+            "token and its first answer token (the step that samples the closing delimiter, which shows nothing, "
+            f"and the next), so no engine schedule makes that gap (TTOT) shorter than one decode step of one "
+            f"request on this rig ({floor_s * 1000:.1f} ms at the median). Measured at the client, this share of "
+            f"requests had a shorter TTOT: {cells}; in the twin at most {twin_max:.1%}. Such a gap is the last "
+            "thought token arriving late, with or just before the first answer token (vLLM's API server merges "
+            "the outputs a stream's reader has not yet taken), not the answer arriving sooner"
+            + (f"; it happens more often than with stock in {len(above)} of {len(seen) - 1} other configurations "
+               f"({', '.join(above)})" if above and len(seen) > 1 else "")
+            + ". A TTOT ratio measured at the client carries this delivery effect and the twin's does not; TTFO, "
+            "counted from the request's start, does not carry it.", ""]

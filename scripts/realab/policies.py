@@ -236,7 +236,7 @@ def summary_lines(page_dir: Path, resamples: int = 2000) -> list[str]:
         policy = policies_of(json.loads((set_dir / "results.json").read_text())).get(config)
         name = f"`{config}`" + (f" (policy `{policy}`)" if policy and not config.endswith(policy) else "")
         out.append(f"- {workload} at {load * 100:.0f}% load, {name} against stock (set `{set_dir.name}`): "
-                   f"do no harm {harm.word}; costs: {'; '.join(costs) or 'none resolved'}; gains: "
+                   f"do no harm: {harm.word}; costs: {'; '.join(costs) or 'none resolved'}; gains: "
                    f"{'; '.join(gains) or 'none resolved'}.")
     return out
 
@@ -408,6 +408,7 @@ def set_section(set_dir: Path, resamples: int) -> list[str]:
         unlike = R.differences(shape, gpu)
         if unlike:
             lines += ["Where this rig is not the H100 (beyond 25% either way): " + "; ".join(unlike) + ".", ""]
+        lines += R.residual_lines(R.step_residuals(set_dir, data))
     # The harness records each workload's configs since it warms every engine up.
     warmed = all("configs" in w for w in data["setup"]["workloads"])
     lines.append("Every engine was warmed up before it was measured." if warmed else

@@ -8,8 +8,10 @@ slow a step; a rig whose ratios are a GPU's says something about that GPU."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import statistics
+import tomllib
 from pathlib import Path
 
 #: Decode batches whose step time the table compares with a batch of 1 to 3.
@@ -102,6 +104,72 @@ def h100(gpu_dir: Path) -> dict | None:
         if (b, H100_CONTEXT, 0, 0) in med:
             out["decode_growth"][str(b)] = med[(b, H100_CONTEXT, 0, 0)] / one
     return out
+
+
+def decode_step_fit(profile_toml: str):
+    """The twin's fitted time (s) of a decode-only step traced as `step` (its `tokens`,
+    `decode_reqs` and `decode_context`), from a profile `meridian-sim calibrate` wrote:
+    the cost model's terms for such a step (`CostModel::step_seconds`; prefill attention
+    is zero in it). None when the text holds no profile."""
+    profiles = tomllib.loads(profile_toml).get("profile") or []
+    if not profiles:
+        return None
+    p = profiles[0]
+
+    def fitted(step: dict) -> float:
+        return (p["fixed_s"] + p["per_token_s"] * max(step["tokens"], p.get("weight_read_tokens", 0))
+                + p["per_decode_request_s"] * step["decode_reqs"] + p["per_context_token_s"] * step["decode_context"])
+    return fitted
+
+
+#: Configurations served by the stock engine, whose steps are in its trace.
+STOCK_ENGINE = ("stock", "stock-again", "proxy")
+
+
+def step_residuals(set_dir: Path, data: dict) -> dict[str, tuple[float, int]]:
+    """{config: (median of measured over fitted, steps)} over the decode-only steps each
+    configuration's engine took inside its measured runs, the fit being the twin's,
+    calibrated on the stock engine (`twin/rig-profile.toml`; traces kept in `steps/` by
+    `forecast.keep_steps`). Stock's own figure says how well the fit holds; a hooked
+    engine's above it is time its steps took that the twin, which runs every policy on
+    stock's step costs, does not model."""
+    profile = set_dir / "twin" / "rig-profile.toml"
+    fitted = decode_step_fit(profile.read_text()) if profile.exists() else None
+    if fitted is None:
+        return {}
+    windows: dict[str, list[tuple[float, float]]] = {}
+    for r in data["runs"]:
+        if r.get("window"):
+            windows.setdefault(r["config"], []).append(tuple(r["window"]))
+    ratios: dict[str, list[float]] = {}
+    for trace in sorted((set_dir / "steps").glob("*.jsonl.gz")):
+        name = trace.name[:-len(".jsonl.gz")]
+        configs = STOCK_ENGINE if name.startswith("stock-") else (name.rsplit("@", 1)[0],)
+        with gzip.open(trace, "rt") as f:
+            for line in f:
+                st = json.loads(line)
+                if st.get("prefill_tokens") or not st.get("decode_reqs") or not st.get("step_s"):
+                    continue
+                for config in configs:
+                    if any(t0 <= st["t"] <= t1 for t0, t1 in windows.get(config, ())):
+                        ratios.setdefault(config, []).append(st["step_s"] / fitted(st))
+    return {c: (statistics.median(v), len(v)) for c, v in ratios.items() if len(v) >= 20}
+
+
+def residual_lines(residuals: dict[str, tuple[float, int]]) -> list[str]:
+    """The page's sentence on each engine's decode steps against the twin's fit."""
+    if "stock" not in residuals or len(residuals) < 2:
+        return []
+    stock = residuals["stock"][0]
+    order = sorted(residuals, key=lambda c: (c not in STOCK_ENGINE, STOCK_ENGINE.index(c) if c in STOCK_ENGINE else 0, c))
+    cells = "; ".join(f"{c} {residuals[c][0]:.2f} ({residuals[c][1]:,} steps)" for c in order)
+    slower = [c for c, (r, _n) in residuals.items() if r > 1.1 * stock]
+    return ["**Each engine's decode steps against the twin's fit** (measured over fitted time for the same "
+            f"shape, median of the decode-only steps in the measured runs): {cells}. "
+            + (f"Beyond a tenth over stock's: {', '.join(slower)}. Those steps took time the twin does not "
+               "model (it runs every policy on stock's step costs): a cost of the hooked engine itself, which "
+               "the twin's ratios leave out." if slower else
+               "No configuration's steps run a tenth beyond stock's: the twin's step costs hold for each."), ""]
 
 
 def twin_ratios(calibration: dict, budget: int) -> dict | None:

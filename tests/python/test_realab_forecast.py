@@ -101,3 +101,22 @@ def test_step_traces_are_kept_once(tmp_path: Path):
     assert F.keep_steps(data, tmp_path / "set") == 0
     kept = tmp_path / "set" / "steps" / "stock-work.jsonl.gz"
     assert gzip.open(kept, "rt").read() == '{"t": 1, "step_s": 0.01}\n'
+
+
+def test_a_think_to_answer_gap_shorter_than_a_step_is_called_delivery():
+    # Two engine steps lie between the last thought token and the first answer token:
+    # a gap under one decode step (15 ms here) is the API server's doing, which the twin,
+    # delivering every token at its step's end, never shows.
+    def runs(gaps: dict[str, list[float]]) -> dict:
+        return {c: {0: [{"think_to_output": g} for g in gs] + [{"think_to_output": None}]} for c, gs in gaps.items()}
+
+    measured = runs({"stock": [0.005, 0.05, 0.06, 0.07], "hook-output-first": [0.001, 0.002, 0.05, 0.09],
+                     "hook-fcfs": [0.05, 0.06]})
+    twin = runs({"stock": [0.03, 0.05], "hook-output-first": [0.02, 0.03], "hook-fcfs": [0.04, 0.05]})
+    assert F.late_thought_shares(measured, 0.015) == {"stock": (0.25, 4), "hook-output-first": (0.5, 4),
+                                                      "hook-fcfs": (0.0, 2)}
+    text = " ".join(F.delivery_lines(measured, twin, 0.015))
+    assert "(15.0 ms at the median)" in text
+    assert "stock 25.0% of 4; hook-output-first 50.0% of 4; hook-fcfs 0.0% of 2; in the twin at most 0.0%" in text
+    assert "more often than with stock in 1 of 2 other configurations (hook-output-first)" in text
+    assert F.delivery_lines({}, twin, 0.015) == []

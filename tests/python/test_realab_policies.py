@@ -121,7 +121,7 @@ def test_the_readme_summary_names_costs_and_gains_from_the_data(tmp_path: Path):
     lines = policies.summary_lines(tmp_path, resamples=100)
     # The superseded set is left out: its fcfs row and its faster output-first alike.
     assert len(lines) == 1, lines
-    assert "`hook-output-first` against stock (set `1-set`): do no harm harm; costs: TTFT p50 1.20x (1.20-1.20)" in lines[0]
+    assert "`hook-output-first` against stock (set `1-set`): do no harm: harm; costs: TTFT p50 1.20x (1.20-1.20)" in lines[0]
     assert "gains: none resolved." in lines[0]
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{policies.README_START}\nold\n{policies.README_END}\nafter\n")

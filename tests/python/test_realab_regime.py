@@ -120,3 +120,59 @@ def test_the_twin_column_bins_the_steps_as_the_rig_column_does():
     assert twin["decode_growth"] == {"16": (10 * 40.0 + 30 * 44.0 + 10 * 50.0) / 50 / 11.0}
     # The curve over every step (warm-up included) is not what the rig column measures.
     assert regime.twin_ratios({"curve_all": cal["curve"]}, 256) is None
+
+
+PROFILE = """[[profile]]
+name = "rig"
+fixed_s = 0.008
+per_token_s = 0.0002
+per_context_token_s = 0.000001
+per_decode_request_s = 0.0002
+per_prefill_attention_s = 0.0000002
+weight_read_tokens = 8
+"""
+
+
+def decode(t: float, reqs: int, context: int, ms: float) -> str:
+    return json.dumps({"t": t, "tokens": reqs, "prefill_tokens": 0, "decode_reqs": reqs, "decode_context": context,
+                       "step_s": ms / 1000}) + "\n"
+
+
+def test_the_twins_decode_step_fit_is_the_cost_models_terms():
+    fitted = regime.decode_step_fit(PROFILE)
+    assert fitted is not None
+    # 8 ms + 0.2 ms x max(4, 8) + 0.2 ms x 4 + 1 us x 2,000
+    assert abs(fitted({"tokens": 4, "decode_reqs": 4, "decode_context": 2000}) - 0.0124) < 1e-12
+    assert regime.decode_step_fit("") is None
+
+
+def test_each_engines_decode_steps_are_set_beside_the_twins_fit(tmp_path: Path):
+    # Stock's steps take what the fit says; the hooked engine's a fifth more for the same
+    # shape: a cost of its own, which the twin (stock's step costs) leaves out. Steps
+    # outside a configuration's measured windows, and prompt steps, do not count.
+    import gzip
+    set_dir = tmp_path / "set"
+    (set_dir / "twin").mkdir(parents=True)
+    (set_dir / "steps").mkdir()
+    (set_dir / "twin" / "rig-profile.toml").write_text(PROFILE)
+    fit_ms = 1000 * regime.decode_step_fit(PROFILE)({"tokens": 4, "decode_reqs": 4, "decode_context": 2000})
+    stock = [decode(10 + i * 0.01, 4, 2000, fit_ms) for i in range(30)]
+    stock += [decode(20 + i * 0.01, 4, 2000, 0.9 * fit_ms) for i in range(30)]
+    stock.append(json.dumps({"t": 10.5, "tokens": 256, "prefill_tokens": 256, "decode_reqs": 0,
+                             "decode_context": 0, "step_s": 1.0}) + "\n")
+    stock.append(decode(99, 4, 2000, 50 * fit_ms))
+    hooked = [decode(30 + i * 0.01, 4, 2000, 1.2 * fit_ms) for i in range(30)]
+    with gzip.open(set_dir / "steps" / "stock-w1.jsonl.gz", "wt") as f:
+        f.write("".join(stock))
+    with gzip.open(set_dir / "steps" / "hook-output-first@w1.jsonl.gz", "wt") as f:
+        f.write("".join(hooked))
+    data = {"runs": [{"config": "stock", "window": [10, 11]}, {"config": "stock-again", "window": [20, 21]},
+                     {"config": "hook-output-first", "window": [30, 31]}]}
+    got = regime.step_residuals(set_dir, data)
+    assert {c: (round(r, 3), n) for c, (r, n) in got.items()} == {
+        "stock": (1.0, 30), "stock-again": (0.9, 30), "hook-output-first": (1.2, 30)}
+    text = " ".join(regime.residual_lines(got))
+    assert "stock 1.00 (30 steps); stock-again 0.90 (30 steps); hook-output-first 1.20 (30 steps)" in text
+    assert "Beyond a tenth over stock's: hook-output-first." in text
+    assert regime.residual_lines({"stock": (1.0, 30)}) == []
+    assert regime.step_residuals(tmp_path / "none", data) == {}

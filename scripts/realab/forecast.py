@@ -29,6 +29,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from . import regime as R
 from . import stats as S
 
 #: The step budget the GPU-shaped rig stands for on the H100 (its chunk costs ~7 decode
@@ -142,7 +143,7 @@ def calibrate(sim: Path, set_dir: Path, data: dict, tmp: Path) -> Path:
             with gzip.open(t, "rb") as src:
                 shutil.copyfileobj(src, dst)
     eng = data["setup"]["engine"]
-    windows = [r["window"] for r in data["runs"] if r["config"] in ("stock", "proxy") and r.get("window")]
+    windows = R.stock_windows(data)
     block = re.search(r"--block-size', '(\d+)'", str(eng.get("extra", "")))
     profile = tmp / "rig.toml"
     kv = max((w.get("kv_blocks") or 0 for w in data["setup"]["workloads"]), default=0) or 100_000
@@ -240,11 +241,14 @@ def bar(forecast: float, residual: float) -> tuple[float, float]:
     return min(forecast, moved), max(forecast, moved)
 
 
-def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple], resamples: int = 200) -> list[str]:
+def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple], runs: dict,
+            decode_s: float | None, resamples: int = 200) -> list[str]:
     """The page's lines for one workload x load: per configuration and metric, the
     measured paired ratio, the twin's on the rig (the same requests), whether they
     agree, and each card's forecast with the rig's residual as its error bar. `measured`
-    is the page's own {config: {metric: (p50, tail estimate, tail, n)}}."""
+    is the page's own {config: {metric: (p50, tail estimate, tail, n)}}, `runs` the
+    measured requests it read them from, `decode_s` the rig's decode step of one request
+    (the set's step shape), below which a TTOT is delivery's doing (`delivery_lines`)."""
     from .policies import read
 
     twin_dir = set_dir / "twin"
@@ -329,10 +333,8 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
               + (f"; it misses {'; '.join(misses)}." if misses else ".")
               + " A configuration whose rig effects the twin misses more often than it meets has no credible "
               "GPU forecast yet: its bracket says how far off the twin was, not where the GPU will be.", ""]
-    shape = json.loads((set_dir / "results.json").read_text()).get("step_shape") or {}
-    if shape.get("decode_ms"):
-        measured_runs, _ = read(set_dir / "raw", workload, load)
-        lines += delivery_lines(measured_runs, rig_runs, shape["decode_ms"] / 1000)
+    if decode_s:
+        lines += delivery_lines(runs, rig_runs, decode_s)
     return lines
 
 

@@ -343,7 +343,8 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
     for config in (c for c in configs if policies.get(c) == "fcfs" or c == STOCK_AGAIN):
         lines += noise_floor(config, tables[config], len(set(runs.get(config, {})) & set(runs["stock"])))
     lines.append("")
-    lines += F.section(raw_dir.parent, workload, load, tables)
+    decode_ms = (data.get("step_shape") or {}).get("decode_ms")
+    lines += F.section(raw_dir.parent, workload, load, tables, runs, decode_ms / 1000 if decode_ms else None)
     return lines
 
 

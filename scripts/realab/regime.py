@@ -26,6 +26,13 @@ H100_CONTEXT = 1024
 PREFIX_CHUNKS = (0, 2, 8)
 
 
+def stock_windows(data: dict) -> list[tuple[float, float]]:
+    """The measured runs' windows on the stock engine (stock and proxy-only runs): the
+    steps the regime table's rig column reads, and those the twin's curve is drawn from
+    for its column (`forecast.calibrate`), so the two columns compare the same steps."""
+    return [tuple(r["window"]) for r in data["runs"] if r["config"] in ("stock", "proxy") and r.get("window")]
+
+
 def step_shape(data: dict) -> dict | None:
     """From the stock engine's step trace during the measured runs: the median step
     computing a full prompt chunk (at least three quarters of the engine's token budget,
@@ -34,7 +41,7 @@ def step_shape(data: dict) -> dict | None:
     chunks of prefix (within one chunk); the median decode-only step at each of BATCHES
     (within a quarter of it) over the small one; and each workload's median prompt in
     tokens as the server counted it (from the stock runs' raw files)."""
-    windows = [r["window"] for r in data["runs"] if r["config"] in ("stock", "proxy")]
+    windows = stock_windows(data)
     budget = int(data["setup"]["engine"].get("max_num_batched_tokens", 2048))
     full_chunk = min(1536, int(0.75 * budget))
     chunk, small = [], []

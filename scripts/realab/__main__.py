@@ -4,6 +4,7 @@
     python -m realab twin-inputs RESULTS_JSON OUT_DIR
     python -m realab report ROOT RESULTS_JSON TWIN_JSON CALIBRATION_JSON OUT_MD
     python -m realab stepcost measure|report ...   (the hook's cost to real steps: stepcost.py)
+    python -m realab profile measure|report ...    (where a hooked engine's time goes: profile.py)
     python -m realab policies keep|add|report ...  (every policy, paired: policies.py)
     python -m realab forecast SET_DIR SIM          (the twin beside a kept set, and its GPU forecasts)
     python -m realab candidates SET_DIR SIM POLICIES LOADS OUT_MD  (candidate policies on the twin first)
@@ -154,6 +155,18 @@ def main(argv: list[str]) -> None:
         root = Path(__file__).resolve().parents[2]
         model = Path(os.environ.get("REALAB_MODEL", str(Path.home() / ".cache/meridian/bench-qwen3-v1")))
         stepcost.main(argv[1:], root, lambda work: engine_spec(model))
+    elif argv[0] == "profile":
+        from . import profile
+
+        root = Path(__file__).resolve().parents[2]
+        model = Path(os.environ.get("REALAB_MODEL", str(Path.home() / ".cache/meridian/bench-qwen3-v1")))
+
+        def profile_setup(work: Path) -> m.Setup:
+            s = setup(root, model, work)
+            keep_off_engine_core(s.spec)
+            return s
+
+        profile.main(argv[1:], profile_setup)
     elif argv[0] == "measure":
         root, model, results = Path(argv[1]), Path(argv[2]), Path(argv[3])
         work = Path(tempfile.mkdtemp(prefix="realab-"))

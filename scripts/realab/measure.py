@@ -10,6 +10,7 @@ import os
 import statistics
 import subprocess
 import time
+import tomllib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -43,8 +44,14 @@ class Workload:
 #: run-to-run noise, measured instead of inferred.
 CONFIGS = ["stock", "proxy", "hook"]
 STOCK_AGAIN = "stock-again"
-#: The hook's policy for the config named `hook`.
-DEFAULT_POLICY = "output-first"
+
+
+def shipped_policy(root: Path | None = None) -> str:
+    """The hook policy `meridian.toml` ships (`hook.policy`): the config named `hook`
+    runs it, and the page judges it by "do no harm"."""
+    root = root or Path(__file__).resolve().parents[2]
+    with open(root / "meridian.toml", "rb") as f:
+        return tomllib.load(f)["hook"]["policy"]
 
 
 def configs_from_env() -> list[str]:
@@ -59,7 +66,7 @@ def configs_from_env() -> list[str]:
 def policy_of(config: str) -> str | None:
     """The hook policy a config runs (None: no hook)."""
     if config == "hook":
-        return os.environ.get("REALAB_HOOK_POLICY", DEFAULT_POLICY)
+        return os.environ.get("REALAB_HOOK_POLICY") or shipped_policy()
     if config.startswith("hook-"):
         return config[len("hook-"):]
     return None
@@ -233,7 +240,8 @@ def measure(s: Setup, results: Path, log=print, append: bool = False) -> dict:
     started = time.time()
     data: dict = {"setup": {"engine": {k: str(v) for k, v in asdict(s.spec).items() if k != "python"},
                             "workloads": [], "rounds": s.rounds, "first_round": s.first_round,
-                            "slo_ttot_ms": s.slo_ttot_ms, "slo_gap_ms": s.slo_gap_ms, "configs": s.configs},
+                            "slo_ttot_ms": s.slo_ttot_ms, "slo_gap_ms": s.slo_gap_ms, "configs": s.configs,
+                            "shipped_policy": shipped_policy(s.root)},
                   "runs": [], "capacity": {}}
     if append and results.exists():
         data = json.loads(results.read_text())

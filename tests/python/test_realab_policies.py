@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -66,7 +67,7 @@ def test_each_config_is_compared_with_stock_and_judged_by_its_worst_metric(tmp_p
     # rounds p99 would be set by 1.8 of them, p95 by 9: the tail quoted is p95.
     assert "| hook-output-first | TTFT | 1.20 (1.20-1.20) | p95 1.20 (1.20-1.20) | 180 |" in page
     assert "**proxy, do no harm (every metric's interval at or below 1.05): met**" in page
-    assert "**hook-output-first (the policy Meridian ships), do no harm" in page
+    assert "**hook-output-first (the policy Meridian shipped when this set was measured), do no harm" in page
     assert "harm**, decided by TTFT p50" in page
     assert "as `meridian.toml` ships them" in page
     assert "REALAB_PROXY=shipped REALAB_CONFIGS=stock,proxy,hook-output-first" in page
@@ -92,12 +93,31 @@ def test_a_hook_that_reorders_nothing_but_resolves_an_effect_is_called_the_noise
     assert "`hook-output-first` schedules" not in page
 
 
+def test_the_shipped_policy_is_the_one_recorded_when_the_set_was_measured(tmp_path: Path):
+    # Sets measured since ADR 0010 record meridian.toml's hook.policy; older ones shipped
+    # output-first.
+    write_set(tmp_path / "1-set", {"stock": 1.0, "hook-output-first": 1.0, "hook-slo-driven": 1.0})
+    data = json.loads((tmp_path / "1-set" / "results.json").read_text())
+    data["setup"]["shipped_policy"] = "slo-driven"
+    (tmp_path / "1-set" / "results.json").write_text(json.dumps(data))
+    page = page_of(tmp_path)
+    assert "**hook-slo-driven (the policy Meridian shipped when this set was measured), do no harm" in page
+    assert "**hook-output-first, do no harm" in page
+
+
+def test_the_config_named_hook_runs_the_policy_meridian_toml_ships():
+    from realab import measure
+
+    assert measure.shipped_policy() == tomllib.loads(
+        (Path(measure.__file__).resolve().parents[2] / "meridian.toml").read_text())["hook"]["policy"]
+    assert measure.policy_of("hook") == measure.shipped_policy()
+
 def test_one_round_shows_each_effect_within_its_run_and_judges_nothing(tmp_path: Path):
     write_set(tmp_path / "1-set", {"stock": 1.0, "hook-fcfs": 0.8, "hook-output-first": 1.2}, rounds=1)
     page = page_of(tmp_path)
     assert "| hook-output-first | TTFO | 1.20 (one run: 1.20-1.20) |" in page
     assert "so each ratio shows the interval within that one run" in page
-    assert ("**hook-output-first (the policy Meridian ships), do no harm (every metric's interval at or below "
+    assert ("**hook-output-first (the policy Meridian shipped when this set was measured), do no harm (every metric's interval at or below "
             "1.05): unresolved**, decided by a single round") in page
     assert "not widened for the rounds' count, would call TTFT p50 0.80x" in page
     assert "The intervals widened for the rounds' count resolve none of it." in page

@@ -29,7 +29,7 @@ impl Default for HookConfig {
         HookConfig {
             listen: "127.0.0.1:9470".into(),
             token_env: "MERIDIAN_HOOK_TOKEN".into(),
-            policy: "output-first".into(),
+            policy: "slo-driven".into(),
             entropy: true,
             timeout_s: 1.0,
         }

@@ -112,8 +112,9 @@ pub const POLICY_NAMES: [&str; 5] = ["fcfs", "priority", "output-first", "reason
 /// A policy by its configuration name, optionally with parameters:
 /// `output-first:think_decode_cap=16,output_prefill_share=0.25` or
 /// `reasoning-first:reader_tokens_per_s=30`; `slo-driven` also takes output-first's
-/// parameters, for its output-first mode, and `relax_to_stock=1` to relax to vLLM's own
-/// order instead of reasoning-first. `None` for an unknown name or parameter.
+/// parameters, for its output-first mode, `output_itl_target_ms`, `relax_below`, and
+/// `relax_to_stock=0` to relax to reasoning-first pacing instead of vLLM's own order.
+/// `None` for an unknown name or parameter.
 pub fn policy_by_name(spec: &str) -> Option<Box<dyn SchedulingPolicy>> {
     let (name, params) = spec.split_once(':').unwrap_or((spec, ""));
     let mut pairs = Vec::new();

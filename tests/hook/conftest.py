@@ -41,3 +41,12 @@ def fresh_runtime(monkeypatch: pytest.MonkeyPatch):
 def tier(name: str) -> str:
     assert re.fullmatch(r"[a-z-]+", name)
     return f'meridian_hook_preemptions_total{{tier="{name}"}}'
+
+
+@pytest.fixture
+def output_first(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    """The hook under output-first, whose limits these tests are about (the default,
+    slo-driven, applies them only while steps are slower than its target, ADR 0010)."""
+    cfg = tmp_path / "output-first.toml"
+    cfg.write_text('[hook]\npolicy = "output-first"\n')
+    monkeypatch.setenv("MERIDIAN_HOOK_CONFIG", str(cfg))

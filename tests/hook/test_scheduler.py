@@ -17,6 +17,7 @@ def ids(requests) -> list[str]:
     return [r.request_id for r in requests]
 
 
+@pytest.mark.usefixtures("output_first")
 def test_answering_request_moves_ahead_of_earlier_thinkers():
     e = build(MeridianScheduler, num_blocks=64)
     e.add("thinker", PROMPT, arrival=1.0)
@@ -30,6 +31,20 @@ def test_answering_request_moves_ahead_of_earlier_thinkers():
     assert metric("meridian_hook_reorders_total") > reorders
     assert e.scheduler._meridian.phase("answerer") == "output"
     assert e.scheduler._meridian.phase("thinker") == "think"
+
+
+def test_by_default_the_hook_keeps_vllms_order_while_steps_are_fast():
+    """slo-driven, the default (no config), intervenes only once steps have been slower
+    than its target; these steps take microseconds."""
+    e = build(MeridianScheduler, num_blocks=64)
+    assert e.scheduler._meridian.policy_name == "slo-driven"
+    e.add("thinker", PROMPT, arrival=1.0)
+    e.add("answerer", PROMPT, arrival=2.0)
+    e.step({})
+    e.step({"answerer": THINK_END})
+    e.step({})
+    assert ids(e.scheduler.running) == ["thinker", "answerer"], "vLLM's order: first come, first served"
+    assert e.scheduler._meridian.phase("answerer") == "output"
 
 
 def answerer_beside_thinker(scheduler_cls):
@@ -63,6 +78,7 @@ def run_until_preemption(scheduler_cls, steps: int = 200):
     return thinker, answerer
 
 
+@pytest.mark.usefixtures("output_first")
 def test_under_kv_pressure_the_thinker_is_preempted_not_the_answerer():
     before = (metric(tier("think-active")), metric(tier("output-critical")))
     thinker, answerer = run_until_preemption(MeridianScheduler)
@@ -173,6 +189,7 @@ def test_stock_vllm_keeps_finished_thoughts_behind_older_prompts():
     assert min(order.index(b) for b in cached_thought) > max(order.index(b) for b in x_cached), "plain LRU"
 
 
+@pytest.mark.usefixtures("output_first")
 def test_express_step_runs_only_the_request_awaiting_its_first_visible_token():
     e = build(MeridianScheduler, num_blocks=64)
     e.add("thinker", PROMPT, arrival=1.0)
@@ -215,6 +232,7 @@ def test_think_decode_cap_lets_only_the_earliest_thinkers_decode(tmp_path, monke
     assert set(out.num_scheduled_tokens) == {"answerer", "t1"}
 
 
+@pytest.mark.usefixtures("output_first")
 def test_the_hook_reads_tokens_through_the_public_sequence_too(monkeypatch: pytest.MonkeyPatch):
     """vLLM's Request keeps its output in the list ``_output_token_ids``, which the core
     reads directly; a Request without it is read through ``output_token_ids``."""
@@ -254,6 +272,7 @@ def test_kv_tiers_from_vllms_block_tables_match_the_per_request_count():
     assert core.account_kv_running(tables, 16) == core.account_kv(held, 16)
 
 
+@pytest.mark.usefixtures("output_first")
 def test_a_request_back_in_the_running_list_is_read_afresh():
     """What stays put while a request runs (arrival time, priority, prompt) is read again
     once it has been out of the running list (vLLM changes it only while it waits)."""

@@ -229,12 +229,8 @@ def main(argv: list[str], setup) -> None:
         s = setup(work)
         run = measure(s, work, opts.get("--pyspy", "py-spy"), configs, float(opts.get("--rate", "2.161")),
                       int(opts.get("--prompts", "120")), log=lambda msg: print(msg, flush=True))
-        run.update(label=label, commit=stepcost._commit(s.root), date=time.strftime("%Y-%m-%d"))
-        data = json.loads(results.read_text()) if results.exists() else {"runs": []}
-        keep_samples(run, results.parent / "raw" / f"run-{len(data['runs'])}")
-        data["runs"].append(run)
-        results.parent.mkdir(parents=True, exist_ok=True)
-        results.write_text(json.dumps(data, indent=1))
+        stepcost.append_run(results, run, label, s.root,
+                            keep=lambda r, n: keep_samples(r, results.parent / "raw" / f"run-{n}"))
     elif argv[:1] == ["report"]:
         write_page(Path(argv[1]), Path(argv[2]))
     else:

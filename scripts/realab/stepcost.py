@@ -151,6 +151,18 @@ def _commit(root: Path) -> str:
         return "unknown"
 
 
+def append_run(results: Path, run: dict, label: str, root: Path, keep=None) -> None:
+    """Labels `run` (its build and date) and appends it to RESULTS_JSON; `keep(run, n)`,
+    when given, first stores what the run refers to as the results' n-th run."""
+    run.update(label=label, commit=_commit(root), date=time.strftime("%Y-%m-%d"))
+    data = json.loads(results.read_text()) if results.exists() else {"runs": []}
+    if keep is not None:
+        keep(run, len(data["runs"]))
+    data["runs"].append(run)
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text(json.dumps(data, indent=1))
+
+
 # --- the page ---------------------------------------------------------------------------
 
 LABELS = {"schedule": "time inside `schedule()`", "prefill_per_token": "prompt-heavy step, per prompt token"}
@@ -253,11 +265,7 @@ def main(argv: list[str], root: Path, spec_for) -> None:
         policy = os.environ.get("REALAB_HOOK_POLICY", "fcfs")
         run = measure(root, spec_for(work), work, names, int(opts.get("--rounds", "6")), Load(), policy,
                       log=lambda m: print(m, flush=True))
-        run.update(label=label, commit=_commit(root), date=time.strftime("%Y-%m-%d"))
-        data = json.loads(results.read_text()) if results.exists() else {"runs": []}
-        data["runs"].append(run)
-        results.parent.mkdir(parents=True, exist_ok=True)
-        results.write_text(json.dumps(data, indent=1))
+        append_run(results, run, label, root)
     elif argv[:1] == ["report"]:
         write_page(Path(argv[1]), Path(argv[2]))
     else:

@@ -22,7 +22,8 @@ REALAB_UNLOADED=1 (each round's requests also one at a time on the stock engine:
 whole-request SLO's reference), REALAB_PROXY (`shipped`: the proxies as meridian.toml
 ships them; `admission`, the default: with admission and priorities on), REALAB_CAPACITY (the stock
 engine's capacity in req/s, measured earlier on the same rig: skips measuring it), REALAB_RIG
-(`cpu`, the default: the CPU-shaped regime; `gpu`: the GPU-shaped one, see RIGS),
+(`cpu`, the default: the CPU-shaped regime; `gpu`: the GPU-shaped one; `gpu-spin`: the
+GPU-shaped one as sets 5-6 ran it, vLLM's engine core spinning; see RIGS),
 REALAB_FIRST_ROUND (the first round's number, which is its seed; default 0: more rounds
 for a kept set start after its last, then `policies add` merges them)."""
 
@@ -63,6 +64,10 @@ class Regime:
     #: load tester, this harness) on the other cores, as a GPU's host CPU does not slow its
     #: kernels; None: vLLM's binding, with the rest of the machine shared.
     engine_core: str | None
+    #: The engine core polls its worker politely instead of spinning on the core the
+    #: delivery path uses (rig.EngineSpec.engine_core_polls): a GPU host gives that spin a
+    #: core of its own. Sets 5 and 6 were measured with the spin.
+    engine_core_polls: bool = False
 
 
 #: On an H100 a 2,048-token prompt chunk of Qwen3-8B costs ~7 decode steps of one
@@ -74,7 +79,10 @@ class Regime:
 #: prompt is on the GPU. The policies page measures these ratios for each set (regime.py).
 RIGS = {
     "cpu": Regime("cpu", max_num_batched_tokens=2048, engine_core=None),
-    "gpu": Regime("gpu", max_num_batched_tokens=256, engine_core="0"),
+    "gpu": Regime("gpu", max_num_batched_tokens=256, engine_core="0", engine_core_polls=True),
+    # The GPU-shaped rig as sets 5 and 6 measured it, vLLM's engine core spinning on the
+    # delivery path's core: for more rounds of those sets.
+    "gpu-spin": Regime("gpu", max_num_batched_tokens=256, engine_core="0", engine_core_polls=False),
 }
 
 
@@ -112,13 +120,14 @@ def setup(root: Path, model: Path, work: Path) -> m.Setup:
     if len(caches) > 1:
         raise SystemExit(f"REALAB_WORKLOADS: {names} need different KV caches ({caches}); "
                          "measure them in separate runs (REALAB_APPEND=1)")
-    spec = engine_spec(model, caches.pop(), regime())
+    reg = regime()
+    spec = engine_spec(model, caches.pop(), reg)
     loads = [float(x) for x in os.environ.get("REALAB_LOADS", "0.5,0.7,0.9,1.0").split(",")]
     return m.Setup(root=root, work=work, spec=spec, think_end_id=ids["</think>"], models_dir=work / "models",
                    workloads=workloads, loads=loads,
                    rounds=int(os.environ.get("REALAB_ROUNDS", "3")), slo_ttot_ms=250.0, slo_gap_ms=250.0,
                    configs=m.configs_from_env(), unloaded=os.environ.get("REALAB_UNLOADED") == "1",
-                   first_round=int(os.environ.get("REALAB_FIRST_ROUND", "0")))
+                   first_round=int(os.environ.get("REALAB_FIRST_ROUND", "0")), rig=reg.name)
 
 
 def engine_spec(model: Path, kv_blocks: int | None = None, reg: Regime = RIGS["cpu"]) -> m.rig.EngineSpec:
@@ -127,7 +136,7 @@ def engine_spec(model: Path, kv_blocks: int | None = None, reg: Regime = RIGS["c
         python=sys.executable, model=model, served_name=SERVED, dtype="float32",
         max_model_len=MAX_MODEL_LEN if kv_blocks is None else KV_MAX_MODEL_LEN,
         max_num_seqs=32, max_num_batched_tokens=reg.max_num_batched_tokens, kv_cache_gib=2, omp_threads=1,
-        omp_bind=reg.engine_core,
+        omp_bind=reg.engine_core, engine_core_polls=reg.engine_core_polls,
         # No prefix cache: every round replays its seed's prompts at each load and on both
         # configurations of the stock engine, so with the cache on every run after the
         # first would prefill almost nothing (measured: 28% of prompt tokens computed) and

@@ -92,6 +92,8 @@ class Setup:
     #: The first round's number, which is its seed: rounds added to a kept set later
     #: (`policies add`) start after the set's last one, so no seed is measured twice.
     first_round: int = 0
+    #: The regime the engine limits stand for (`cpu`, `gpu`): what a workload's runs hold.
+    rig: str = "cpu"
 
     def round_numbers(self) -> range:
         return range(self.first_round, self.first_round + self.rounds)
@@ -254,7 +256,7 @@ def measure(s: Setup, results: Path, log=print, append: bool = False) -> dict:
         data["setup"]["workloads"].append({**asdict(w), "loads": s.loads, "max_model_len": s.spec.max_model_len,
                                            "hook_policy": policy_of("hook"), "configs": s.configs,
                                            "proxy": os.environ.get("REALAB_PROXY", "admission"),
-                                           "rig": os.environ.get("REALAB_RIG", "cpu")})
+                                           "rig": s.rig})
     r = Rig(s, warm=s.workloads[0])
     raw = s.work / "runs"
     raw.mkdir(exist_ok=True)

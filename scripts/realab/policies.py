@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 from . import forecast as F
+from . import machine
 from . import regime as R
 from . import stats as S
 from .measure import STOCK_AGAIN
@@ -98,8 +99,11 @@ def add(results: Path, set_dir: Path, note: str) -> int:
     the page reports as the rounds each configuration has."""
     kept = json.loads((set_dir / "results.json").read_text())
     new = json.loads(results.read_text())
-    engine = {k: v for k, v in kept["setup"]["engine"].items() if k != "model"}
-    if engine != {k: v for k, v in new["setup"]["engine"].items() if k != "model"}:
+    def engine(data: dict) -> dict:
+        # Sets measured before the rig recorded how the engine core waits had it spin.
+        return {"engine_core_polls": "False", **{k: v for k, v in data["setup"]["engine"].items() if k != "model"}}
+
+    if engine(kept) != engine(new):
         raise SystemExit(f"{results}: another engine setup than {set_dir}'s")
     by_name = {w["name"]: w for w in kept["setup"]["workloads"]}
     for w in new["setup"]["workloads"]:
@@ -107,7 +111,9 @@ def add(results: Path, set_dir: Path, note: str) -> int:
         if old is None or any(old.get(k) != w.get(k) for k in _SAME_WORKLOAD):
             raise SystemExit(f"{results}: workload {w['name']} is not measured as in {set_dir}")
         for name, cap in new.get("capacity", {}).items():
-            if abs(cap - kept["capacity"].get(name, cap)) > 1e-9:
+            # Later rounds are given the capacity as the log printed it (REALAB_CAPACITY,
+            # three decimals): the same rig's figure, rounded.
+            if abs(cap - kept["capacity"].get(name, cap)) > 0.0005 + 1e-9:
                 raise SystemExit(f"{results}: {name} at another capacity ({cap} vs {kept['capacity'][name]})")
     have = {(r["workload"], r["load"], r["round"], r["config"]) for r in kept["runs"]}
     again = [k for k in ((r["workload"], r["load"], r["round"], r["config"]) for r in new["runs"]) if k in have]
@@ -378,6 +384,35 @@ def write(page_dir: Path, out: Path, resamples: int = 2000) -> None:
     out.write_text("\n".join(lines))
 
 
+def delivery_core(data: dict) -> list[str]:
+    """What each process of the rig took, by configuration (median over its runs): the cores
+    it ran on, and the cores' worth of time it waited runnable for one (schedstat), which
+    is how a starved delivery path shows. Runs measured before processes were counted
+    carry none."""
+    by_config: dict[str, list[dict]] = {}
+    for r in data["runs"]:
+        roles = (r.get("cpu") or {}).get("roles")
+        if roles:
+            by_config.setdefault(r["config"], []).append(roles)
+    if not by_config:
+        return []
+    order = [c for c in data["setup"]["configs"] if c in by_config]
+    names = [n for n, _ in machine.ROLES if any(n in roles for runs in by_config.values() for roles in runs)]
+    lines = ["", "CPU by process during the loaded runs, median over each configuration's runs: cores run, "
+             "and in brackets cores' worth of time spent runnable but waiting for a CPU (`machine.py`, from "
+             "schedstat). A process that waits about as long as it runs is starved.", "",
+             "| configuration | runs | " + " | ".join(names) + " |", "|---|---:|" + "---:|" * len(names)]
+    for config in order:
+        runs = by_config[config]
+        cells = []
+        for n in names:
+            got = [roles[n] for roles in runs if n in roles]
+            cells.append(f"{statistics.median(g['cores'] for g in got):.2f} "
+                         f"({statistics.median(g['waiting'] for g in got):.2f})" if got else "–")
+        lines.append(f"| `{config}` | {len(runs)} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def set_section(set_dir: Path, resamples: int) -> list[str]:
     data = json.loads((set_dir / "results.json").read_text())
     raw_dir = set_dir / "raw"
@@ -392,7 +427,13 @@ def set_section(set_dir: Path, resamples: int) -> list[str]:
     lines.append(f"vLLM CPU build, benchmark model ({Path(eng.get('model', '')).name}): max_num_seqs {eng.get('max_num_seqs')}, "
                  f"max_num_batched_tokens {eng.get('max_num_batched_tokens')}, {eng.get('omp_threads')} OMP thread"
                  + (f" bound to core {bind}, everything else (API server, proxies, load tester) kept off it"
-                    if bind else "") + ", prefix cache off.")
+                    if bind else "") + ", prefix cache off."
+                 + (" vLLM's engine core sleeps 100 µs between looks for its worker's result (the rig's "
+                    "`engine_core_polls`, scripts/realab/engine_site): vLLM's own busy-wait would take the core "
+                    "the API server, proxies and load tester share, which on a GPU host is a core of its own."
+                    if eng.get("engine_core_polls") == "True"
+                    else " vLLM's engine core busy-waits for its worker, as vLLM ships, on the core the API server, "
+                    "proxies and load tester share." if bind else ""))
     shape = data.get("step_shape")
     gpu_shaped = {w.get("rig", "cpu") for w in data["setup"]["workloads"]} == {"gpu"}
     if shape:
@@ -430,6 +471,7 @@ def set_section(set_dir: Path, resamples: int) -> list[str]:
     cpu = [r["cpu"]["other_cores"] for r in data["runs"] if r.get("cpu")]
     if cpu:
         lines.append(f"Other work on the machine during the runs: {max(cpu):.2f} cores at most.")
+    lines += delivery_core(data)
     lines.append("")
     for w in data["setup"]["workloads"]:
         for load in w["loads"]:

@@ -95,6 +95,10 @@ class EngineSpec:
     # The cores the engine's forward pass is bound to (vLLM's VLLM_CPU_OMP_THREADS_BIND,
     # e.g. "0"); None: vLLM's own choice.
     omp_bind: str | None = None
+    # vLLM's engine core waits for its worker by sleeping 100 us between polls instead of
+    # spinning: on a 2-core rig the spin takes the core the API server, proxies and load
+    # tester share (see engine_site/sitecustomize.py).
+    engine_core_polls: bool = False
 
     def argv(self, port: int, scheduler_cls: str, more: list[str]) -> list[str]:
         return [self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model),
@@ -108,6 +112,9 @@ class EngineSpec:
         env = {"VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib), "OMP_NUM_THREADS": str(self.omp_threads)}
         if self.omp_bind is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = self.omp_bind
+        if self.engine_core_polls:
+            site = str(Path(__file__).resolve().parent / "engine_site")
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (site, os.environ.get("PYTHONPATH", "")) if p)
         return env
 
 

@@ -126,7 +126,7 @@ def add(results: Path, set_dir: Path, note: str) -> int:
     kept.setdefault("additions", []).append({
         "note": note, "configs": new["setup"]["configs"],
         "rounds": sorted({r["round"] for r in new["runs"]}), "first_round": new["setup"].get("first_round", 0),
-        "elapsed_s": new.get("elapsed_s")})
+        "elapsed_s": new.get("elapsed_s"), "shipped_policy": new["setup"].get("shipped_policy")})
     copied = _copy_raw(new, set_dir / "raw", replace=False)
     F.keep_steps(kept, set_dir)
     (set_dir / "results.json").write_text(json.dumps(kept, indent=1))
@@ -293,7 +293,9 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
     if "stock" not in runs:
         return []
     policies = policies_of(data)
-    shipped_policy = data["setup"].get("shipped_policy", SHIPPED_BEFORE_0010)
+    # A set's rounds added later may have been measured after the shipped policy changed.
+    shipped_policies = {data["setup"].get("shipped_policy", SHIPPED_BEFORE_0010),
+                        *(a["shipped_policy"] for a in data.get("additions", []) if a.get("shipped_policy"))}
     configs = [c for c in data["setup"]["configs"] if c in runs and c != "stock"]
     rounds = len(runs["stock"])
     per_run = statistics.median(len(v) for v in runs["stock"].values())
@@ -345,7 +347,9 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
               "(`stats.WholeRequestSlo`).", ""]
     for config in configs:
         h = harms[config]
-        shipped = " (the policy Meridian shipped when this set was measured)" if policies.get(config) == shipped_policy else ""
+        shipped = ("" if policies.get(config) not in shipped_policies else
+                   " (the policy Meridian shipped when this set was measured)" if len(shipped_policies) == 1 else
+                   " (a policy Meridian shipped while this set was measured)")
         lines.append(f"- **{config}{shipped}, do no harm (every metric's interval at or below 1.05): "
                      f"{h.word}**" + (f", decided by {h.decided_by}" if h.decided_by else "") + ".")
     for config in (c for c in configs if policies.get(c) == "fcfs" or c == STOCK_AGAIN):

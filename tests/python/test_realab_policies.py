@@ -234,3 +234,18 @@ def test_a_run_names_stock_first_and_each_configuration_once(monkeypatch):
         monkeypatch.setenv("REALAB_CONFIGS", bad)
         with pytest.raises(SystemExit):
             configs_from_env()
+
+
+def test_rounds_added_after_the_default_changed_name_both_shipped_policies(tmp_path: Path):
+    # Rounds 0-1 measured while output-first shipped; round 2, added, after the default
+    # became slo-driven: each is named as shipped, and neither as the only one.
+    page_dir = tmp_path / "page"
+    write_set(page_dir / "1-set", {"stock": 1.0, "hook-output-first": 1.0}, rounds=2)
+    more = measured_rounds(tmp_path / "w1", {"stock": 1.0, "hook-slo-driven": 1.0}, [2])
+    data = json.loads(more.read_text())
+    data["setup"]["shipped_policy"] = "slo-driven"
+    more.write_text(json.dumps(data))
+    policies.add(more, page_dir / "1-set", "round 2, the new default")
+    page = page_of(page_dir)
+    assert "**hook-output-first (a policy Meridian shipped while this set was measured), do no harm" in page
+    assert "**hook-slo-driven (a policy Meridian shipped while this set was measured), do no harm" in page

@@ -52,9 +52,10 @@ def _tree(root: int) -> tuple[float, set[int]]:
 
 
 #: The rig's processes by what they do, from their command lines (vLLM titles its engine
-#: core and worker processes); first match wins.
+#: core and worker processes); first match wins. The load tester is not among them: it
+#: exits before a run's closing sample, so only the benchmark's total holds its CPU.
 ROLES = (("engine core", "EngineCore"), ("worker", "Worker"), ("API server", "vllm.entrypoints"),
-         ("load tester", "meridian-loadtest"), ("proxy", "meridian serve"))
+         ("proxy", "meridian serve"))
 
 
 def _role(pid: int) -> str | None:
@@ -111,9 +112,9 @@ def sample() -> Sample:
 def between(a: Sample, b: Sample) -> dict[str, float]:
     """Cores' worth (CPU seconds per second) used between two samples: by the benchmark's
     own processes (this one and its descendants: engines, proxies, load tester), by
-    everything else, and stolen by the hypervisor; the machine's cores; and by role (engine
-    core, worker, API server, proxy, load tester) the cores each ran on and the cores' worth
-    of time it waited runnable for one, the mark of a starved process."""
+    everything else, and stolen by the hypervisor; the machine's cores; and by role (`ROLES`:
+    engine core, worker, API server, proxy) the cores each ran on and the cores' worth of
+    time it waited runnable for one, the mark of a starved process."""
     wall = max(b.wall - a.wall, 1e-9)
     ours = (b.ours - a.ours) / wall
     busy = (b.busy - a.busy) / wall

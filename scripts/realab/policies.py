@@ -99,6 +99,7 @@ def add(results: Path, set_dir: Path, note: str) -> int:
     the page reports as the rounds each configuration has."""
     kept = json.loads((set_dir / "results.json").read_text())
     new = json.loads(results.read_text())
+
     def engine(data: dict) -> dict:
         # Sets measured before the rig recorded how the engine core waits had it spin.
         return {"engine_core_polls": "False", **{k: v for k, v in data["setup"]["engine"].items() if k != "model"}}

@@ -10,6 +10,7 @@ skipped with that reason; CI always sets it.
 import contextlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -238,8 +239,19 @@ def test_cost_model_calibrates_from_a_real_vllm_load_test(vllm_server, tmp_path)
     values = dict(
         line.split(" = ") for line in fit.stdout.splitlines() if " = " in line and not line.startswith("#")
     )
-    assert float(values["fixed_s"]) > 0
-    assert "fit error: median |error|" in fit.stdout
+    # Which coefficients the fit keeps depends on this machine's noise (a term that comes
+    # out negative is dropped, so `fixed_s` may be 0 on one run and not the next); what
+    # must hold is that the model prices a one-request decode step and explains the
+    # measured steps better than a model of zeros would (its median error is 100%).
+    one_decode = (
+        float(values["fixed_s"])
+        + float(values["per_token_s"]) * max(1, int(values["weight_read_tokens"]))
+        + float(values["per_decode_request_s"])
+    )
+    assert one_decode > 0, fit.stdout
+    error = re.search(r"fit error: median \|error\| ([0-9.]+)%", fit.stdout)
+    assert error, fit.stdout
+    assert float(error.group(1)) < 75, fit.stdout
 
 
 def test_think_budget_through_the_proxy_ends_reasoning_in_one_stream(proxy_on_vllm):

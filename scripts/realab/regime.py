@@ -133,22 +133,19 @@ def decode_step_fit(profile_toml: str):
 STOCK_ENGINE = ("stock", "stock-again", "proxy")
 
 
-def step_residuals(set_dir: Path, data: dict) -> dict[str, tuple[float, int]]:
-    """{config: (median of measured over fitted, steps)} over the decode-only steps each
-    configuration's engine took inside its measured runs, the fit being the twin's,
-    calibrated on the stock engine (`twin/rig-profile.toml`; traces kept in `steps/` by
-    `forecast.keep_steps`). Stock's own figure says how well the fit holds; a hooked
-    engine's above it is time its steps took that the twin, which runs every policy on
-    stock's step costs, does not model."""
+def decode_ratios(set_dir: Path, data: dict) -> dict[tuple, list[float]] | None:
+    """{(config, workload, load, round): [measured over fitted, per decode-only step]} for
+    every run whose engine's trace is kept; None without the twin's rig profile."""
     profile = set_dir / "twin" / "rig-profile.toml"
     fitted = decode_step_fit(profile.read_text()) if profile.exists() else None
     if fitted is None:
-        return {}
-    windows: dict[str, list[tuple[float, float]]] = {}
+        return None
+    windows: dict[str, list[tuple]] = {}
     for r in data["runs"]:
         if r.get("window"):
-            windows.setdefault(r["config"], []).append(tuple(r["window"]))
-    ratios: dict[str, list[float]] = {}
+            windows.setdefault(r["config"], []).append(
+                (*r["window"], (r["config"], r.get("workload"), r.get("load"), r.get("round"))))
+    ratios: dict[tuple, list[float]] = {}
     for trace in sorted((set_dir / "steps").glob("*.jsonl.gz")):
         name = trace.name[:-len(".jsonl.gz")]
         configs = STOCK_ENGINE if name.startswith("stock-") else (name.rsplit("@", 1)[0],)
@@ -158,15 +155,57 @@ def step_residuals(set_dir: Path, data: dict) -> dict[str, tuple[float, int]]:
                 if st.get("prefill_tokens") or not st.get("decode_reqs") or not st.get("step_s"):
                     continue
                 for config in configs:
-                    if any(t0 <= st["t"] <= t1 for t0, t1 in windows.get(config, ())):
-                        ratios.setdefault(config, []).append(st["step_s"] / fitted(st))
+                    run = next((key for t0, t1, key in windows.get(config, ()) if t0 <= st["t"] <= t1), None)
+                    if run is not None:
+                        ratios.setdefault(run, []).append(st["step_s"] / fitted(st))
+    return ratios
+
+
+def slow_runs(set_dir: Path, data: dict, margin: float = 1.1, by_run: dict | None = None) -> list[tuple[tuple, float, float]]:
+    """The runs whose engine's decode steps ran more than `margin` times slower than
+    stock's in the same round and load (each run's median of measured over fitted):
+    (run key, its figure, stock's). A run the machine slowed (another tenant's load, a
+    CPU's clock) shows here whatever its configuration; a policy's own cost per step
+    would show in each of its runs. `by_run`: `decode_ratios` already read."""
+    ratios = by_run if by_run is not None else decode_ratios(set_dir, data)
+    if not ratios:
+        return []
+    each = {run: statistics.median(v) for run, v in ratios.items() if len(v) >= 20}
+    out = []
+    for run, x in each.items():
+        stock = each.get(("stock", *run[1:]))
+        if run[0] != "stock" and stock and x > margin * stock:
+            out.append((run, x, stock))
+    return sorted(out, key=lambda t: (str(t[0][1]), t[0][2] or 0, t[0][3] or 0, t[0][0]))
+
+
+def step_residuals(set_dir: Path, data: dict, by_run: dict | None = None) -> dict[str, tuple[float, int]]:
+    """{config: (median of measured over fitted, steps)} over the decode-only steps each
+    configuration's engine took inside its measured runs, the fit being the twin's,
+    calibrated on the stock engine (`twin/rig-profile.toml`; traces kept in `steps/` by
+    `forecast.keep_steps`). Stock's own figure says how well the fit holds; a hooked
+    engine's above it is time its steps took that the twin, which runs every policy on
+    stock's step costs, does not model. `by_run`: `decode_ratios` already read."""
+    by_run = by_run if by_run is not None else decode_ratios(set_dir, data)
+    if not by_run:
+        return {}
+    ratios: dict[str, list[float]] = {}
+    for run, values in by_run.items():
+        ratios.setdefault(run[0], []).extend(values)
     return {c: (statistics.median(v), len(v)) for c, v in ratios.items() if len(v) >= 20}
 
 
-def residual_lines(residuals: dict[str, tuple[float, int]]) -> list[str]:
-    """The page's sentence on each engine's decode steps against the twin's fit."""
+def residual_lines(residuals: dict[str, tuple[float, int]], slow: list | None = None) -> list[str]:
+    """The page's sentence on each engine's decode steps against the twin's fit, and the
+    runs whose steps ran slow (`slow_runs`)."""
     if "stock" not in residuals or len(residuals) < 2:
         return []
+    slow_text = ("" if not slow else
+                 " Runs whose decode steps ran more than a tenth slower than stock's in the same round (each "
+                 "run's median of measured over fitted): "
+                 + "; ".join(f"{c} round {rnd} at {100 * load:.0f}% ({x:.2f} against {typical:.2f})"
+                             for (c, _w, load, rnd), x, typical in slow)
+                 + ". Their requests carry that slowdown into their round's ratios.")
     stock = residuals["stock"][0]
     order = sorted(residuals, key=lambda c: (c not in STOCK_ENGINE, STOCK_ENGINE.index(c) if c in STOCK_ENGINE else 0, c))
     cells = "; ".join(f"{c} {residuals[c][0]:.2f} ({residuals[c][1]:,} steps)" for c in order)
@@ -176,7 +215,8 @@ def residual_lines(residuals: dict[str, tuple[float, int]]) -> list[str]:
             + (f"Beyond a tenth over stock's: {', '.join(slower)}. Those steps took time the twin does not "
                "model (it runs every policy on stock's step costs): a cost of the hooked engine itself, which "
                "the twin's ratios leave out." if slower else
-               "No configuration's steps run a tenth beyond stock's: the twin's step costs hold for each."), ""]
+               "No configuration's steps run a tenth beyond stock's: the twin's step costs hold for each.")
+            + slow_text, ""]
 
 
 def twin_ratios(calibration: dict, budget: int) -> dict | None:
@@ -268,3 +308,37 @@ def differences(shape: dict, gpu: dict | None, tolerance: float = 1.25) -> list[
             out.append(f"a decode step of {b} requests costs {r:.2f}x one request's here against {g:.2f}x on the "
                        f"H100, so taking thinkers out of a step saves {'more' if r > g else 'less'} here than there")
     return out
+
+
+def shared_step_stretch(twin: dict | None, gpu: dict | None):
+    """How many times more a decode step shared by `b` requests costs, relative to one
+    request's, on this rig than on the H100: b -> (rig growth at b) / (H100 growth at b),
+    the growths the regime table shows (the twin's fit over the rig's steps, which covers
+    every batch the runs held, and the H100's measured steps), linear between the
+    table's batches from 1 at one request, held past the largest. None when either side
+    is missing.
+
+    Why: a request's start (TTFT, TTFO) on a loaded engine is its own steps shared with
+    everyone else's. On the H100 sharing a step with 16 requests costs 1.16x; on this rig
+    2.2x. An SLO that lets a start take 2x its time alone is met by most requests on the
+    H100 at a load where none can meet it here, whatever the scheduler does; stretching
+    the factor by this ratio judges the rig's runs by the H100's yardstick."""
+    if not twin or not gpu:
+        return None
+    knots = [(1.0, 1.0)]
+    for b in BATCHES:
+        rig, h100 = twin["decode_growth"].get(str(b)), gpu["decode_growth"].get(str(b))
+        if rig and h100:
+            knots.append((float(b), rig / h100))
+    if len(knots) < 2:
+        return None
+
+    def stretch(batch: float) -> float:
+        if batch <= knots[0][0]:
+            return knots[0][1]
+        for (b0, s0), (b1, s1) in zip(knots, knots[1:]):
+            if batch <= b1:
+                return s0 + (s1 - s0) * (batch - b0) / (b1 - b0)
+        return knots[-1][1]
+    stretch.knots = knots
+    return stretch

@@ -456,16 +456,20 @@ class WholeRequestSlo:
                    for k in ("ttft", "ttfo"))
 
 
-def whole_request_slo(unloaded: dict[int, list[dict]] | list[dict], slo: WholeRequestSlo = WholeRequestSlo()):
+def whole_request_slo(unloaded: dict[int, list[dict]] | list[dict],
+                      slo: WholeRequestSlo | dict[int, WholeRequestSlo] = WholeRequestSlo()):
     """A 0/1 metric for `pair_requests(..., keep_failed=True)`: the request met `slo`
     against the same index in `unloaded`, the same seed's requests run one at a time
-    ({round: requests}, each round having its own seed, or one list for every round)."""
+    ({round: requests}, each round having its own seed, or one list for every round).
+    `slo` may differ by round ({round: slo}; a round without one is not judged): every
+    configuration of a round is judged by the same one, so pairs stay fair."""
     by_round = {rnd: {r["index"]: r for r in reqs} for rnd, reqs in
                 (unloaded.items() if isinstance(unloaded, dict) else [(None, unloaded)])}
 
     def flag(r: dict, rnd: int) -> float | None:
         alone = by_round.get(rnd, by_round.get(None, {})).get(r["index"])
-        met = slo.met(r, alone)
+        judge = slo.get(rnd) if isinstance(slo, dict) else slo
+        met = None if judge is None else judge.met(r, alone)
         return None if met is None else float(met)
     flag.needs_round = True
     return flag

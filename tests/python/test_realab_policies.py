@@ -133,6 +133,59 @@ def test_the_whole_request_slo_reads_the_unloaded_reference(tmp_path: Path):
     assert not row.endswith("| 100% (99-100) |") and "no unloaded reference" not in row
 
 
+def test_the_batch_a_run_held_is_its_requests_time_over_its_span():
+    done = [{"ok": True, "sent_at": 0.0, "e2e": 2.0}, {"ok": True, "sent_at": 1.0, "e2e": 1.0},
+            {"ok": False, "sent_at": 1.5, "e2e": None}]
+    assert policies.held_batch(done, cap=32) == 1.5
+    assert policies.held_batch(done, cap=1) == 1.0, "beyond max_num_seqs requests wait outside the batch"
+    assert policies.held_batch(done[2:], cap=32) is None
+
+
+def test_the_h100_scaled_slo_stretches_every_configs_start_alike(tmp_path: Path):
+    # hook-fcfs starts 3x slower than alone and answers as stock does: the plain SLO
+    # (2x plus 0.25 s) fails its longer requests; with starts stretched 2x (factor 4) all
+    # meet it, and stock, judged by the same factor, stays at 100%.
+    write_set(tmp_path / "1-set", {"stock": 1.0, "hook-fcfs": 1.0})
+    raw = tmp_path / "1-set" / "raw"
+    for rnd in range(2):
+        slow = [{**request(i, 1.0), "ttft": 3 * 0.2 * 0.9 * (1.0 + (i % 7) * 0.3),
+                 "ttfo": 3 * 0.5 * 0.9 * (1.0 + (i % 7) * 0.3)} for i in range(100)]
+        with gzip.open(raw / f"long-0.9-{rnd}-hook-fcfs.json.gz", "wt") as f:
+            json.dump({"runs": [{"requests": slow}]}, f)
+    data = json.loads((tmp_path / "1-set" / "results.json").read_text())
+    batches = []
+
+    def stretch(batch: float) -> float:
+        batches.append(batch)
+        return 2.0
+    text = "\n".join(policies.section(data, raw, "long", 0.9, 100, stretch))
+    stock = next(line for line in text.splitlines() if line.startswith("| stock | ") and "%" in line)
+    fcfs = next(line for line in text.splitlines() if line.startswith("| hook-fcfs | ") and "%" in line)
+    assert stock.endswith("| 100% (99-100) | 100% (99-100) |")
+    plain, scaled = fcfs.split(" | ")[-2:]
+    assert not plain.startswith("100%") and scaled == "100% (99-100) |"
+    assert "round 0: 4 requests held, factor 4.0; round 1: 4 requests held, factor 4.0." in text
+    assert len(batches) == 2 and all(3.5 < b < 4.5 for b in batches), "stock's batch, once a round"
+    plain_only = "\n".join(policies.section(data, raw, "long", 0.9, 100))
+    assert "H100-scaled" not in plain_only
+
+
+def test_capacity_at_the_whole_request_slo_is_read_across_the_loads_measured(tmp_path: Path):
+    # At 90% hook-fcfs is 3x slower than stock on every metric (no request meets the
+    # SLO); at 70% it is stock's equal (all meet it): its capacity falls a twentieth of
+    # the way from 70% to 90%, while stock meets it at both loads (a lower bound at 90%).
+    page_dir = tmp_path / "page"
+    write_set(page_dir / "1-set", {"stock": 1.0, "hook-fcfs": 3.0})
+    lighter = measured_rounds(tmp_path / "w1", {"stock": 1.0, "hook-fcfs": 1.0}, [0, 1], load=0.7, unloaded=False)
+    policies.add(lighter, page_dir / "1-set", "rounds 0-1 at 70%")
+    page = page_of(page_dir)
+    assert "**Capacity at the whole-request SLO (as stated; 95% of requests meeting it), long**" in page
+    assert "- stock: at least 90% of stock capacity, 1.80 req/s" in page
+    fcfs = next(line for line in page.splitlines() if line.startswith("- hook-fcfs: "))
+    assert fcfs.startswith("- hook-fcfs: 71% of stock capacity, 1.42 req/s"), fcfs
+    assert "100% at 70%, 0% at 90%" in fcfs and "0.79x stock's" in fcfs
+
+
 def test_the_readme_summary_names_costs_and_gains_from_the_data(tmp_path: Path):
     write_set(tmp_path / "1-set", {"stock": 1.0, "hook-output-first": 1.2})
     write_set(tmp_path / "0-old", {"stock": 1.0, "hook-output-first": 0.5, "hook-fcfs": 1.0})
@@ -151,24 +204,27 @@ def test_the_readme_summary_names_costs_and_gains_from_the_data(tmp_path: Path):
     assert "costs: TTFT p50 1.20x" in text
 
 
-def measured_rounds(work: Path, scales: dict[str, float], rounds: list[int], n: int = 100) -> Path:
-    """A results file as `realab measure` writes it for `rounds` (raw runs in `work`)."""
+def measured_rounds(work: Path, scales: dict[str, float], rounds: list[int], n: int = 100, load: float = 0.9,
+                    unloaded: bool = True) -> Path:
+    """A results file as `realab measure` writes it for `rounds` at `load` (raw runs in
+    `work`), with each round's unloaded reference unless `unloaded` is False."""
     runs_dir = work / "runs"
     runs_dir.mkdir(parents=True)
     runs = []
     for rnd in rounds:
         for config, scale in scales.items():
             body = {"runs": [{"requests": [request(i, scale) for i in range(n)]}]}
-            (runs_dir / f"long-0.9-{rnd}-{config}.json").write_text(json.dumps(body))
-            runs.append({"workload": "long", "load": 0.9, "round": rnd, "config": config,
+            (runs_dir / f"long-{load:g}-{rnd}-{config}.json").write_text(json.dumps(body))
+            runs.append({"workload": "long", "load": load, "round": rnd, "config": config,
                          "policy": None if config == "stock" else config.removeprefix("hook-"),
                          "summary": {"total_token_throughput": 1000.0 / max(scale, 1e-9)}, "cpu": {"other_cores": 0.01}})
-        (runs_dir / f"long-unloaded-{rnd}.json").write_text(
-            json.dumps({"runs": [{"requests": [request(i, 0.9) for i in range(n)]}]}))
+        if unloaded:
+            (runs_dir / f"long-unloaded-{rnd}.json").write_text(
+                json.dumps({"runs": [{"requests": [request(i, 0.9) for i in range(n)]}]}))
     data = {"setup": {"configs": list(scales), "rounds": len(rounds), "first_round": rounds[0],
                       "engine": {"model": "/elsewhere/bench", "max_num_seqs": 32, "max_num_batched_tokens": 2048,
                                  "omp_threads": 1},
-                      "workloads": [{"name": "long", "loads": [0.9], "prompts": n, "configs": list(scales),
+                      "workloads": [{"name": "long", "loads": [load], "prompts": n, "configs": list(scales),
                                      "proxy": "shipped"}]},
             "capacity": {"long": 2.0}, "runs": runs, "work": [str(work)]}
     out = work / "results.json"
@@ -214,6 +270,21 @@ def test_rounds_added_to_a_kept_set_widen_its_pairs_and_are_never_measured_twice
     (tmp_path / "slower.json").write_text(json.dumps(slower))
     with pytest.raises(SystemExit, match="another capacity"):
         policies.add(tmp_path / "slower.json", page_dir / "1-set", "another capacity")
+
+
+def test_rounds_added_at_another_load_get_their_own_section_and_command(tmp_path: Path):
+    page_dir = tmp_path / "page"
+    write_set(page_dir / "1-set", {"stock": 1.0, "hook-output-first": 1.2}, rounds=2)
+    lighter = measured_rounds(tmp_path / "w1", {"stock": 1.0, "hook-output-first": 0.9}, [0, 1], load=0.7,
+                              unloaded=False)
+    assert policies.add(lighter, page_dir / "1-set", "rounds 0-1 at 70%") == 4
+    page = page_of(page_dir)
+    at_70, at_90 = page.split("### long, 70% of stock capacity")[1].split("### long, 90% of stock capacity")
+    assert "| hook-output-first | TTFT | 1.20 (1.20-1.20) |" in at_90
+    assert "| hook-output-first | TTFT | 0.90 (0.90-0.90) |" in at_70, "each load pairs its own runs"
+    first, added = page.split("# then: rounds 0-1 at 70%")
+    assert "REALAB_LOADS=0.9 " in first.split("Reproduce:")[-1] and "REALAB_LOADS=0.7" not in first.split("Reproduce:")[-1]
+    assert "REALAB_FIRST_ROUND=0 " in added and "REALAB_LOADS=0.7 " in added
 
 
 def test_stock_measured_again_is_the_noise_floor_itself(tmp_path: Path):

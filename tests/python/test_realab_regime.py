@@ -176,3 +176,53 @@ def test_each_engines_decode_steps_are_set_beside_the_twins_fit(tmp_path: Path):
     assert "Beyond a tenth over stock's: hook-output-first." in text
     assert regime.residual_lines({"stock": (1.0, 30)}) == []
     assert regime.step_residuals(tmp_path / "none", data) == {}
+
+
+def test_a_run_whose_engine_ran_slow_is_named_whatever_its_configuration(tmp_path: Path):
+    # Stock's two runs take what the fit says; the hooked engine's first run too, its
+    # second (round 1) a third more at every step: that run is named, against stock's
+    # run of the same round, not the configuration.
+    import gzip
+    set_dir = tmp_path / "set"
+    (set_dir / "twin").mkdir(parents=True)
+    (set_dir / "steps").mkdir()
+    (set_dir / "twin" / "rig-profile.toml").write_text(PROFILE)
+    fit_ms = 1000 * regime.decode_step_fit(PROFILE)({"tokens": 4, "decode_reqs": 4, "decode_context": 2000})
+    stock = [decode(t + i * 0.01, 4, 2000, fit_ms) for t in (10, 20) for i in range(30)]
+    hooked = [decode(30 + i * 0.01, 4, 2000, fit_ms) for i in range(30)]
+    hooked += [decode(40 + i * 0.01, 4, 2000, 1.3 * fit_ms) for i in range(30)]
+    with gzip.open(set_dir / "steps" / "stock-w1.jsonl.gz", "wt") as f:
+        f.write("".join(stock))
+    with gzip.open(set_dir / "steps" / "hook@w1.jsonl.gz", "wt") as f:
+        f.write("".join(hooked))
+    runs = [{"config": c, "workload": "mix", "load": 0.7, "round": rnd, "window": [t, t + 1]}
+            for c, rnd, t in (("stock", 0, 10), ("stock", 1, 20), ("hook", 0, 30), ("hook", 1, 40))]
+    slow = regime.slow_runs(set_dir, {"runs": runs})
+    assert [(run, round(x, 2), round(typical, 2)) for run, x, typical in slow] == [(("hook", "mix", 0.7, 1), 1.3, 1.0)]
+    text = " ".join(regime.residual_lines(regime.step_residuals(set_dir, {"runs": runs}), slow))
+    assert "Runs whose decode steps ran more than a tenth slower than stock's in the same round (each run's " \
+           "median of measured over fitted): hook round 1 at 70% (1.30 against 1.00)." in text
+
+
+def test_the_shipped_defaults_engine_trace_is_kept_beside_the_named_policies(tmp_path: Path):
+    from realab import forecast
+    work = tmp_path / "realab-w1"
+    work.mkdir()
+    for name in ("stock", "hook", "hook-output-first"):
+        (work / f"{name}-steps.jsonl").write_text(decode(1.0, 1, 10, 5.0))
+    assert forecast.keep_steps({"work": [str(work)]}, tmp_path / "set") == 3
+    assert sorted(p.name for p in (tmp_path / "set" / "steps").iterdir()) == [
+        "hook-output-first@realab-w1.jsonl.gz", "hook@realab-w1.jsonl.gz", "stock-realab-w1.jsonl.gz"]
+
+
+def test_a_shared_step_is_stretched_by_how_much_more_it_costs_here_than_on_the_h100():
+    twin = {"decode_growth": {"8": 1.6, "16": 2.2, "32": 3.7}}
+    gpu = {"decode_growth": {"8": 1.1, "16": 1.1, "32": 1.25}}
+    stretch = regime.shared_step_stretch(twin, gpu)
+    assert stretch(1) == 1.0, "one request shares its step with nobody"
+    assert abs(stretch(16) - 2.0) < 1e-9
+    assert abs(stretch(12) - (1.6 / 1.1 + 2.0) / 2) < 1e-9, "linear between the table's batches"
+    assert abs(stretch(4.5) - (1 + (1.6 / 1.1 - 1) / 2)) < 1e-9
+    assert stretch(200) == stretch(32) == 3.7 / 1.25, "held past the largest batch"
+    assert regime.shared_step_stretch(twin, None) is None and regime.shared_step_stretch(None, gpu) is None
+    assert regime.shared_step_stretch(twin, {"decode_growth": {}}) is None

@@ -356,7 +356,7 @@ def capacity_lines(data: dict, raw_dir: Path, workload: str, loads: list[float],
         return (f"{bound}{100 * c.load:.0f}% of stock capacity, {c.rate:.2f} req/s (interval's ends: {low} to "
                 f"{100 * c.optimistic:.0f}%; {shares})")
     kind = "with the H100-scaled start" if stretch else "as stated"
-    lines = [f"**Capacity at the whole-request SLO ({kind}; 95% of requests meeting it), {workload}**, from "
+    lines = ["", f"**Capacity at the whole-request SLO ({kind}; 95% of requests meeting it), {workload}**, from "
              f"the loads measured ({', '.join(f'{100 * x:.0f}%' for x in loads)}; between them linear, so a "
              "sweep this coarse places it roughly):", ""]
     for config in ["stock", *(c for c in data["setup"]["configs"] if c in measured and c != "stock")]:
@@ -421,10 +421,20 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
     whole = S.pair_requests(runs, S.whole_request_slo(unloaded), keep_failed=True) if unloaded else None
     whole_h100 = (S.pair_requests(runs, S.whole_request_slo(unloaded, {rnd: slo for rnd, (_, slo) in scaled.items()}),
                                   keep_failed=True) if scaled else None)
+    def cell(pairs: S.Paired | None, config: str) -> str:
+        # A configuration that ran fewer rounds than stock is set beside stock's share on
+        # those rounds: rounds differ by more than configurations do.
+        if pairs is None:
+            return "no unloaded reference"
+        own = S.share_of(pairs, config)
+        rounds = set(pairs.values.get(config, {}))
+        if config == "stock" or own is None or rounds == set(pairs.values.get("stock", {})):
+            return _share(own)
+        stock = S.share_of(pairs, "stock", rounds=rounds)
+        return _share(own) + ("" if stock is None else f"; stock {100 * stock.point:.0f}% on those rounds")
     for config in ["stock", *configs]:
-        lines.append(f"| {config} | {_share(S.share_of(stall, config))} | {_share(S.share_of(answer, config))} | "
-                     f"{_share(S.share_of(whole, config)) if whole else 'no unloaded reference'} |"
-                     + (f" {_share(S.share_of(whole_h100, config))} |" if scaled else ""))
+        lines.append(f"| {config} | {cell(stall, config)} | {cell(answer, config)} | {cell(whole, config)} |"
+                     + (f" {cell(whole_h100, config)} |" if scaled else ""))
     lines += ["", "Shares: Wilson 90% intervals over the counted requests. The answer-only SLO: think-to-answer "
               "gap and largest answer gap each within 250 ms. The whole-request SLO adds the start: TTFT and "
               "TTFO each within 2x the same request's own time on the idle engine plus 250 ms "

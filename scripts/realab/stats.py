@@ -370,9 +370,11 @@ def wilson(successes: int, n: int, confidence: float = 0.9) -> Share | None:
     return Share(p, low, high, successes, n)
 
 
-def share_of(pairs: Paired, config: str, confidence: float = 0.9) -> Share | None:
-    """The share of `config`'s requests whose 0/1 value is 1, over every round."""
-    flags = [v for rnd in pairs.values.get(config, {}).values() for vs in rnd.values() for v in vs]
+def share_of(pairs: Paired, config: str, confidence: float = 0.9, rounds=None) -> Share | None:
+    """The share of `config`'s requests whose 0/1 value is 1, over every round (or over
+    `rounds` only: stock's share on the rounds another configuration ran)."""
+    flags = [v for rnd, values in pairs.values.get(config, {}).items() if rounds is None or rnd in rounds
+             for vs in values.values() for v in vs]
     return wilson(round(sum(flags)), len(flags), confidence)
 
 

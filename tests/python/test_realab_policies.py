@@ -244,6 +244,9 @@ def test_rounds_added_to_a_kept_set_widen_its_pairs_and_are_never_measured_twice
     assert "| hook-reasoning-first | TTFO | 0.80 (0.80-0.80) |" in page and "| 180 |" in page
     assert ("Rounds per configuration (a ratio pairs only the rounds both sides ran): stock 0, 1, 2; proxy 0; "
             "hook-output-first 0, 1, 2; hook-reasoning-first 1, 2.") in page
+    # Its shares are set beside stock's on the same two rounds.
+    row = next(line for line in page.splitlines() if line.startswith("| hook-reasoning-first | ") and "%" in line)
+    assert row.count("; stock 0% on those rounds") == 1 and row.count("; stock 100% on those rounds") == 2, row
     assert "REALAB_FIRST_ROUND=1 REALAB_PROXY=shipped REALAB_CONFIGS=stock,hook-output-first,hook-reasoning-first" in page
     assert "policies add /tmp/more.json" in page
     assert "REALAB_CONFIGS=stock,proxy,hook-output-first REALAB_UNLOADED=1" in page, "round 0's own configs"

@@ -136,6 +136,7 @@ def add(results: Path, set_dir: Path, note: str) -> int:
         "note": note, "configs": new["setup"]["configs"],
         "rounds": sorted({r["round"] for r in new["runs"]}), "first_round": new["setup"].get("first_round", 0),
         "loads": sorted({r["load"] for r in new["runs"]}),
+        "unloaded": any(any((Path(w) / "runs").glob("*-unloaded-*.json")) for w in new.get("work", [])),
         "elapsed_s": new.get("elapsed_s"), "shipped_policy": new["setup"].get("shipped_policy")})
     copied = _copy_raw(new, set_dir / "raw", replace=False)
     F.keep_steps(kept, set_dir)
@@ -593,26 +594,28 @@ def set_section(set_dir: Path, resamples: int) -> list[str]:
     forecast_cmd = (["cargo build --release -p meridian-sim && python3 -m realab forecast "
                      f"../docs/src/benchmarks/policies-real-engine/{set_dir.name} ../target/release/meridian-sim"]
                     if (set_dir / "twin" / "forecast.json").exists() else [])
-    lines += ["Reproduce:", "", "```", *reproduce(data), *forecast_cmd, "```", ""]
+    lines += ["Reproduce:", "", "```", *reproduce(data, raw_dir), *forecast_cmd, "```", ""]
     return lines
 
 
-def reproduce(data: dict) -> list[str]:
+def reproduce(data: dict, raw_dir: Path | None = None) -> list[str]:
     """The commands that measure a set like this one and keep it, then each addition's
     (after `cargo build --release --bins`, `scripts/install-hook.sh` and the benchmark
     model, which scripts/bench-dispatch-real.sh sets up)."""
-    out = measure_commands(data, data["setup"]["rounds"], None, None, "/tmp/set.json")
+    first = range(data["setup"].get("first_round", 0), data["setup"].get("first_round", 0) + data["setup"]["rounds"])
+    unloaded = None if raw_dir is None else any(any(raw_dir.glob(f"*-unloaded-{rnd}.json.gz")) for rnd in first)
+    out = measure_commands(data, data["setup"]["rounds"], None, None, "/tmp/set.json", unloaded=unloaded)
     out.append("python3 -m realab policies keep /tmp/set.json ../docs/src/benchmarks/policies-real-engine/NAME LABEL")
     for a in data.get("additions", []):
         out.append(f"# then: {a['note']}")
         out += measure_commands(data, len(a["rounds"]), a["configs"], a.get("first_round", min(a["rounds"])),
-                                "/tmp/more.json", a.get("loads"))
+                                "/tmp/more.json", a.get("loads"), a.get("unloaded"))
         out.append("python3 -m realab policies add /tmp/more.json ../docs/src/benchmarks/policies-real-engine/NAME NOTE")
     return out
 
 
 def measure_commands(data: dict, rounds: int, configs: list[str] | None, first_round: int | None,
-                     results: str, loads: list[float] | None = None) -> list[str]:
+                     results: str, loads: list[float] | None = None, unloaded: bool | None = None) -> list[str]:
     """One `realab measure` command per workload of the set: `configs` (default: the
     workload's own) from round `first_round` (default: 0, left unsaid) at `loads`
     (default: those the set was first measured at)."""
@@ -626,7 +629,9 @@ def measure_commands(data: dict, rounds: int, configs: list[str] | None, first_r
         if data.get("capacity_given", {}).get(w["name"]):
             env.append(f"REALAB_CAPACITY={data['capacity'][w['name']]:g}")
         names = ",".join(configs or w.get("configs") or data["setup"]["configs"])
-        env += [f"REALAB_CONFIGS={names}", "REALAB_UNLOADED=1", f"REALAB_WORKLOADS={w['name']}",
+        # Additions recorded since whether they ran the unloaded references; older ones did.
+        env += [f"REALAB_CONFIGS={names}", *(["REALAB_UNLOADED=1"] if unloaded is not False else []),
+                f"REALAB_WORKLOADS={w['name']}",
                 f"REALAB_LOADS={','.join(f'{x:g}' for x in loads or w.get('first_loads', w['loads']))}",
                 f"REALAB_PROMPTS={w['prompts']}",
                 f"REALAB_ROUNDS={rounds}"]

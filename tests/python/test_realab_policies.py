@@ -288,6 +288,8 @@ def test_rounds_added_at_another_load_get_their_own_section_and_command(tmp_path
     first, added = page.split("# then: rounds 0-1 at 70%")
     assert "REALAB_LOADS=0.9 " in first.split("Reproduce:")[-1] and "REALAB_LOADS=0.7" not in first.split("Reproduce:")[-1]
     assert "REALAB_FIRST_ROUND=0 " in added and "REALAB_LOADS=0.7 " in added
+    # The set's own rounds ran their unloaded references, the addition did not.
+    assert "REALAB_UNLOADED=1" in first.split("Reproduce:")[-1] and "REALAB_UNLOADED" not in added
 
 
 def test_stock_measured_again_is_the_noise_floor_itself(tmp_path: Path):

@@ -19,7 +19,6 @@ verdict, costs and gains, every figure from the data."""
 
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import json
 import math
@@ -31,6 +30,7 @@ from pathlib import Path
 from . import forecast as F
 from . import machine
 from . import regime as R
+from . import slo
 from . import stats as S
 from .measure import STOCK_AGAIN
 
@@ -299,74 +299,6 @@ def noise_floor(config: str, table: dict[str, tuple], paired_rounds: int) -> lis
     return [text]
 
 
-def held_batch(requests: list[dict], cap: int) -> float | None:
-    """The requests a run held at once on average (Little's law over the counted
-    requests: their summed end-to-end times over the span from the first send to the
-    last finish), at most `cap` (the engine's max_num_seqs: the rest wait outside the
-    batch)."""
-    done = [r for r in requests if r.get("ok") and r.get("e2e") is not None]
-    if not done:
-        return None
-    span = max(r["sent_at"] + r["e2e"] for r in done) - min(r["sent_at"] for r in done)
-    return min(float(cap), sum(r["e2e"] for r in done) / span) if span > 0 else None
-
-
-def scaled_slos(runs: dict, unloaded: dict, stretch, cap: int) -> dict[int, tuple[float, S.WholeRequestSlo]]:
-    """{round: (batch stock held, the whole-request SLO with its start factor stretched
-    for that batch)} for the rounds with an unloaded reference (`regime.shared_step_stretch`)."""
-    out = {}
-    for rnd in sorted(set(unloaded) & set(runs.get("stock", {}))):
-        batch = held_batch(runs["stock"][rnd], cap)
-        if batch is not None:
-            base = S.WholeRequestSlo()
-            out[rnd] = (batch, dataclasses.replace(base, start_factor=base.start_factor * stretch(batch)))
-    return out
-
-
-def capacity_lines(data: dict, raw_dir: Path, workload: str, loads: list[float], stretch=None) -> list[str]:
-    """Capacity at the whole-request SLO (`stats.capacity_at_slo`: the load where the
-    share meeting it first falls below 95%, linear between the loads measured) for each
-    configuration measured at every load with unloaded references, and its ratio to
-    stock's. With `stretch`, the SLO's start is H100-scaled as in the sections."""
-    if len(loads) < 2:
-        return []
-    cap = int(data["setup"]["engine"].get("max_num_seqs", 256))
-    points: dict[str, list[S.LoadPoint]] = {}
-    for load in loads:
-        runs, unloaded = read(raw_dir, workload, load)
-        if "stock" not in runs or not unloaded:
-            return []
-        slo = ({rnd: judge for rnd, (_, judge) in scaled_slos(runs, unloaded, stretch, cap).items()}
-               if stretch else S.WholeRequestSlo())
-        whole = S.pair_requests(runs, S.whole_request_slo(unloaded, slo), keep_failed=True)
-        for config in runs:
-            share = S.share_of(whole, config)
-            if share is not None:
-                points.setdefault(config, []).append(
-                    S.LoadPoint(load, load * data["capacity"][workload], share))
-    measured = {c: S.capacity_at_slo(p) for c, p in points.items() if len(p) == len(loads)}
-    if "stock" not in measured:
-        return []
-
-    def text(c: S.Capacity, config: str) -> str:
-        shares = ", ".join(f"{100 * p.share.point:.0f}% at {100 * p.load:.0f}%" for p in points[config])
-        if c.beyond == "below":
-            return f"below the loads measured ({shares})"
-        bound = "at least " if c.beyond == "above" else ""
-        low = "below the loads measured" if c.conservative is None else f"{100 * c.conservative:.0f}%"
-        return (f"{bound}{100 * c.load:.0f}% of stock capacity, {c.rate:.2f} req/s (interval's ends: {low} to "
-                f"{100 * c.optimistic:.0f}%; {shares})")
-    kind = "with the H100-scaled start" if stretch else "as stated"
-    lines = ["", f"**Capacity at the whole-request SLO ({kind}; 95% of requests meeting it), {workload}**, from "
-             f"the loads measured ({', '.join(f'{100 * x:.0f}%' for x in loads)}; between them linear, so a "
-             "sweep this coarse places it roughly):", ""]
-    for config in ["stock", *(c for c in data["setup"]["configs"] if c in measured and c != "stock")]:
-        ratio = S.capacity_ratio(measured[config], measured["stock"]) if config != "stock" else None
-        lines.append(f"- {config}: {text(measured[config], config)}"
-                     + (f"; {ratio[0]:.2f}x stock's ({ratio[1]:.2f}-{ratio[2]:.2f})" if ratio else "") + ".")
-    return [*lines, ""]
-
-
 def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: int, stretch=None) -> list[str]:
     runs, unloaded = read(raw_dir, workload, load)
     if "stock" not in runs:
@@ -412,7 +344,7 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
                   + ", ".join(zeros) + ", the median is under 1/200 of stock's: most of those gaps are tokens "
                   "reaching the client together (answers delivered in bursts)."]
     lines.append("")
-    scaled = scaled_slos(runs, unloaded, stretch, int(data["setup"]["engine"].get("max_num_seqs", 256))) \
+    scaled = slo.scaled_slos(runs, unloaded, stretch, int(data["setup"]["engine"].get("max_num_seqs", 256))) \
         if stretch and unloaded else {}
     lines += ["| configuration | answers with a stall over 250 ms | answer-only SLO met | whole-request SLO met |"
               + (" whole-request SLO met, H100-scaled start |" if scaled else ""),
@@ -420,8 +352,9 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
     stall = S.pair_requests(runs, S.stalled(0.25))
     answer = S.pair_requests(runs, S.answer_only_slo(), keep_failed=True)
     whole = S.pair_requests(runs, S.whole_request_slo(unloaded), keep_failed=True) if unloaded else None
-    whole_h100 = (S.pair_requests(runs, S.whole_request_slo(unloaded, {rnd: slo for rnd, (_, slo) in scaled.items()}),
+    whole_h100 = (S.pair_requests(runs, S.whole_request_slo(unloaded, {rnd: judge for rnd, (_, judge) in scaled.items()}),
                                   keep_failed=True) if scaled else None)
+
     def cell(pairs: S.Paired | None, config: str) -> str:
         # A configuration that ran fewer rounds than stock is set beside stock's share on
         # those rounds: rounds differ by more than configurations do.
@@ -448,8 +381,8 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
                   "start factor is stretched by that ratio at the batch stock held in the round (Little's law "
                   "over its counted requests, at most max_num_seqs; `regime.shared_step_stretch`); every "
                   "configuration of a round is judged by the same factor. "
-                  + "; ".join(f"round {rnd}: {batch:.0f} requests held, factor {slo.start_factor:.1f}"
-                              for rnd, (batch, slo) in scaled.items())
+                  + "; ".join(f"round {rnd}: {batch:.0f} requests held, factor {judge.start_factor:.1f}"
+                              for rnd, (batch, judge) in scaled.items())
                   + ". An approximation of the H100's yardstick, not a measurement on it."]
     lines.append("")
     for config in configs:
@@ -590,7 +523,8 @@ def set_section(set_dir: Path, resamples: int) -> list[str]:
     for w in data["setup"]["workloads"]:
         for load in w["loads"]:
             lines += section(data, raw_dir, w["name"], load, resamples, stretch)
-        lines += capacity_lines(data, raw_dir, w["name"], w["loads"], stretch)
+        lines += slo.capacity_lines(data, w["name"], {load: read(raw_dir, w["name"], load) for load in w["loads"]},
+                                    stretch)
     forecast_cmd = (["cargo build --release -p meridian-sim && python3 -m realab forecast "
                      f"../docs/src/benchmarks/policies-real-engine/{set_dir.name} ../target/release/meridian-sim"]
                     if (set_dir / "twin" / "forecast.json").exists() else [])

@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from realab import policies  # noqa: E402
+from realab import policies, slo  # noqa: E402
 
 
 def request(i: int, scale: float) -> dict:
@@ -136,9 +136,9 @@ def test_the_whole_request_slo_reads_the_unloaded_reference(tmp_path: Path):
 def test_the_batch_a_run_held_is_its_requests_time_over_its_span():
     done = [{"ok": True, "sent_at": 0.0, "e2e": 2.0}, {"ok": True, "sent_at": 1.0, "e2e": 1.0},
             {"ok": False, "sent_at": 1.5, "e2e": None}]
-    assert policies.held_batch(done, cap=32) == 1.5
-    assert policies.held_batch(done, cap=1) == 1.0, "beyond max_num_seqs requests wait outside the batch"
-    assert policies.held_batch(done[2:], cap=32) is None
+    assert slo.held_batch(done, cap=32) == 1.5
+    assert slo.held_batch(done, cap=1) == 1.0, "beyond max_num_seqs requests wait outside the batch"
+    assert slo.held_batch(done[2:], cap=32) is None
 
 
 def test_the_h100_scaled_slo_stretches_every_configs_start_alike(tmp_path: Path):

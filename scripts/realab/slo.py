@@ -1,0 +1,84 @@
+"""The whole-request SLO as the every-policy page reads it on a GPU-shaped rig: the start
+factor stretched to the H100's yardstick (`regime.shared_step_stretch` at the batch stock
+held in each round), and capacity at that SLO across the loads a set was measured at.
+
+Why a separate yardstick: a start under load is mostly the request's own steps shared
+with the batch, and on the rig a shared step costs far more than on an H100, so the SLO as
+stated (2x the request's time alone) is missed by nearly every request at high load
+whatever the scheduler does. Both readings go on the page."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from . import stats as S
+
+
+def held_batch(requests: list[dict], cap: int) -> float | None:
+    """The requests a run held at once on average (Little's law over the counted
+    requests: their summed end-to-end times over the span from the first send to the
+    last finish), at most `cap` (the engine's max_num_seqs: the rest wait outside the
+    batch)."""
+    done = [r for r in requests if r.get("ok") and r.get("e2e") is not None]
+    if not done:
+        return None
+    span = max(r["sent_at"] + r["e2e"] for r in done) - min(r["sent_at"] for r in done)
+    return min(float(cap), sum(r["e2e"] for r in done) / span) if span > 0 else None
+
+
+def scaled_slos(runs: dict, unloaded: dict, stretch, cap: int) -> dict[int, tuple[float, S.WholeRequestSlo]]:
+    """{round: (batch stock held, the whole-request SLO with its start factor stretched
+    for that batch)} for the rounds with an unloaded reference (`regime.shared_step_stretch`)."""
+    out = {}
+    for rnd in sorted(set(unloaded) & set(runs.get("stock", {}))):
+        batch = held_batch(runs["stock"][rnd], cap)
+        if batch is not None:
+            base = S.WholeRequestSlo()
+            out[rnd] = (batch, dataclasses.replace(base, start_factor=base.start_factor * stretch(batch)))
+    return out
+
+
+def capacity_lines(data: dict, workload: str, by_load: dict[float, tuple[dict, dict]], stretch=None) -> list[str]:
+    """Capacity at the whole-request SLO (`stats.capacity_at_slo`: the load where the
+    share meeting it first falls below 95%, linear between the loads measured) for each
+    configuration measured at every load with unloaded references, and its ratio to
+    stock's. `by_load`: {load: (runs, unloaded)} as `policies.read` gives them. With
+    `stretch`, the SLO's start is H100-scaled as in the page's sections."""
+    loads = sorted(by_load)
+    if len(loads) < 2:
+        return []
+    cap = int(data["setup"]["engine"].get("max_num_seqs", 256))
+    points: dict[str, list[S.LoadPoint]] = {}
+    for load in loads:
+        runs, unloaded = by_load[load]
+        if "stock" not in runs or not unloaded:
+            return []
+        slo = ({rnd: judge for rnd, (_, judge) in scaled_slos(runs, unloaded, stretch, cap).items()}
+               if stretch else S.WholeRequestSlo())
+        whole = S.pair_requests(runs, S.whole_request_slo(unloaded, slo), keep_failed=True)
+        for config in runs:
+            share = S.share_of(whole, config)
+            if share is not None:
+                points.setdefault(config, []).append(
+                    S.LoadPoint(load, load * data["capacity"][workload], share))
+    measured = {c: S.capacity_at_slo(p) for c, p in points.items() if len(p) == len(loads)}
+    if "stock" not in measured:
+        return []
+
+    def text(c: S.Capacity, config: str) -> str:
+        shares = ", ".join(f"{100 * p.share.point:.0f}% at {100 * p.load:.0f}%" for p in points[config])
+        if c.beyond == "below":
+            return f"below the loads measured ({shares})"
+        bound = "at least " if c.beyond == "above" else ""
+        low = "below the loads measured" if c.conservative is None else f"{100 * c.conservative:.0f}%"
+        return (f"{bound}{100 * c.load:.0f}% of stock capacity, {c.rate:.2f} req/s (interval's ends: {low} to "
+                f"{100 * c.optimistic:.0f}%; {shares})")
+    kind = "with the H100-scaled start" if stretch else "as stated"
+    lines = ["", f"**Capacity at the whole-request SLO ({kind}; 95% of requests meeting it), {workload}**, from "
+             f"the loads measured ({', '.join(f'{100 * x:.0f}%' for x in loads)}; between them linear, so a "
+             "sweep this coarse places it roughly):", ""]
+    for config in ["stock", *(c for c in data["setup"]["configs"] if c in measured and c != "stock")]:
+        ratio = S.capacity_ratio(measured[config], measured["stock"]) if config != "stock" else None
+        lines.append(f"- {config}: {text(measured[config], config)}"
+                     + (f"; {ratio[0]:.2f}x stock's ({ratio[1]:.2f}-{ratio[2]:.2f})" if ratio else "") + ".")
+    return [*lines, ""]

@@ -299,8 +299,11 @@ def noise_floor(config: str, table: dict[str, tuple], paired_rounds: int) -> lis
     return [text]
 
 
-def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: int, stretch=None) -> list[str]:
-    runs, unloaded = read(raw_dir, workload, load)
+def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: int, stretch=None,
+            measured: tuple[dict, dict] | None = None) -> list[str]:
+    """The page's section for one workload x load; `measured`: what `read` gives for it,
+    when the caller has read it already."""
+    runs, unloaded = measured if measured is not None else read(raw_dir, workload, load)
     if "stock" not in runs:
         return []
     policies = policies_of(data)
@@ -521,10 +524,11 @@ def set_section(set_dir: Path, resamples: int) -> list[str]:
     lines += delivery_core(data)
     lines.append("")
     for w in data["setup"]["workloads"]:
+        # Each load's raw files are read once, for its section and for capacity across loads.
+        by_load = {load: read(raw_dir, w["name"], load) for load in w["loads"]}
         for load in w["loads"]:
-            lines += section(data, raw_dir, w["name"], load, resamples, stretch)
-        lines += slo.capacity_lines(data, w["name"], {load: read(raw_dir, w["name"], load) for load in w["loads"]},
-                                    stretch)
+            lines += section(data, raw_dir, w["name"], load, resamples, stretch, by_load[load])
+        lines += slo.capacity_lines(data, w["name"], by_load, stretch)
     forecast_cmd = (["cargo build --release -p meridian-sim && python3 -m realab forecast "
                      f"../docs/src/benchmarks/policies-real-engine/{set_dir.name} ../target/release/meridian-sim"]
                     if (set_dir / "twin" / "forecast.json").exists() else [])

@@ -146,26 +146,35 @@ def test_the_twins_decode_step_fit_is_the_cost_models_terms():
     assert regime.decode_step_fit("") is None
 
 
-def test_each_engines_decode_steps_are_set_beside_the_twins_fit(tmp_path: Path):
-    # Stock's steps take what the fit says; the hooked engine's a fifth more for the same
-    # shape: a cost of its own, which the twin (stock's step costs) leaves out. Steps
-    # outside a configuration's measured windows, and prompt steps, do not count.
+def traced_set(tmp_path: Path, traces: dict[str, list[str]]) -> Path:
+    """A kept set with the twin's rig profile and the step traces `traces` ({file stem:
+    lines}) in `steps/`."""
     import gzip
     set_dir = tmp_path / "set"
     (set_dir / "twin").mkdir(parents=True)
     (set_dir / "steps").mkdir()
     (set_dir / "twin" / "rig-profile.toml").write_text(PROFILE)
-    fit_ms = 1000 * regime.decode_step_fit(PROFILE)({"tokens": 4, "decode_reqs": 4, "decode_context": 2000})
-    stock = [decode(10 + i * 0.01, 4, 2000, fit_ms) for i in range(30)]
-    stock += [decode(20 + i * 0.01, 4, 2000, 0.9 * fit_ms) for i in range(30)]
+    for stem, lines in traces.items():
+        with gzip.open(set_dir / "steps" / f"{stem}.jsonl.gz", "wt") as f:
+            f.write("".join(lines))
+    return set_dir
+
+
+#: The fit's time for a decode of 4 requests over 2,000 tokens of context, in ms.
+FIT_MS = 1000 * regime.decode_step_fit(PROFILE)({"tokens": 4, "decode_reqs": 4, "decode_context": 2000})
+
+
+def test_each_engines_decode_steps_are_set_beside_the_twins_fit(tmp_path: Path):
+    # Stock's steps take what the fit says; the hooked engine's a fifth more for the same
+    # shape: a cost of its own, which the twin (stock's step costs) leaves out. Steps
+    # outside a configuration's measured windows, and prompt steps, do not count.
+    stock = [decode(10 + i * 0.01, 4, 2000, FIT_MS) for i in range(30)]
+    stock += [decode(20 + i * 0.01, 4, 2000, 0.9 * FIT_MS) for i in range(30)]
     stock.append(json.dumps({"t": 10.5, "tokens": 256, "prefill_tokens": 256, "decode_reqs": 0,
                              "decode_context": 0, "step_s": 1.0}) + "\n")
-    stock.append(decode(99, 4, 2000, 50 * fit_ms))
-    hooked = [decode(30 + i * 0.01, 4, 2000, 1.2 * fit_ms) for i in range(30)]
-    with gzip.open(set_dir / "steps" / "stock-w1.jsonl.gz", "wt") as f:
-        f.write("".join(stock))
-    with gzip.open(set_dir / "steps" / "hook-output-first@w1.jsonl.gz", "wt") as f:
-        f.write("".join(hooked))
+    stock.append(decode(99, 4, 2000, 50 * FIT_MS))
+    hooked = [decode(30 + i * 0.01, 4, 2000, 1.2 * FIT_MS) for i in range(30)]
+    set_dir = traced_set(tmp_path, {"stock-w1": stock, "hook-output-first@w1": hooked})
     data = {"runs": [{"config": "stock", "window": [10, 11]}, {"config": "stock-again", "window": [20, 21]},
                      {"config": "hook-output-first", "window": [30, 31]}]}
     got = regime.step_residuals(set_dir, data)
@@ -182,19 +191,10 @@ def test_a_run_whose_engine_ran_slow_is_named_whatever_its_configuration(tmp_pat
     # Stock's two runs take what the fit says; the hooked engine's first run too, its
     # second (round 1) a third more at every step: that run is named, against stock's
     # run of the same round, not the configuration.
-    import gzip
-    set_dir = tmp_path / "set"
-    (set_dir / "twin").mkdir(parents=True)
-    (set_dir / "steps").mkdir()
-    (set_dir / "twin" / "rig-profile.toml").write_text(PROFILE)
-    fit_ms = 1000 * regime.decode_step_fit(PROFILE)({"tokens": 4, "decode_reqs": 4, "decode_context": 2000})
-    stock = [decode(t + i * 0.01, 4, 2000, fit_ms) for t in (10, 20) for i in range(30)]
-    hooked = [decode(30 + i * 0.01, 4, 2000, fit_ms) for i in range(30)]
-    hooked += [decode(40 + i * 0.01, 4, 2000, 1.3 * fit_ms) for i in range(30)]
-    with gzip.open(set_dir / "steps" / "stock-w1.jsonl.gz", "wt") as f:
-        f.write("".join(stock))
-    with gzip.open(set_dir / "steps" / "hook@w1.jsonl.gz", "wt") as f:
-        f.write("".join(hooked))
+    stock = [decode(t + i * 0.01, 4, 2000, FIT_MS) for t in (10, 20) for i in range(30)]
+    hooked = [decode(30 + i * 0.01, 4, 2000, FIT_MS) for i in range(30)]
+    hooked += [decode(40 + i * 0.01, 4, 2000, 1.3 * FIT_MS) for i in range(30)]
+    set_dir = traced_set(tmp_path, {"stock-w1": stock, "hook@w1": hooked})
     runs = [{"config": c, "workload": "mix", "load": 0.7, "round": rnd, "window": [t, t + 1]}
             for c, rnd, t in (("stock", 0, 10), ("stock", 1, 20), ("hook", 0, 30), ("hook", 1, 40))]
     slow = regime.slow_runs(set_dir, {"runs": runs})

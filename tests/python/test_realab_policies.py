@@ -292,6 +292,33 @@ def test_rounds_added_at_another_load_get_their_own_section_and_command(tmp_path
     assert "REALAB_UNLOADED=1" in first.split("Reproduce:")[-1] and "REALAB_UNLOADED" not in added
 
 
+def test_unloaded_references_added_alone_let_every_round_count_for_the_whole_request_slo(tmp_path: Path):
+    page_dir = tmp_path / "page"
+    write_set(page_dir / "1-set", {"stock": 1.0, "hook-output-first": 1.2}, rounds=1)
+    policies.add(measured_rounds(tmp_path / "w1", {"stock": 1.0, "hook-output-first": 1.2}, [1], unloaded=False),
+                 page_dir / "1-set", "round 1, no references")
+    assert "Only the rounds with an unloaded reference count for it." in page_of(page_dir)
+    # What `realab measure` writes with REALAB_LOADS empty and REALAB_UNLOADED=1: no
+    # runs, the round's reference only.
+    work = tmp_path / "w2"
+    (work / "runs").mkdir(parents=True)
+    (work / "runs" / "long-unloaded-1.json").write_text(
+        json.dumps({"runs": [{"requests": [request(i, 0.9) for i in range(100)]}]}))
+    refs = json.loads(measured_rounds(tmp_path / "w0", {"stock": 1.0}, [1]).read_text())
+    refs["setup"]["workloads"][0]["loads"] = []
+    refs.update(runs=[], work=[str(work)])
+    (work / "results.json").write_text(json.dumps(refs))
+    assert policies.add(work / "results.json", page_dir / "1-set", "round 1's references") == 1
+    page = page_of(page_dir)
+    assert "Only the rounds with an unloaded reference count for it." not in page
+    added = page.split("# then: round 1's references")[1]
+    assert "REALAB_FIRST_ROUND=1 REALAB_PROXY=shipped REALAB_CONFIGS=stock REALAB_UNLOADED=1" in added
+    assert "REALAB_LOADS= " in added and "REALAB_ROUNDS=1 " in added, "references only, one round"
+    kept = json.loads((page_dir / "1-set" / "results.json").read_text())
+    assert kept["additions"][-1]["rounds"] == [1] and kept["additions"][-1]["loads"] == []
+    assert kept["setup"]["workloads"][0]["loads"] == [0.9], "no load added"
+
+
 def test_stock_measured_again_is_the_noise_floor_itself(tmp_path: Path):
     write_set(tmp_path / "1-set", {"stock": 1.0, "stock-again": 1.3, "hook-output-first": 1.0})
     page = page_of(tmp_path)

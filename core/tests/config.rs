@@ -183,6 +183,16 @@ fn hook_and_exit_sections_are_checked_by_dotted_path() {
 }
 
 #[test]
+fn the_hook_refuses_an_unsupported_vllm_unless_told_to_run_disabled() {
+    use meridian_core::config::OnUnsupportedVllm;
+    assert_eq!(validate("").unwrap().hook.on_unsupported_vllm, OnUnsupportedVllm::Refuse);
+    let cfg = validate("[hook]\non_unsupported_vllm = \"disable\"\n").unwrap();
+    assert_eq!(cfg.hook.on_unsupported_vllm, OnUnsupportedVllm::Disable);
+    let err = validate("[hook]\non_unsupported_vllm = \"ignore\"\n").unwrap_err();
+    assert!(err.contains("hook.on_unsupported_vllm") && err.contains("refuse"), "{err}");
+}
+
+#[test]
 fn the_admin_listener_is_off_by_default_and_checked_when_asked_for() {
     let cfg = validate("").unwrap();
     assert_eq!(cfg.admin.listen, None);

@@ -35,6 +35,7 @@ OPTIONAL_FIELDS = {
     "admission.max_streams": "unset",
     "admission.max_waiting": "unset",
     "admission.max_kv_usage": "unset",
+    "telemetry.tracing.enabled": "unset",
     "telemetry.tracing.endpoint": "unset",
     "telemetry.tracing.protocol": "unset",
     "telemetry.tracing.sample_ratio": "unset",

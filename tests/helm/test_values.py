@@ -1,14 +1,15 @@
-"""What values the chart accepts: its schema (every key checked, upstreams required
-unless simulated answers are asked for, `config` mirroring meridian.toml) and the
-combinations its templates refuse with a message. Through Helm's own Go library."""
+"""What values the chart accepts: its schema (every key checked, `config` mirroring
+meridian.toml) and the combinations its templates refuse with a message (upstreams
+required unless simulated answers are asked for). Through Helm's own Go library."""
 
 import json
 import sys
 
 import helm_python as helm
 import pytest
+import yaml
 
-from chart_rig import CHART, ROOT, render, validate_schema
+from chart_rig import CHART, ROOT, lint, render, validate_schema
 
 sys.path.insert(0, str(ROOT / "tests" / "docs"))
 from config_fields import config_fields  # noqa: E402
@@ -37,6 +38,10 @@ def test_schema_rejects_unknown_keys_and_bad_values(values, where):
     assert where in str(err.value), err.value
 
 
+NO_ENGINE = ("no engine to serve: set vllm.models (vLLM engines the chart runs, with the hook), externalUpstreams "
+             "(OpenAI-compatible servers you run), or demo: true")
+
+
 @pytest.mark.parametrize(
     "values",
     [
@@ -45,13 +50,24 @@ def test_schema_rejects_unknown_keys_and_bad_values(values, where):
         {"demo": False},
     ],
 )
-def test_no_upstream_is_refused_unless_simulated_answers_are_asked_for(values):
-    """The chart's defaults name no upstream: the schema refuses them rather than install
-    a proxy that serves made-up answers (or one that exits at start)."""
-    with pytest.raises(helm.HelmValuesError) as err:
-        validate_schema(values)
-    assert "/demo" in str(err.value), err.value
-    validate_schema({**values, "demo": True})
+def test_no_upstream_is_refused_with_what_to_set_unless_simulated_answers_are_asked_for(values):
+    """The chart's defaults name no upstream: the chart refuses them rather than install a
+    proxy that serves made-up answers (or one that exits at start), and says what to set,
+    in `helm install`/`template` and in `helm lint` alike."""
+    validate_schema(values)
+    with pytest.raises(helm.HelmError) as err:
+        render(values)
+    assert NO_ENGINE in str(err.value), err.value
+    assert NO_ENGINE in json.dumps(lint(values))
+    render({**values, "demo": True})
+
+
+@pytest.mark.parametrize("path", sorted((CHART / "ci").glob("*-values.yaml")), ids=lambda p: p.stem)
+def test_the_values_chart_repository_ci_passes_lint_clean(path):
+    # chart-testing lints and installs the chart once per ci/*-values.yaml.
+    report = lint(yaml.safe_load(path.read_text()))
+    assert report["errors"] == [], report
+    assert [m for m in report["messages"] if m["severity"] >= 2] == [], report
 
 
 @pytest.mark.parametrize(

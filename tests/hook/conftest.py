@@ -36,6 +36,7 @@ def fresh_runtime(monkeypatch: pytest.MonkeyPatch):
     from meridian_hook import _native
 
     _native.stop_channel()
+    _native.set_disabled(False)
 
 
 def tier(name: str) -> str:

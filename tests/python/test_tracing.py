@@ -114,6 +114,32 @@ def test_proxy_starts_a_trace_when_the_client_sends_none_and_flushes_at_exit(pro
     assert receiver.spans.resources[0]["service.name"] == "edge-proxy"
 
 
+@pytest.mark.parametrize("config", [[], ["telemetry.tracing.enabled=false"]], ids=["unset", "off"])
+def test_the_standard_variables_alone_turn_traces_on_unless_the_config_says_off(config):
+    # As for any other OpenTelemetry service: OTEL_TRACES_EXPORTER=otlp and an endpoint,
+    # nothing in meridian.toml. The config's `enabled = false` still wins.
+    receiver = HttpReceiver()
+    upstream = Upstream()
+    proxy = Proxy(upstream.url, config, env={
+        "OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_BSP_SCHEDULE_DELAY": "100",
+    })
+    try:
+        stream_chat(proxy.url, {})
+        proxy.stop()
+        assert proxy.proc.returncode == 0, "".join(proxy.log)
+        if config:
+            time.sleep(0.5)
+            assert receiver.spans.items == [], "telemetry.tracing.enabled=false keeps traces off"
+        else:
+            spans = receiver.spans.wait_for(lambda s: any(x["name"] == "upstream attempt" for x in s), timeout=5)
+            assert by_name(spans, f"chat {MODEL}"), "the request's span arrived"
+    finally:
+        proxy.stop()
+        upstream.stop()
+        receiver.stop()
+
+
 def test_continuation_leg_is_a_span_and_carries_its_own_traceparent():
     # Thinking outlasts the 0.3 s time budget; no hook, so the proxy continues the stream.
     upstream = Upstream(gap_s=0.1, think_chunks=[f" step{i}" for i in range(40)])

@@ -84,6 +84,15 @@ fn set_can_end_thinking(can: bool) {
     shared().can_end_thinking.store(can, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// Marks the hook disabled in this process (a vLLM it does not support, with
+/// `hook.on_unsupported_vllm = "disable"`): its metrics and its hello say so.
+#[pyfunction]
+fn set_disabled(disabled: bool) {
+    let s = shared();
+    s.disabled.store(disabled, std::sync::atomic::Ordering::Relaxed);
+    s.counters.set_disabled(disabled);
+}
+
 /// `"listener"`, `"follower"` or `None`.
 #[pyfunction]
 fn channel_role() -> Option<&'static str> {
@@ -143,6 +152,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(start_follower, m)?)?;
     m.add_function(wrap_pyfunction!(channel_role, m)?)?;
     m.add_function(wrap_pyfunction!(set_can_end_thinking, m)?)?;
+    m.add_function(wrap_pyfunction!(set_disabled, m)?)?;
     m.add_function(wrap_pyfunction!(stop_channel, m)?)?;
     m.add_function(wrap_pyfunction!(apply_directive, m)?)?;
     m.add_function(wrap_pyfunction!(count_error, m)?)?;

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// One counted sample: metric name plus its label set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +88,7 @@ pub struct Counters {
     /// Totals reported by other processes, by worker name then sample key.
     remote: Mutex<BTreeMap<String, BTreeMap<String, u64>>>,
     kv_blocks: [AtomicU64; 3],
+    disabled: AtomicBool,
 }
 
 impl Default for Counters {
@@ -96,6 +97,7 @@ impl Default for Counters {
             values: SAMPLES.iter().map(|_| AtomicU64::new(0)).collect(),
             remote: Mutex::new(BTreeMap::new()),
             kv_blocks: Default::default(),
+            disabled: AtomicBool::new(false),
         }
     }
 }
@@ -123,6 +125,11 @@ impl Counters {
         for (slot, b) in self.kv_blocks.iter().zip(blocks) {
             slot.store(b, Ordering::Relaxed);
         }
+    }
+
+    /// Whether the hook runs disabled (see `Shared::disabled`).
+    pub fn set_disabled(&self, disabled: bool) {
+        self.disabled.store(disabled, Ordering::Relaxed);
     }
 
     /// This process's totals by sample key, for a sync to the listening process.
@@ -164,6 +171,11 @@ impl Counters {
         for (tier, b) in KV_TIERS.iter().zip(&self.kv_blocks) {
             let _ = writeln!(out, "meridian_hook_kv_blocks{{tier=\"{tier}\"}} {}", b.load(Ordering::Relaxed));
         }
+        let _ = writeln!(
+            out,
+            "# HELP meridian_hook_disabled 1 when the hook runs as stock vLLM because this vLLM is one it does not support.\n# TYPE meridian_hook_disabled gauge\nmeridian_hook_disabled {}",
+            u8::from(self.disabled.load(Ordering::Relaxed))
+        );
         out
     }
 }
@@ -171,6 +183,14 @@ impl Counters {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_disabled_gauge_reads_what_the_hook_decided() {
+        let c = Counters::default();
+        assert!(c.render().contains("\nmeridian_hook_disabled 0\n"));
+        c.set_disabled(true);
+        assert!(c.render().contains("# TYPE meridian_hook_disabled gauge\nmeridian_hook_disabled 1\n"));
+    }
 
     #[test]
     fn every_counter_has_help_and_renders_summed_across_processes() {

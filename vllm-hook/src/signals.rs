@@ -27,6 +27,7 @@ fn load_config<'py>(py: Python<'py>, path: Option<&str>) -> PyResult<Bound<'py, 
     hook.set_item("policy", &cfg.hook.policy)?;
     hook.set_item("entropy", cfg.hook.entropy)?;
     hook.set_item("timeout_s", cfg.hook.timeout_s)?;
+    hook.set_item("on_unsupported_vllm", cfg.hook.on_unsupported_vllm.as_str())?;
     out.set_item("hook", hook)?;
     let x = &cfg.exit;
     let exit = PyDict::new(py);

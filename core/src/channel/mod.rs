@@ -32,6 +32,10 @@ pub const HELLO_PATH: &str = "/meridian/v1/hello";
 pub const DIRECTIVES_PATH: &str = "/meridian/v1/directives";
 pub const SYNC_PATH: &str = "/meridian/v1/sync";
 
+/// The policy a hook reports when it runs disabled, as stock vLLM, on a vLLM release it
+/// does not support (`hook.on_unsupported_vllm = "disable"`); it cannot end thinking.
+pub const DISABLED_POLICY: &str = "disabled";
+
 /// What the hook says about itself.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Hello {

@@ -22,6 +22,30 @@ pub struct HookConfig {
     /// Seconds the proxy waits for a channel reply before it treats the hook as absent
     /// and falls back to what the HTTP API can do.
     pub timeout_s: f64,
+    /// What the hook does inside a vLLM release outside the range it supports, or one
+    /// that lacks an internal it needs.
+    pub on_unsupported_vllm: OnUnsupportedVllm,
+}
+
+/// What the hook does on a vLLM it does not support.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum OnUnsupportedVllm {
+    /// The engine does not start; its log names each problem.
+    #[default]
+    Refuse,
+    /// The engine runs as stock vLLM; the hook says so on its metrics
+    /// (`meridian_hook_disabled`) and to the proxy, which ends thinking itself.
+    Disable,
+}
+
+impl OnUnsupportedVllm {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnUnsupportedVllm::Refuse => "refuse",
+            OnUnsupportedVllm::Disable => "disable",
+        }
+    }
 }
 
 impl Default for HookConfig {
@@ -32,6 +56,7 @@ impl Default for HookConfig {
             policy: "slo-driven".into(),
             entropy: true,
             timeout_s: 1.0,
+            on_unsupported_vllm: OnUnsupportedVllm::Refuse,
         }
     }
 }

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-pub use engine_side::{ExitConfig, ExitSignal, HookConfig, PriorityConfig};
+pub use engine_side::{ExitConfig, ExitSignal, HookConfig, OnUnsupportedVllm, PriorityConfig};
 pub use load::{ConfigError, Override, load_config, parse_config};
 pub use validate::FieldError;
 
@@ -228,12 +228,14 @@ impl Default for TelemetryConfig {
 
 /// Traces over OTLP. Off by default; when on, every unset field falls back to the
 /// standard `OTEL_*` environment variable, then to the OpenTelemetry default, so a
-/// deployment that already sets those for its other services needs only `enabled`.
+/// deployment that already sets those for its other services needs nothing here.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct TracingConfig {
-    /// Export spans. `OTEL_SDK_DISABLED=true` turns it off again.
-    pub enabled: bool,
+    /// Export spans. Unset: on when `OTEL_TRACES_EXPORTER` names `otlp` (an explicit
+    /// choice, which other OpenTelemetry services honour too), otherwise off.
+    /// `OTEL_SDK_DISABLED=true` turns it off in any case.
+    pub enabled: Option<bool>,
     /// Collector URL. Unset: `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, then
     /// `OTEL_EXPORTER_OTLP_ENDPOINT`, then `http://localhost:4317` (gRPC) or
     /// `http://localhost:4318/v1/traces` (HTTP).

@@ -230,6 +230,10 @@ runbook_url: {{ printf "%s/operations.html#%s" (trimSuffix "/" .) $.anchor }}
 {{/* ---------- checks ---------- */}}
 
 {{- define "meridian.checks" -}}
+{{- /* A message that says what to set (a schema rule could only say "value must be true"). */ -}}
+{{- if and (not .Values.demo) (empty .Values.vllm.models) (empty .Values.externalUpstreams) -}}
+{{- fail "no engine to serve: set vllm.models (vLLM engines the chart runs, with the hook), externalUpstreams (OpenAI-compatible servers you run), or demo: true (SIMULATED answers from the proxy's engine twin, for trying the chart). The files in examples/ and ci/ show each" -}}
+{{- end -}}
 {{- $grace := float64 (default 30 (dig "server" "shutdown_grace_s" 30 .Values.config)) -}}
 {{- $need := addf $grace .Values.proxy.preStopSleepSeconds -}}
 {{- if le (float64 .Values.proxy.terminationGracePeriodSeconds) $need -}}

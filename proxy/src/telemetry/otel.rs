@@ -68,6 +68,19 @@ fn endpoint(cfg: &TracingConfig, transport: Transport) -> Option<String> {
     })
 }
 
+/// Whether traces are exported: never with `OTEL_SDK_DISABLED=true`; else as
+/// `telemetry.tracing.enabled` says; unset, when `OTEL_TRACES_EXPORTER` names `otlp`. The
+/// variable's own default is `otlp`, but only a value someone set counts: a proxy does
+/// not start exporting because a variable is absent.
+fn tracing_on(cfg: &TracingConfig, env: &dyn Fn(&str) -> Option<String>) -> bool {
+    if sdk_disabled(env) {
+        return false;
+    }
+    cfg.enabled.unwrap_or_else(|| {
+        env("OTEL_TRACES_EXPORTER").is_some_and(|v| v.split(',').any(|e| e.trim().eq_ignore_ascii_case("otlp")))
+    })
+}
+
 /// Whether `OTEL_SDK_DISABLED` turns the SDK off (the spec's only true value is "true").
 fn sdk_disabled(env: &dyn Fn(&str) -> Option<String>) -> bool {
     env("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
@@ -84,11 +97,10 @@ pub struct TracePipeline {
 }
 
 impl TracePipeline {
-    /// Builds the pipeline, or `None` when tracing is off (`enabled = false`, or
-    /// `OTEL_SDK_DISABLED=true`). Must run inside the tokio runtime (gRPC's channel
-    /// lives there).
+    /// Builds the pipeline, or `None` when tracing is off (see [`tracing_on`]). Must run
+    /// inside the tokio runtime (gRPC's channel lives there).
     pub fn start(cfg: &TracingConfig) -> Result<Option<Self>, TracingError> {
-        if !cfg.enabled || sdk_disabled(&read_env) {
+        if !tracing_on(cfg, &read_env) {
             return Ok(None);
         }
         let transport = transport(cfg, &read_env)?;
@@ -165,7 +177,7 @@ mod tests {
 
     #[test]
     fn protocol_comes_from_config_then_signal_variable_then_general_variable() {
-        let mut cfg = TracingConfig { enabled: true, ..TracingConfig::default() };
+        let mut cfg = TracingConfig { enabled: Some(true), ..TracingConfig::default() };
         assert_eq!(transport(&cfg, &env_of(&[])).unwrap(), Transport::Grpc);
         let general = env_of(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")]);
         assert_eq!(transport(&cfg, &general).unwrap(), Transport::HttpProtobuf);
@@ -202,6 +214,21 @@ mod tests {
         assert!(sdk_disabled(&env_of(&[("OTEL_SDK_DISABLED", "TRUE")])));
         assert!(!sdk_disabled(&env_of(&[("OTEL_SDK_DISABLED", "1")])));
         assert!(!sdk_disabled(&env_of(&[])));
+    }
+
+    #[test]
+    fn an_explicit_otlp_traces_exporter_turns_traces_on_unless_the_config_says_off() {
+        let unset = TracingConfig::default();
+        assert!(!tracing_on(&unset, &env_of(&[])), "off by default");
+        assert!(tracing_on(&unset, &env_of(&[("OTEL_TRACES_EXPORTER", "otlp")])));
+        assert!(tracing_on(&unset, &env_of(&[("OTEL_TRACES_EXPORTER", "console, OTLP")])));
+        assert!(!tracing_on(&unset, &env_of(&[("OTEL_TRACES_EXPORTER", "none")])));
+        let off = TracingConfig { enabled: Some(false), ..TracingConfig::default() };
+        assert!(!tracing_on(&off, &env_of(&[("OTEL_TRACES_EXPORTER", "otlp")])), "the config's false wins");
+        let on = TracingConfig { enabled: Some(true), ..TracingConfig::default() };
+        assert!(tracing_on(&on, &env_of(&[])));
+        let disabled = env_of(&[("OTEL_TRACES_EXPORTER", "otlp"), ("OTEL_SDK_DISABLED", "true")]);
+        assert!(!tracing_on(&on, &disabled) && !tracing_on(&unset, &disabled), "the SDK switch wins");
     }
 
     #[test]

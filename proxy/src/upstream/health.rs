@@ -135,6 +135,10 @@ async fn check_hook(u: &Upstream, hook: &HookChannel, metrics: &Metrics) {
     metrics.set_hook_ready(&u.name, ready);
     if u.set_hook_ready(ready) {
         match result {
+            Ok(h) if h.policy == meridian_core::channel::DISABLED_POLICY => {
+                tracing::warn!(upstream = %u.name, hook = addr, version = %h.hook_version,
+                    "hook disabled: the engine's vLLM is one the hook does not support (the engine's log names why); it runs as stock vLLM, and thinking is ended as for an upstream without a hook")
+            }
             Ok(h) if !h.can_end_thinking => {
                 tracing::warn!(upstream = %u.name, hook = addr, "hook cannot end thinking; budgets use vLLM's own field")
             }

@@ -20,6 +20,9 @@ class HookSettings:
     policy: str
     entropy: bool
     timeout_s: float
+    #: What the hook does on a vLLM it does not support: "refuse" to start, or "disable"
+    #: itself and run as stock vLLM.
+    on_unsupported_vllm: str = "refuse"
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ except ImportError:  # pragma: no cover - older vLLM: V1 only
     V2LogitsProcessor = None  # type: ignore[assignment,misc]
 
 from meridian_hook import _native
+from meridian_hook import vllm_adapter as adapter
 from meridian_hook.probe import entropies
 from meridian_hook.runtime import in_engine_core, runtime
 
@@ -66,6 +67,8 @@ class MeridianLogitsProcessor(*_bases):  # type: ignore[misc]
         except Exception:  # noqa: BLE001
             log.exception("meridian hook: bad configuration; logits processor inactive")
             return
+        if not self._rt.vllm_supported():
+            return  # disabled on an unsupported vLLM (logged); raises if refused
         with self._rt.guard("logits_processor"):
             cfg = self._rt.config
             start, end = self._rt.markers(vllm_config)
@@ -166,36 +169,23 @@ class MeridianLogitsProcessor(*_bases):  # type: ignore[misc]
         rs = self._req_states
         ctl = self._ctl
         assert ctl is not None
-        slots = ctx.idx_mapping_np
-        n = len(slots)
-        prompt_len = rs.prompt_len.np
-        prefill_len = rs.prefill_len.np
+        slots, seq_lens, prompt_lens, prefill_lens = adapter.v2_rows(rs, ctx)
         if self._pending_prompt:
-            for slot in [s for s in slots.tolist() if s in self._pending_prompt]:
+            for slot in [s for s in slots if s in self._pending_prompt]:
                 self._pending_prompt.discard(slot)
                 # The prompt, plus the output so far for a request resumed after preemption.
-                plen, filled = int(prompt_len[slot]), int(prefill_len[slot])
-                tokens = rs.all_token_ids.gpu[slot, :filled].tolist()
-                ctl.reset_prompt(slot, tokens[:plen])
-                ctl.replay(slot, tokens[plen:])
-                ctl.set_seen(slot, filled - plen)
+                prompt, output = adapter.v2_tokens_so_far(rs, slot)
+                ctl.reset_prompt(slot, prompt)
+                ctl.replay(slot, output)
+                ctl.set_seen(slot, len(output))
         # Without speculative decoding a row is a request; the token fed at the row's
-        # position is the request's latest token (one small device read per step, only
-        # when some row has one the controller has not seen). Rows still (re)filling
-        # their prompt do not sample: the controller leaves them out.
-        fresh = ctl.observe_rows(
-            slots.tolist(),
-            ctx.seq_lens_upper_bound_np[:n].tolist(),
-            prompt_len[slots].tolist(),
-            prefill_len[slots].tolist(),
-        )
+        # position is the request's latest token (read only when some row has one the
+        # controller has not seen). Rows still (re)filling their prompt do not sample:
+        # the controller leaves them out.
+        fresh = ctl.observe_rows(slots, seq_lens, prompt_lens, prefill_lens)
         if fresh is None:
             return None
-        tokens: list[int] = []
-        if fresh:
-            ids = ctx.input_ids
-            tokens = (ids if ids.device.type == "cpu" else ids.cpu()).numpy()[fresh].tolist()
-        return ctl.observe_fed(tokens)
+        return ctl.observe_fed(adapter.v2_fed_tokens(ctx, fresh) if fresh else [])
 
     def _row_entropies(self, logits: torch.Tensor, rows: list[int]) -> list[float]:
         sel = logits[rows]

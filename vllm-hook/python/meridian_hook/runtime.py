@@ -1,18 +1,19 @@
 """What one vLLM process's hook shares: the config, the think delimiters of the served
-model, the policy channel role, and the rule that a hook error never takes the engine
-down (it is logged, counted, and the caller falls back to stock behaviour)."""
+model, the policy channel role, the verdict on whether this vLLM can run the hook, and
+the rule that a hook error never takes the engine down (it is logged, counted, and the
+caller falls back to stock behaviour). A vLLM the hook does not support is the one
+exception: that stops the engine at start-up, unless configured otherwise."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import multiprocessing
 import os
 import threading
 import time
 from typing import Any, Iterator
 
-from meridian_hook import _native
+from meridian_hook import _native, vllm_adapter
 from meridian_hook.config import MeridianConfig, load_from_env
 
 log = logging.getLogger("meridian_hook")
@@ -21,16 +22,42 @@ _lock = threading.Lock()
 _runtime: "HookRuntime | None" = None
 
 
-def in_engine_core() -> bool:
-    """vLLM names its engine-core process ``EngineCore`` (``EngineCore_DP<n>`` with data
-    parallelism); the scheduler runs there."""
-    return multiprocessing.current_process().name.startswith("EngineCore")
+in_engine_core = vllm_adapter.in_engine_core
 
 
 class HookRuntime:
     def __init__(self, config: MeridianConfig) -> None:
         self.config = config
         self._last_log: dict[str, float] = {}
+        #: This process's verdict on the running vLLM (None: not checked yet).
+        self._supported: bool | None = None
+
+    def vllm_supported(self, scheduler: Any = None, stock: type | None = None) -> bool:
+        """Whether the hook may act on this vLLM: its version in the supported range and,
+        given the live ``scheduler`` (a subclass of ``stock``), every internal it needs
+        there (:func:`vllm_adapter.problems`). When not, raises
+        :class:`vllm_adapter.UnsupportedVllm` naming each problem, or, with
+        ``hook.on_unsupported_vllm = "disable"``, logs them, exports
+        ``meridian_hook_disabled 1`` and returns False (run as stock vLLM)."""
+        if scheduler is None and self._supported is not None:
+            return self._supported
+        supported = vllm_adapter.supported_range()
+        found = [p for p in [vllm_adapter.version_problem(vllm_adapter.vllm_version(), supported)] if p]
+        if scheduler is not None and stock is not None:
+            found += vllm_adapter.scheduler_problems(scheduler, stock)
+        if not found:
+            self._supported = True
+            return True
+        if self.config.hook.on_unsupported_vllm != "disable":
+            raise vllm_adapter.UnsupportedVllm(found)
+        self._supported = False
+        _native.set_disabled(True)
+        log.error(
+            "meridian hook: disabled (hook.on_unsupported_vllm = \"disable\"), the engine runs as "
+            "stock vLLM: %s",
+            "; ".join(found),
+        )
+        return False
 
     @contextlib.contextmanager
     def guard(self, site: str) -> Iterator[None]:
@@ -76,8 +103,10 @@ class HookRuntime:
         )
         return [], []
 
-    def start_listener(self) -> str | None:
-        """Opens the policy channel in this process (the engine core)."""
+    def start_listener(self, disabled: bool = False) -> str | None:
+        """Opens the policy channel in this process (the engine core). A ``disabled``
+        hook answers the proxy's hello with policy ``disabled`` and cannot end thinking,
+        so the proxy enforces budgets itself."""
         h = self.config.hook
         if not os.environ.get(h.token_env):
             log.warning(
@@ -88,7 +117,8 @@ class HookRuntime:
             return None
         # The scheduler reports later whether this engine can end thinking (it knows the
         # delimiters, the logits processor and the parallel layout); until then: no.
-        addr = _native.start_listener(h.listen, h.token_env, h.policy, h.entropy, False)
+        policy = "disabled" if disabled else h.policy
+        addr = _native.start_listener(h.listen, h.token_env, policy, h.entropy and not disabled, False)
         log.info("meridian hook: policy channel listening on %s", addr)
         return addr
 

@@ -11,7 +11,11 @@ policy's prefill cap of prompt tokens in all (by default half of
 chunk, so the hook also narrows the step's token budget to one token per decoding request
 plus the cap). A policy that paces answers (reasoning-first) has an answering request
 that is ahead of its reader sit steps out the same way, so the steps go to thinking
-requests. Every failure falls back to vLLM's own order."""
+requests. Every failure falls back to vLLM's own order.
+
+Everything it touches inside vLLM beyond the plugin interface goes through
+:mod:`meridian_hook.vllm_adapter`, which checks when the scheduler is built that this vLLM
+has it all (and refuses to start, or runs stock if configured to, when it does not)."""
 
 from __future__ import annotations
 
@@ -20,9 +24,9 @@ import time
 from typing import Any
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
-from vllm.v1.core.sched.interface import PauseState
 
 from meridian_hook import _native
+from meridian_hook import vllm_adapter as adapter
 from meridian_hook.runtime import runtime
 
 log = logging.getLogger("meridian_hook")
@@ -53,6 +57,12 @@ class MeridianScheduler(AsyncScheduler):
             log.exception("meridian hook: bad configuration; the scheduler runs as stock vLLM")
             return
         self._meridian_rt = rt
+        if not rt.vllm_supported(self, AsyncScheduler):
+            # Configured to run as stock vLLM on a vLLM the hook does not support (it has
+            # said so); the channel tells the proxy the hook cannot end thinking.
+            with rt.guard("channel"):
+                rt.start_listener(disabled=True)
+            return
         end: list[int] = []
         with rt.guard("scheduler"):
             start, end = rt.markers(self.vllm_config)
@@ -128,33 +138,20 @@ class MeridianScheduler(AsyncScheduler):
         if hold:
             running = self.running
             kept = len(running) - len(hold)
-            free = self.kv_cache_manager.block_pool.get_num_free_blocks()
-            if free >= kept:
+            if adapter.free_kv_blocks(self) >= kept:
                 # Only with a block to spare for every kept request: otherwise vLLM would
                 # have to preempt, and with the thinkers held out its victim (the last
                 # running request) would be an answering one.
                 out = set(hold)
                 self._meridian_held = [running[i] for i in hold]
                 running[:] = [r for i, r in enumerate(running) if i not in out]
-                if hasattr(self, "max_num_active_reqs"):
-                    # Held requests still occupy their slots: admit no more than before.
-                    cap = self.max_num_active_reqs
-                    self.max_num_active_reqs = max(0, cap - len(hold))
-                    restore.append(lambda: setattr(self, "max_num_active_reqs", cap))
-        if prefill_cap == 0 and self._pause_state == PauseState.UNPAUSED:
-            # Admits nothing new this step (requests holding KV blocks still may).
-            self._pause_state = PauseState.PAUSED_NEW
-            restore.append(lambda: setattr(self, "_pause_state", PauseState.UNPAUSED))
+                adapter.keep_admission_slots(self, len(hold), restore)
+        if prefill_cap == 0:
+            adapter.admit_nothing_new(self, restore)
         elif prefill_cap:
-            cfg = self.scheduler_config
-            before = cfg.long_prefill_token_threshold
-            if before == 0 or before > prefill_cap:
-                cfg.long_prefill_token_threshold = prefill_cap
-                restore.append(lambda: setattr(cfg, "long_prefill_token_threshold", before))
-            tokens = self.max_num_scheduled_tokens
-            if budget is not None and budget < tokens:
-                self.max_num_scheduled_tokens = budget
-                restore.append(lambda: setattr(self, "max_num_scheduled_tokens", tokens))
+            adapter.cap_prompt_chunk(self, prefill_cap, restore)
+            if budget is not None:
+                adapter.narrow_step_budget(self, budget, restore)
 
     def _meridian_reorder(self, core: _native.SchedulerCore) -> _Plan:
         """Orders the running list by the policy (the core reads the requests and only
@@ -174,21 +171,13 @@ class MeridianScheduler(AsyncScheduler):
     def _meridian_housekeeping(self, core: _native.SchedulerCore) -> None:
         core.retain(self.requests.keys())
         block_size = int(self.cache_config.block_size)
-        try:
-            # vLLM's blocks per request, one table per KV cache group: the core reads
-            # them for the running requests without a Python call per request.
-            managers = self.kv_cache_manager.coordinator.single_type_managers
-            tables = [m.req_to_blocks for m in managers]
-        except AttributeError:
-            tables = None
-        if tables is not None and all(isinstance(t, dict) for t in tables):
+        # vLLM's blocks per request, one table per KV cache group: the core reads them for
+        # the running requests without a Python call per request.
+        tables = adapter.block_tables(self)
+        if tables is not None:
             core.account_kv_running(tables, block_size)
             return
-        held = []
-        for req in self.running:
-            groups = self.kv_cache_manager.get_block_ids(req.request_id)
-            held.append((req.request_id, sum(len(g) for g in groups)))
-        core.account_kv(held, block_size)
+        core.account_kv([(r.request_id, adapter.blocks_held(self, r.request_id)) for r in self.running], block_size)
 
     def _preempt_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
         if self._meridian is not None:
@@ -209,25 +198,10 @@ class MeridianScheduler(AsyncScheduler):
         if core is not None:
             with self._meridian_rt.guard("scheduler"):
                 if core.thought(request.request_id):
-                    block_size = int(self.cache_config.block_size)
-                    first = request.num_prompt_tokens // block_size
-                    groups = self.kv_cache_manager.get_blocks(request.request_id).blocks
-                    tail = [b for group in groups for b in group[first:]]
+                    first = request.num_prompt_tokens // int(self.cache_config.block_size)
+                    tail = adapter.blocks_after(self, request, first)
         out = super()._free_blocks(request)
         if tail:
             with self._meridian_rt.guard("scheduler"):
-                pool = self.kv_cache_manager.block_pool
-                queue = pool.free_block_queue
-                moved = [
-                    b
-                    for b in tail
-                    if b.ref_cnt == 0
-                    and not b.is_null
-                    and b.block_hash is not None
-                    and getattr(b, "pool", None) in (None, pool)
-                ]
-                for b in moved:
-                    queue.remove(b)
-                queue.prepend_n(moved)
-                core.demoted(len(moved))
+                core.demoted(adapter.evict_first(self, tail))
         return out

@@ -25,6 +25,10 @@ pub struct Shared {
     /// knows the delimiters, that the logits processor is configured, and that one rank
     /// samples); the hello reply reports it.
     pub can_end_thinking: AtomicBool,
+    /// Whether the hook runs disabled on a vLLM it does not support
+    /// (`hook.on_unsupported_vllm = "disable"`): the hello reply reports policy
+    /// `disabled`, and `meridian_hook_disabled` reads 1.
+    pub disabled: AtomicBool,
 }
 
 impl Shared {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use meridian_core::channel::{
-    self, Accepted, ChannelError, DirectiveBatch, Hello, PROTOCOL_HEADER, SyncRequest,
+    self, Accepted, ChannelError, DISABLED_POLICY, DirectiveBatch, Hello, PROTOCOL_HEADER, SyncRequest,
 };
 use serde::Serialize;
 use tiny_http::{Header, Method, Request, Response, Server};
@@ -119,6 +119,11 @@ fn authenticated(
         (Method::Get, channel::HELLO_PATH) => {
             let mut hello = hello.clone();
             hello.can_end_thinking = shared.can_end_thinking.load(std::sync::atomic::Ordering::Relaxed);
+            if shared.disabled.load(std::sync::atomic::Ordering::Relaxed) {
+                hello.policy = DISABLED_POLICY.to_owned();
+                hello.can_end_thinking = false;
+                hello.entropy = false;
+            }
             Ok(json(200, &hello))
         }
         (Method::Post, channel::DIRECTIVES_PATH) => directives(&body, shared),

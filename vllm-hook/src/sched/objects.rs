@@ -8,6 +8,11 @@
 //! its output tokens to), and for a request that keeps running `observe` reads only its
 //! computed-token count while its prompt is not yet in, then just the output list's length
 //! (answering) or its new tail (thinking).
+//!
+//! This is the Rust half of the hook's vLLM adapter: every `Request` attribute the hook
+//! reads is read here and nowhere else in Rust, and `meridian_hook/vllm_adapter.py` checks
+//! at start-up that vLLM's `Request` still has each of them (the Python half holds the
+//! rest of what the hook touches inside vLLM).
 
 use std::hash::Hasher;
 

@@ -208,7 +208,10 @@ fn the_admin_listener_is_off_by_default_and_checked_when_asked_for() {
 #[test]
 fn tracing_section_is_off_by_default_and_checked_by_dotted_path() {
     let cfg = validate("").unwrap();
-    assert!(!cfg.telemetry.tracing.enabled, "traces are off unless asked for");
+    assert_eq!(
+        cfg.telemetry.tracing.enabled, None,
+        "unset: the standard OTEL_TRACES_EXPORTER decides, off without it"
+    );
     let err = validate(
         "[telemetry.tracing]\nenabled = true\nprotocol = \"http/json\"\nsample_ratio = 1.5\n\
          endpoint = \"collector:4317\"\nservice_name = \" \"\n",

@@ -51,14 +51,15 @@ NO_ENGINE = ("no engine to serve: set vllm.models (vLLM engines the chart runs, 
     ],
 )
 def test_no_upstream_is_refused_with_what_to_set_unless_simulated_answers_are_asked_for(values):
-    """The chart's defaults name no upstream: the chart refuses them rather than install a
-    proxy that serves made-up answers (or one that exits at start), and says what to set,
-    in `helm install`/`template` and in `helm lint` alike."""
+    """The chart's defaults name no upstream: `helm install` and `helm template` refuse
+    them rather than install a proxy that serves made-up answers (or one that exits at
+    start), and say what to set. `helm lint` does not run a template's `fail` (Helm's lint
+    mode only logs it), so the defaults lint clean, as a chart repository's linter wants."""
     validate_schema(values)
     with pytest.raises(helm.HelmError) as err:
         render(values)
     assert NO_ENGINE in str(err.value), err.value
-    assert NO_ENGINE in json.dumps(lint(values))
+    assert lint(values)["errors"] == []
     render({**values, "demo": True})
 
 

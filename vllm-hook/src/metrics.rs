@@ -171,9 +171,11 @@ impl Counters {
         for (tier, b) in KV_TIERS.iter().zip(&self.kv_blocks) {
             let _ = writeln!(out, "meridian_hook_kv_blocks{{tier=\"{tier}\"}} {}", b.load(Ordering::Relaxed));
         }
+        let disabled = "meridian_hook_disabled";
         let _ = writeln!(
             out,
-            "# HELP meridian_hook_disabled 1 when the hook runs as stock vLLM because this vLLM is one it does not support.\n# TYPE meridian_hook_disabled gauge\nmeridian_hook_disabled {}",
+            "# HELP {disabled} 1 when the hook runs as stock vLLM because this vLLM is one it does not support.\n\
+             # TYPE {disabled} gauge\n{disabled} {}",
             u8::from(self.disabled.load(Ordering::Relaxed))
         );
         out

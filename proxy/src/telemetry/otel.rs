@@ -77,7 +77,8 @@ fn tracing_on(cfg: &TracingConfig, env: &dyn Fn(&str) -> Option<String>) -> bool
         return false;
     }
     cfg.enabled.unwrap_or_else(|| {
-        env("OTEL_TRACES_EXPORTER").is_some_and(|v| v.split(',').any(|e| e.trim().eq_ignore_ascii_case("otlp")))
+        env("OTEL_TRACES_EXPORTER")
+            .is_some_and(|v| v.split(',').any(|e| e.trim().eq_ignore_ascii_case("otlp")))
     })
 }
 

@@ -41,10 +41,7 @@ class HookRuntime:
         ``meridian_hook_disabled 1`` and returns False (run as stock vLLM)."""
         if scheduler is None and self._supported is not None:
             return self._supported
-        supported = vllm_adapter.supported_range()
-        found = [p for p in [vllm_adapter.version_problem(vllm_adapter.vllm_version(), supported)] if p]
-        if scheduler is not None and stock is not None:
-            found += vllm_adapter.scheduler_problems(scheduler, stock)
+        found = vllm_adapter.problems(scheduler, stock)
         if not found:
             self._supported = True
             return True
@@ -103,10 +100,10 @@ class HookRuntime:
         )
         return [], []
 
-    def start_listener(self, disabled: bool = False) -> str | None:
-        """Opens the policy channel in this process (the engine core). A ``disabled``
-        hook answers the proxy's hello with policy ``disabled`` and cannot end thinking,
-        so the proxy enforces budgets itself."""
+    def start_listener(self) -> str | None:
+        """Opens the policy channel in this process (the engine core). A hook marked
+        disabled (``_native.set_disabled``) answers the hello with policy ``disabled`` and
+        cannot end thinking, whenever its listener was opened."""
         h = self.config.hook
         if not os.environ.get(h.token_env):
             log.warning(
@@ -117,8 +114,7 @@ class HookRuntime:
             return None
         # The scheduler reports later whether this engine can end thinking (it knows the
         # delimiters, the logits processor and the parallel layout); until then: no.
-        policy = "disabled" if disabled else h.policy
-        addr = _native.start_listener(h.listen, h.token_env, policy, h.entropy and not disabled, False)
+        addr = _native.start_listener(h.listen, h.token_env, h.policy, h.entropy, False)
         log.info("meridian hook: policy channel listening on %s", addr)
         return addr
 

@@ -59,9 +59,9 @@ class MeridianScheduler(AsyncScheduler):
         self._meridian_rt = rt
         if not rt.vllm_supported(self, AsyncScheduler):
             # Configured to run as stock vLLM on a vLLM the hook does not support (it has
-            # said so); the channel tells the proxy the hook cannot end thinking.
+            # said so); the channel tells the proxy the hook is disabled.
             with rt.guard("channel"):
-                rt.start_listener(disabled=True)
+                rt.start_listener()
             return
         end: list[int] = []
         with rt.guard("scheduler"):

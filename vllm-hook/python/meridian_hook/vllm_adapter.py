@@ -101,8 +101,8 @@ def version_problem(version: str, supported: str | None) -> str | None:
 
 # ---- the internals -------------------------------------------------------------------
 
-#: Private scheduler methods the hook overrides, with the public-looking reason vLLM
-#: calls them; an override vLLM no longer calls would silently do nothing.
+#: Private scheduler methods the hook overrides; an override vLLM no longer calls would
+#: silently do nothing, so the check also looks for a caller.
 OVERRIDDEN = ("_preempt_request", "_free_blocks")
 
 #: (what, probe): each probe reads the live scheduler and is falsy or raises when vLLM
@@ -196,14 +196,14 @@ def scheduler_problems(scheduler: Any, stock: type) -> list[str]:
     return missing
 
 
-def problems(scheduler: Any, stock: type) -> list[str]:
+def problems(scheduler: Any = None, stock: type | None = None) -> list[str]:
     """Everything that keeps the hook from running on this vLLM: its version against the
-    supported range, then each internal the scheduler lacks. Empty: the hook can run."""
-    found = []
-    version = version_problem(vllm_version(), supported_range())
-    if version:
-        found.append(version)
-    return found + scheduler_problems(scheduler, stock)
+    supported range, then, given the live ``scheduler`` (a subclass of ``stock``), each
+    internal it lacks. Empty: the hook can run."""
+    found = [p for p in [version_problem(vllm_version(), supported_range())] if p]
+    if scheduler is not None and stock is not None:
+        found += scheduler_problems(scheduler, stock)
+    return found
 
 
 # ---- reading and narrowing the scheduler, one step at a time --------------------------

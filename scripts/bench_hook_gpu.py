@@ -176,8 +176,9 @@ def main() -> int:
            f"{step256[1]} (gpu-step-curve.md)" if step256 else "")
         + ". The read-back "
         "is a synchronisation: the call returns once the step's forward pass and the kernel are done, "
-        "which under vLLM's async scheduling holds the engine core's thread as the Model Runner V2 "
-        "token read already does (hook-overhead.md, *Under vLLM's async scheduling*).",
+        "which under vLLM's async scheduling would hold the engine core's thread: the logits processor "
+        "under Model Runner V2 therefore keeps the kernel's values on the device and copies them to the "
+        "host without waiting, reading them a step later (hook-v2-gpu.md).",
         "",
     ]
     with open(out_md, "w") as f:

@@ -1,8 +1,19 @@
 //! The sampling half of the hook: follows each batch slot's phase from its tokens and
 //! says which rows must emit the end-of-thinking delimiter now: told to by the proxy,
 //! past the request's think budget, or past the entropy signal's threshold.
+//!
+//! Under Model Runner V2 (vLLM's GPU default) the tokens and entropies live on the device,
+//! and reading them in the step that made them would hold the engine's CPU until the GPU
+//! finished that step (benchmarks/hook-gpu-sync.md). So the controller learns them late:
+//! `observe_rows` counts each row's new token at once but marks it *unread*, and the
+//! token's value arrives a step or more later (`observe_late`), once its copy to the host
+//! has landed; entropies likewise (`entropies_later`, `entropies_arrived`). Counts stay
+//! exact; only a token's value can be late. `decide` acts on what it knows and answers
+//! `None` when a row's exit hinges on a value still unread (the unread token may itself
+//! be the end of thinking): the caller then waits for the reads, a rare device sync
+//! (about two per exit), and decides again.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use meridian_core::Phase;
@@ -35,6 +46,11 @@ struct Slot {
     /// generation `directives_generation` (`None`: not looked up yet).
     directives: Option<RequestDirectives>,
     directives_generation: Option<u64>,
+    /// Which occupant of the slot this is (slots are reused): late values carry it, and
+    /// are dropped when the slot has changed hands since.
+    epoch: u64,
+    /// Tokens counted (`observe_rows`) whose values have not arrived yet.
+    unread: u32,
 }
 
 impl Slot {
@@ -74,10 +90,16 @@ pub struct ExitController {
     use_directives: bool,
     /// Rows seen thinking in the last `observe`, with their slots.
     thinking: Vec<(usize, usize)>,
-    /// Model Runner V2, between `observe_rows` and `observe_fed`: the sampling rows with
-    /// their slots, and the rows whose fed token is new.
+    /// Model Runner V2, from the last `observe_rows`: the sampling rows with their slots,
+    /// and the rows whose fed token is new.
     sampling: Vec<(usize, usize)>,
     fresh: Vec<usize>,
+    /// Model Runner V2, values still on their way to the host, oldest first: per step,
+    /// the `(slot, epoch)` of each row whose fed token was counted unread, and of each
+    /// thinking row whose entropy was asked for.
+    unread_tokens: VecDeque<Vec<(usize, u64)>>,
+    unread_entropies: VecDeque<Vec<(usize, u64)>>,
+    next_epoch: u64,
     shared: Arc<Shared>,
 }
 
@@ -112,8 +134,56 @@ impl ExitController {
             thinking: Vec::new(),
             sampling: Vec::new(),
             fresh: Vec::new(),
+            unread_tokens: VecDeque::new(),
+            unread_entropies: VecDeque::new(),
+            next_epoch: 0,
             shared,
         })
+    }
+
+    /// The slot, if it still holds the occupant `epoch` names.
+    fn occupant(&mut self, slot: usize, epoch: u64) -> Option<&mut Slot> {
+        self.slots.get_mut(&slot).filter(|s| s.epoch == epoch)
+    }
+
+    /// Feeds one entropy to a thinking slot's RPDI signal.
+    fn push_entropy(slot: &mut Slot, h: f64, shared: &Shared) {
+        if let Some(rpdi) = slot.rpdi.as_mut() {
+            if h.is_finite() {
+                rpdi.push(h);
+                shared.counters.add(Counter::EntropyRows, 1);
+            }
+        }
+    }
+
+    /// Why a thinking slot must stop now, if it must (no side effects but the directive
+    /// cache). `think` counts its unread tokens as thinking: exact once they are read.
+    fn exit_reason(
+        slot: &mut Slot,
+        table: Option<&meridian_core::channel::DirectiveTable>,
+        min_think_tokens: u32,
+    ) -> Option<Counter> {
+        let think = slot.tracker.think_tokens().saturating_add(slot.unread);
+        let directives = match (table, slot.request_id.as_deref()) {
+            (Some(table), Some(id)) => {
+                if slot.directives_generation != Some(table.generation()) {
+                    slot.directives = directives_in(table, id).cloned();
+                    slot.directives_generation = Some(table.generation());
+                }
+                slot.directives.as_ref()
+            }
+            _ => None,
+        };
+        let budget = directives.and_then(|d| d.think_budget).or(slot.budget);
+        if directives.is_some_and(|d| d.end_thinking) {
+            Some(Counter::ExitDirective)
+        } else if budget.is_some_and(|b| think >= b) {
+            Some(Counter::ExitBudget)
+        } else if think >= min_think_tokens && slot.rpdi.as_ref().is_some_and(Rpdi::exceeded) {
+            Some(Counter::ExitRpdi)
+        } else {
+            None
+        }
     }
 
     fn force(&mut self, row: usize, slot_idx: usize, reason: Counter) -> Option<(usize, u32)> {
@@ -162,6 +232,8 @@ impl ExitController {
         let Some(markers) = self.markers.as_ref() else { return };
         let rpdi = (self.signal == ExitSignal::Rpdi).then(|| Rpdi::new(self.rpdi));
         let tracker = PhaseTracker::new(markers, &prompt);
+        let epoch = self.next_epoch;
+        self.next_epoch += 1;
         self.slots.insert(
             slot,
             Slot {
@@ -174,8 +246,15 @@ impl ExitController {
                 seen: 0,
                 directives: None,
                 directives_generation: None,
+                epoch,
+                unread: 0,
             },
         );
+    }
+
+    /// Which occupant a slot holds (for values read late: compare before applying them).
+    fn epoch(&self, slot: usize) -> Option<u64> {
+        self.slots.get(&slot).map(|s| s.epoch)
     }
 
     /// Re-derives a slot's starting phase once its prompt is known (Model Runner V2 only
@@ -276,12 +355,13 @@ impl ExitController {
         Ok(self.thinking.iter().map(|&(row, _)| row).collect())
     }
 
-    /// Model Runner V2, first half of `observe`: the batch in columns, by row (`slots`:
-    /// the row's batch slot; `seq_lens`, `prompt_lens`, `prefill_lens`: the slot's
-    /// sequence length fed so far, prompt length, and length to (re)fill before it
-    /// samples). Rows still filling do not sample and are left out. Returns `None` when
-    /// no row samples, else the rows whose latest token (the one fed this step) is new
-    /// to the controller: the caller reads those and passes them to `observe_fed`.
+    /// Model Runner V2: the batch in columns, by row (`slots`: the row's batch slot;
+    /// `seq_lens`, `prompt_lens`, `prefill_lens`: the slot's sequence length fed so far,
+    /// prompt length, and length to (re)fill before it samples). Rows still filling do
+    /// not sample and are left out. Returns `None` when no row samples, else the rows
+    /// whose fed token is new: each is counted now, unread; the caller copies those rows'
+    /// fed tokens to the host and passes their values to `observe_late` once they land.
+    /// `thinking_rows` then says which rows think, as far as the values read tell.
     fn observe_rows(
         &mut self,
         slots: Vec<usize>,
@@ -291,6 +371,7 @@ impl ExitController {
     ) -> Option<Vec<usize>> {
         self.sampling.clear();
         self.fresh.clear();
+        let mut unread = Vec::new();
         for (row, (((slot_idx, seq_len), prompt_len), prefill_len)) in
             slots.into_iter().zip(seq_lens).zip(prompt_lens).zip(prefill_lens).enumerate()
         {
@@ -302,93 +383,157 @@ impl ExitController {
             if let Some(slot) = self.slots.get_mut(&slot_idx) {
                 if seq_len > prefill_len && generated > slot.seen as i64 {
                     slot.seen = usize::try_from(generated).unwrap_or(0);
+                    slot.unread = slot.unread.saturating_add(1);
+                    unread.push((slot_idx, slot.epoch));
                     self.fresh.push(row);
                 }
             }
         }
+        if !unread.is_empty() {
+            self.unread_tokens.push_back(unread);
+        }
+        self.thinking_rows();
         if self.sampling.is_empty() { None } else { Some(self.fresh.clone()) }
     }
 
-    /// Model Runner V2, second half of `observe`: `tokens[k]` is the token fed to row
-    /// `observe_rows` returned k-th. Returns the rows now thinking.
-    fn observe_fed(&mut self, tokens: Vec<u32>) -> Vec<usize> {
-        self.thinking.clear();
-        let Some(markers) = self.markers.as_ref() else { return Vec::new() };
-        let mut fed = self.fresh.iter().copied().zip(tokens).peekable();
-        for &(row, slot_idx) in &self.sampling {
-            let token = fed.next_if(|&(r, _)| r == row).map(|(_, t)| t);
-            let Some(slot) = self.slots.get_mut(&slot_idx) else { continue };
-            if let Some(t) = token {
+    /// The values of the oldest unread batch `observe_rows` counted: `tokens[k]` is the
+    /// token fed to the k-th row it returned that step. Values for a slot that has since
+    /// changed hands are dropped.
+    fn observe_late(&mut self, tokens: Vec<u32>) -> PyResult<()> {
+        let Some(batch) = self.unread_tokens.pop_front() else {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "observe_late: no tokens are waiting to be read",
+            ));
+        };
+        if batch.len() != tokens.len() {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "observe_late: {} tokens for a batch of {} rows",
+                tokens.len(),
+                batch.len()
+            )));
+        }
+        let Some(markers) = self.markers.as_ref() else { return Ok(()) };
+        for ((slot_idx, epoch), t) in batch.into_iter().zip(tokens) {
+            if let Some(slot) = self.slots.get_mut(&slot_idx).filter(|s| s.epoch == epoch) {
+                slot.unread = slot.unread.saturating_sub(1);
                 let _ = slot.take(markers, 1, |_| Ok(t));
             }
-            if slot.tracker.phase() == Phase::Think {
+        }
+        Ok(())
+    }
+
+    /// How many steps' token values are still on their way.
+    fn unread_batches(&self) -> usize {
+        self.unread_tokens.len()
+    }
+
+    /// The rows of the last `observe_rows` that are thinking, as far as the values read
+    /// so far tell (call again after `observe_late`).
+    fn thinking_rows(&mut self) -> Vec<usize> {
+        self.thinking.clear();
+        for &(row, slot_idx) in &self.sampling {
+            if self.slots.get(&slot_idx).is_some_and(|s| s.tracker.phase() == Phase::Think) {
                 self.thinking.push((row, slot_idx));
             }
         }
         self.thinking.iter().map(|&(row, _)| row).collect()
     }
 
+    /// Model Runner V2: the entropies of this step's thinking rows will arrive later
+    /// (`entropies_arrived`); returns those rows, in the order the values must come.
+    fn entropies_later(&mut self) -> Vec<usize> {
+        let batch: Vec<(usize, u64)> = self
+            .thinking
+            .iter()
+            .filter_map(|&(_, s)| self.slots.get(&s).map(|slot| (s, slot.epoch)))
+            .collect();
+        let rows =
+            self.thinking.iter().filter(|&&(_, s)| self.slots.contains_key(&s)).map(|&(r, _)| r).collect();
+        self.unread_entropies.push_back(batch);
+        rows
+    }
+
+    /// The entropies (nats) of the oldest batch `entropies_later` announced, in its order.
+    fn entropies_arrived(&mut self, entropies: Vec<f64>) -> PyResult<()> {
+        let Some(batch) = self.unread_entropies.pop_front() else {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "entropies_arrived: no entropies are awaited",
+            ));
+        };
+        if batch.len() != entropies.len() {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "entropies_arrived: {} values for {} rows",
+                entropies.len(),
+                batch.len()
+            )));
+        }
+        let shared = Arc::clone(&self.shared);
+        for ((slot_idx, epoch), h) in batch.into_iter().zip(entropies) {
+            if let Some(slot) = self.occupant(slot_idx, epoch) {
+                Self::push_entropy(slot, h, &shared);
+            }
+        }
+        Ok(())
+    }
+
     /// How many generated tokens a slot's tracker has seen (a request resumed after
-    /// preemption: those `replay` fed it).
+    /// preemption: those `replay` fed it). Never lowers the count: tokens counted since
+    /// stay counted.
     fn set_seen(&mut self, slot: usize, seen: usize) {
         if let Some(s) = self.slots.get_mut(&slot) {
-            s.seen = seen;
+            s.seen = s.seen.max(seen);
         }
     }
 
-    /// Rows that must emit a forced token now, as `(row, token_id)`. `entropies` holds
-    /// the next-token entropy (nats) of each row `observe` returned, in that order, or
-    /// is empty when none was computed.
-    fn decide(&mut self, entropies: Vec<f64>) -> Vec<(usize, u32)> {
-        let Some(end) = self.markers.as_ref().map(|m| m.end.clone()) else { return Vec::new() };
+    /// Rows that must emit a forced token now, as `(row, token_id)`. `entropies`, when
+    /// not empty, holds the next-token entropy (nats) of each row the last observation
+    /// returned as thinking, in that order (values on the host at once; Model Runner V2
+    /// sends them late through `entropies_arrived` instead). `None` (Model Runner V2
+    /// only): some row's exit hinges on a token whose value has not arrived; nothing was
+    /// decided or counted: read every unread value, then `thinking_rows` and decide again.
+    fn decide(&mut self, entropies: Vec<f64>) -> Option<Vec<(usize, u32)>> {
+        let Some(end) = self.markers.as_ref().map(|m| m.end.clone()) else { return Some(Vec::new()) };
         let thinking = std::mem::take(&mut self.thinking);
-        let mut forced = Vec::new();
-        // One lock for the call; per request, a lookup only after the table changed.
         let shared = Arc::clone(&self.shared);
+        for (&(_, slot_idx), &h) in thinking.iter().zip(&entropies) {
+            if let Some(slot) = self.slots.get_mut(&slot_idx) {
+                Self::push_entropy(slot, h, &shared);
+            }
+        }
+        // One lock for the call; per request, a lookup only after the table changed.
         let table = if self.use_directives { shared.directives.lock().ok() } else { None };
         let table = table.as_deref().filter(|t| !t.is_empty());
-        for (i, &(row, slot_idx)) in thinking.iter().enumerate() {
+        let mut decided = Vec::with_capacity(thinking.len());
+        let mut hinges_on_unread = false;
+        for &(row, slot_idx) in &thinking {
             let Some(slot) = self.slots.get_mut(&slot_idx) else { continue };
+            let wanted =
+                if slot.exit_wanted { None } else { Self::exit_reason(slot, table, self.min_think_tokens) };
+            if (slot.exit_wanted || wanted.is_some()) && slot.unread > 0 {
+                hinges_on_unread = true;
+                break;
+            }
+            decided.push((row, slot_idx, wanted));
+        }
+        if hinges_on_unread {
+            self.thinking = thinking;
+            return None;
+        }
+        let mut forced = Vec::new();
+        for (row, slot_idx, reason) in decided {
+            let Some(slot) = self.slots.get(&slot_idx) else { continue };
             if slot.exit_wanted {
                 // Until the tracker has seen the whole delimiter (multi-token ones, or a
                 // forced token a prefill row threw away).
                 if let Some(&t) = end.get(slot.tracker.end_matched()) {
                     forced.push((row, t));
                 }
-                continue;
-            }
-            let think = slot.tracker.think_tokens();
-            let directives = match (table, slot.request_id.as_deref()) {
-                (Some(table), Some(id)) => {
-                    if slot.directives_generation != Some(table.generation()) {
-                        slot.directives = directives_in(table, id).cloned();
-                        slot.directives_generation = Some(table.generation());
-                    }
-                    slot.directives.clone()
-                }
-                _ => None,
-            };
-            let budget = directives.as_ref().and_then(|d| d.think_budget).or(slot.budget);
-            let mut reason = None;
-            if directives.as_ref().is_some_and(|d| d.end_thinking) {
-                reason = Some(Counter::ExitDirective);
-            } else if budget.is_some_and(|b| think >= b) {
-                reason = Some(Counter::ExitBudget);
-            } else if let (Some(rpdi), Some(&h)) = (slot.rpdi.as_mut(), entropies.get(i)) {
-                if h.is_finite() {
-                    rpdi.push(h);
-                    self.shared.counters.add(Counter::EntropyRows, 1);
-                    if think >= self.min_think_tokens && rpdi.exceeded() {
-                        reason = Some(Counter::ExitRpdi);
-                    }
-                }
-            }
-            if let Some(reason) = reason {
+            } else if let Some(reason) = reason {
                 forced.extend(self.force(row, slot_idx, reason));
             }
         }
         self.thinking = thinking;
-        forced
+        Some(forced)
     }
 
     /// `"pending"`, `"think"` or `"output"` for a slot (`None` if empty).
@@ -429,12 +574,12 @@ mod tests {
         let mut c = controller("off", None);
         c.add(0, vec![465], None, Some(3));
         c.observe(vec![(0, 0, vec![5, 5])]);
-        assert!(c.decide(vec![]).is_empty());
+        assert!(c.decide(vec![]).unwrap().is_empty());
         c.observe(vec![(0, 0, vec![5])]);
-        assert_eq!(c.decide(vec![]), vec![(0, 466)]);
+        assert_eq!(c.decide(vec![]).unwrap(), vec![(0, 466)]);
         assert_eq!(c.shared.counters.get(Counter::ExitBudget), 1);
         assert!(c.observe(vec![(0, 0, vec![466])]).is_empty(), "answering now");
-        assert!(c.decide(vec![]).is_empty());
+        assert!(c.decide(vec![]).unwrap().is_empty());
         assert_eq!(c.phase(0), Some("output"));
     }
 
@@ -444,13 +589,13 @@ mod tests {
         let mut c = directed(&shared);
         c.add(3, vec![465], Some("req-9".into()), None);
         c.observe(vec![(1, 3, vec![5])]);
-        assert!(c.decide(vec![]).is_empty());
+        assert!(c.decide(vec![]).unwrap().is_empty());
         shared.directives.lock().unwrap().apply(meridian_core::channel::Directive {
             request_id: "req-9".into(),
             action: meridian_core::channel::Action::EndThinking,
         });
         c.observe(vec![(1, 3, vec![5])]);
-        assert_eq!(c.decide(vec![]), vec![(1, 466)]);
+        assert_eq!(c.decide(vec![]).unwrap(), vec![(1, 466)]);
         assert_eq!(shared.counters.get(Counter::ExitDirective), 1);
     }
 
@@ -465,10 +610,10 @@ mod tests {
         };
         apply("someone-else", Action::EndThinking);
         c.observe(vec![(0, 0, vec![5])]);
-        assert!(c.decide(vec![]).is_empty(), "looked up: nothing for req-1");
+        assert!(c.decide(vec![]).unwrap().is_empty(), "looked up: nothing for req-1");
         apply("req-1", Action::ThinkBudget { tokens: 1 });
         c.observe(vec![(0, 0, vec![5])]);
-        assert_eq!(c.decide(vec![]), vec![(0, 466)], "the new budget applies at once");
+        assert_eq!(c.decide(vec![]).unwrap(), vec![(0, 466)], "the new budget applies at once");
     }
 
     #[test]
@@ -477,12 +622,12 @@ mod tests {
         c.add(0, vec![465], None, None);
         for _ in 0..20 {
             c.observe(vec![(0, 0, vec![5])]);
-            assert!(c.decide(vec![0.5]).is_empty());
+            assert!(c.decide(vec![0.5]).unwrap().is_empty());
         }
         let mut fired = false;
         for _ in 0..4 {
             c.observe(vec![(0, 0, vec![5])]);
-            fired |= !c.decide(vec![3.0]).is_empty();
+            fired |= !c.decide(vec![3.0]).unwrap().is_empty();
         }
         assert!(fired, "recent mean 3.0 over a long-run mean near 0.5 exceeds lambda 1.5");
         assert_eq!(c.shared.counters.get(Counter::ExitRpdi), 1);
@@ -493,9 +638,9 @@ mod tests {
         let mut c = controller("off", Some(1));
         c.add(0, vec![465], None, None);
         c.observe(vec![(0, 0, vec![5])]);
-        assert_eq!(c.decide(vec![]), vec![(0, 466)]);
+        assert_eq!(c.decide(vec![]).unwrap(), vec![(0, 466)]);
         c.observe(vec![(0, 0, vec![])]); // the engine discarded that sample
-        assert_eq!(c.decide(vec![]), vec![(0, 466)], "still wanted");
+        assert_eq!(c.decide(vec![]).unwrap(), vec![(0, 466)], "still wanted");
         assert_eq!(c.shared.counters.get(Counter::ExitBudget), 1, "counted once");
     }
 
@@ -506,7 +651,7 @@ mod tests {
         c.replay(0, vec![5, 466, 9, 9]);
         assert_eq!(c.phase(0), Some("output"));
         assert!(c.observe(vec![(0, 0, vec![9])]).is_empty());
-        assert!(c.decide(vec![]).is_empty(), "an answering request is never forced");
+        assert!(c.decide(vec![]).unwrap().is_empty(), "an answering request is never forced");
     }
 
     #[test]
@@ -523,9 +668,98 @@ mod tests {
         .unwrap();
         c.add(0, vec![1], None, None);
         c.observe(vec![(0, 0, vec![5])]);
-        assert_eq!(c.decide(vec![]), vec![(0, 7)]);
+        assert_eq!(c.decide(vec![]).unwrap(), vec![(0, 7)]);
         c.observe(vec![(0, 0, vec![7])]);
-        assert_eq!(c.decide(vec![]), vec![(0, 8)]);
+        assert_eq!(c.decide(vec![]).unwrap(), vec![(0, 8)]);
         assert!(c.observe(vec![(0, 0, vec![8])]).is_empty());
+    }
+
+    /// Model Runner V2 with one request in slot 4, its prompt `[465]` (thinking): the
+    /// step that feeds its `n`-th generated token.
+    fn step_v2(c: &mut ExitController, n: i64) -> Option<Vec<usize>> {
+        c.observe_rows(vec![4], vec![1 + n], vec![1], vec![1])
+    }
+
+    #[test]
+    fn late_tokens_keep_the_budget_exact_and_ask_for_a_read_only_at_the_exit() {
+        let mut c = controller("off", None);
+        c.add(4, vec![465], None, Some(3));
+        assert_eq!(step_v2(&mut c, 0), Some(vec![]), "first sample: nothing fed yet");
+        assert_eq!(c.decide(vec![]), Some(vec![]));
+        for n in 1..3 {
+            assert_eq!(step_v2(&mut c, n), Some(vec![0]), "token {n} counted, unread");
+            assert_eq!(c.decide(vec![]), Some(vec![]), "below the budget even counting the unread token");
+            if n == 2 {
+                c.observe_late(vec![5]).unwrap(); // token 1 lands a step late
+            }
+        }
+        assert_eq!(step_v2(&mut c, 3), Some(vec![0]));
+        assert_eq!(c.decide(vec![]), None, "the budget is reached only if the unread tokens were thinking");
+        assert_eq!(c.shared.counters.get(Counter::ExitBudget), 0, "nothing counted before the read");
+        c.observe_late(vec![5]).unwrap();
+        c.observe_late(vec![5]).unwrap();
+        c.thinking_rows();
+        assert_eq!(c.decide(vec![]), Some(vec![(0, 466)]), "3 thinking tokens: forced");
+        assert_eq!(step_v2(&mut c, 4), Some(vec![0]));
+        assert_eq!(c.decide(vec![]), None, "was the forced token sampled? read it before forcing again");
+        c.observe_late(vec![466]).unwrap();
+        assert!(c.thinking_rows().is_empty(), "answering now");
+        assert_eq!(c.decide(vec![]), Some(vec![]));
+        assert_eq!(c.shared.counters.get(Counter::ExitBudget), 1);
+    }
+
+    #[test]
+    fn a_natural_end_still_in_flight_is_not_forced_again() {
+        let mut c = controller("off", Some(2));
+        c.add(4, vec![465], None, None);
+        step_v2(&mut c, 0);
+        step_v2(&mut c, 1);
+        c.observe_late(vec![5]).unwrap();
+        step_v2(&mut c, 2); // the model ended its thought itself: token 2 is `</think>`
+        assert_eq!(c.decide(vec![]), None);
+        c.observe_late(vec![466]).unwrap();
+        assert!(c.thinking_rows().is_empty());
+        assert_eq!(c.decide(vec![]), Some(vec![]), "no second end-of-thinking token");
+        assert_eq!(c.phase(4), Some("output"));
+    }
+
+    #[test]
+    fn late_values_for_a_slot_that_changed_hands_are_dropped() {
+        let mut c = controller("off", None);
+        c.add(4, vec![465], None, None);
+        step_v2(&mut c, 0);
+        step_v2(&mut c, 1);
+        c.remove(4);
+        c.add(4, vec![1, 2], None, None); // a new request without a thought in its prompt
+        c.observe_late(vec![465]).unwrap(); // the old occupant's token: not the new one's
+        assert_eq!(c.phase(4), Some("pending"));
+        assert!(c.observe_late(vec![5]).is_err(), "nothing else is waiting");
+    }
+
+    #[test]
+    fn late_entropies_drive_rpdi_like_prompt_ones() {
+        let mut c = controller("rpdi", None);
+        c.add(4, vec![465], None, None);
+        let mut fired_at = None;
+        for n in 0..40 {
+            step_v2(&mut c, n);
+            if n > 0 {
+                c.observe_late(vec![5]).unwrap();
+                c.thinking_rows();
+            }
+            if n > 1 {
+                c.entropies_arrived(vec![if n < 30 { 0.5 } else { 3.0 }]).unwrap();
+            }
+            assert_eq!(c.entropies_later(), vec![0]);
+            if let Some(forced) = c.decide(vec![]) {
+                if !forced.is_empty() {
+                    fired_at = Some(n);
+                    break;
+                }
+            }
+        }
+        let n = fired_at.expect("rising entropy ends the thought");
+        assert!((30..34).contains(&n), "fires within a few steps of the rise; at {n}");
+        assert_eq!(c.shared.counters.get(Counter::ExitRpdi), 1);
     }
 }

@@ -103,12 +103,22 @@ class ExitController:
         self, slots: list[int], seq_lens: list[int], prompt_lens: list[int], prefill_lens: list[int]
     ) -> list[int] | None:
         """Model Runner V2: the batch by row; None when no row samples, else the rows whose
-        fed token is new (read them and pass them to ``observe_fed``)."""
-    def observe_fed(self, tokens: list[int]) -> list[int]:
-        """The fed tokens of the rows ``observe_rows`` returned; returns the rows now thinking."""
+        fed token is new, counted now and unread until ``observe_late`` brings its value."""
+    def observe_late(self, tokens: list[int]) -> None:
+        """The fed tokens of the oldest unread batch (the rows ``observe_rows`` returned
+        that step), in order; values for a slot that changed hands are dropped."""
+    def unread_batches(self) -> int: ...
+    def thinking_rows(self) -> list[int]:
+        """The rows of the last ``observe_rows`` that think, as far as the values read tell."""
+    def entropies_later(self) -> list[int]:
+        """This step's thinking rows, whose entropies ``entropies_arrived`` brings later."""
+    def entropies_arrived(self, entropies: list[float]) -> None: ...
+    def epoch(self, slot: int) -> int | None:
+        """Which occupant a slot holds (slots are reused)."""
     def set_seen(self, slot: int, seen: int) -> None: ...
-    def decide(self, entropies: list[float]) -> list[tuple[int, int]]:
-        """Returns (row, token_id) pairs to force."""
+    def decide(self, entropies: list[float]) -> list[tuple[int, int]] | None:
+        """(row, token_id) pairs to force; None when a row's exit hinges on an unread
+        value (read them all, ``thinking_rows``, then decide again)."""
     def phase(self, slot: int) -> str | None: ...
     def think_tokens(self, slot: int) -> int | None: ...
 

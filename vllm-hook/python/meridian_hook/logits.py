@@ -3,7 +3,9 @@ both of vLLM's logits-processor interfaces (the V1 model runner, used on CPU, an
 Runner V2, the default on GPU). Each step it follows every request's phase from its
 tokens, computes the entropy of thinking rows when the ``[exit]`` signal needs it, and
 forces the end-of-thinking token for rows that must stop: told to by the proxy (policy
-channel), past their think budget, or past the entropy threshold.
+channel), past their think budget, or past the entropy threshold. Under Model Runner V2
+the step's work lives in :mod:`meridian_hook.v2_batch`, which reads the device's tokens
+a step late rather than wait for the GPU.
 
 Per-request arguments arrive as ``vllm_xargs`` in the request body (vLLM's
 ``SamplingParams.extra_args``): ``meridian_request_id`` (the proxy's ``X-Request-Id``,
@@ -26,8 +28,8 @@ except ImportError:  # pragma: no cover - older vLLM: V1 only
     V2LogitsProcessor = None  # type: ignore[assignment,misc]
 
 from meridian_hook import _native
-from meridian_hook import vllm_adapter as adapter
 from meridian_hook.probe import entropies
+from meridian_hook.v2_batch import V2Batch, force
 from meridian_hook.runtime import in_engine_core, runtime
 
 log = logging.getLogger("meridian_hook")
@@ -60,7 +62,7 @@ class MeridianLogitsProcessor(*_bases):  # type: ignore[misc]
         self._v2 = len(args) == 1
         self._req_states = args[0] if self._v2 else None
         self._ctl: _native.ExitController | None = None
-        self._pending_prompt: set[int] = set()
+        self._batch: V2Batch | None = None
         self._entropy = False
         try:
             self._rt = runtime()
@@ -88,6 +90,8 @@ class MeridianLogitsProcessor(*_bases):  # type: ignore[misc]
                 use_directives=single_rank,
             )
             self._entropy = cfg.hook.entropy and x.signal == "rpdi"
+            if self._v2:
+                self._batch = V2Batch(self._ctl, self._req_states, self._entropy)
         if not in_engine_core():
             with self._rt.guard("sync"):
                 self._rt.start_follower()
@@ -129,12 +133,12 @@ class MeridianLogitsProcessor(*_bases):  # type: ignore[misc]
 
     # ---- V2 interface -------------------------------------------------------------
     def add_request(self, req_idx: int, sampling_params: Any) -> bool:
-        if self._ctl is None:
+        if self._ctl is None or self._batch is None:
             return False
         with self._rt.guard("logits_processor"):
             # The prompt is on the device and not yet written; read it at the first apply.
             self._admit(req_idx, sampling_params, [])
-            self._pending_prompt.add(req_idx)
+            self._batch.add(req_idx)
             return True
         return False
 
@@ -146,46 +150,20 @@ class MeridianLogitsProcessor(*_bases):  # type: ignore[misc]
         if self._ctl is None:
             return logits
         with self._rt.guard("logits_processor"):
-            if self._v2:
+            if self._batch is not None:
                 if logits.shape[0] != len(ctx.idx_mapping_np):
                     # Speculative decoding gives a request several rows; not handled yet.
                     return logits
-                thinking = self._observe_v2(ctx)
-                if thinking is None:
-                    return logits
+                forced = self._batch.step(logits, ctx)
             else:
                 thinking = self._ctl.observe_outputs(logits.shape[0])
-            hs: list[float] = []
-            if thinking and self._entropy:
-                hs = self._row_entropies(logits, thinking)
-            for row, token in self._ctl.decide(hs):
-                logits[row].fill_(float("-inf"))
-                logits[row, token] = 0.0
+                hs: list[float] = []
+                if thinking and self._entropy:
+                    hs = self._row_entropies(logits, thinking)
+                # V1 keeps every token on the host: nothing is unread, never None.
+                forced = self._ctl.decide(hs) or []
+            force(logits, forced)
         return logits
-
-    def _observe_v2(self, ctx: Any) -> list[int] | None:
-        """Feeds the controller this step's rows; returns the rows now thinking, or None
-        when no row samples."""
-        rs = self._req_states
-        ctl = self._ctl
-        assert ctl is not None
-        slots, seq_lens, prompt_lens, prefill_lens = adapter.v2_rows(rs, ctx)
-        if self._pending_prompt:
-            for slot in [s for s in slots if s in self._pending_prompt]:
-                self._pending_prompt.discard(slot)
-                # The prompt, plus the output so far for a request resumed after preemption.
-                prompt, output = adapter.v2_tokens_so_far(rs, slot)
-                ctl.reset_prompt(slot, prompt)
-                ctl.replay(slot, output)
-                ctl.set_seen(slot, len(output))
-        # Without speculative decoding a row is a request; the token fed at the row's
-        # position is the request's latest token (read only when some row has one the
-        # controller has not seen). Rows still (re)filling their prompt do not sample:
-        # the controller leaves them out.
-        fresh = ctl.observe_rows(slots, seq_lens, prompt_lens, prefill_lens)
-        if fresh is None:
-            return None
-        return ctl.observe_fed(adapter.v2_fed_tokens(ctx, fresh) if fresh else [])
 
     def _row_entropies(self, logits: torch.Tensor, rows: list[int]) -> list[float]:
         sel = logits[rows]

@@ -60,7 +60,13 @@ def _cpu_entropy(logits: Any, temperature: float) -> list[float]:
 
 def _cuda_entropy(logits: Any, temperature: float) -> list[float]:
     """The CUDA kernel on the tensor's own device and current stream, reading it in
-    place (fp32, bf16 or fp16)."""
+    place (fp32, bf16 or fp16), the entropies read back (waiting for the device)."""
+    return _cuda_entropy_tensor(logits, temperature).tolist()
+
+
+def _cuda_entropy_tensor(logits: Any, temperature: float) -> Any:
+    """The CUDA kernel's entropies, left on the device: a float32 tensor that holds them
+    once the current stream has run the kernel."""
     try:
         import torch  # noqa: PLC0415
     except ImportError as e:
@@ -81,7 +87,7 @@ def _cuda_entropy(logits: Any, temperature: float) -> list[float]:
     _native.kernels.entropy(
         t.data_ptr(), str(t.dtype), tuple(t.shape), stream, out.data_ptr(), temperature, device=f"cuda:{t.device.index}"
     )
-    return out.tolist()
+    return out
 
 
 def entropies(logits: Any, temperature: float = 1.0, backend: str = "cpu") -> list[float]:
@@ -98,6 +104,22 @@ def entropies(logits: Any, temperature: float = 1.0, backend: str = "cpu") -> li
         except KernelUnavailable as e:
             log.warning("meridian: CUDA entropy unavailable (%s); using the CPU path", e)
     return _cpu_entropy(logits, temperature)
+
+
+def entropies_tensor(logits: Any, temperature: float = 1.0) -> Any:
+    """:func:`entropies` of a 2-D torch tensor as a float32 tensor on the logits' device,
+    without waiting for it: on a GPU the kernel is queued on the current stream and its
+    result is there once the stream reaches it (copy it to the host with
+    ``non_blocking=True``). Falls back to the CPU path, which waits, when the kernel
+    cannot run."""
+    import torch  # noqa: PLC0415
+
+    if logits.device.type == "cuda":
+        try:
+            return _cuda_entropy_tensor(logits, temperature)
+        except KernelUnavailable as e:
+            log.warning("meridian: CUDA entropy unavailable (%s); using the CPU path", e)
+    return torch.tensor(_cpu_entropy(logits, temperature), dtype=torch.float32)
 
 
 class EntropyProbe:

@@ -305,16 +305,13 @@ def v2_rows(req_states: Any, ctx: Any) -> tuple[list[int], list[int], list[int],
     )
 
 
-def v2_tokens_so_far(req_states: Any, slot: int) -> tuple[list[int], list[int]]:
-    """A newly added request's prompt and, for one resumed after preemption, the output
-    it had already produced."""
+def v2_committed(req_states: Any, slot: int) -> tuple[int, Any]:
+    """A newly added request's prompt length and its committed tokens on the device: the
+    prompt and, for one resumed after preemption, the output it had already produced."""
     plen, filled = int(req_states.prompt_len.np[slot]), int(req_states.prefill_len.np[slot])
-    tokens = req_states.all_token_ids.gpu[slot, :filled].tolist()
-    return tokens[:plen], tokens[plen:]
+    return plen, req_states.all_token_ids.gpu[slot, :filled]
 
 
-def v2_fed_tokens(ctx: Any, rows: list[int]) -> list[int]:
-    """The token fed at each of ``rows`` this step (each row's latest token; one small
-    device read, made only when some row has a token not yet seen)."""
-    ids = ctx.input_ids
-    return (ids if ids.device.type == "cpu" else ids.cpu()).numpy()[rows].tolist()
+def v2_fed_ids(ctx: Any) -> Any:
+    """The token fed at each row this step (each row's latest token), on the device."""
+    return ctx.input_ids

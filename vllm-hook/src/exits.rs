@@ -195,6 +195,21 @@ impl ExitController {
     }
 }
 
+/// The oldest batch of `(slot, epoch)` still waiting for its values, checked against the
+/// number of values that arrived for it.
+fn oldest(queue: &mut VecDeque<Vec<(usize, u64)>>, values: usize, call: &str) -> PyResult<Vec<(usize, u64)>> {
+    let Some(batch) = queue.pop_front() else {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!("{call}: no values are awaited")));
+    };
+    if batch.len() != values {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "{call}: {values} values for a batch of {} rows",
+            batch.len()
+        )));
+    }
+    Ok(batch)
+}
+
 #[pymethods]
 impl ExitController {
     /// `signal`: `off`, `rpdi` or `eat` (`eat` needs probe requests, which the proxy
@@ -400,18 +415,7 @@ impl ExitController {
     /// token fed to the k-th row it returned that step. Values for a slot that has since
     /// changed hands are dropped.
     fn observe_late(&mut self, tokens: Vec<u32>) -> PyResult<()> {
-        let Some(batch) = self.unread_tokens.pop_front() else {
-            return Err(pyo3::exceptions::PyValueError::new_err(
-                "observe_late: no tokens are waiting to be read",
-            ));
-        };
-        if batch.len() != tokens.len() {
-            return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                "observe_late: {} tokens for a batch of {} rows",
-                tokens.len(),
-                batch.len()
-            )));
-        }
+        let batch = oldest(&mut self.unread_tokens, tokens.len(), "observe_late")?;
         let Some(markers) = self.markers.as_ref() else { return Ok(()) };
         for ((slot_idx, epoch), t) in batch.into_iter().zip(tokens) {
             if let Some(slot) = self.slots.get_mut(&slot_idx).filter(|s| s.epoch == epoch) {
@@ -455,18 +459,7 @@ impl ExitController {
 
     /// The entropies (nats) of the oldest batch `entropies_later` announced, in its order.
     fn entropies_arrived(&mut self, entropies: Vec<f64>) -> PyResult<()> {
-        let Some(batch) = self.unread_entropies.pop_front() else {
-            return Err(pyo3::exceptions::PyValueError::new_err(
-                "entropies_arrived: no entropies are awaited",
-            ));
-        };
-        if batch.len() != entropies.len() {
-            return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                "entropies_arrived: {} values for {} rows",
-                entropies.len(),
-                batch.len()
-            )));
-        }
+        let batch = oldest(&mut self.unread_entropies, entropies.len(), "entropies_arrived")?;
         let shared = Arc::clone(&self.shared);
         for ((slot_idx, epoch), h) in batch.into_iter().zip(entropies) {
             if let Some(slot) = self.occupant(slot_idx, epoch) {

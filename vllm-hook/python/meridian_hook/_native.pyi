@@ -107,7 +107,6 @@ class ExitController:
     def observe_late(self, tokens: list[int]) -> None:
         """The fed tokens of the oldest unread batch (the rows ``observe_rows`` returned
         that step), in order; values for a slot that changed hands are dropped."""
-    def unread_batches(self) -> int: ...
     def thinking_rows(self) -> list[int]:
         """The rows of the last ``observe_rows`` that think, as far as the values read tell."""
     def entropies_later(self) -> list[int]:

@@ -25,7 +25,10 @@ engine's capacity in req/s, measured earlier on the same rig: skips measuring it
 (`cpu`, the default: the CPU-shaped regime; `gpu`: the GPU-shaped one; `gpu-spin`: the
 GPU-shaped one as sets 5-6 ran it, vLLM's engine core spinning; see RIGS),
 REALAB_FIRST_ROUND (the first round's number, which is its seed; default 0: more rounds
-for a kept set start after its last, then `policies add` merges them)."""
+for a kept set start after its last, then `policies add` merges them), REALAB_DRIFT_MARGIN
+(default 0.1: a run whose engine ran more than a tenth off the pace of the runs before it
+is measured again; `off`: never), REALAB_DRIFT_RETRIES (default 1), REALAB_CALM_S (default
+300: the longest wait, before each run, for the hypervisor to stop taking CPU; see drift.py)."""
 
 from __future__ import annotations
 
@@ -133,7 +136,20 @@ def setup(root: Path, model: Path, work: Path) -> m.Setup:
                    workloads=workloads, loads=loads,
                    rounds=int(os.environ.get("REALAB_ROUNDS", "3")), slo_ttot_ms=250.0, slo_gap_ms=250.0,
                    configs=m.configs_from_env(), unloaded=unloaded,
-                   first_round=int(os.environ.get("REALAB_FIRST_ROUND", "0")), rig=reg.name)
+                   first_round=int(os.environ.get("REALAB_FIRST_ROUND", "0")), rig=reg.name,
+                   **drift_from_env())
+
+
+def drift_from_env() -> dict:
+    """REALAB_DRIFT_MARGIN (share; `off`: never measure a run again), REALAB_DRIFT_RETRIES,
+    REALAB_CALM_S (0: start each run without waiting for the hypervisor)."""
+    margin = os.environ.get("REALAB_DRIFT_MARGIN", "0.1")
+    try:
+        return {"drift_margin": None if margin == "off" else float(margin),
+                "drift_retries": int(os.environ.get("REALAB_DRIFT_RETRIES", "1")),
+                "calm_s": float(os.environ.get("REALAB_CALM_S", "300"))}
+    except ValueError as e:
+        raise SystemExit(f"REALAB_DRIFT_MARGIN / REALAB_DRIFT_RETRIES / REALAB_CALM_S: {e}") from e
 
 
 def engine_spec(model: Path, kv_blocks: int | None = None, reg: Regime = RIGS["cpu"]) -> m.rig.EngineSpec:

@@ -14,7 +14,7 @@ import tomllib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from . import curve, machine, rig
+from . import curve, drift, machine, rig
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,12 @@ class Setup:
     first_round: int = 0
     #: The regime the engine limits stand for (`cpu`, `gpu`): what a workload's runs hold.
     rig: str = "cpu"
+    #: A run whose engine ran more than this share off the pace of the runs before it is
+    #: measured again, at most `drift_retries` times (`drift`); None: never.
+    drift_margin: float | None = 0.1
+    drift_retries: int = 1
+    #: Before each run, wait up to this long for the hypervisor to stop taking CPU.
+    calm_s: float = 300.0
 
     def round_numbers(self) -> range:
         return range(self.first_round, self.first_round + self.rounds)
@@ -226,9 +232,8 @@ def loadtest(s: Setup, url: str, w: Workload, rate: str, seed: int, out: Path, c
     return json.loads(out.read_text())
 
 
-def step_window(trace: Path, t0: float, t1: float) -> dict:
-    """Preemptions and steps the engine recorded between t0 and t1 (monotonic clock)."""
-    steps = [x for x in curve.read_steps(trace) if t0 <= x["t"] <= t1]
+def step_window(steps: list[dict]) -> dict:
+    """Preemptions and steps among the steps an engine recorded during a run."""
     return {
         "steps": len(steps),
         "preempted": sum(x["preempted"] for x in steps),
@@ -292,48 +297,127 @@ def measure(s: Setup, results: Path, log=print, append: bool = False) -> dict:
                 for rnd in s.round_numbers():
                     loadtest(s, url, w, "inf", rnd, raw / f"{w.name}-unloaded-{rnd}.json", concurrency=1)
                     log(f"{w.name} round {rnd} unloaded ({time.time() - started:.0f} s)")
-        # 4. The A/B: loads x rounds, configurations in rotating order, one seed a round.
+        # 4. The A/B: loads x rounds, configurations in rotating order, one seed a round;
+        # a run the machine ran off pace is measured again (`drift`).
         n = len(s.configs)
+        gauge = Gauge(s.drift_margin, s.drift_retries)
         for w in s.workloads:
             cap = data["capacity"][w.name]
             for load in s.loads:
                 for rnd in s.round_numbers():
                     order = s.configs[rnd % n:] + s.configs[:rnd % n]
-                    for config in order:
-                        url, engine = r.activate(config)
-                        before = rig.scrape(engine.url + "/metrics")
-                        hooked = policy_of(config) is not None
-                        hook_before = rig.scrape(f"http://127.0.0.1:{r.hook_port}/metrics") if hooked else {}
-                        cpu0 = machine.sample()
-                        t0 = time.perf_counter()
-                        name = f"{w.name}-{load:g}-{rnd}-{config}.json"
-                        out = loadtest(s, url, w, f"{cap * load:.6f}", rnd, raw / name)
-                        t1 = time.perf_counter()
-                        cpu = machine.between(cpu0, machine.sample())
-                        after = rig.scrape(engine.url + "/metrics")
-                        hook_after = rig.scrape(f"http://127.0.0.1:{r.hook_port}/metrics") if hooked else {}
-                        run = {"workload": w.name, "load": load, "round": rnd, "config": config,
-                               "policy": policy_of(config),
-                               "rate": cap * load, "window": [t0, t1], "summary": out["runs"][0]["summary"],
-                               "engine": step_window(engine_trace(s, config), t0, t1),
-                               "vllm_preemptions": delta(before, after, "vllm:num_preemptions_total"),
-                               "cpu": cpu,
-                               "hook": {k: v - hook_before.get(k, 0.0) for k, v in hook_after.items()
-                                        if k.startswith(("meridian_hook_preemptions_total",
-                                                         "meridian_hook_express_steps_total",
-                                                         "meridian_hook_schedule_steps_total"))}}
-                        data["runs"].append(run)
-                        summ = run["summary"]
-                        log(f"{w.name} load {load:g} round {rnd} {config}: ttot p99 "
-                            f"{(summ['think_to_output'] or {}).get('p99_ms')} gap p99 "
-                            f"{(summ['answer_gap'] or {}).get('p99_ms')} tok/s {summ['total_token_throughput']:.0f} "
-                            f"({time.time() - started:.0f} s)")
-                        results.write_text(json.dumps(data, indent=1))
+
+                    def measure_run(config: str) -> dict:
+                        return run_once(s, r, w, load, rnd, config, cap, raw / run_file(w, load, rnd, config),
+                                        gauge, log)
+
+                    def discard(config: str, attempt: int) -> None:
+                        first = raw / run_file(w, load, rnd, config)
+                        # (No reader globs `*.json.discarded-N`: the page counts only the rerun.)
+                        first.rename(first.with_name(f"{first.name}.discarded-{attempt}"))
+
+                    runs, reruns = paced_round(order, measure_run, gauge, discard, log)
+                    if reruns:
+                        data["drift_reruns"] = [*data.get("drift_reruns", []), *reruns]
+                    data["runs"] += [runs[c] for c in order]
+                    results.write_text(json.dumps(data, indent=1))
     finally:
         r.stop()
     data["elapsed_s"] = data.get("elapsed_s", 0) + time.time() - started
     results.write_text(json.dumps(data, indent=1))
     return data
+
+
+def run_file(w: Workload, load: float, rnd: int, config: str) -> str:
+    """The raw load-test file of one run (`stats.read_runs` parses these names)."""
+    return f"{w.name}-{load:g}-{rnd}-{config}.json"
+
+
+class Gauge:
+    """The engine's pace over the runs of one invocation (`drift`): the step fit comes from
+    the first run with enough decode-only steps, every later run is judged against it."""
+
+    def __init__(self, margin: float | None, retries: int) -> None:
+        self.margin = margin
+        self.retries = retries
+        self.model: drift.StepFit | None = None
+        self.paces: list[float] = []
+
+    def read(self, steps: list[dict]) -> dict:
+        decode = drift.decode_steps(steps)
+        if self.model is None:
+            self.model = drift.fit(decode)
+        pace = drift.pace(decode, self.model) if self.model is not None else None
+        if pace is not None:
+            self.paces.append(pace)
+        return {"pace": pace, "decode_steps": len(decode), "margin": self.margin, "retries": self.retries}
+
+    def reference(self) -> float:
+        return statistics.median(self.paces) if self.paces else float("nan")
+
+    def off_pace(self, paces: dict[str, float | None]) -> list[str]:
+        if self.margin is None:
+            return []
+        return drift.off_pace(paces, self.paces, self.margin)
+
+
+def paced_round(order: list[str], measure_run, gauge: Gauge, discard, log=print) -> tuple[dict, list[dict]]:
+    """Measures each config of a round (`measure_run(config)` -> run), then measures again
+    every run the gauge finds off pace, up to its retries (`discard(config, attempt)`
+    sets the first attempt's raw file aside). Returns ({config: the run counted}, the
+    runs set aside, each with the pace it was judged by)."""
+    runs = {config: measure_run(config) for config in order}
+    reruns: list[dict] = []
+    for attempt in range(1, gauge.retries + 1):
+        again = gauge.off_pace({c: run["drift"]["pace"] for c, run in runs.items()})
+        if not again:
+            break
+        for config in again:
+            old = runs[config]
+            discard(config, attempt)
+            reruns.append({**{k: old[k] for k in ("workload", "load", "round", "config", "window")},
+                           "drift": old["drift"], "attempt": attempt, "reference": gauge.reference()})
+            log(f"{old['workload']} load {old['load']:g} round {old['round']} {config}: engine pace "
+                f"{old['drift']['pace']:.2f} against {gauge.reference():.2f}: measuring it again")
+            runs[config] = measure_run(config)
+    return runs, reruns
+
+
+def run_once(s: Setup, r: Rig, w: Workload, load: float, rnd: int, config: str, cap: float, out_file: Path,
+             gauge: Gauge, log=print) -> dict:
+    """One configuration's run of one round: the load test and what the engine, the
+    hook and the machine recorded meanwhile."""
+    url, engine = r.activate(config)
+    waited = drift.calm(s.calm_s) if s.calm_s > 0 else 0.0
+    before = rig.scrape(engine.url + "/metrics")
+    hooked = policy_of(config) is not None
+    hook_before = rig.scrape(f"http://127.0.0.1:{r.hook_port}/metrics") if hooked else {}
+    cpu0 = machine.sample()
+    t0 = time.perf_counter()
+    out = loadtest(s, url, w, f"{cap * load:.6f}", rnd, out_file)
+    t1 = time.perf_counter()
+    cpu = machine.between(cpu0, machine.sample())
+    after = rig.scrape(engine.url + "/metrics")
+    hook_after = rig.scrape(f"http://127.0.0.1:{r.hook_port}/metrics") if hooked else {}
+    steps = [x for x in curve.read_steps(engine_trace(s, config)) if t0 <= x["t"] <= t1]
+    run = {"workload": w.name, "load": load, "round": rnd, "config": config,
+           "policy": policy_of(config),
+           "rate": cap * load, "window": [t0, t1], "summary": out["runs"][0]["summary"],
+           "engine": step_window(steps),
+           "drift": {**gauge.read(steps), "calm_wait_s": waited},
+           "vllm_preemptions": delta(before, after, "vllm:num_preemptions_total"),
+           "cpu": cpu,
+           "hook": {k: v - hook_before.get(k, 0.0) for k, v in hook_after.items()
+                    if k.startswith(("meridian_hook_preemptions_total",
+                                     "meridian_hook_express_steps_total",
+                                     "meridian_hook_schedule_steps_total"))}}
+    summ = run["summary"]
+    pace = run["drift"]["pace"]
+    log(f"{w.name} load {load:g} round {rnd} {config}: ttot p99 "
+        f"{(summ['think_to_output'] or {}).get('p99_ms')} gap p99 "
+        f"{(summ['answer_gap'] or {}).get('p99_ms')} tok/s {summ['total_token_throughput']:.0f} "
+        f"pace {'-' if pace is None else f'{pace:.2f}'}")
+    return run
 
 
 def engine_trace(s: Setup, config: str) -> Path:

@@ -122,6 +122,8 @@ def add(results: Path, set_dir: Path, note: str) -> int:
     if again:
         raise SystemExit(f"{results}: already in {set_dir}: {again}")
     kept["runs"] += new["runs"]
+    if new.get("drift_reruns"):
+        kept["drift_reruns"] = [*kept.get("drift_reruns", []), *new["drift_reruns"]]
     for w in new["setup"]["workloads"]:
         # An addition may measure the set's rig at another load; the page gets a section
         # for it, and the set's first command keeps the loads it was measured at.
@@ -506,6 +508,7 @@ def set_section(set_dir: Path, resamples: int) -> list[str]:
             lines += ["Where this rig is not the H100 (beyond 25% either way): " + "; ".join(unlike) + ".", ""]
         by_run = R.decode_ratios(set_dir, data)
         lines += R.residual_lines(R.step_residuals(set_dir, data, by_run), R.slow_runs(set_dir, data, by_run=by_run))
+        lines += R.rerun_lines(data)
     # The harness records each workload's configs since it warms every engine up.
     warmed = all("configs" in w for w in data["setup"]["workloads"])
     lines.append("Every engine was warmed up before it was measured." if warmed else

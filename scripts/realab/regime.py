@@ -195,6 +195,35 @@ def step_residuals(set_dir: Path, data: dict, by_run: dict | None = None) -> dic
     return {c: (statistics.median(v), len(v)) for c, v in ratios.items() if len(v) >= 20}
 
 
+def rerun_lines(data: dict) -> list[str]:
+    """The page's sentence on the runs the harness measured again because their engine ran
+    off the pace of the runs before them (`drift`, `measure.Gauge`), and on the rounds
+    whose runs all carry a pace; empty for a set measured without the gauge."""
+    paced = [r for r in data["runs"] if (r.get("drift") or {}).get("pace") is not None]
+    if not paced:
+        return []
+    reruns = data.get("drift_reruns", [])
+    what = ("; ".join(f"{x['config']} round {x['round']} at {100 * x['load']:.0f}% (pace {x['drift']['pace']:.2f} "
+                      f"against {x['reference']:.2f})" for x in reruns)
+            if reruns else "none")
+    kept_off = [r for r in paced if any(x["config"] == r["config"] and x["round"] == r["round"]
+                                        and x["load"] == r["load"] and x["workload"] == r["workload"]
+                                        for x in reruns)]
+    waits = [r["drift"].get("calm_wait_s") or 0.0 for r in paced]
+    rules = sorted({(r["drift"].get("margin"), r["drift"].get("retries")) for r in paced}, key=str)
+    rule = "; ".join("never measured again" if m is None else
+                     f"a run more than {100 * m:.0f}% off the pace of the runs before it measured again "
+                     f"(at most {k} time{'s' if k != 1 else ''})" for m, k in rules)
+    return [f"**Drift control** ({len(paced)} of {len(data['runs'])} runs): each run's engine pace is the median "
+            "of its decode-only steps' measured over fitted time (the fit taken from the first run of its "
+            f"invocation); {rule}. Measured again: {what}."
+            + (" Measured again, their pace: " + "; ".join(
+                f"{r['config']} round {r['round']} at {100 * r['load']:.0f}% pace {r['drift']['pace']:.2f}"
+                for r in kept_off) + " (the last run is the one counted)." if kept_off else "")
+            + f" Before each run the harness waited for the hypervisor to stop taking CPU: {max(waits):.0f} s "
+            "at most.", ""]
+
+
 def residual_lines(residuals: dict[str, tuple[float, int]], slow: list | None = None) -> list[str]:
     """The page's sentence on each engine's decode steps against the twin's fit, and the
     runs whose steps ran slow (`slow_runs`)."""

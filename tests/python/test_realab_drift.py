@@ -1,0 +1,172 @@
+"""Drift control in the real-engine harness (scripts/realab/drift.py, measure.paced_round):
+a run the machine ran slower or faster than the runs before it is measured again, the
+first attempt set aside and named on the page; the check reads the engine's own steps."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+
+from realab import drift, machine, measure, policies, regime  # noqa: E402
+
+
+def trace(rng: random.Random, n: int, slow: float = 1.0) -> list[dict]:
+    """A step trace whose decode steps cost 3 ms + 0.3 ms a request + 1 us a context
+    token, times `slow`, with 5% noise; every tenth step also prefills."""
+    steps = []
+    for i in range(n):
+        reqs = rng.randint(1, 24)
+        ctx = reqs * rng.randint(50, 900)
+        cost = (0.003 + 0.0003 * reqs + 1e-6 * ctx) * slow * rng.uniform(0.95, 1.05)
+        steps.append({"t": float(i), "tokens": reqs, "decode_reqs": reqs, "decode_context": ctx,
+                      "prefill_tokens": 256 if i % 10 == 0 else 0, "step_s": cost + (0.1 if i % 10 == 0 else 0)})
+    return steps
+
+
+def test_the_fit_recovers_the_step_cost_and_a_slower_run_reads_slower():
+    rng = random.Random(1)
+    decode = drift.decode_steps(trace(rng, 2000))
+    assert len(decode) == 1800  # the prefilling steps are left out
+    model = drift.fit(decode)
+    assert model is not None
+    assert model.fixed == pytest.approx(0.003, rel=0.1)
+    assert model.per_request == pytest.approx(0.0003, rel=0.1)
+    assert model.per_context == pytest.approx(1e-6, rel=0.1)
+    assert drift.pace(decode, model) == pytest.approx(1.0, abs=0.02)
+    assert drift.pace(drift.decode_steps(trace(rng, 2000, slow=1.2)), model) == pytest.approx(1.2, abs=0.03)
+
+
+def test_too_few_steps_neither_fit_nor_judge():
+    decode = drift.decode_steps(trace(random.Random(2), 40))
+    assert drift.fit(decode) is None
+    assert drift.pace(decode, drift.StepFit(0.003, 0.0003, 1e-6)) is None
+
+
+def test_a_context_that_moves_with_the_request_count_still_fits():
+    # Every request attends to 500 tokens: context is a multiple of the count.
+    steps = [(r, 500 * r, 0.003 + 0.0008 * r) for r in range(1, 30) for _ in range(3)]
+    model = drift.fit(steps)
+    assert model is not None
+    assert drift.pace(steps, model) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_off_pace_flags_runs_either_way_beyond_the_margin():
+    history = [1.0, 1.02, 0.98, 1.25, 0.85]
+    got = drift.off_pace({"stock": 1.02, "hook": 1.25, "proxy": 0.85}, history, 0.1)
+    assert sorted(got) == ["hook", "proxy"]
+    assert drift.off_pace({"stock": 1.05}, [1.0, 1.05], 0.1) == []
+    assert drift.off_pace({"stock": None}, [], 0.1) == []
+
+
+def test_calm_waits_while_the_hypervisor_steals_and_gives_up_when_told():
+    stolen = iter([0.0, 0.5, 0.5, 1.0, 1.0, 1.01])  # 0.1 cores, 0.1, then 0.002 per 5 s
+
+    def sample():
+        s = next(stolen)
+        return machine.Sample(wall=sample.t, busy=0.0, steal=s, ours=0.0, roles={})
+    sample.t = 0.0
+
+    def sleep(dt):
+        sample.t += dt
+    assert drift.calm(60, sample=sample, sleep=sleep) == 10.0
+    always = iter(range(0, 1000, 1))
+
+    def stealing():
+        return machine.Sample(wall=float(next(always)), busy=0.0, steal=float(next(always)), ours=0.0, roles={})
+    assert drift.calm(12, sample=stealing, sleep=lambda dt: None) == 15.0
+
+
+def run(config: str, pace: float | None, rnd: int = 0) -> dict:
+    return {"workload": "mix", "load": 0.9, "round": rnd, "config": config, "window": [0.0, 1.0],
+            "drift": {"pace": pace, "decode_steps": 500, "margin": 0.1, "retries": 1, "calm_wait_s": 0.0}}
+
+
+class FakeGauge(measure.Gauge):
+    """A gauge fed paces directly (the real one reads them from step traces)."""
+
+    def take(self, pace: float) -> None:
+        self.paces.append(pace)
+
+
+def test_a_round_measures_an_off_pace_run_again_and_counts_the_second():
+    gauge = FakeGauge(0.1, 1)
+    for p in (1.0, 0.99, 1.01):
+        gauge.take(p)
+    paces = {"stock": iter([1.0]), "hook": iter([1.3, 1.02])}
+    measured, discarded = [], []
+
+    def measure_run(config):
+        p = next(paces[config])
+        gauge.take(p)
+        measured.append(config)
+        return run(config, p)
+    runs, reruns = measure.paced_round(["stock", "hook"], measure_run, gauge,
+                                       lambda c, a: discarded.append((c, a)), log=lambda *_: None)
+    assert measured == ["stock", "hook", "hook"]
+    assert discarded == [("hook", 1)]
+    assert runs["hook"]["drift"]["pace"] == 1.02
+    assert [(x["config"], x["drift"]["pace"], x["attempt"]) for x in reruns] == [("hook", 1.3, 1)]
+
+
+def test_a_run_that_stays_off_pace_is_kept_after_its_retries_and_no_margin_measures_once():
+    gauge = FakeGauge(0.1, 1)
+    for p in (1.0, 1.0, 1.0):
+        gauge.take(p)
+
+    def slow_hook(config):
+        p = 1.0 if config == "stock" else 1.4
+        gauge.take(p)
+        return run(config, p)
+    runs, reruns = measure.paced_round(["stock", "hook"], slow_hook, gauge, lambda c, a: None, log=lambda *_: None)
+    assert runs["hook"]["drift"]["pace"] == 1.4 and len(reruns) == 1
+    off = FakeGauge(None, 1)
+    runs, reruns = measure.paced_round(["stock", "hook"], slow_hook, off, lambda c, a: None, log=lambda *_: None)
+    assert reruns == [] and runs["hook"]["drift"]["pace"] == 1.4
+
+
+def test_the_page_names_every_run_measured_again(tmp_path):
+    data = {"runs": [run("stock", 1.0), run("hook", 1.02), run("stock", 1.0, 1), run("hook", 0.99, 1)],
+            "drift_reruns": [{**run("hook", 1.3), "attempt": 1, "reference": 1.01}]}
+    text = "".join(regime.rerun_lines(data))
+    assert "(4 of 4 runs)" in text
+    assert "more than 10% off the pace" in text and "at most 1 time)" in text
+    assert "hook round 0 at 90% (pace 1.30 against 1.01)" in text
+    assert "hook round 0 at 90% pace 1.02" in text
+    # A set measured before the gauge: no sentence.
+    assert regime.rerun_lines({"runs": [{"config": "stock"}]}) == []
+
+
+def test_adding_rounds_keeps_their_reruns_and_leaves_discarded_requests_out(tmp_path):
+    set_dir = tmp_path / "set"
+    setup = {"engine": {"max_num_seqs": "32"}, "workloads": [{"name": "mix", "prompts": 10, "max_model_len": 4096,
+                                                                  "proxy": "shipped", "rig": "gpu", "loads": [0.9]}],
+             "configs": ["stock", "hook"], "rounds": 1, "first_round": 0}
+    work0, work1 = tmp_path / "w0", tmp_path / "w1"
+    for work, rnd in ((work0, 0), (work1, 1)):
+        (work / "runs").mkdir(parents=True)
+        for config in ("stock", "hook"):
+            (work / "runs" / f"mix-0.9-{rnd}-{config}.json").write_text(json.dumps({"runs": [{"requests": []}]}))
+    # The first attempt of a run measured again, as measure sets it aside.
+    (work1 / "runs" / "mix-0.9-1-stock.json.discarded-1").write_text("not read")
+    first = tmp_path / "first.json"
+    first.write_text(json.dumps({"setup": setup, "runs": [run("stock", 1.0), run("hook", 1.0)],
+                                 "capacity": {"mix": 2.0}, "work": [str(work0)]}))
+    policies.keep(first, set_dir, "label")
+    more = tmp_path / "more.json"
+    more.write_text(json.dumps({"setup": {**setup, "first_round": 1}, "runs": [run("stock", 1.0, 1), run("hook", 1.0, 1)],
+                                "capacity": {"mix": 2.0}, "work": [str(work1)],
+                                "drift_reruns": [{**run("hook", 1.3, 1), "attempt": 1, "reference": 1.0}]}))
+    policies.add(more, set_dir, "round 1")
+    kept = json.loads((set_dir / "results.json").read_text())
+    assert [(x["config"], x["round"]) for x in kept["drift_reruns"]] == [("hook", 1)]
+    names = sorted(f.name for f in (set_dir / "raw").iterdir())
+    assert names == [f"mix-0.9-{r}-{c}.json.gz" for r in (0, 1) for c in ("hook", "stock")]
+    with gzip.open(set_dir / "raw" / names[0], "rt") as f:
+        assert json.load(f) == {"runs": [{"requests": []}]}

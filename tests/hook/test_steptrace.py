@@ -10,6 +10,7 @@ import json
 from engine import THINK_END, THINK_START, build
 from vllm.v1.core.sched.scheduler import Scheduler
 
+from meridian_hook import _native
 from meridian_hook.steptrace import StepTraceScheduler, TracedMeridianScheduler
 
 PROMPT = [1] * 40 + [THINK_START]
@@ -63,6 +64,36 @@ def test_victims_are_classified_by_phase(tmp_path, monkeypatch):
     assert sum(s["preempted_output"] + s["preempted_think"] for s in steps) == preempted
     # Stock vLLM takes the latest arrival: the thinker.
     assert sum(s["preempted_think"] for s in steps) >= 1
+
+
+def test_a_victim_that_answered_without_thinking_counts_as_answering(tmp_path, monkeypatch):
+    # The phase rule the proxy follows (meridian-core): a request whose prompt opened no
+    # think block and whose first tokens are words is answering; a tracer that only looked
+    # for the end delimiter in its output took it for a thinker.
+    trace = tmp_path / "steps.jsonl"
+    monkeypatch.setenv("MERIDIAN_STEP_TRACE", str(trace))
+    e = build(StepTraceScheduler, num_blocks=5, budget=256)
+    e.add("thinker", [1] * 20 + [THINK_START], arrival=1.0)
+    e.add("direct", [1] * 21, arrival=2.0)
+    for _ in range(30):
+        e.step({})
+    e.scheduler._meridian_trace.close()
+    steps = lines(trace)
+    assert sum(s["preempted"] for s in steps) >= 1, "the pool is too small for both"
+    # Stock vLLM takes the latest arrival: the direct answerer.
+    assert sum(s["preempted_output"] for s in steps) >= 1
+    assert sum(s["preempted_think"] for s in steps) == 0
+
+
+def test_the_tracer_asks_the_phase_rule_the_hook_follows():
+    s, e = THINK_START, THINK_END
+    assert _native.phase_after([s], [e], [1, s], [5, 6]) == "think"
+    assert _native.phase_after([s], [e], [1, s], [5, e, 6]) == "output"
+    assert _native.phase_after([s], [e], [1], [e]) == "output", "the template opened the block"
+    assert _native.phase_after([s], [e], [1, s, e], [s, 7]) == "output", "thinking switched off: no reopening"
+    assert _native.phase_after([s], [e], [1], [7, s]) == "think", "a block opened after a word"
+    assert _native.phase_after([s], [e], [1], []) == "pending"
+    assert _native.phase_after([s], [], [1, s], [5]) == "pending", "no end delimiter: phases unknown"
 
 
 def test_without_the_variable_nothing_is_written(tmp_path, monkeypatch):

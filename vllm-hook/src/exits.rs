@@ -26,7 +26,7 @@ use pyo3::types::PyList;
 use crate::channel::{Shared, directives_in};
 use crate::error::HookError;
 use crate::metrics::Counter;
-use crate::phase::{PhaseTracker, ThinkMarkers};
+use meridian_core::phase::{PhaseTracker, ThinkMarkers};
 
 struct Slot {
     request_id: Option<String>,
@@ -55,15 +55,15 @@ struct Slot {
 
 impl Slot {
     /// Takes `count` new tokens of the slot's request, reading them with `token(i)`
-    /// only where their values matter: an answering request counts every token as
-    /// output whatever it is.
+    /// only where their values matter: once its thought has ended, every token counts
+    /// as output whatever it is.
     fn take(
         &mut self,
         markers: &ThinkMarkers,
         count: usize,
         mut token: impl FnMut(usize) -> PyResult<u32>,
     ) -> PyResult<()> {
-        if self.tracker.phase() == Phase::Output {
+        if self.tracker.settled() {
             self.tracker.push_output(u32::try_from(count).unwrap_or(u32::MAX));
             return Ok(());
         }

@@ -9,7 +9,6 @@ pub mod channel;
 mod error;
 pub mod exits;
 pub mod metrics;
-pub mod phase;
 pub mod sched;
 mod signals;
 
@@ -142,6 +141,17 @@ fn render_metrics() -> String {
     shared().counters.render()
 }
 
+/// The phase (`"pending"`, `"think"`, `"output"`) of a request that generated `output`
+/// after `prompt`, by the phase rule the proxy and the hook follow
+/// (`meridian_core::phase`); `"pending"` without an end delimiter (phases unknown). The
+/// step tracer asks it of each request vLLM preempts: rarely, so copying the ids is fine.
+#[pyfunction]
+fn phase_after(start: Vec<u32>, end: Vec<u32>, prompt: Vec<u32>, output: Vec<u32>) -> &'static str {
+    meridian_core::phase::ThinkMarkers::new(start, end)
+        .map_or(meridian_core::Phase::Pending, |m| meridian_core::phase::phase_after(&m, &prompt, &output))
+        .as_str()
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -157,6 +167,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(apply_directive, m)?)?;
     m.add_function(wrap_pyfunction!(count_error, m)?)?;
     m.add_function(wrap_pyfunction!(render_metrics, m)?)?;
+    m.add_function(wrap_pyfunction!(phase_after, m)?)?;
     signals::register(m)?;
     // The entropy kernels (CUDA on the caller's stream, SIMD CPU) as `_native.kernels`.
     let kernels = PyModule::new(m.py(), "kernels")?;

@@ -3,6 +3,7 @@ use std::sync::Arc;
 use arrayvec::ArrayVec;
 
 use super::Phase;
+use super::rule::{Mark, Moves, PhaseRule};
 use super::scanner::{MarkerKind, Piece, Scanner};
 use crate::models::{InitialPhase, ModelFamily};
 
@@ -49,8 +50,8 @@ const CHANNEL_NAME_CAP: usize = 48;
 #[derive(Debug)]
 pub struct PhaseRouter {
     family: Option<Arc<ModelFamily>>,
-    phase: Phase,
-    initial: Phase,
+    /// Where the generation stands, by the rule the hook follows too.
+    rule: PhaseRule,
     /// The server labels reasoning itself (`delta.reasoning`): trust its labels and stop
     /// looking for inline markers, which would then only be quoted text.
     server_labels_reasoning: bool,
@@ -60,8 +61,6 @@ pub struct PhaseRouter {
     think_tokens: u32,
     output_tokens: u32,
     think_budget: Option<u32>,
-    entered_think: bool,
-    exited_think: bool,
     first_output: bool,
     budget_fired: bool,
 }
@@ -83,8 +82,7 @@ impl PhaseRouter {
         };
         PhaseRouter {
             family,
-            phase: Phase::Pending,
-            initial,
+            rule: PhaseRule::new(initial),
             server_labels_reasoning: false,
             scanner: Scanner::new(),
             harmony: Harmony::Header,
@@ -92,8 +90,6 @@ impl PhaseRouter {
             think_tokens: 0,
             output_tokens: 0,
             think_budget: None,
-            entered_think: false,
-            exited_think: false,
             first_output: false,
             budget_fired: false,
         }
@@ -102,9 +98,7 @@ impl PhaseRouter {
     /// Overrides where generation starts, e.g. `Output` when the request disabled thinking
     /// (`chat_template_kwargs.enable_thinking = false`).
     pub fn with_initial_phase(mut self, phase: Phase) -> Self {
-        if phase != Phase::Pending {
-            self.initial = phase;
-        }
+        self.rule.set_first(phase);
         self
     }
 
@@ -115,7 +109,7 @@ impl PhaseRouter {
     }
 
     pub fn phase(&self) -> Phase {
-        self.phase
+        self.rule.phase()
     }
 
     pub fn think_tokens(&self) -> u32 {
@@ -141,7 +135,7 @@ impl PhaseRouter {
         if reasoning.is_some() {
             self.server_labels_reasoning = true;
             let n = if content.is_some() { 1 } else { tokens };
-            self.set_phase(Phase::Think, &mut ev);
+            self.enter(Phase::Think, &mut ev);
             self.add_think(n, &mut ev);
         }
         let content_tokens = if reasoning.is_some() { tokens.saturating_sub(1).max(1) } else { tokens };
@@ -169,7 +163,7 @@ impl PhaseRouter {
     }
 
     fn labelled_output(&mut self, text: &[u8], tokens: u32, ev: &mut PhaseEvents) {
-        self.set_phase(Phase::Output, ev);
+        self.enter(Phase::Output, ev);
         self.output_tokens += tokens;
         if is_visible(text) {
             self.mark_first_output(ev);
@@ -180,7 +174,7 @@ impl PhaseRouter {
         let Some(family) = self.family.clone() else {
             return self.labelled_output(text, tokens, ev);
         };
-        let before = self.phase_or_initial();
+        let before = self.rule.phase_or_first();
         // Servers that strip special tokens from the text still report their ids: take the
         // marker from the id then. When the text carries the marker itself, the text wins,
         // so a family file with a wrong id cannot invent a transition.
@@ -198,7 +192,7 @@ impl PhaseRouter {
         // A delta is usually one token; it belongs where its text went. A delta that was
         // only a marker (or held back) is part of the reasoning section when it opened or
         // closed one.
-        let thinking_around = before == Phase::Think || self.phase == Phase::Think;
+        let thinking_around = before == Phase::Think || self.rule.phase() == Phase::Think;
         if tally.think_bytes > 0 || (tally.output_bytes == 0 && thinking_around) {
             self.add_think(tokens, ev);
         } else {
@@ -229,13 +223,11 @@ impl PhaseRouter {
                 Harmony::Message(_) => {}
             }
         }
-        if self.phase == Phase::Pending {
-            if text.is_empty() {
-                return;
-            }
-            self.set_phase(self.initial, ev);
+        if !text.is_empty() {
+            let moves = self.rule.mark(Mark::Content);
+            self.report(moves, ev);
         }
-        match self.phase {
+        match self.rule.phase() {
             Phase::Think => tally.think_bytes += text.len(),
             Phase::Output => {
                 tally.output_bytes += text.len();
@@ -249,16 +241,15 @@ impl PhaseRouter {
 
     fn on_marker(&mut self, family: &ModelFamily, kind: MarkerKind, ev: &mut PhaseEvents) {
         match kind {
-            // Think blocks do not reopen: tags after the first block are quoted text.
-            MarkerKind::ThinkStart if self.exited_think => {}
-            MarkerKind::ThinkStart => self.set_phase(Phase::Think, ev),
+            // The rule: blocks do not reopen (tags after the first block are quoted
+            // text), and an end with no start means the template opened the block.
+            MarkerKind::ThinkStart => {
+                let moves = self.rule.mark(Mark::Start);
+                self.report(moves, ev);
+            }
             MarkerKind::ThinkEnd => {
-                if self.exited_think {
-                    return;
-                }
-                // An end marker with no start means the template opened the block.
-                self.set_phase(Phase::Think, ev);
-                self.set_phase(Phase::Output, ev);
+                let moves = self.rule.mark(Mark::End);
+                self.report(moves, ev);
             }
             MarkerKind::HarmonyStart | MarkerKind::HarmonyEnd => self.harmony = Harmony::Header,
             MarkerKind::HarmonyChannel => {
@@ -269,28 +260,24 @@ impl PhaseRouter {
                 let phase =
                     if family.channel_is_think(&self.channel_name) { Phase::Think } else { Phase::Output };
                 self.harmony = Harmony::Message(phase);
-                self.set_phase(phase, ev);
+                self.enter(phase, ev);
             }
         }
     }
 
-    fn phase_or_initial(&self) -> Phase {
-        if self.phase == Phase::Pending { self.initial } else { self.phase }
+    /// Enters a phase the server labelled (its reasoning field, a harmony channel).
+    fn enter(&mut self, next: Phase, ev: &mut PhaseEvents) {
+        let moves = self.rule.enter(next);
+        self.report(moves, ev);
     }
 
-    fn set_phase(&mut self, next: Phase, ev: &mut PhaseEvents) {
-        if next == self.phase {
-            return;
-        }
-        if next == Phase::Think && !self.entered_think {
-            self.entered_think = true;
+    fn report(&self, moves: Moves, ev: &mut PhaseEvents) {
+        if moves.entered_think {
             ev.push(PhaseEvent::EnterThink);
         }
-        if self.phase == Phase::Think && next == Phase::Output && !self.exited_think {
-            self.exited_think = true;
+        if moves.exited_think {
             ev.push(PhaseEvent::ExitThink { think_tokens: self.think_tokens });
         }
-        self.phase = next;
     }
 
     fn mark_first_output(&mut self, ev: &mut PhaseEvents) {
@@ -303,7 +290,7 @@ impl PhaseRouter {
     fn add_think(&mut self, tokens: u32, ev: &mut PhaseEvents) {
         self.think_tokens += tokens;
         if let Some(budget) = self.think_budget {
-            if !self.budget_fired && self.phase == Phase::Think && self.think_tokens >= budget {
+            if !self.budget_fired && self.rule.phase() == Phase::Think && self.think_tokens >= budget {
                 self.budget_fired = true;
                 ev.push(PhaseEvent::ForceBudget { think_tokens: self.think_tokens, budget });
             }

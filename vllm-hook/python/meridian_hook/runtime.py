@@ -25,6 +25,32 @@ _runtime: "HookRuntime | None" = None
 in_engine_core = vllm_adapter.in_engine_core
 
 
+def think_markers(vllm_config: Any) -> tuple[list[int], list[int]]:
+    """Think delimiters as token ids: vLLM's reasoning config (set by
+    ``--reasoning-parser``) when present, else the Meridian model family of the served
+    model name, else none (phases unknown: the hook keeps vLLM's order)."""
+    rc = getattr(vllm_config, "reasoning_config", None)
+    if rc is not None and getattr(rc, "enabled", False):
+        start = list(rc.reasoning_start_token_ids or [])
+        end = list(rc.reasoning_end_token_ids or [])
+        if end:
+            return start, end
+    mc = getattr(vllm_config, "model_config", None)
+    names = [getattr(mc, "served_model_name", None), getattr(mc, "model", None)]
+    for name in names:
+        if isinstance(name, (list, tuple)):
+            name = name[0] if name else None
+        if name:
+            found = _native.family_markers(str(name))
+            if found:
+                return list(found[1]), list(found[2])
+    log.warning(
+        "meridian hook: no think delimiter known for this model (start vLLM with "
+        "--reasoning-parser); phase-aware ordering and forced exits are off"
+    )
+    return [], []
+
+
 class HookRuntime:
     def __init__(self, config: MeridianConfig) -> None:
         self.config = config
@@ -76,29 +102,7 @@ class HookRuntime:
             log.exception("meridian hook: %s failed; falling back to stock vLLM behaviour", site)
 
     def markers(self, vllm_config: Any) -> tuple[list[int], list[int]]:
-        """Think delimiters as token ids: vLLM's reasoning config (set by
-        ``--reasoning-parser``) when present, else the Meridian model family of the served
-        model name, else none (phases unknown: the hook keeps vLLM's order)."""
-        rc = getattr(vllm_config, "reasoning_config", None)
-        if rc is not None and getattr(rc, "enabled", False):
-            start = list(rc.reasoning_start_token_ids or [])
-            end = list(rc.reasoning_end_token_ids or [])
-            if end:
-                return start, end
-        mc = getattr(vllm_config, "model_config", None)
-        names = [getattr(mc, "served_model_name", None), getattr(mc, "model", None)]
-        for name in names:
-            if isinstance(name, (list, tuple)):
-                name = name[0] if name else None
-            if name:
-                found = _native.family_markers(str(name))
-                if found:
-                    return list(found[1]), list(found[2])
-        log.warning(
-            "meridian hook: no think delimiter known for this model (start vLLM with "
-            "--reasoning-parser); phase-aware ordering and forced exits are off"
-        )
-        return [], []
+        return think_markers(vllm_config)
 
     def start_listener(self) -> str | None:
         """Opens the policy channel in this process (the engine core). A hook marked

@@ -28,8 +28,9 @@ both classes only schedule). Each step is one JSON line:
   no limit; 0: an express step); ``running``, ``waiting``: queue lengths after scheduling;
   ``preempted``: requests vLLM preempted in this step, and ``preempted_output``,
   ``preempted_think``: those of them that had already ended their thought (answering:
-  the victims a reader notices) and those still thinking (by the reasoning end token of
-  ``--reasoning-parser``; both 0 without one).
+  the victims a reader notices) and those still thinking, by the phase rule the proxy and
+  the hook follow (``_native.phase_after``, the think delimiters of ``--reasoning-parser``
+  or the model's family; both 0 without them).
 
 Cost: one dict and one short line per step, buffered and written when the engine goes
 idle or every 256 steps (a few microseconds against a step of milliseconds).
@@ -48,6 +49,8 @@ from typing import Any, TextIO
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
+from meridian_hook import _native
+from meridian_hook.runtime import think_markers
 from meridian_hook.scheduler import MeridianScheduler
 
 log = logging.getLogger("meridian_hook")
@@ -61,23 +64,27 @@ class _StepTrace:
     """What the traced schedulers share: the open steps (scheduled, output not yet
     back; more than one in flight under async scheduling) and the buffered lines."""
 
-    def __init__(self, path: str, think_end: list[int]) -> None:
+    def __init__(self, path: str, markers: tuple[list[int], list[int]]) -> None:
         self._file: TextIO = open(path, "a", buffering=1 << 16)  # noqa: SIM115 (closed at exit)
         self._open: deque[dict[str, Any]] = deque()
         self._lines = 0
-        self._think_end = frozenset(think_end)
+        #: Think delimiters as token ids (start, end); no end: phases unknown.
+        self._markers = markers
         atexit.register(self.close)
 
     def _victims(self, sched: Any, output: Any) -> tuple[int, int, int]:
         ids = getattr(output, "preempted_req_ids", None) or ()
         answering = thinking = 0
+        start, end = self._markers
         for rid in ids:
             req = sched.requests.get(rid)
-            if req is None or not self._think_end:
-                continue
-            if any(t in self._think_end for t in req.output_token_ids):
+            if req is None or not end or not len(req.output_token_ids):
+                continue  # phases unknown, or nothing generated yet
+            # The phase rule the proxy and the hook follow (meridian-core's PhaseTracker).
+            phase = _native.phase_after(start, end, list(req.prompt_token_ids or ()), list(req.output_token_ids))
+            if phase == "output":
                 answering += 1
-            elif len(req.output_token_ids):
+            elif phase == "think":
                 thinking += 1
         return len(ids), answering, thinking
 
@@ -140,10 +147,8 @@ def _trace_from_env(vllm_config: Any) -> _StepTrace | None:
     path = os.environ.get(TRACE_ENV)
     if not path:
         return None
-    rc = getattr(vllm_config, "reasoning_config", None)
-    think_end = list(getattr(rc, "reasoning_end_token_ids", None) or []) if rc is not None else []
     try:
-        return _StepTrace(path, think_end)
+        return _StepTrace(path, think_markers(vllm_config))
     except OSError:
         log.exception("meridian step trace: cannot open %s; steps are not recorded", path)
         return None

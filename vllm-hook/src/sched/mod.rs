@@ -16,7 +16,7 @@ use pyo3::types::{PyDict, PyList, PyString};
 use crate::channel::{Shared, directives_in};
 use crate::error::HookError;
 use crate::metrics::{Counter, KV_TIERS};
-use crate::phase::{PhaseTracker, ThinkMarkers};
+use meridian_core::phase::{PhaseTracker, ThinkMarkers};
 
 mod kv;
 mod objects;

@@ -16,7 +16,7 @@
 
 use std::hash::Hasher;
 
-use meridian_core::Phase;
+use meridian_core::phase::PhaseTracker;
 use meridian_core::sched::RequestView;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -180,9 +180,9 @@ impl SchedulerCore {
         };
         let entry = self.slot_mut(slot);
         let seen = entry.seen;
-        // An answering request counts every new token as output, whatever it is: only
-        // how many there are is read.
-        let answering = entry.tracker.as_ref().is_some_and(|t| t.phase() == Phase::Output);
+        // A request whose thought has ended counts every new token as output, whatever
+        // it is: only how many there are is read.
+        let answering = entry.tracker.as_ref().is_some_and(PhaseTracker::settled);
         let object = entry.object.as_mut().expect("learnt above");
         object.last_plan = plan;
         let (arrival_s, priority) = (object.arrival_s, object.priority);

@@ -1,8 +1,9 @@
-//! Phase of one request, from its token ids alone: inside vLLM the hook never sees text,
-//! and the scheduler and the logits processor may live in different processes, so each
-//! tracks phases itself from the same rule.
+//! Phase of one request from its token ids alone: inside vLLM the hook never sees text,
+//! and its scheduler, its logits processor and the step tracer each follow phases
+//! themselves, by this tracker and the [`PhaseRule`] the proxy uses too.
 
-use meridian_core::Phase;
+use super::Phase;
+use super::rule::{Mark, PhaseRule};
 
 /// Token-id sequences that open and close thinking for the served model.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,7 +22,7 @@ impl ThinkMarkers {
 /// Follows one request's phase, one token at a time.
 #[derive(Debug, Clone)]
 pub struct PhaseTracker {
-    phase: Phase,
+    rule: PhaseRule,
     think_tokens: u32,
     output_tokens: u32,
     /// How much of the start / end sequence the latest tokens matched.
@@ -49,11 +50,23 @@ impl PhaseTracker {
             (None, Some(_)) => Phase::Output,
             (None, None) => Phase::Pending,
         };
-        PhaseTracker { phase, think_tokens: 0, output_tokens: 0, start_matched: 0, end_matched: 0 }
+        PhaseTracker {
+            rule: PhaseRule::resumed(phase),
+            think_tokens: 0,
+            output_tokens: 0,
+            start_matched: 0,
+            end_matched: 0,
+        }
     }
 
     pub fn phase(&self) -> Phase {
-        self.phase
+        self.rule.phase()
+    }
+
+    /// True once thinking has ended (or the prompt switched it off): every later token is
+    /// answer, whatever it is, so its value need not be read ([`PhaseTracker::push_output`]).
+    pub fn settled(&self) -> bool {
+        self.rule.settled()
     }
 
     pub fn think_tokens(&self) -> u32 {
@@ -69,41 +82,63 @@ impl PhaseTracker {
         self.end_matched
     }
 
-    /// Takes `n` generated tokens of a request in the output phase, where every token
-    /// counts as output whatever it is: the same as `n` calls of `push`.
+    /// Takes `n` generated tokens of a [`settled`](PhaseTracker::settled) request, where
+    /// every token counts as output whatever it is: the same as `n` calls of `push`.
     pub fn push_output(&mut self, n: u32) {
-        debug_assert_eq!(self.phase, Phase::Output);
+        debug_assert!(self.settled());
         self.output_tokens += n;
     }
 
-    /// Takes the next generated token; returns true when it completed the end sequence.
+    /// Takes the next generated token; returns true when it ended thinking.
     pub fn push(&mut self, token: u32, markers: &ThinkMarkers) -> bool {
-        match self.phase {
-            Phase::Pending => {
-                // A model that opens its own think block does so with its first tokens;
-                // anything else means it answers directly.
-                if advance(&mut self.start_matched, token, &markers.start) {
-                    self.phase = Phase::Think;
-                } else if self.start_matched == 0 {
-                    self.phase = Phase::Output;
-                    self.output_tokens += 1;
-                }
-                false
-            }
+        match self.rule.phase() {
             Phase::Think => {
                 self.think_tokens += 1;
-                if advance(&mut self.end_matched, token, &markers.end) {
-                    self.phase = Phase::Output;
-                    return true;
-                }
-                false
+                advance(&mut self.end_matched, token, &markers.end) && self.rule.mark(Mark::End).exited_think
             }
-            Phase::Output => {
+            _ if self.settled() => {
                 self.output_tokens += 1;
                 false
             }
+            _ => {
+                // No block has closed yet: a start sequence opens one, an end sequence
+                // means the template opened it; anything else is content, once no partial
+                // match is pending (it may still become a marker).
+                let start = advance(&mut self.start_matched, token, &markers.start);
+                let end = advance(&mut self.end_matched, token, &markers.end);
+                if start {
+                    self.end_matched = 0;
+                    self.rule.mark(Mark::Start);
+                    false
+                } else if end {
+                    self.start_matched = 0;
+                    self.think_tokens += 1;
+                    self.rule.mark(Mark::End).exited_think
+                } else {
+                    if self.start_matched == 0 && self.end_matched == 0 {
+                        self.rule.mark(Mark::Content);
+                    }
+                    if self.rule.phase() == Phase::Output {
+                        self.output_tokens += 1;
+                    }
+                    false
+                }
+            }
         }
     }
+}
+
+/// The phase a request is in after `output`, generated after `prompt` (the step tracer's
+/// question about a preempted request).
+pub fn phase_after(markers: &ThinkMarkers, prompt: &[u32], output: &[u32]) -> Phase {
+    let mut t = PhaseTracker::new(markers, prompt);
+    for &token in output {
+        if t.settled() {
+            break;
+        }
+        t.push(token, markers);
+    }
+    t.phase()
 }
 
 /// Steps a partial match of `seq`; true when `token` completes it.
@@ -135,6 +170,7 @@ mod tests {
         for t in [5, 466] {
             one.push(t, &m);
         }
+        assert!(one.settled());
         let mut bulk = one.clone();
         for t in [465, 466, 7] {
             one.push(t, &m);
@@ -178,10 +214,26 @@ mod tests {
     }
 
     #[test]
-    fn model_that_answers_directly_is_output() {
+    fn model_that_answers_directly_is_output_until_it_opens_a_block() {
         let m = markers();
         let mut t = PhaseTracker::new(&m, &[1]);
         t.push(42, &m);
         assert_eq!(t.phase(), Phase::Output);
+        assert!(!t.settled(), "no block has closed: a start may still open one");
+        t.push(465, &m);
+        assert_eq!(t.phase(), Phase::Think);
+        assert!(t.push(466, &m));
+        assert_eq!((t.think_tokens(), t.output_tokens()), (1, 1));
+    }
+
+    #[test]
+    fn an_end_with_no_start_ends_a_thought_the_prompt_did_not_show() {
+        let m = markers();
+        let mut t = PhaseTracker::new(&m, &[1]);
+        assert!(t.push(466, &m));
+        assert!(t.settled());
+        assert_eq!(phase_after(&m, &[1], &[466, 465, 7]), Phase::Output);
+        assert_eq!(phase_after(&m, &[1, 465], &[7, 8]), Phase::Think);
+        assert_eq!(phase_after(&m, &[1], &[]), Phase::Pending);
     }
 }

@@ -162,9 +162,16 @@ def read(raw_dir: Path, workload: str, load: float) -> tuple[dict[str, dict[int,
     for rounds in runs.values():
         for rnd, requests in rounds.items():
             rounds[rnd] = without_warmup(requests)
-    unloaded = {int(f.name[len(f"{workload}-unloaded-"):-len(".json.gz")]): S.read_requests(f)
-                for f in sorted(raw_dir.glob(f"{workload}-unloaded-*.json.gz"))}
-    return runs, unloaded
+    return runs, references(raw_dir, workload)[0]
+
+
+def references(raw_dir: Path, workload: str) -> tuple[dict[int, list[dict]], dict[int, float]]:
+    """({round: its unloaded reference's requests}, {round: pace ratio} of the references
+    left out for running off the set's pace: `slo.off_pace`)."""
+    every = {int(f.name[len(f"{workload}-unloaded-"):-len(".json.gz")]): S.read_requests(f)
+             for f in sorted(raw_dir.glob(f"{workload}-unloaded-*.json.gz"))}
+    off = slo.off_pace(every)
+    return {rnd: reqs for rnd, reqs in every.items() if rnd not in off}, off
 
 
 # --- the page -----------------------------------------------------------------------------
@@ -304,6 +311,28 @@ def noise_floor(config: str, table: dict[str, tuple], paired_rounds: int) -> lis
     return [text]
 
 
+def reference_note(raw_dir: Path, workload: str, rounds: set[int]) -> str:
+    """The sentence naming this section's rounds whose unloaded reference ran off the
+    set's pace (`slo.off_pace`), left out of the whole-request SLO; or, when the set's
+    references disagree among themselves (`slo.disagreeing`), their paces."""
+    every, off = references(raw_dir, workload)
+    if not off:
+        paces = slo.reference_paces(every)
+        if not slo.disagreeing(every) or not rounds & set(paces):
+            return ""
+        return (" The set's unloaded references disagree on the machine's pace (median time per answer token: "
+                + ", ".join(f"round {rnd} {1000 * p:.1f} ms" for rnd, p in paces.items())
+                + "), so none can be told off it: the whole-request SLO here judges rounds against yardsticks "
+                "measured at different speeds, by as much as they differ.")
+    off = {rnd: x for rnd, x in off.items() if rnd in rounds}
+    if not off:
+        return ""
+    return (" Left out of the whole-request SLO, rounds whose unloaded reference ran off the pace of the "
+            f"set's references (median time per answer token more than {100 * slo.REFERENCE_MARGIN:.0f}% from "
+            "their median: a reference measured while the machine ran slow judges its round against a "
+            "stretched yardstick): " + "; ".join(f"round {rnd} ({x:.2f}x)" for rnd, x in off.items()) + ".")
+
+
 def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: int, stretch=None,
             measured: tuple[dict, dict] | None = None) -> list[str]:
     """The page's section for one workload x load; `measured`: what `read` gives for it,
@@ -382,7 +411,8 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
               "TTFO each within 2x the same request's own time on the idle engine plus 250 ms "
               "(`stats.WholeRequestSlo`)."
               + (" Only the rounds with an unloaded reference count for it." if unloaded and
-                 not set(runs["stock"]) <= set(unloaded) else "")]
+                 not set(runs["stock"]) <= set(unloaded) else "")
+              + reference_note(raw_dir, workload, set(runs["stock"]))]
     if scaled:
         lines += ["", "H100-scaled start: a start on a loaded engine is mostly its own steps shared with the "
                   "batch, and a shared step costs more here than on the H100 (the regime table), so the 2x "

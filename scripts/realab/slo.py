@@ -10,8 +10,53 @@ whatever the scheduler does. Both readings go on the page."""
 from __future__ import annotations
 
 import dataclasses
+import statistics
 
 from . import stats as S
+
+#: A reference whose median time per output token lies more than this share off the
+#: median of its set's references measured the machine, not the request (`off_pace`).
+REFERENCE_MARGIN = 0.1
+
+
+def reference_pace(requests: list[dict]) -> float | None:
+    """The median time per output token of an unloaded reference (its requests one at a
+    time: each token one decode step of one request and its delivery), the reference's
+    pace; None without a request that reported one."""
+    tpots = [r["tpot"] for r in requests if r.get("ok") and r.get("tpot")]
+    return statistics.median(tpots) if tpots else None
+
+
+def reference_paces(unloaded: dict[int, list[dict]]) -> dict[int, float]:
+    """{round: its reference's pace} for the references that report one."""
+    return {rnd: p for rnd, reqs in sorted(unloaded.items()) if (p := reference_pace(reqs)) is not None}
+
+
+def off_pace(unloaded: dict[int, list[dict]], margin: float = REFERENCE_MARGIN) -> dict[int, float]:
+    """{round: its reference's pace over the median pace of the set's references} for the
+    references more than `margin` off it, either way. Such a reference was measured while
+    the machine ran at another speed than usual: the whole-request SLO would judge its
+    round's requests against a yardstick stretched (or shrunk) by that much, so its round
+    is left out of that SLO (`policies.references`). What is usual needs three references
+    and most of them within `margin` of their median (`disagreeing` otherwise: then
+    none is left out, and the page says the references disagree)."""
+    paces = reference_paces(unloaded)
+    if len(paces) < 3 or disagreeing(unloaded, margin):
+        return {}
+    usual = statistics.median(paces.values())
+    return {rnd: p / usual for rnd, p in paces.items() if abs(p / usual - 1) > margin}
+
+
+def disagreeing(unloaded: dict[int, list[dict]], margin: float = REFERENCE_MARGIN) -> bool:
+    """True when half or more of the references lie more than `margin` off their median
+    pace: the machine had no usual pace while they were measured (set 6's four: two at
+    1.7x the other two), so no reference can be told off it."""
+    paces = reference_paces(unloaded)
+    if len(paces) < 2:
+        return False
+    usual = statistics.median(paces.values())
+    within = sum(abs(p / usual - 1) <= margin for p in paces.values())
+    return 2 * within <= len(paces)
 
 
 def held_batch(requests: list[dict], cap: int) -> float | None:

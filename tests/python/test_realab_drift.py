@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from realab import drift, machine, measure, policies, regime  # noqa: E402
+from realab import drift, machine, measure, policies, regime, slo  # noqa: E402
 
 
 def trace(rng: random.Random, n: int, slow: float = 1.0) -> list[dict]:
@@ -170,3 +170,45 @@ def test_adding_rounds_keeps_their_reruns_and_leaves_discarded_requests_out(tmp_
     assert names == [f"mix-0.9-{r}-{c}.json.gz" for r in (0, 1) for c in ("hook", "stock")]
     with gzip.open(set_dir / "raw" / names[0], "rt") as f:
         assert json.load(f) == {"runs": [{"requests": []}]}
+
+
+def reference(tpot_ms: float, n: int = 20) -> list[dict]:
+    return [{"index": i, "ok": True, "tpot": tpot_ms / 1000 * (1 + 0.01 * (i % 3)), "ttft": 0.1, "ttfo": 1.0}
+            for i in range(n)]
+
+
+def test_a_reference_measured_while_the_machine_ran_slow_judges_nothing(tmp_path):
+    # Set 7's references: rounds 1 and 2 ran at 1.7x and 1.9x the others' time per token.
+    paces = [5.3, 8.21, 9.27, 4.76, 4.79, 4.75, 4.85, 5.08, 4.81]
+    refs = {rnd: reference(p) for rnd, p in enumerate(paces)}
+    off = slo.off_pace(refs)
+    assert sorted(off) == [1, 2]
+    assert off[1] == pytest.approx(8.21 / 4.85, rel=0.02)
+    # Too few references to say what usual is: none left out.
+    assert slo.off_pace({0: reference(5.0), 1: reference(9.0)}) == {}
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for rnd, reqs in refs.items():
+        with gzip.open(raw / f"mix-unloaded-{rnd}.json.gz", "wt") as f:
+            json.dump({"runs": [{"requests": reqs}]}, f)
+    kept, left_out = policies.references(raw, "mix")
+    assert sorted(kept) == [0, 3, 4, 5, 6, 7, 8] and sorted(left_out) == [1, 2]
+    note = policies.reference_note(raw, "mix", {0, 1, 3})
+    assert "round 1 (1.69x)" in note and "round 2" not in note
+    assert policies.reference_note(raw, "mix", {3, 4}) == ""
+
+
+def test_references_that_disagree_among_themselves_leave_none_out(tmp_path):
+    # Set 6's four: two at about 1.7x the other two; no pace is the usual one.
+    refs = {rnd: reference(p) for rnd, p in enumerate([10.9, 11.51, 6.44, 6.55])}
+    assert slo.disagreeing(refs)
+    assert slo.off_pace(refs) == {}
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for rnd, reqs in refs.items():
+        with gzip.open(raw / f"mix-unloaded-{rnd}.json.gz", "wt") as f:
+            json.dump({"runs": [{"requests": reqs}]}, f)
+    assert sorted(policies.references(raw, "mix")[0]) == [0, 1, 2, 3]
+    note = policies.reference_note(raw, "mix", {0, 1})
+    assert "disagree" in note and "round 1 11.6 ms" in note
+    assert not slo.disagreeing({rnd: reference(p) for rnd, p in enumerate([12.6, 13.5, 11.9])})

@@ -14,7 +14,7 @@ import tomllib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from . import curve, drift, machine, rig
+from . import curve, drift, machine, rig, slo
 
 
 @dataclass(frozen=True)
@@ -295,8 +295,16 @@ def measure(s: Setup, results: Path, log=print, append: bool = False) -> dict:
         if s.unloaded:
             for w in s.workloads:
                 for rnd in s.round_numbers():
-                    loadtest(s, url, w, "inf", rnd, raw / f"{w.name}-unloaded-{rnd}.json", concurrency=1)
-                    log(f"{w.name} round {rnd} unloaded ({time.time() - started:.0f} s)")
+                    t0 = time.perf_counter()
+                    out = loadtest(s, url, w, "inf", rnd, raw / f"{w.name}-unloaded-{rnd}.json", concurrency=1)
+                    # Its window (the stock engine's steps in it give its pace in the
+                    # step fit's terms) and its time per output token, the pace the page
+                    # checks it by (`slo.off_pace`).
+                    pace = slo.reference_pace(out["runs"][0]["requests"])
+                    data.setdefault("references", []).append(
+                        {"workload": w.name, "round": rnd, "window": [t0, time.perf_counter()], "tpot_s": pace})
+                    log(f"{w.name} round {rnd} unloaded: {'-' if pace is None else f'{1000 * pace:.2f}'} ms per "
+                        f"answer token ({time.time() - started:.0f} s)")
         # 4. The A/B: loads x rounds, configurations in rotating order, one seed a round;
         # a run the machine ran off pace is measured again (`drift`).
         n = len(s.configs)

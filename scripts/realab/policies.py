@@ -122,8 +122,9 @@ def add(results: Path, set_dir: Path, note: str) -> int:
     if again:
         raise SystemExit(f"{results}: already in {set_dir}: {again}")
     kept["runs"] += new["runs"]
-    if new.get("drift_reruns"):
-        kept["drift_reruns"] = [*kept.get("drift_reruns", []), *new["drift_reruns"]]
+    for key in ("drift_reruns", "references"):
+        if new.get(key):
+            kept[key] = [*kept.get(key, []), *new[key]]
     for w in new["setup"]["workloads"]:
         # An addition may measure the set's rig at another load; the page gets a section
         # for it, and the set's first command keeps the loads it was measured at.

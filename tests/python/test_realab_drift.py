@@ -162,10 +162,13 @@ def test_adding_rounds_keeps_their_reruns_and_leaves_discarded_requests_out(tmp_
     more = tmp_path / "more.json"
     more.write_text(json.dumps({"setup": {**setup, "first_round": 1}, "runs": [run("stock", 1.0, 1), run("hook", 1.0, 1)],
                                 "capacity": {"mix": 2.0}, "work": [str(work1)],
-                                "drift_reruns": [{**run("hook", 1.3, 1), "attempt": 1, "reference": 1.0}]}))
+                                "drift_reruns": [{**run("hook", 1.3, 1), "attempt": 1, "reference": 1.0}],
+                                "references": [{"workload": "mix", "round": 1, "window": [0.0, 9.0],
+                                                "tpot_s": 0.005}]}))
     policies.add(more, set_dir, "round 1")
     kept = json.loads((set_dir / "results.json").read_text())
     assert [(x["config"], x["round"]) for x in kept["drift_reruns"]] == [("hook", 1)]
+    assert [(x["round"], x["tpot_s"]) for x in kept["references"]] == [(1, 0.005)]
     names = sorted(f.name for f in (set_dir / "raw").iterdir())
     assert names == [f"mix-0.9-{r}-{c}.json.gz" for r in (0, 1) for c in ("hook", "stock")]
     with gzip.open(set_dir / "raw" / names[0], "rt") as f:

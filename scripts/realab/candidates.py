@@ -26,7 +26,8 @@ from pathlib import Path
 
 from . import forecast as F
 from . import stats as S
-from .policies import PER_REQUEST, without_warmup
+from .policies import PER_REQUEST
+from .sets import without_warmup
 
 QUANTILES = (0.5, 0.99)
 #: Resamples per interval: the twin's intervals are for reading, not verdicts.

@@ -250,7 +250,7 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
     is the page's own {config: {metric: (p50, tail estimate, tail, n)}}, `runs` the
     measured requests it read them from, `decode_s` the rig's decode step of one request
     (the set's step shape), below which a TTOT is delivery's doing (`delivery_lines`)."""
-    from .policies import read
+    from .sets import read
 
     twin_dir = set_dir / "twin"
     if not (twin_dir / "forecast.json").exists():

@@ -197,8 +197,8 @@ def step_residuals(set_dir: Path, data: dict, by_run: dict | None = None) -> dic
 
 def rerun_lines(data: dict) -> list[str]:
     """The page's sentence on the runs the harness measured again because their engine ran
-    off the pace of the runs before them (`drift`, `measure.Gauge`), and on the rounds
-    whose runs all carry a pace; empty for a set measured without the gauge."""
+    off the pace of the runs before them (`drift`, `measure.Gauge`), and the pace their
+    counted run kept; empty for a set measured without the gauge."""
     paced = [r for r in data["runs"] if (r.get("drift") or {}).get("pace") is not None]
     if not paced:
         return []
@@ -206,9 +206,9 @@ def rerun_lines(data: dict) -> list[str]:
     what = ("; ".join(f"{x['config']} round {x['round']} at {100 * x['load']:.0f}% (pace {x['drift']['pace']:.2f} "
                       f"against {x['reference']:.2f})" for x in reruns)
             if reruns else "none")
-    kept_off = [r for r in paced if any(x["config"] == r["config"] and x["round"] == r["round"]
-                                        and x["load"] == r["load"] and x["workload"] == r["workload"]
-                                        for x in reruns)]
+    key = ("workload", "load", "round", "config")
+    again = {tuple(x[k] for k in key) for x in reruns}
+    counted = [r for r in paced if tuple(r[k] for k in key) in again]
     waits = [r["drift"].get("calm_wait_s") or 0.0 for r in paced]
     rules = sorted({(r["drift"].get("margin"), r["drift"].get("retries")) for r in paced}, key=str)
     rule = "; ".join("never measured again" if m is None else
@@ -219,7 +219,7 @@ def rerun_lines(data: dict) -> list[str]:
             f"invocation); {rule}. Measured again: {what}."
             + (" Measured again, their pace: " + "; ".join(
                 f"{r['config']} round {r['round']} at {100 * r['load']:.0f}% pace {r['drift']['pace']:.2f}"
-                for r in kept_off) + " (the last run is the one counted)." if kept_off else "")
+                for r in counted) + " (the last run is the one counted)." if counted else "")
             + f" Before each run the harness waited for the hypervisor to stop taking CPU: {max(waits):.0f} s "
             "at most.", ""]
 

@@ -37,7 +37,7 @@ def off_pace(unloaded: dict[int, list[dict]], margin: float = REFERENCE_MARGIN) 
     references more than `margin` off it, either way. Such a reference was measured while
     the machine ran at another speed than usual: the whole-request SLO would judge its
     round's requests against a yardstick stretched (or shrunk) by that much, so its round
-    is left out of that SLO (`policies.references`). What is usual needs three references
+    is left out of that SLO (`sets.references`). What is usual needs three references
     and most of them within `margin` of their median (`disagreeing` otherwise: then
     none is left out, and the page says the references disagree)."""
     paces = reference_paces(unloaded)
@@ -87,7 +87,7 @@ def capacity_lines(data: dict, workload: str, by_load: dict[float, tuple[dict, d
     """Capacity at the whole-request SLO (`stats.capacity_at_slo`: the load where the
     share meeting it first falls below 95%, linear between the loads measured) for each
     configuration measured at every load with unloaded references, and its ratio to
-    stock's. `by_load`: {load: (runs, unloaded)} as `policies.read` gives them. With
+    stock's. `by_load`: {load: (runs, unloaded)} as `sets.read` gives them. With
     `stretch`, the SLO's start is H100-scaled as in the page's sections."""
     loads = sorted(by_load)
     if len(loads) < 2:

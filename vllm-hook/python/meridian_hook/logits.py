@@ -30,7 +30,7 @@ except ImportError:  # pragma: no cover - older vLLM: V1 only
 from meridian_hook import _native
 from meridian_hook.probe import entropies
 from meridian_hook.v2_batch import V2Batch, force
-from meridian_hook.runtime import in_engine_core, runtime
+from meridian_hook.runtime import in_engine_core, runtime, think_markers
 
 log = logging.getLogger("meridian_hook")
 
@@ -73,7 +73,7 @@ class MeridianLogitsProcessor(*_bases):  # type: ignore[misc]
             return  # disabled on an unsupported vLLM (logged); raises if refused
         with self._rt.guard("logits_processor"):
             cfg = self._rt.config
-            start, end = self._rt.markers(vllm_config)
+            start, end = think_markers(vllm_config)
             if not end:
                 return
             x = cfg.exit

@@ -101,9 +101,6 @@ class HookRuntime:
             self._last_log[site] = now
             log.exception("meridian hook: %s failed; falling back to stock vLLM behaviour", site)
 
-    def markers(self, vllm_config: Any) -> tuple[list[int], list[int]]:
-        return think_markers(vllm_config)
-
     def start_listener(self) -> str | None:
         """Opens the policy channel in this process (the engine core). A hook marked
         disabled (``_native.set_disabled``) answers the hello with policy ``disabled`` and

@@ -27,7 +27,7 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 
 from meridian_hook import _native
 from meridian_hook import vllm_adapter as adapter
-from meridian_hook.runtime import runtime
+from meridian_hook.runtime import runtime, think_markers
 
 log = logging.getLogger("meridian_hook")
 
@@ -65,7 +65,7 @@ class MeridianScheduler(AsyncScheduler):
             return
         end: list[int] = []
         with rt.guard("scheduler"):
-            start, end = rt.markers(self.vllm_config)
+            start, end = think_markers(self.vllm_config)
             # The step budget as configured (the hook narrows max_num_scheduled_tokens
             # within a step and restores it; the configured figure is the engine's).
             budget = self.scheduler_config.max_num_batched_tokens

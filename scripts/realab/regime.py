@@ -129,6 +129,9 @@ def decode_step_fit(profile_toml: str):
     return fitted
 
 
+#: Fewest decode-only steps whose median says how fast a run's engine ran.
+MIN_STEPS_PER_RUN = 20
+
 #: Configurations served by the stock engine, whose steps are in its trace.
 STOCK_ENGINE = ("stock", "stock-again", "proxy")
 
@@ -170,7 +173,7 @@ def slow_runs(set_dir: Path, data: dict, margin: float = 1.1, by_run: dict | Non
     ratios = by_run if by_run is not None else decode_ratios(set_dir, data)
     if not ratios:
         return []
-    each = {run: statistics.median(v) for run, v in ratios.items() if len(v) >= 20}
+    each = {run: statistics.median(v) for run, v in ratios.items() if len(v) >= MIN_STEPS_PER_RUN}
     out = []
     for run, x in each.items():
         stock = each.get(("stock", *run[1:]))

@@ -1,7 +1,8 @@
 """The kept sets of the every-policy page: `keep` copies a measured set's results and
 raw files into the repository, `add` appends later rounds to it, `read` gives a
-workload x load back as paired runs and unloaded references (`references`: those off
-their set's pace left out, `slo.off_pace`)."""
+workload x load back as paired runs and unloaded references (`references`: every one,
+and those off their set's pace, `slo.off_pace`, which `slo.judges` leaves out unless a
+round's pace is matched)."""
 
 from __future__ import annotations
 
@@ -120,7 +121,8 @@ def without_warmup(requests: list[dict]) -> list[dict]:
 
 def read(raw_dir: Path, workload: str, load: float) -> tuple[dict[str, dict[int, list[dict]]], dict[int, list[dict]]]:
     """({config: {round: requests}}, {round: unloaded requests}), the first
-    `WARMUP_SHARE` of each run's requests (by index) left out."""
+    `WARMUP_SHARE` of each run's requests (by index) left out; every reference, judged
+    through `slo.judges`."""
     runs = S.read_runs(raw_dir, workload, load)
     for rounds in runs.values():
         for rnd, requests in rounds.items():
@@ -130,9 +132,9 @@ def read(raw_dir: Path, workload: str, load: float) -> tuple[dict[str, dict[int,
 
 def references(raw_dir: Path, workload: str) -> tuple[dict[int, list[dict]], dict[int, float]]:
     """({round: its unloaded reference's requests}, {round: pace ratio} of the references
-    left out for running off the set's pace: `slo.off_pace`). Every load's section and the
-    capacity lines judge by the same references: they are parsed once while their files
-    stay as they are (callers only read what this returns)."""
+    that ran off the set's pace: `slo.off_pace`). Every load's section and the capacity
+    lines judge by the same references: they are parsed once while their files stay as
+    they are (callers only read what this returns)."""
     files = sorted(raw_dir.glob(f"{workload}-unloaded-*.json.gz"))
     return _references(tuple((f, f.stat().st_mtime_ns, f.stat().st_size) for f in files), workload)
 
@@ -140,5 +142,4 @@ def references(raw_dir: Path, workload: str) -> tuple[dict[int, list[dict]], dic
 @functools.cache
 def _references(files: tuple[tuple[Path, int, int], ...], workload: str) -> tuple[dict, dict]:
     every = {int(f.name[len(f"{workload}-unloaded-"):-len(".json.gz")]): S.read_requests(f) for f, _, _ in files}
-    off = slo.off_pace(every)
-    return {rnd: reqs for rnd, reqs in every.items() if rnd not in off}, off
+    return every, slo.off_pace(every)

@@ -10,8 +10,11 @@ whatever the scheduler does. Both readings go on the page."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
+from pathlib import Path
 
+from . import regime as R
 from . import stats as S
 
 #: A reference whose median time per output token lies more than this share off the
@@ -59,6 +62,64 @@ def disagreeing(unloaded: dict[int, list[dict]], margin: float = REFERENCE_MARGI
     return 2 * within <= len(paces)
 
 
+#: Fewest paces (loaded stock runs; references) that say what the machine's usual pace is.
+MIN_PACES = 3
+
+
+def fitted_reference_pace(requests: list[dict], fitted) -> float | None:
+    """An unloaded reference's pace in the step fit's terms: the median, over its
+    requests, of time per answer token over the fit's time for a decode step of that one
+    request (its context: prompt, thought and half the answer). Unlike `reference_pace`
+    it does not move with how long a round's prompts and thoughts happen to be."""
+    paces = [r["tpot"] / fitted({"tokens": 1, "decode_reqs": 1, "decode_context": r.get("prompt_tokens", 0)
+                                 + r.get("usage_think_tokens", 0) + r.get("usage_output_tokens", 0) // 2})
+             for r in requests if r.get("ok") and r.get("tpot")]
+    return statistics.median(paces) if paces else None
+
+
+def matched_scales(run_paces: dict[tuple[float, int], float],
+                   reference_paces: dict[int, float]) -> dict[tuple[float, int], float]:
+    """{(load, round): the factor a round's reference is stretched by}: the loaded stock
+    run's pace over the usual one (the median of the set's stock runs), divided by the
+    reference's pace over the usual one (the median of the set's references). Each side
+    is read against its own usual pace: a loaded step and a step of one request sit
+    differently against the fit, and the delivery path adds to a reference's time per
+    token, by the same share every round. Empty below `MIN_PACES` on either side."""
+    if len(run_paces) < MIN_PACES or len(reference_paces) < MIN_PACES:
+        return {}
+    runs = statistics.median(run_paces.values())
+    refs = statistics.median(reference_paces.values())
+    return {(load, rnd): (p / runs) / (reference_paces[rnd] / refs)
+            for (load, rnd), p in sorted(run_paces.items()) if rnd in reference_paces}
+
+
+def pace_scales(set_dir: Path, workload: str, unloaded: dict[int, list[dict]],
+                by_run: dict[tuple, list[float]] | None) -> dict[tuple[float, int], float]:
+    """`matched_scales` for a workload of a kept set: each stock run's pace from its
+    engine's step trace (`regime.decode_ratios`, `by_run`), each reference's from its time
+    per token (`fitted_reference_pace`), both against the twin's step fit on this rig.
+    Why stock's pace judges every configuration of its round: a policy's own cost per
+    step would raise its run's pace, and its yardstick must not forgive it (the harness
+    re-measures a run off its round's pace: `drift`). Empty without the fit or traces."""
+    profile = set_dir / "twin" / "rig-profile.toml"
+    fitted = R.decode_step_fit(profile.read_text()) if profile.exists() else None
+    if fitted is None or not by_run:
+        return {}
+    runs = {(load, rnd): statistics.median(v) for (config, w, load, rnd), v in by_run.items()
+            if config == "stock" and w == workload and len(v) >= R.MIN_STEPS_PER_RUN}
+    refs = {rnd: p for rnd, reqs in unloaded.items() if (p := fitted_reference_pace(reqs, fitted)) is not None}
+    return matched_scales(runs, refs)
+
+
+def judges(unloaded: dict[int, list[dict]], off: dict[int, float],
+           scales: dict[int, float]) -> dict[int, S.WholeRequestSlo]:
+    """{round: the whole-request SLO its requests are judged by}: the reference matched to
+    its round's pace where both are known (`scales`); else the reference as measured,
+    unless it ran off its set's pace (`off`), when the round is not judged at all."""
+    return {rnd: S.WholeRequestSlo(reference_scale=scales[rnd]) if rnd in scales else S.WholeRequestSlo()
+            for rnd in sorted(unloaded) if rnd in scales or rnd not in off}
+
+
 def held_batch(requests: list[dict], cap: int) -> float | None:
     """The requests a run held at once on average (Little's law over the counted
     requests: their summed end-to-end times over the span from the first send to the
@@ -71,24 +132,35 @@ def held_batch(requests: list[dict], cap: int) -> float | None:
     return min(float(cap), sum(r["e2e"] for r in done) / span) if span > 0 else None
 
 
-def scaled_slos(runs: dict, unloaded: dict, stretch, cap: int) -> dict[int, tuple[float, S.WholeRequestSlo]]:
-    """{round: (batch stock held, the whole-request SLO with its start factor stretched
-    for that batch)} for the rounds with an unloaded reference (`regime.shared_step_stretch`)."""
+def scaled_slos(runs: dict, judged: dict[int, S.WholeRequestSlo], stretch,
+                cap: int) -> dict[int, tuple[float, S.WholeRequestSlo]]:
+    """{round: (batch stock held, its whole-request SLO with the start factor stretched
+    for that batch)} for the rounds `judged` (`judges`) that stock ran
+    (`regime.shared_step_stretch`)."""
     out = {}
-    for rnd in sorted(set(unloaded) & set(runs.get("stock", {}))):
+    for rnd in sorted(set(judged) & set(runs.get("stock", {}))):
         batch = held_batch(runs["stock"][rnd], cap)
         if batch is not None:
-            base = S.WholeRequestSlo()
+            base = judged[rnd]
             out[rnd] = (batch, dataclasses.replace(base, start_factor=base.start_factor * stretch(batch)))
     return out
 
 
-def capacity_lines(data: dict, workload: str, by_load: dict[float, tuple[dict, dict]], stretch=None) -> list[str]:
+def _ratio_ends(ratio: tuple[float, float, float]) -> str:
+    """A capacity ratio's interval; unbounded above when stock's own conservative end lies
+    below the loads measured (`stats.capacity_ratio`)."""
+    return f"{ratio[1]:.2f}-{ratio[2]:.2f}" if math.isfinite(ratio[2]) else \
+        f"at least {ratio[1]:.2f}, no upper end: stock's capacity may lie below the loads measured"
+
+
+def capacity_lines(data: dict, workload: str, by_load: dict[float, tuple[dict, dict]], stretch=None,
+                   judged: dict[float, dict[int, S.WholeRequestSlo]] | None = None) -> list[str]:
     """Capacity at the whole-request SLO (`stats.capacity_at_slo`: the load where the
     share meeting it first falls below 95%, linear between the loads measured) for each
     configuration measured at every load with unloaded references, and its ratio to
-    stock's. `by_load`: {load: (runs, unloaded)} as `sets.read` gives them. With
-    `stretch`, the SLO's start is H100-scaled as in the page's sections."""
+    stock's. `by_load`: {load: (runs, unloaded)} as `sets.read` gives them; `judged`:
+    {load: `judges`} (without it, every reference as measured). With `stretch`, the SLO's
+    start is H100-scaled as in the page's sections."""
     loads = sorted(by_load)
     if len(loads) < 2:
         return []
@@ -98,8 +170,10 @@ def capacity_lines(data: dict, workload: str, by_load: dict[float, tuple[dict, d
         runs, unloaded = by_load[load]
         if "stock" not in runs or not unloaded:
             return []
-        slo = ({rnd: judge for rnd, (_, judge) in scaled_slos(runs, unloaded, stretch, cap).items()}
-               if stretch else S.WholeRequestSlo())
+        base = judged[load] if judged is not None and load in judged else \
+            {rnd: S.WholeRequestSlo() for rnd in unloaded}
+        slo = ({rnd: judge for rnd, (_, judge) in scaled_slos(runs, base, stretch, cap).items()}
+               if stretch else base)
         whole = S.pair_requests(runs, S.whole_request_slo(unloaded, slo), keep_failed=True)
         for config in runs:
             share = S.share_of(whole, config)
@@ -124,6 +198,18 @@ def capacity_lines(data: dict, workload: str, by_load: dict[float, tuple[dict, d
              "sweep this coarse places it roughly):", ""]
     for config in ["stock", *(c for c in data["setup"]["configs"] if c in measured and c != "stock")]:
         ratio = S.capacity_ratio(measured[config], measured["stock"]) if config != "stock" else None
-        lines.append(f"- {config}: {text(measured[config], config)}"
-                     + (f"; {ratio[0]:.2f}x stock's ({ratio[1]:.2f}-{ratio[2]:.2f})" if ratio else "") + ".")
+        judged_ratio = (f"; {ratio[0]:.2f}x stock's ({_ratio_ends(ratio)}); the target, at least "
+                        f"{CAPACITY_TARGET}x stock's: **{S.verdict(_Ends(ratio[1], ratio[2]), CAPACITY_TARGET, 'higher')}**"
+                        if ratio else "")
+        lines.append(f"- {config}: {text(measured[config], config)}{judged_ratio}.")
     return [*lines, ""]
+
+
+#: The moonshot: a policy's capacity at the whole-request SLO over stock's.
+CAPACITY_TARGET = 1.5
+
+
+@dataclasses.dataclass(frozen=True)
+class _Ends:
+    low: float
+    high: float

@@ -441,12 +441,17 @@ class WholeRequestSlo:
     short request (50 ms alone) from failing over delays no reader notices; 250 ms is
     also the answer stall threshold. The answer limits are today's answer-only SLO, so
     a policy cannot pass this one by moving delay from the answer into the start, nor
-    the other way round."""
+    the other way round.
+
+    `reference_scale` stretches (or shrinks) the request's time alone by how much slower
+    (or faster) the machine ran the loaded round than the reference (`slo.pace_scales`):
+    the yardstick is the request alone at the speed the round ran at."""
 
     start_factor: float = 2.0
     start_allowance_s: float = 0.25
     ttot_s: float = 0.25
     gap_s: float = 0.25
+    reference_scale: float = 1.0
 
     def met(self, r: dict, alone: dict | None) -> bool | None:
         """None when the unloaded reference cannot judge the request (it failed there)."""
@@ -454,7 +459,8 @@ class WholeRequestSlo:
             return None
         if not _answer_met(r, self.ttot_s, self.gap_s):
             return False
-        return all(r.get(k) is not None and r[k] <= self.start_factor * alone[k] + self.start_allowance_s
+        limit = self.start_factor * self.reference_scale
+        return all(r.get(k) is not None and r[k] <= limit * alone[k] + self.start_allowance_s
                    for k in ("ttft", "ttfo"))
 
 

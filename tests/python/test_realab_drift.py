@@ -15,6 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
 from realab import drift, machine, measure, policies, regime, slo  # noqa: E402
+from realab import stats as S  # noqa: E402
 
 
 def trace(rng: random.Random, n: int, slow: float = 1.0) -> list[dict]:
@@ -194,11 +195,61 @@ def test_a_reference_measured_while_the_machine_ran_slow_judges_nothing(tmp_path
     for rnd, reqs in refs.items():
         with gzip.open(raw / f"mix-unloaded-{rnd}.json.gz", "wt") as f:
             json.dump({"runs": [{"requests": reqs}]}, f)
-    kept, left_out = policies.references(raw, "mix")
-    assert sorted(kept) == [0, 3, 4, 5, 6, 7, 8] and sorted(left_out) == [1, 2]
+    every, left_out = policies.references(raw, "mix")
+    assert sorted(every) == list(range(9)) and sorted(left_out) == [1, 2]
+    # With no pace to match them to, the off-pace rounds judge nothing.
+    assert sorted(slo.judges(every, left_out, {})) == [0, 3, 4, 5, 6, 7, 8]
     note = policies.reference_note(raw, "mix", {0, 1, 3})
     assert "round 1 (1.69x)" in note and "round 2" not in note
     assert policies.reference_note(raw, "mix", {3, 4}) == ""
+    # Matched to its round's pace, an off-pace reference judges again, by its factor.
+    judged = slo.judges(every, left_out, {1: 0.6})
+    assert sorted(judged) == [0, 1, 3, 4, 5, 6, 7, 8] and judged[1].reference_scale == 0.6
+    note = policies.reference_note(raw, "mix", {0, 1, 3}, {1: 0.6})
+    assert "round 1 x0.60" in note and "Left out" not in note
+
+
+def test_a_round_is_judged_against_its_reference_at_the_pace_the_round_ran():
+    # Set 7 at 35%: round 4's stock run ran its decode steps 1.26x the fit, the others
+    # about 1.0; every reference at about 0.89 (one request's step sits lower on the fit).
+    runs = {(0.35, 3): 0.99, (0.35, 4): 1.26, (0.35, 5): 1.04, (0.9, 3): 0.93, (0.9, 4): 1.01}
+    refs = {3: 0.887, 4: 0.883, 5: 0.881, 1: 1.52}
+    scales = slo.matched_scales(runs, refs)
+    usual_run, usual_ref = 1.01, (0.883 + 0.887) / 2
+    assert scales[(0.35, 4)] == pytest.approx((1.26 / usual_run) / (0.883 / usual_ref))
+    assert scales[(0.35, 3)] == pytest.approx(1.0, abs=0.03)
+    # A reference the machine ran slow shrinks its round's yardstick instead.
+    assert slo.matched_scales({(0.9, 1): 1.0, **runs}, refs)[(0.9, 1)] < 0.6
+    # A round without a reference has no factor; too few paces say nothing.
+    assert (0.9, 7) not in slo.matched_scales({**runs, (0.9, 7): 1.0}, refs)
+    assert slo.matched_scales({(0.35, 3): 1.0, (0.35, 4): 1.2}, refs) == {}
+    # The factor moves the yardstick: 2.6x the request's time alone fails as measured
+    # and meets the SLO when the round ran 1.3x slower than its reference.
+    alone = {"index": 0, "ok": True, "ttft": 1.0, "ttfo": 2.0}
+    loaded = {"index": 0, "ok": True, "ttft": 2.6, "ttfo": 2.0, "think_to_output": 0.01, "max_output_gap": 0.01}
+    assert not S.WholeRequestSlo().met(loaded, alone)
+    assert S.WholeRequestSlo(reference_scale=1.3).met(loaded, alone)
+
+
+def test_pace_scales_read_stock_runs_traces_and_references_against_the_twin_fit(tmp_path):
+    (tmp_path / "twin").mkdir()
+    (tmp_path / "twin" / "rig-profile.toml").write_text(
+        "[[profile]]\nfixed_s = 4e-3\nper_token_s = 0.0\nper_context_token_s = 1e-6\n"
+        "per_decode_request_s = 4e-4\nweight_read_tokens = 0\n")
+
+    def ref(step_s: float) -> list[dict]:
+        # One request decoding at context 500: fitted 4 + 0.4 + 0.5 = 4.9 ms a step.
+        return [{"index": i, "ok": True, "tpot": step_s, "prompt_tokens": 300, "usage_think_tokens": 100,
+                 "usage_output_tokens": 200} for i in range(5)]
+    refs = {0: ref(0.0049), 1: ref(0.0049), 2: ref(0.0098), 3: ref(0.0049)}
+    by_run = {("stock", "mix", 0.5, rnd): [1.0] * 30 for rnd in range(4)}
+    by_run[("stock", "mix", 0.5, 3)] = [1.5] * 30
+    by_run[("hook", "mix", 0.5, 3)] = [3.0] * 30  # the hook's own pace judges nothing
+    by_run[("stock", "long", 0.5, 3)] = [9.0] * 30  # another workload's neither
+    by_run[("stock", "mix", 0.9, 0)] = [1.0] * 5  # too few steps to say
+    scales = slo.pace_scales(tmp_path, "mix", refs, by_run)
+    assert scales == pytest.approx({(0.5, 0): 1.0, (0.5, 1): 1.0, (0.5, 2): 0.5, (0.5, 3): 1.5})
+    assert slo.pace_scales(tmp_path / "nowhere", "mix", refs, by_run) == {}
 
 
 def test_references_that_disagree_among_themselves_leave_none_out(tmp_path):

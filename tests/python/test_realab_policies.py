@@ -184,6 +184,20 @@ def test_capacity_at_the_whole_request_slo_is_read_across_the_loads_measured(tmp
     fcfs = next(line for line in page.splitlines() if line.startswith("- hook-fcfs: "))
     assert fcfs.startswith("- hook-fcfs: 71% of stock capacity, 1.42 req/s"), fcfs
     assert "100% at 70%, 0% at 90%" in fcfs and "0.79x stock's" in fcfs
+    # The moonshot's verdict reads the ratio's interval: wholly below 1.5x, missed.
+    assert fcfs.endswith("the target, at least 1.5x stock's: **missed**."), fcfs
+    # The README's summary carries the same capacities, from the same computation.
+    (readme,) = policies.write(page_dir, tmp_path / "again.md", resamples=100)
+    assert readme.startswith("- long, capacity at the whole-request SLO (set `1-set`): stock: at least 90%")
+    assert fcfs[2:] in readme
+
+
+def test_a_capacity_ratio_over_a_stock_capacity_below_the_sweep_has_no_upper_end():
+    from realab import slo
+
+    assert slo._ratio_ends((1.22, 0.81, float("inf"))) == (
+        "at least 0.81, no upper end: stock's capacity may lie below the loads measured")
+    assert slo._ratio_ends((1.0, 0.8, 1.3)) == "0.80-1.30"
 
 
 def test_the_readme_summary_names_costs_and_gains_from_the_data(tmp_path: Path):

@@ -463,8 +463,8 @@ def set_section(set_dir: Path, resamples: int, readme: list[str] | None = None) 
         scales = {load: {rnd: x for (at, rnd), x in matched.items() if at == load} for load in w["loads"]}
         for load in w["loads"]:
             lines += section(data, raw_dir, w["name"], load, resamples, stretch, by_load[load], scales[load])
-        capacity = slo.capacity_lines(data, w["name"], by_load, stretch,
-                                      {load: slo.judges(every, off, scales[load]) for load in w["loads"]})
+        capacity = slo.capacity_lines(data, w["name"], by_load,
+                                      {load: slo.judges(every, off, scales[load]) for load in w["loads"]}, stretch)
         lines += capacity
         if capacity and readme is not None and not data.get("superseded"):
             readme.append(f"- {w['name']}, capacity at the whole-request SLO"

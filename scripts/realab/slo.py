@@ -13,6 +13,7 @@ import dataclasses
 import math
 import statistics
 from pathlib import Path
+from types import SimpleNamespace
 
 from . import regime as R
 from . import stats as S
@@ -39,8 +40,9 @@ def off_pace(unloaded: dict[int, list[dict]], margin: float = REFERENCE_MARGIN) 
     """{round: its reference's pace over the median pace of the set's references} for the
     references more than `margin` off it, either way. Such a reference was measured while
     the machine ran at another speed than usual: the whole-request SLO would judge its
-    round's requests against a yardstick stretched (or shrunk) by that much, so its round
-    is left out of that SLO (`sets.references`). What is usual needs three references
+    round's requests against a yardstick stretched (or shrunk) by that much, so unless its
+    round's pace can be matched to it (`pace_scales`) the round is left out of that SLO
+    (`judges`). What is usual needs three references
     and most of them within `margin` of their median (`disagreeing` otherwise: then
     none is left out, and the page says the references disagree)."""
     paces = reference_paces(unloaded)
@@ -153,14 +155,14 @@ def _ratio_ends(ratio: tuple[float, float, float]) -> str:
         f"at least {ratio[1]:.2f}, no upper end: stock's capacity may lie below the loads measured"
 
 
-def capacity_lines(data: dict, workload: str, by_load: dict[float, tuple[dict, dict]], stretch=None,
-                   judged: dict[float, dict[int, S.WholeRequestSlo]] | None = None) -> list[str]:
+def capacity_lines(data: dict, workload: str, by_load: dict[float, tuple[dict, dict]],
+                   judged: dict[float, dict[int, S.WholeRequestSlo]], stretch=None) -> list[str]:
     """Capacity at the whole-request SLO (`stats.capacity_at_slo`: the load where the
     share meeting it first falls below 95%, linear between the loads measured) for each
     configuration measured at every load with unloaded references, and its ratio to
     stock's. `by_load`: {load: (runs, unloaded)} as `sets.read` gives them; `judged`:
-    {load: `judges`} (without it, every reference as measured). With `stretch`, the SLO's
-    start is H100-scaled as in the page's sections."""
+    {load: `judges`}, as the page's sections judge. With `stretch`, the SLO's start is
+    H100-scaled as in those sections."""
     loads = sorted(by_load)
     if len(loads) < 2:
         return []
@@ -170,10 +172,8 @@ def capacity_lines(data: dict, workload: str, by_load: dict[float, tuple[dict, d
         runs, unloaded = by_load[load]
         if "stock" not in runs or not unloaded:
             return []
-        base = judged[load] if judged is not None and load in judged else \
-            {rnd: S.WholeRequestSlo() for rnd in unloaded}
-        slo = ({rnd: judge for rnd, (_, judge) in scaled_slos(runs, base, stretch, cap).items()}
-               if stretch else base)
+        slo = ({rnd: judge for rnd, (_, judge) in scaled_slos(runs, judged[load], stretch, cap).items()}
+               if stretch else judged[load])
         whole = S.pair_requests(runs, S.whole_request_slo(unloaded, slo), keep_failed=True)
         for config in runs:
             share = S.share_of(whole, config)
@@ -199,7 +199,7 @@ def capacity_lines(data: dict, workload: str, by_load: dict[float, tuple[dict, d
     for config in ["stock", *(c for c in data["setup"]["configs"] if c in measured and c != "stock")]:
         ratio = S.capacity_ratio(measured[config], measured["stock"]) if config != "stock" else None
         judged_ratio = (f"; {ratio[0]:.2f}x stock's ({_ratio_ends(ratio)}); the target, at least "
-                        f"{CAPACITY_TARGET}x stock's: **{S.verdict(_Ends(ratio[1], ratio[2]), CAPACITY_TARGET, 'higher')}**"
+                        f"{CAPACITY_TARGET}x stock's: **{S.verdict(SimpleNamespace(low=ratio[1], high=ratio[2]), CAPACITY_TARGET, 'higher')}**"
                         if ratio else "")
         lines.append(f"- {config}: {text(measured[config], config)}{judged_ratio}.")
     return [*lines, ""]
@@ -208,8 +208,3 @@ def capacity_lines(data: dict, workload: str, by_load: dict[float, tuple[dict, d
 #: The moonshot: a policy's capacity at the whole-request SLO over stock's.
 CAPACITY_TARGET = 1.5
 
-
-@dataclasses.dataclass(frozen=True)
-class _Ends:
-    low: float
-    high: float

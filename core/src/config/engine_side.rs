@@ -4,6 +4,7 @@
 
 use serde::Deserialize;
 
+use super::validate::Checker;
 use crate::signals::{EatConfig, RpdiConfig};
 
 /// The vLLM hook (`meridian-vllm-hook`) and its policy channel to the proxy.
@@ -136,5 +137,58 @@ pub struct PriorityConfig {
 impl Default for PriorityConfig {
     fn default() -> Self {
         PriorityConfig { enabled: false, output: -10, interactive: 0, batch: 10 }
+    }
+}
+
+impl HookConfig {
+    /// Every out-of-range value of this section, named by its dotted path.
+    pub(super) fn check(&self, c: &mut Checker) {
+        if self.listen.parse::<std::net::SocketAddr>().is_err() {
+            c.fail("hook.listen", format!("must be an address like 0.0.0.0:9470; got {:?}", self.listen));
+        }
+        if self.token_env.trim().is_empty() {
+            c.fail("hook.token_env", "must name an environment variable");
+        }
+        c.policy("hook.policy", &self.policy);
+        c.positive("hook.timeout_s", self.timeout_s);
+    }
+}
+
+impl ExitConfig {
+    /// Every out-of-range value of this section, named by its dotted path.
+    pub(super) fn check(&self, c: &mut Checker) {
+        c.range_u32("exit.rpdi_window", self.rpdi_window, 8, 1 << 16);
+        if !(self.rpdi_lambda.is_finite() && self.rpdi_lambda > 1.0) {
+            c.fail("exit.rpdi_lambda", format!("must be a ratio above 1; got {}", self.rpdi_lambda));
+        }
+        c.unit_interval("exit.eat_alpha", self.eat_alpha);
+        if !(self.eat_delta.is_finite() && self.eat_delta > 0.0) {
+            c.fail("exit.eat_delta", format!("must be a positive variance; got {}", self.eat_delta));
+        }
+        c.range_u32("exit.eat_probe_every_tokens", self.eat_probe_every_tokens, 1, 1 << 20);
+    }
+}
+
+impl PriorityConfig {
+    /// Every out-of-range value of this section, named by its dotted path.
+    pub(super) fn check(&self, c: &mut Checker) {
+        if self.output > self.interactive {
+            c.fail(
+                "priority.output",
+                format!(
+                    "must not be above priority.interactive ({}): lower runs first; got {}",
+                    self.interactive, self.output
+                ),
+            );
+        }
+        if self.interactive > self.batch {
+            c.fail(
+                "priority.batch",
+                format!(
+                    "must not be below priority.interactive ({}): lower runs first; got {}",
+                    self.interactive, self.batch
+                ),
+            );
+        }
     }
 }

@@ -28,6 +28,8 @@ step "cargo test (workspace)"
 cargo build --workspace --bins --locked
 LD_LIBRARY_PATH="$NVRTC_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" cargo test --workspace --locked
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The release image's build: the proxy without the engine twin (cargo feature `twin`).
+cargo clippy --locked -p meridian-proxy --no-default-features --bins -- -D warnings
 
 step "fuzz smoke: every libFuzzer target for a few seconds (the corpus replay runs in cargo test)"
 FUZZ_SMOKE_SECONDS=10 scripts/fuzz.sh --smoke

@@ -65,32 +65,21 @@ async fn run(
     config: meridian_core::MeridianConfig,
     models: meridian_core::ModelRegistry,
 ) -> Result<(), String> {
-    let mut config = config;
     if let Some(problem) = no_upstream(&config) {
         return Err(problem);
     }
     // Asked for and no upstream (validation refuses both): the embedded engine twin is
     // the upstream, for as long as the proxy runs.
-    let _twin = if config.twin.enabled {
-        let config_dir = args.config_path().and_then(|p| p.parent().map(std::path::Path::to_path_buf));
-        let twin = start_twin(&config.twin, config_dir.as_deref()).await?;
-        tracing::warn!(url = %twin.url(), profile = %config.twin.profile, "serving SIMULATED answers from the engine twin (twin.enabled)");
-        println!(
-            "serving simulated answers: the embedded engine twin at {} ({}); responses carry \
-             x-meridian-simulated and a meridian-twin system_fingerprint",
-            twin.url(),
-            config.twin.profile
-        );
-        config.upstream.endpoints = vec![meridian_core::config::EndpointConfig {
-            url: twin.url(),
-            name: Some("twin".into()),
-            hook: None,
-            models: None,
-        }];
-        Some(twin)
-    } else {
-        None
-    };
+    #[cfg(feature = "twin")]
+    let (config, _twin) = twin::serve_if_asked(args, config).await?;
+    #[cfg(not(feature = "twin"))]
+    {
+        // Only the twin reads where the config file is (for its workload file).
+        let _ = args;
+        if config.twin.enabled {
+            return Err(twin::NOT_BUILT.to_owned());
+        }
+    }
     let listen = config.server.listen.clone();
     let state =
         AppState::new(config, models, std::sync::Arc::new(Metrics::new())).map_err(|e| e.to_string())?;
@@ -127,37 +116,6 @@ fn no_upstream(config: &meridian_core::MeridianConfig) -> Option<String> {
     })
 }
 
-async fn start_twin(
-    cfg: &meridian_core::config::TwinConfig,
-    config_dir: Option<&std::path::Path>,
-) -> Result<meridian_sim::server::TwinServer, String> {
-    let profile = meridian_sim::profile(&cfg.profile).map_err(|e| format!("twin.profile: {e}"))?;
-    let workload = match &cfg.workload {
-        Some(p) => {
-            let path = match config_dir {
-                Some(dir) if std::path::Path::new(p).is_relative() => dir.join(p),
-                _ => std::path::PathBuf::from(p),
-            };
-            meridian_sim::workload::WorkloadSpec::from_file(&path)
-                .map_err(|e| format!("twin.workload: {e}"))?
-        }
-        None => meridian_sim::workload::WorkloadSpec::default(),
-    };
-    let opts = meridian_sim::server::TwinOptions {
-        listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
-        profile,
-        workload,
-        seed: cfg.seed,
-        speed: cfg.speed,
-        served_model: cfg.served_model.clone(),
-    };
-    let policy = meridian_core::sched::policy_by_name(&cfg.policy)
-        .ok_or_else(|| format!("twin.policy: unknown {:?}", cfg.policy))?;
-    meridian_sim::server::TwinServer::start(opts, policy)
-        .await
-        .map_err(|e| format!("cannot start the engine twin: {e}"))
-}
-
 async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
@@ -176,4 +134,75 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+/// The embedded engine twin (cargo feature `twin`, on by default, off in the release
+/// image): simulated answers, only when asked for.
+mod twin {
+    /// What a build without the twin says when asked for it.
+    #[cfg(not(feature = "twin"))]
+    pub const NOT_BUILT: &str = "twin.enabled: this meridian was built without the engine twin \
+        (cargo feature `twin`, left out of the release image); for simulated answers use a \
+        build with it (scripts/run.sh --twin, or the image built with FEATURES=twin), or \
+        give a real upstream";
+
+    /// Starts the twin when `twin.enabled` asks for it and makes it the config's only
+    /// upstream; it serves for as long as the returned server is held.
+    #[cfg(feature = "twin")]
+    pub async fn serve_if_asked(
+        args: &meridian_proxy::cli::ConfigArgs,
+        mut config: meridian_core::MeridianConfig,
+    ) -> Result<(meridian_core::MeridianConfig, Option<meridian_sim::server::TwinServer>), String> {
+        if !config.twin.enabled {
+            return Ok((config, None));
+        }
+        let config_dir = args.config_path().and_then(|p| p.parent().map(std::path::Path::to_path_buf));
+        let twin = start(&config.twin, config_dir.as_deref()).await?;
+        tracing::warn!(url = %twin.url(), profile = %config.twin.profile, "serving SIMULATED answers from the engine twin (twin.enabled)");
+        println!(
+            "serving simulated answers: the embedded engine twin at {} ({}); responses carry \
+             x-meridian-simulated and a meridian-twin system_fingerprint",
+            twin.url(),
+            config.twin.profile
+        );
+        config.upstream.endpoints = vec![meridian_core::config::EndpointConfig {
+            url: twin.url(),
+            name: Some("twin".into()),
+            hook: None,
+            models: None,
+        }];
+        Ok((config, Some(twin)))
+    }
+
+    #[cfg(feature = "twin")]
+    async fn start(
+        cfg: &meridian_core::config::TwinConfig,
+        config_dir: Option<&std::path::Path>,
+    ) -> Result<meridian_sim::server::TwinServer, String> {
+        let profile = meridian_sim::profile(&cfg.profile).map_err(|e| format!("twin.profile: {e}"))?;
+        let workload = match &cfg.workload {
+            Some(p) => {
+                let path = match config_dir {
+                    Some(dir) if std::path::Path::new(p).is_relative() => dir.join(p),
+                    _ => std::path::PathBuf::from(p),
+                };
+                meridian_sim::workload::WorkloadSpec::from_file(&path)
+                    .map_err(|e| format!("twin.workload: {e}"))?
+            }
+            None => meridian_sim::workload::WorkloadSpec::default(),
+        };
+        let opts = meridian_sim::server::TwinOptions {
+            listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            profile,
+            workload,
+            seed: cfg.seed,
+            speed: cfg.speed,
+            served_model: cfg.served_model.clone(),
+        };
+        let policy = meridian_core::sched::policy_by_name(&cfg.policy)
+            .ok_or_else(|| format!("twin.policy: unknown {:?}", cfg.policy))?;
+        meridian_sim::server::TwinServer::start(opts, policy)
+            .await
+            .map_err(|e| format!("cannot start the engine twin: {e}"))
+    }
 }

@@ -513,3 +513,14 @@ def test_toml_rendering_quotes_keys_and_escapes_strings(tmp_path):
     path.write_text(text)
     result = subprocess.run([meridian_bin(), "check", "--config", path], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_demo_mode_runs_the_build_with_the_engine_twin():
+    # The release image leaves the twin out (docker/proxy.Dockerfile): simulated answers
+    # need the `-twin` build, unless the values name a tag of their own.
+    image = lambda r: container(r.get("Deployment", PROXY), "proxy")["image"]
+    external = {"externalUpstreams": [{"url": "http://vllm-0:8000"}]}
+    assert image(render(external)) == "meridian-proxy:0.1.0"
+    assert image(render({"demo": True})) == "meridian-proxy:0.1.0-twin"
+    own = {"demo": True, "proxy": {"image": {"tag": "edge-twin"}}}
+    assert image(render(own)) == "meridian-proxy:edge-twin"

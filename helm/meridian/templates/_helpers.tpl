@@ -48,8 +48,14 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
+{{/* The proxy's image. The release image has no engine twin, so demo mode (simulated
+answers) defaults to the build with it, tagged `<appVersion>-twin`. */}}
 {{- define "meridian.proxy.image" -}}
-{{- printf "%s:%s" .Values.proxy.image.repository (default .Chart.AppVersion .Values.proxy.image.tag) -}}
+{{- $tag := .Values.proxy.image.tag -}}
+{{- if not $tag -}}
+{{- $tag = ternary (printf "%s-twin" .Chart.AppVersion) .Chart.AppVersion (eq .Values.demo true) -}}
+{{- end -}}
+{{- printf "%s:%s" .Values.proxy.image.repository $tag -}}
 {{- end -}}
 
 {{- define "meridian.vllm.image" -}}

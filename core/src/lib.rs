@@ -2,12 +2,13 @@
 //! about networks: the per-request think/output phase state machine ([`phase`]), the
 //! per-family boundary definitions it runs on ([`models`]), the scheduling-policy
 //! interface engines call every step ([`sched`]), the reading of OpenAI-style streams
-//! ([`stream`]), the typed, validated `meridian.toml` ([`config`]) and the policy channel between the proxy and the engine hook ([`channel`]). It is pure Rust with no async runtime and no HTTP, so the
+//! ([`stream`]), how a request ended ([`outcome`]), the typed, validated `meridian.toml` ([`config`]) and the policy channel between the proxy and the engine hook ([`channel`]). It is pure Rust with no async runtime and no HTTP, so the
 //! proxy, the engine twin and the in-engine vLLM hook all share exactly the same logic.
 
 pub mod channel;
 pub mod config;
 pub mod models;
+pub mod outcome;
 pub mod phase;
 pub mod sched;
 pub mod signals;
@@ -15,4 +16,5 @@ pub mod stream;
 
 pub use config::{MeridianConfig, load_config};
 pub use models::{ModelFamily, ModelRegistry};
+pub use outcome::Outcome;
 pub use phase::{Delta, Phase, PhaseEvent, PhaseRouter};

@@ -12,8 +12,9 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
 
+use meridian_proxy::ctx::RequestCtx;
 use meridian_proxy::ending::continuation::{ClientAsked, Emit, Route, Splicer, ThinkWatch, Triggers};
-use meridian_proxy::relay::{RequestInfo, RequestObserver};
+use meridian_proxy::relay::{RequestObserver, Served};
 use serde_json::{Value, json};
 
 const RUNS: usize = 7;
@@ -65,9 +66,9 @@ fn main() {
     let metrics = Arc::new(meridian_proxy::Metrics::new());
     let continuation = measure(chunks, || {
         let triggers = Triggers { tokens: Some(10_000), ..Default::default() };
-        let mut info = RequestInfo::new("bench", family.clone());
-        info.think_budget = triggers.tokens;
-        let mut obs = RequestObserver::new(metrics.clone(), info, true);
+        let mut ctx = RequestCtx::detached(meridian_proxy::ctx::Route::ChatCompletions, family.clone());
+        ctx.think_budget = triggers.tokens;
+        let mut obs = RequestObserver::new(metrics.clone(), Arc::new(ctx), Served::default(), true);
         let mut watch = ThinkWatch::new(Route::Chat, triggers);
         let mut splicer = Splicer::new(asked, false);
         let mut out = 0;
@@ -94,7 +95,12 @@ fn main() {
         out
     });
     let tracking = measure(chunks, || {
-        let mut obs = RequestObserver::new(metrics.clone(), RequestInfo::new("bench", family.clone()), true);
+        let mut obs = RequestObserver::new(
+            metrics.clone(),
+            Arc::new(RequestCtx::detached(meridian_proxy::ctx::Route::ChatCompletions, family.clone())),
+            Served::default(),
+            true,
+        );
         for p in first.iter().chain(&second) {
             obs.on_payload(p, Instant::now());
         }

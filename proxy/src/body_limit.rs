@@ -1,7 +1,7 @@
 //! A limit on the size of a request's body (`server.max_body_bytes`), for every route,
 //! as one layer: a body declared larger (`Content-Length`) is refused before any handler
 //! runs; one that grows past the limit while it is read (a chunked upload) fails the
-//! read, which the handler answers with the same error (`routes::body::read_body`).
+//! read, which the handler answers with the same error (`body::read_body`).
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -11,7 +11,7 @@ use axum::response::Response;
 use http_body_util::Limited;
 
 use crate::error::ProxyError;
-use crate::telemetry::outcomes::Outcome;
+use crate::telemetry::outcomes::OutcomeSlot;
 
 pub async fn limit_body(State(limit): State<u64>, req: Request, next: Next) -> Response {
     let declared = req
@@ -23,7 +23,7 @@ pub async fn limit_body(State(limit): State<u64>, req: Request, next: Next) -> R
         let path = req.uri().path();
         let err = ProxyError::PayloadTooLarge { limit };
         if let (Some(outcome), Some(route)) =
-            (req.extensions().get::<Outcome>(), crate::routes::label_of_path(path))
+            (req.extensions().get::<OutcomeSlot>(), crate::routes::label_of_path(path))
         {
             outcome.route(route);
             outcome.set(err.outcome());

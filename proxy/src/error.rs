@@ -7,6 +7,7 @@
 
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use meridian_core::Outcome;
 use meridian_core::stream::Dialect;
 use serde_json::{Value, json};
 
@@ -192,22 +193,24 @@ impl ProxyError {
         error_event(dialect, body["error"].take(), next_sequence)
     }
 
-    /// The outcome label this error is counted under.
-    pub fn outcome(&self) -> &'static str {
+    /// The outcome this error is counted under.
+    pub fn outcome(&self) -> Outcome {
         match self {
             ProxyError::BadRequest { .. }
             | ProxyError::PayloadTooLarge { .. }
             | ProxyError::RequestTimeout { .. }
             | ProxyError::HeadersTooLarge { .. }
-            | ProxyError::NotFound(_) => "bad_request",
-            ProxyError::ModelNotFound(_) => "model_not_found",
-            ProxyError::NoHealthyUpstream => "no_upstream",
-            ProxyError::AdmissionTimeout { .. } => "admission_timeout",
-            ProxyError::AdmissionQueueFull => "admission_queue_full",
-            ProxyError::UpstreamTimeout { .. } => "upstream_timeout",
-            ProxyError::UpstreamUnreachable { .. } | ProxyError::UpstreamFailed { .. } => "upstream_error",
-            ProxyError::UpstreamTruncated { .. } => "upstream_truncated",
-            ProxyError::ShuttingDown => "shutting_down",
+            | ProxyError::NotFound(_) => Outcome::BadRequest,
+            ProxyError::ModelNotFound(_) => Outcome::ModelNotFound,
+            ProxyError::NoHealthyUpstream => Outcome::NoUpstream,
+            ProxyError::AdmissionTimeout { .. } => Outcome::AdmissionTimeout,
+            ProxyError::AdmissionQueueFull => Outcome::AdmissionQueueFull,
+            ProxyError::UpstreamTimeout { .. } => Outcome::UpstreamTimeout,
+            ProxyError::UpstreamUnreachable { .. } | ProxyError::UpstreamFailed { .. } => {
+                Outcome::UpstreamError
+            }
+            ProxyError::UpstreamTruncated { .. } => Outcome::UpstreamTruncated,
+            ProxyError::ShuttingDown => Outcome::ShuttingDown,
         }
     }
 }

@@ -4,7 +4,8 @@
 //! generation from thinking to answering and records what reasoning users feel: time to
 //! first token, time to first visible token, and the think-to-output gap.
 //!
-//! The layout follows the data path: [`routes`] accept requests, [`relay`] sends them
+//! The layout follows the data path: [`routes`] accept requests and decide each one's
+//! context once ([`ctx`], shared by every stage after), [`relay`] sends them
 //! upstream and streams the answer back, [`upstream`] keeps the pool healthy and balanced,
 //! and [`telemetry`] exports what was measured; [`ending`] holds everything that ends a
 //! request's thinking early (budgets, entropy exits, the continuation), [`hook`] the
@@ -12,8 +13,10 @@
 //! now, for operators.
 
 pub mod admission;
+pub mod body;
 pub mod body_limit;
 pub mod cli;
+pub mod ctx;
 pub mod drain;
 pub mod ending;
 pub mod error;
@@ -34,8 +37,8 @@ pub mod upstream;
 /// Parsers the fuzz targets (`fuzz/`) drive directly; not an API.
 #[doc(hidden)]
 pub mod internals {
+    pub use crate::body::{GenerationRequest, hook_body, upstream_body};
     pub use crate::ending::continuation::{ClientAsked, Emit, Splicer};
-    pub use crate::routes::{GenerationRequest, hook_body, upstream_body};
 }
 
 pub use error::ProxyError;

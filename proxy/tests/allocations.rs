@@ -9,7 +9,8 @@ use std::time::Instant;
 
 use meridian_core::ModelRegistry;
 use meridian_proxy::Metrics;
-use meridian_proxy::relay::{RequestInfo, RequestObserver, SseDecoder};
+use meridian_proxy::ctx::{RequestCtx, Route};
+use meridian_proxy::relay::{RequestObserver, Served, SseDecoder};
 
 struct Counting;
 
@@ -44,8 +45,18 @@ fn allocations_per_chunk(fixture: &str, family: &str) -> f64 {
     let metrics = Arc::new(Metrics::new());
     let fam = ModelRegistry::builtin().unwrap().get(family).cloned();
     // Warm the metric families so first-use allocations are not counted.
-    drop(RequestObserver::new(metrics.clone(), RequestInfo::new("t", fam.clone()), true));
-    let mut obs = RequestObserver::new(metrics.clone(), RequestInfo::new("t", fam), true);
+    drop(RequestObserver::new(
+        metrics.clone(),
+        Arc::new(RequestCtx::detached(Route::ChatCompletions, fam.clone())),
+        Served::default(),
+        true,
+    ));
+    let mut obs = RequestObserver::new(
+        metrics.clone(),
+        Arc::new(RequestCtx::detached(Route::ChatCompletions, fam)),
+        Served::default(),
+        true,
+    );
     let mut dec = SseDecoder::new();
     // The first chunk sizes the per-choice router vector: a per-request cost.
     dec.feed(events[0], |p| obs.on_payload(p, Instant::now()));

@@ -130,6 +130,7 @@ impl Target {
         if !resp.status().is_success() {
             let status = resp.status();
             let text = resp.text().await.unwrap_or_default();
+            b.answered_error(status.as_u16(), text.as_bytes());
             let detail: String = text.chars().take(300).collect();
             return b.finish(start.elapsed().as_secs_f64(), Some(format!("HTTP {status}: {detail}")));
         }

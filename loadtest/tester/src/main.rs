@@ -205,6 +205,11 @@ async fn real_main(args: Args) -> Result<ExitCode, String> {
         );
     }
     for o in &outcomes {
+        if !o.summary.failed_by_outcome.is_empty() {
+            let by: Vec<String> =
+                o.summary.failed_by_outcome.iter().map(|(k, n)| format!("{k} {n}")).collect();
+            eprintln!("{}: failed by outcome: {}", o.summary.label, by.join(", "));
+        }
         if !o.summary.first_errors.is_empty() {
             eprintln!("{}: first errors: {:?}", o.summary.label, o.summary.first_errors);
         }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use meridian_core::models::ModelFamily;
 use meridian_core::stream::{Dialect, SseDecoder, Usage};
-use meridian_core::{Delta, PhaseEvent, PhaseRouter};
+use meridian_core::{Delta, Outcome, PhaseEvent, PhaseRouter};
 use serde::Serialize;
 
 /// What one request measured. Times are seconds from when the request was sent.
@@ -24,6 +24,9 @@ pub struct RequestRecord {
     /// Seconds from the start of the run to when this request was sent.
     pub sent_at: f64,
     pub ok: bool,
+    /// How it ended, in the proxy's vocabulary (`meridian_requests_total{outcome}`): read
+    /// from the error's `code` when the server gave one, else from its status.
+    pub outcome: Outcome,
     pub error: Option<String>,
     pub ttft: Option<f64>,
     pub ttfo: Option<f64>,
@@ -82,6 +85,8 @@ pub struct RecordBuilder {
     /// The server (or a proxy) ended the stream with an error event: a failed request,
     /// whatever tokens came before it.
     stream_error: Option<String>,
+    /// How the request failed, when the server said (an error status or event).
+    failure: Option<Outcome>,
 }
 
 impl RecordBuilder {
@@ -96,7 +101,15 @@ impl RecordBuilder {
             last_think_at: None,
             usage: None,
             stream_error: None,
+            failure: None,
         }
+    }
+
+    /// The server answered with an error `status`, `body` its error object (if JSON).
+    pub fn answered_error(&mut self, status: u16, body: &[u8]) {
+        let error = serde_json::from_slice::<serde_json::Value>(body).ok();
+        let code = error.as_ref().and_then(meridian_core::outcome::error_code);
+        self.failure = Outcome::of_answer(status, code);
     }
 
     /// A network chunk arrived `at` seconds after the request was sent.
@@ -110,8 +123,12 @@ impl RecordBuilder {
 
     fn on_payload(&mut self, at: f64, payload: &[u8]) {
         let read = self.dialect.parse(payload, |c| {
-            if c.upstream_error {
-                self.stream_error.get_or_insert_with(|| "the stream ended with an error event".to_owned());
+            if c.upstream_error && self.stream_error.is_none() {
+                self.stream_error = Some("the stream ended with an error event".to_owned());
+                // Read again, once, for its code: error events are rare.
+                let error = serde_json::from_slice::<serde_json::Value>(payload).ok();
+                let code = error.as_ref().and_then(meridian_core::outcome::error_code);
+                self.failure = Outcome::of_answer(200, code.or(Some("")));
             }
             if c.index == 0 {
                 self.on_delta(at, c.reasoning.as_deref(), c.content.as_deref(), c.token_ids.as_deref());
@@ -180,6 +197,9 @@ impl RecordBuilder {
         }
         r.max_output_gap = r.output_itl.iter().copied().reduce(f64::max);
         r.ok = error.is_none() && r.ttft.is_some();
+        // A failure the server did not name (a broken connection, no token at all) is
+        // counted as the upstream's, as the proxy counts it.
+        r.outcome = if r.ok { Outcome::Ok } else { self.failure.unwrap_or(Outcome::UpstreamError) };
         r.error = error.or_else(|| r.ttft.is_none().then(|| "no token received".to_owned()));
         r.e2e = Some(at);
         let n = r.completion_tokens();
@@ -220,6 +240,7 @@ mod tests {
         let r = b.finish(0.9, None);
         let close = |a: Option<f64>, b: f64| (a.unwrap() - b).abs() < 1e-12;
         assert!(r.ok);
+        assert_eq!(r.outcome, Outcome::Ok);
         assert!(close(r.ttft, 0.2), "first token of any kind");
         assert!(close(r.ttfo, 0.7), "first visible output, not the whitespace");
         assert!(close(r.think_to_output, 0.3), "from the last reasoning chunk at 0.4");
@@ -242,8 +263,10 @@ mod tests {
         assert!(!r.ok);
         assert_eq!(r.ttft, Some(0.25));
         assert_eq!(r.error.as_deref(), Some("connection reset"));
+        assert_eq!(r.outcome, Outcome::UpstreamError, "a failure nobody named is the upstream's");
         let r = RecordBuilder::new(4, 0.0, None, Dialect::Chat).finish(1.0, None);
         assert!(!r.ok, "an empty answer is not a success");
+        assert_eq!(r.outcome, Outcome::UpstreamError);
     }
 
     #[test]
@@ -260,9 +283,28 @@ mod tests {
         let r = b.finish(0.3, None);
         assert!(!r.ok);
         assert_eq!(r.error.as_deref(), Some("the stream ended with an error event"));
+        assert_eq!(r.outcome, Outcome::UpstreamTimeout, "named by the event's code");
         let mut b = RecordBuilder::new(1, 0.0, None, Dialect::Responses);
         b.on_chunk(0.1, b"event: error\ndata: {\"type\":\"error\",\"code\":\"upstream_truncated\",\"message\":\"cut\",\"sequence_number\":3}\n\n");
-        assert!(!b.finish(0.2, None).ok);
+        let r = b.finish(0.2, None);
+        assert!(!r.ok);
+        assert_eq!(r.outcome, Outcome::UpstreamTruncated);
+    }
+
+    #[test]
+    fn an_error_answer_is_counted_under_the_proxys_outcome() {
+        let mut b = RecordBuilder::new(0, 0.0, None, Dialect::Chat);
+        let body = br#"{"error":{"message":"full","type":"server_error","param":null,"code":"admission_queue_full"}}"#;
+        b.answered_error(503, body);
+        let r = b.finish(0.01, Some("HTTP 503".into()));
+        assert_eq!((r.ok, r.outcome), (false, Outcome::AdmissionQueueFull));
+        // vLLM's own errors carry a number for a code: read by the status.
+        let mut b = RecordBuilder::new(1, 0.0, None, Dialect::Chat);
+        b.answered_error(400, br#"{"error":{"message":"bad","type":"BadRequestError","code":400}}"#);
+        assert_eq!(b.finish(0.01, Some("HTTP 400".into())).outcome, Outcome::BadRequest);
+        let mut b = RecordBuilder::new(2, 0.0, None, Dialect::Messages);
+        b.answered_error(504, b"not json");
+        assert_eq!(b.finish(0.01, Some("HTTP 504".into())).outcome, Outcome::UpstreamTimeout);
     }
 
     #[test]

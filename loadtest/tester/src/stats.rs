@@ -1,5 +1,8 @@
 //! Aggregates: mean and percentiles of each metric, throughputs, goodput under SLOs.
 
+use std::collections::BTreeMap;
+
+use meridian_core::Outcome;
 use serde::{Serialize, Serializer};
 
 use crate::record::RequestRecord;
@@ -178,6 +181,9 @@ pub struct RunSummary {
     /// The whole-request SLO (start against each request's unloaded times, and the
     /// answer), when the run was given a reference (`--slo-reference`).
     pub whole_request_slo: Option<WholeRequestShare>,
+    /// Failed requests by outcome, in the proxy's vocabulary: comparable with its
+    /// `meridian_requests_total{outcome}`.
+    pub failed_by_outcome: BTreeMap<Outcome, usize>,
     pub first_errors: Vec<String>,
 }
 
@@ -225,6 +231,10 @@ impl RunSummary {
             good_fraction: if records.is_empty() { 0.0 } else { good as f64 / records.len() as f64 },
             answer_only_slo: answer_only(records, stall_threshold_ms, dur),
             whole_request_slo: None,
+            failed_by_outcome: records.iter().filter(|r| !r.ok).fold(BTreeMap::new(), |mut by, r| {
+                *by.entry(r.outcome).or_default() += 1;
+                by
+            }),
             first_errors: records.iter().filter_map(|r| r.error.clone()).take(5).collect(),
         }
     }

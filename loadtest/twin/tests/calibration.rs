@@ -111,11 +111,14 @@ fn the_curve_can_be_drawn_from_several_windows() {
         .expect("meridian-sim runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let written: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON is written")).expect("it is JSON");
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON is written"))
+            .expect("it is JSON");
     let counts = |key: &str, part: &str| -> Vec<u64> {
         written[key][part].as_array().expect("rows").iter().map(|r| r[2].as_u64().expect("a count")).collect()
     };
-    let want = |points: &[meridian_sim::calibrate::CurvePoint]| points.iter().map(|p| p.steps as u64).collect::<Vec<_>>();
+    let want = |points: &[meridian_sim::calibrate::CurvePoint]| {
+        points.iter().map(|p| p.steps as u64).collect::<Vec<_>>()
+    };
     assert_eq!(counts("curve", "decode"), want(&expected.decode));
     assert_eq!(counts("curve", "prefill"), want(&expected.prefill));
     let all = StepCurve::of(&steps);

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use meridian_proxy::relay::{RequestInfo, RequestObserver, SseDecoder};
+use meridian_proxy::ctx::{RequestCtx, Route};
+use meridian_proxy::relay::{RequestObserver, Served, SseDecoder};
 
 /// Nanoseconds per event over many passes of `fixture`, and its number of events.
 pub fn cost_ns(fixture: &[u8]) -> (f64, usize) {
@@ -15,7 +16,12 @@ pub fn cost_ns(fixture: &[u8]) -> (f64, usize) {
     let rounds = 2000;
     let start = Instant::now();
     for _ in 0..rounds {
-        let mut obs = RequestObserver::new(metrics.clone(), RequestInfo::new("bench", family.clone()), true);
+        let mut obs = RequestObserver::new(
+            metrics.clone(),
+            Arc::new(RequestCtx::detached(Route::ChatCompletions, family.clone())),
+            Served::default(),
+            true,
+        );
         let mut dec = SseDecoder::new();
         for e in &events {
             let at = Instant::now();

@@ -8,7 +8,7 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::body::MeridianExtension;
+use super::MeridianExtension;
 use crate::error::ProxyError;
 
 /// The largest token limit accepted: no model's context comes near it, and it keeps the

@@ -1,4 +1,10 @@
-//! Reading and checking request bodies.
+//! A generation request's body: read (within the server's limits), checked and parsed
+//! once ([`GenerationRequest`]), and rewritten for what goes upstream
+//! ([`upstream_body`], [`hook_body`]) without parsing it again. Apart from the routes
+//! that read bodies and the ending of thinking that shapes what is sent, so that both
+//! use it without depending on each other.
+
+mod fields;
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -11,7 +17,6 @@ use meridian_core::stream::Dialect;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::fields;
 use crate::error::ProxyError;
 use crate::members::{Edit, Members};
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use meridian_core::Phase;
 
+use crate::ctx::RequestCtx;
 use crate::hook::HookTarget;
 use crate::relay::watch::{Event, Watcher};
 use crate::telemetry::Metrics;
@@ -22,15 +23,14 @@ pub struct ThinkDeadline {
 /// Watches a stream's thinking time against its deadline.
 pub struct DeadlineWatch {
     deadline: ThinkDeadline,
-    stream_id: String,
+    ctx: Arc<RequestCtx>,
     metrics: Arc<Metrics>,
-    family: String,
     fired: bool,
 }
 
 impl DeadlineWatch {
-    pub fn new(deadline: ThinkDeadline, stream_id: String, metrics: Arc<Metrics>, family: String) -> Self {
-        DeadlineWatch { deadline, stream_id, metrics, family, fired: false }
+    pub fn new(deadline: ThinkDeadline, ctx: Arc<RequestCtx>, metrics: Arc<Metrics>) -> Self {
+        DeadlineWatch { deadline, ctx, metrics, fired: false }
     }
 }
 
@@ -46,7 +46,7 @@ impl Watcher for DeadlineWatch {
             return;
         }
         self.fired = true;
-        self.deadline.hook.end_thinking(&self.stream_id);
-        self.metrics.count_budget_reached(&self.family);
+        self.deadline.hook.end_thinking(self.ctx.stream_id());
+        self.metrics.count_budget_reached(self.ctx.family_name());
     }
 }

@@ -1,13 +1,13 @@
 use std::sync::Arc;
 
 use axum::http::HeaderValue;
-use bytes::Bytes;
 use meridian_core::config::ExitConfig;
 use meridian_core::signals::{Eat, entropy_from_top_logprobs};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::EndThinking;
+use crate::ctx::RequestCtx;
 use crate::relay::watch::{Event, Watcher};
 use crate::telemetry::Metrics;
 
@@ -17,12 +17,10 @@ pub struct ProbeTarget {
     /// Upstream base URL (no `/v1`).
     pub base_url: String,
     pub auth: Option<HeaderValue>,
-    /// The client's original request body.
-    pub body: Bytes,
-    /// The client's `X-Request-Id`: the probes' own ids derive from it, for logs.
-    pub request_id: String,
-    /// The proxy's id for the stream: what a forced exit names at the hook.
-    pub stream_id: String,
+    /// The request probed: its body is the conversation the probes extend, its
+    /// `X-Request-Id` the root of their ids (for logs), its stream id what a forced exit
+    /// names at the hook.
+    pub ctx: Arc<RequestCtx>,
     /// The delimiters that close a thought for this model, as text.
     pub think_open: String,
     pub think_close: String,
@@ -120,7 +118,7 @@ fn probe_entropy(reply: &Value) -> Option<f64> {
 }
 
 async fn run(mut eat: Eat, target: ProbeTarget, mut rx: mpsc::UnboundedReceiver<String>) {
-    let Ok(original) = serde_json::from_slice::<Value>(&target.body) else { return };
+    let Ok(original) = serde_json::from_slice::<Value>(&target.ctx.body) else { return };
     let url = format!("{}/v1/chat/completions", target.base_url);
     let mut probes = 0u32;
     while let Some(mut reasoning) = rx.recv().await {
@@ -133,7 +131,7 @@ async fn run(mut eat: Eat, target: ProbeTarget, mut rx: mpsc::UnboundedReceiver<
         let mut req = target
             .client
             .post(&url)
-            .header("x-request-id", format!("{}-eat-{probes}", target.request_id))
+            .header("x-request-id", format!("{}-eat-{probes}", target.ctx.request_id()))
             .json(&body);
         if let Some(auth) = &target.auth {
             req = req.header(reqwest::header::AUTHORIZATION, auth.clone());
@@ -155,7 +153,7 @@ async fn run(mut eat: Eat, target: ProbeTarget, mut rx: mpsc::UnboundedReceiver<
         };
         target.metrics.count_eat_probe("ok");
         if eat.update(x).stop {
-            target.end.now(&target.stream_id);
+            target.end.now(target.ctx.stream_id());
             target.metrics.count_entropy_exit("eat");
             return;
         }

@@ -1,154 +1,342 @@
-//! How a request's thinking gets ended when a budget or an exit signal says so: by the
-//! upstream's hook when it is ready, else by vLLM's `thinking_token_budget` or by the
-//! proxy's continuation (`crate::continuation`), as `budget.forcing` chooses.
+//! The one decision of how a request's thinking gets ended, when a think budget, a
+//! thinking-time budget or an exit signal says so, and its carrying out.
+//!
+//! It is made in two steps, because the upstream is chosen between them. Before the
+//! send, [`Prepared`] makes the bodies either kind of upstream needs: one for an upstream
+//! whose hook is ready (the stream id and budget in `vllm_xargs`), one for an upstream
+//! without (the budget in vLLM's `thinking_token_budget`, or the continuation's first
+//! leg, as `budget.forcing` chooses). Once an upstream answered, [`Prepared::decide`]
+//! turns that into an [`EndingPlan`]: who ends thinking ([`By`]) and what it watches.
+//! The relay then carries the plan out ([`EndingPlan::carry_out`]): the watchers it
+//! adds to the request's observer and the continuation stage it runs.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::HeaderMap;
 use bytes::Bytes;
 use meridian_core::Phase;
-use meridian_core::config::{ExitSignal, Forcing};
-use meridian_core::models::ModelFamily;
-use serde_json::{Map, Value};
-use tokio::sync::Notify;
+use meridian_core::config::ExitSignal;
+use meridian_core::stream::Dialect;
 
-use super::continuation::{
-    ClientAsked, Continuation, ContinuationUpstream, Delimiters, Route, Setup, Splicer, ThinkWatch, Triggers,
-    first_leg_body,
-};
+use super::continuation::{self, Continuation, ContinuationPlan};
+use super::{DeadlineWatch, EatFeed, EatProber, EndThinking, ForgetAtEnd, ProbeTarget, ThinkDeadline};
+use crate::body::{GenerationRequest, hook_body, upstream_body};
+use crate::ctx::{Ending, RequestCtx, Route};
 use crate::error::ProxyError;
-use crate::headers::VLLM_PRIORITY;
-use crate::request_id::REQUEST_ID;
-use crate::routes::GenerationRequest;
+use crate::hook::HookTarget;
+use crate::relay::RequestObserver;
 use crate::state::AppState;
-use crate::upstream::InFlight;
+use crate::upstream::Upstream;
 
-/// A request that would be continued, were it to reach an upstream without a ready hook.
-pub struct Continuable {
-    pub triggers: Triggers,
-    delimiters: Delimiters,
-    route: Route,
-}
-
-/// A continuable request with its first leg's body, ready to go upstream.
-pub struct ContinuationPlan {
-    triggers: Triggers,
-    delimiters: Delimiters,
-    route: Route,
-    /// The first leg's body (for upstreams without a ready hook).
+/// The bodies a request may go upstream with, made before its upstream is chosen.
+pub struct Prepared {
+    /// For an upstream without a ready hook.
     pub body: Bytes,
-    first_body: Map<String, Value>,
-    asked: ClientAsked,
-    /// Rung by the EAT prober.
-    pub end_now: Arc<Notify>,
-    /// The priority the continuation (all answer) is sent with, when the proxy sets
-    /// priorities for this request.
-    pub output_priority: Option<i32>,
+    /// For an upstream whose hook is ready (taken when the request is sent); made only
+    /// while some upstream's hook is.
+    pub hook_body: Option<Bytes>,
+    /// How the proxy would end thinking itself, should the request reach an upstream
+    /// without a ready hook; `body` is then its first leg.
+    continuation: Option<ContinuationPlan>,
 }
 
-/// Whether a request would be continued, and on what triggers: `None` for
-/// `forcing = "engine"`, an API the continuation does not speak (`route` `None`),
-/// unknown delimiters, thinking switched off, shapes that cannot be continued (not
-/// streamed, `n` > 1), or nothing that would cut.
-pub fn plan(
-    state: &AppState,
-    route: Option<Route>,
-    req: &GenerationRequest<'_>,
-    family: Option<&Arc<ModelFamily>>,
-    think_budget: Option<u32>,
-) -> Option<Continuable> {
-    let forcing = state.config.budget.forcing;
-    if forcing == Forcing::Engine || req.initial_phase == Some(Phase::Output) {
-        return None;
+impl Prepared {
+    /// `body` is the client's, `req` the same parsed once.
+    pub fn new(
+        state: &AppState,
+        ctx: &RequestCtx,
+        body: &Bytes,
+        req: &GenerationRequest<'_>,
+    ) -> Result<Self, ProxyError> {
+        let hook_body = match state.pool.all().iter().any(|u| u.hook_ready()) {
+            true => Some(hook_body(body, req, ctx.think_budget, ctx.stream_id())?),
+            false => None,
+        };
+        let continuable = continuation::continuable(state, ctx, req);
+        // Token budgets the proxy forces itself do not go to the engine as well.
+        let engine_budget = match &continuable {
+            Some(c) if c.triggers.tokens.is_some() => ctx.client_budget,
+            _ => ctx.think_budget,
+        };
+        let body = upstream_body(body, req, engine_budget)?;
+        // A body the continuation cannot rebuild (a number beyond serde_json's range, a
+        // lone surrogate: valid JSON all the same) goes as it is, without one.
+        let continuation = continuable.and_then(|c| c.with_first_leg(&body).ok());
+        let body = continuation.as_ref().map_or(body, |c| c.body.clone());
+        Ok(Prepared { body, hook_body, continuation })
     }
-    let route = route?;
-    let delimiters = Delimiters::of(family?)?;
-    let exit = &state.config.exit;
-    let triggers = Triggers {
-        tokens: think_budget.filter(|_| forcing == Forcing::Continuation),
-        seconds: think_seconds(state, req).map(Duration::from_secs_f64),
-        rpdi: (exit.signal == ExitSignal::Rpdi).then(|| (exit.rpdi(), exit.min_think_tokens)),
-        eat: exit.signal == ExitSignal::Eat && route == Route::Chat,
-    };
-    if !triggers.any() {
-        return None;
+
+    /// The first leg goes with `headers`; the continuation's later leg with the same, at
+    /// `output_priority` when the proxy sets priorities (what follows a cut is all answer).
+    pub fn first_leg_headers(&mut self, headers: &HeaderMap, output_priority: Option<i32>) {
+        if let Some(c) = self.continuation.as_mut() {
+            c.later_leg_headers(headers, output_priority);
+        }
     }
-    if !req.continuable(route == Route::Chat) {
-        return None;
+
+    /// The plan, once an upstream answered; `hook`: the address of that upstream's hook,
+    /// when the request went with the hook's body.
+    pub fn decide(self, state: &AppState, ctx: &RequestCtx, hook: Option<&str>) -> EndingPlan {
+        let exit = state.config.exit.signal;
+        let thinking = ctx.family.is_some() && ctx.initial_phase != Some(Phase::Output);
+        let seconds = ctx.think_seconds.map(Duration::from_secs_f64);
+        let continuation = self.continuation.filter(|_| hook.is_none());
+        let hook = hook.map(|addr| HookTarget {
+            channel: state.hook.clone(),
+            addr: addr.to_owned(),
+            span: ctx.span().clone(),
+        });
+        let by = match (continuation, hook) {
+            (Some(c), _) => By::Continuation(c),
+            // The hook acts on a token budget, a thinking-time budget or an exit signal.
+            (None, Some(h)) if ctx.think_budget.is_some() || seconds.is_some() || exit != ExitSignal::Off => {
+                By::Hook(h)
+            }
+            // vLLM reads the field on chat and completions, and its own on Messages.
+            (None, _)
+                if ctx.think_budget.is_some()
+                    && (ctx.route().dialect() == Dialect::Chat || ctx.think_budget == ctx.client_budget) =>
+            {
+                By::EngineField
+            }
+            _ => By::Nothing,
+        };
+        EndingPlan { unenforced: thinking && unenforced(ctx, exit, &by), by, seconds, exit }
     }
-    Some(Continuable { triggers, delimiters, route })
 }
 
-/// The request's thinking-time budget: its own, else the config's.
-pub fn think_seconds(state: &AppState, req: &GenerationRequest<'_>) -> Option<f64> {
-    req.extension.and_then(|e| e.think_budget_s).or(state.config.budget.think_seconds)
+/// Who ends a request's thinking.
+pub enum By {
+    /// Nothing the proxy does: nothing applies, or only what the model does by itself.
+    Nothing,
+    /// The engine, from vLLM's `thinking_token_budget` in the body (token budgets only).
+    EngineField,
+    /// The upstream's hook: the budget in `vllm_xargs`, and `end_thinking` told over the
+    /// policy channel by the thinking-time deadline or an EAT exit.
+    Hook(HookTarget),
+    /// The proxy, by cutting the stream and continuing it (no ready hook).
+    Continuation(ContinuationPlan),
 }
 
-impl Continuable {
-    /// The plan, with the first leg's body made from the body an upstream without a
-    /// hook would get.
-    pub fn with_first_leg(self, upstream_body: &Bytes) -> Result<ContinuationPlan, ProxyError> {
-        let (body, first_body, asked) =
-            first_leg_body(upstream_body, self.route, self.triggers.rpdi.is_some())?;
-        Ok(ContinuationPlan {
-            triggers: self.triggers,
-            delimiters: self.delimiters,
-            route: self.route,
-            body,
-            first_body,
-            asked,
-            end_now: Arc::new(Notify::new()),
-            output_priority: None,
-        })
+/// How a request's thinking gets ended, decided once.
+pub struct EndingPlan {
+    pub by: By,
+    /// A budget or exit signal applies that nothing on this request's API can carry out
+    /// (counted, not dropped silently).
+    pub unenforced: bool,
+    /// The thinking-time budget.
+    seconds: Option<Duration>,
+    exit: ExitSignal,
+}
+
+/// Whether something applies that nothing can carry out: on an API the continuation
+/// does not speak (Responses, Messages), a think budget the engine does not already
+/// enforce from the client's own field, a thinking-time budget or an exit signal, with
+/// no ready hook; or EAT, whose probes are chat requests, hook or not.
+fn unenforced(ctx: &RequestCtx, exit: ExitSignal, by: &By) -> bool {
+    if continuation::Route::of(ctx.route()).is_some() {
+        return false;
     }
+    if exit == ExitSignal::Eat {
+        return true;
+    }
+    let own_budget = ctx.think_budget.is_some() && ctx.think_budget != ctx.client_budget;
+    !matches!(by, By::Hook(_)) && (own_budget || ctx.think_seconds.is_some() || exit != ExitSignal::Off)
 }
 
-impl ContinuationPlan {
-    /// The relay's continuation stage for a first leg sent to `in_flight`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn start(
+impl EndingPlan {
+    /// What a response read whole needs: the hook's `forget` at its end when a
+    /// thinking-time budget may have told it something.
+    pub fn for_whole_answer(self, ctx: &RequestCtx, observer: RequestObserver) -> RequestObserver {
+        match self.by {
+            By::Hook(hook) if self.seconds.is_some() => {
+                observer.watch(Box::new(ForgetAtEnd { hook, stream_id: ctx.stream_id().to_owned() }))
+            }
+            _ => observer,
+        }
+    }
+
+    /// Carries the plan out on a streamed response from `upstream` (sent to `path`):
+    /// the request's progress says how its thinking will end, the observer gets the
+    /// plan's watchers (the thinking-time deadline, the EAT prober's feed, the hook's
+    /// `forget` at the end), and the relay its continuation stage, if any.
+    pub fn carry_out(
         self,
         state: &AppState,
-        in_flight: &InFlight,
+        ctx: &Arc<RequestCtx>,
+        mut observer: RequestObserver,
+        upstream: &Upstream,
         path: &str,
-        mut headers: HeaderMap,
-        request_id: &str,
-        family: Option<&Arc<ModelFamily>>,
-        live: Arc<crate::streams::StreamGuard>,
-        span: tracing::Span,
-    ) -> Continuation {
-        let upstream = in_flight.upstream();
-        if let Ok(v) = HeaderValue::from_str(&format!("{request_id}-continued")) {
-            headers.insert(REQUEST_ID, v);
+    ) -> (RequestObserver, Option<Continuation>) {
+        let (end, continuation) = match self.by {
+            By::Continuation(c) => {
+                ctx.progress.set_ending(Ending::Continuation);
+                (Some(EndThinking::Continuation(c.end_now.clone())), Some(c))
+            }
+            By::Hook(h) => {
+                ctx.progress.set_ending(Ending::Hook);
+                (Some(EndThinking::Hook(h)), None)
+            }
+            By::EngineField | By::Nothing => (None, None),
+        };
+        let mut forget = None;
+        if let (Some(EndThinking::Hook(hook)), Some(after)) = (&end, self.seconds) {
+            forget = Some(hook.clone());
+            let deadline = ThinkDeadline { after, hook: hook.clone() };
+            observer =
+                observer.watch(Box::new(DeadlineWatch::new(deadline, ctx.clone(), state.metrics.clone())));
         }
-        if let Some(key) = &state.upstream_auth {
-            headers.insert(axum::http::header::AUTHORIZATION, key.clone());
+        if let Some(end) = end.filter(|_| self.exit == ExitSignal::Eat) {
+            if let Some(prober) = eat_prober(state, ctx, upstream, end.clone()) {
+                if let EndThinking::Hook(h) = end {
+                    forget = Some(h);
+                }
+                observer = observer.watch(Box::new(EatFeed::new(prober)));
+            }
         }
-        // What follows the cut is all answer: it gets the output class's priority.
-        if let Some(p) = self.output_priority {
-            headers.insert(VLLM_PRIORITY, HeaderValue::from(p));
+        if let Some(hook) = forget {
+            observer = observer.watch(Box::new(ForgetAtEnd { hook, stream_id: ctx.stream_id().to_owned() }));
         }
-        let added_logprobs = self.triggers.rpdi.is_some() && !self.asked.logprobs;
-        Continuation::new(Setup {
-            upstream: ContinuationUpstream {
-                client: state.client.clone(),
-                url: format!("{}{path}", upstream.base_url),
-                headers,
-                name: upstream.name.clone(),
-                first_byte_timeout: Duration::from_secs_f64(state.config.upstream.first_byte_timeout_s),
-            },
-            route: self.route,
-            delimiters: self.delimiters,
-            first_body: self.first_body,
-            asked: self.asked,
-            live: Some(live),
-            watch: ThinkWatch::new(self.route, self.triggers),
-            splicer: Splicer::new(self.asked, added_logprobs),
-            end_now: self.end_now,
-            metrics: state.metrics.clone(),
-            family: family.map_or("unknown", |f| f.name()).to_owned(),
-            span,
-        })
+        let continuation = continuation.map(|c| c.start(state, ctx, upstream, path));
+        (observer, continuation)
+    }
+}
+
+/// EAT probing for a streamed chat whose model family names its think delimiters.
+fn eat_prober(
+    state: &AppState,
+    ctx: &Arc<RequestCtx>,
+    upstream: &Upstream,
+    end: EndThinking,
+) -> Option<EatProber> {
+    if ctx.route() != Route::ChatCompletions {
+        return None;
+    }
+    let tags = ctx.family.as_ref()?.file.tags.as_ref()?;
+    let target = ProbeTarget {
+        client: state.client.clone(),
+        base_url: upstream.base_url.clone(),
+        auth: state.upstream_auth.clone(),
+        ctx: ctx.clone(),
+        think_open: tags.start.first()?.clone(),
+        think_close: tags.end.first()?.clone(),
+        end,
+        metrics: state.metrics.clone(),
+    };
+    EatProber::start(&state.config.exit, target)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use meridian_core::config::{ExitSignal, Forcing};
+    use meridian_core::{MeridianConfig, ModelRegistry, Phase};
+
+    use super::{By, EndingPlan, Prepared};
+    use crate::body::GenerationRequest;
+    use crate::ctx::{RequestCtx, Route};
+    use crate::state::AppState;
+
+    /// The plan for one request: `budget` tokens, `seconds` of thinking, on `route`,
+    /// answered by an upstream whose hook took it (`via_hook`) or not.
+    struct Case {
+        route: Route,
+        budget: Option<u32>,
+        seconds: Option<f64>,
+        thinking_off: bool,
+        forcing: Forcing,
+        exit: ExitSignal,
+        via_hook: bool,
+    }
+
+    impl Default for Case {
+        fn default() -> Self {
+            Case {
+                route: Route::ChatCompletions,
+                budget: None,
+                seconds: None,
+                thinking_off: false,
+                forcing: Forcing::Auto,
+                exit: ExitSignal::Off,
+                via_hook: false,
+            }
+        }
+    }
+
+    fn plan(case: Case) -> EndingPlan {
+        let mut cfg = MeridianConfig::default();
+        cfg.budget.forcing = case.forcing;
+        cfg.exit.signal = case.exit;
+        let models = ModelRegistry::builtin().expect("the built-in families load");
+        let family = models.get("qwen3").cloned();
+        let state = AppState::new(cfg, models, Default::default()).expect("a default state");
+        let body = match case.route {
+            Route::Responses => r#"{"model":"qwen3","input":"hi","stream":true}"#,
+            Route::Messages => {
+                r#"{"model":"qwen3","max_tokens":64,"messages":[{"role":"user","content":"hi"}],"stream":true}"#
+            }
+            _ => r#"{"model":"qwen3","messages":[{"role":"user","content":"hi"}],"stream":true}"#,
+        };
+        let body = Bytes::from_static(body.as_bytes());
+        let req = GenerationRequest::parse(&body, case.route.dialect()).expect("a valid body");
+        let mut ctx = RequestCtx::detached(case.route, family);
+        ctx.think_budget = case.budget;
+        ctx.think_seconds = case.seconds;
+        ctx.initial_phase = case.thinking_off.then_some(Phase::Output);
+        let prepared = Prepared::new(&state, &ctx, &body, &req).expect("bodies");
+        prepared.decide(&state, &Arc::new(ctx), case.via_hook.then_some("hook:7070"))
+    }
+
+    fn by(plan: &EndingPlan) -> &'static str {
+        match plan.by {
+            By::Nothing => "nothing",
+            By::EngineField => "engine field",
+            By::Hook(_) => "hook",
+            By::Continuation(_) => "continuation",
+        }
+    }
+
+    #[test]
+    fn a_ready_hook_ends_thinking_whenever_something_applies() {
+        let p = plan(Case { budget: Some(64), via_hook: true, ..Case::default() });
+        assert_eq!((by(&p), p.unenforced), ("hook", false));
+        let p = plan(Case {
+            seconds: Some(5.0),
+            via_hook: true,
+            forcing: Forcing::Continuation,
+            ..Case::default()
+        });
+        assert_eq!(by(&p), "hook", "the hook, not a second request, where one is ready");
+        let p = plan(Case { via_hook: true, ..Case::default() });
+        assert_eq!(by(&p), "nothing", "nothing to end: the hook is told nothing");
+    }
+
+    #[test]
+    fn without_a_hook_tokens_go_to_the_engine_and_the_rest_to_the_continuation() {
+        let p = plan(Case { budget: Some(64), ..Case::default() });
+        assert_eq!(by(&p), "engine field");
+        let p = plan(Case { budget: Some(64), forcing: Forcing::Continuation, ..Case::default() });
+        assert_eq!(by(&p), "continuation");
+        let p = plan(Case { seconds: Some(5.0), ..Case::default() });
+        assert_eq!(by(&p), "continuation", "only the proxy can keep time without a hook");
+        let p = plan(Case { seconds: Some(5.0), forcing: Forcing::Engine, ..Case::default() });
+        assert_eq!((by(&p), p.unenforced), ("nothing", false), "chat could continue: forcing said not to");
+    }
+
+    #[test]
+    fn what_nothing_can_carry_out_is_flagged_not_dropped() {
+        let p = plan(Case { route: Route::Responses, seconds: Some(5.0), ..Case::default() });
+        assert_eq!((by(&p), p.unenforced), ("nothing", true));
+        let p = plan(Case { route: Route::Responses, seconds: Some(5.0), via_hook: true, ..Case::default() });
+        assert_eq!((by(&p), p.unenforced), ("hook", false));
+        let p =
+            plan(Case { route: Route::Messages, exit: ExitSignal::Eat, via_hook: true, ..Case::default() });
+        assert_eq!((by(&p), p.unenforced), ("hook", true), "EAT probes are chat requests, hook or not");
+        let p =
+            plan(Case { route: Route::Responses, seconds: Some(5.0), thinking_off: true, ..Case::default() });
+        assert!(!p.unenforced, "a request that does not think has nothing to end");
     }
 }

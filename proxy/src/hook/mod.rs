@@ -123,7 +123,7 @@ impl HookTarget {
     /// the channel); a failure is logged, and the stream simply thinks on.
     pub fn end_thinking(&self, request_id: &str) {
         if let Some(entry) = self.channel.streams.as_ref().and_then(|s| s.get(request_id)) {
-            entry.set_ending(Ending::HookDirectiveSent);
+            entry.progress.set_ending(Ending::HookDirectiveSent);
         }
         self.send_in_background(request_id, Action::EndThinking);
     }

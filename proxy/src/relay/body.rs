@@ -16,10 +16,11 @@
 //! network read, nothing is held and nothing is copied; a line split across reads is
 //! copied once.
 //!
-//! A stream whose thinking may be cut and continued runs its lines through the
-//! continuation stage (`crate::ending::continuation`): the same single tracking of each
-//! event, the chunk rewritten for the client, and at a cut the relay reads the second leg
-//! in place of the first.
+//! What the lines then become is the stream's stage's to say ([`super::stage`]): the
+//! tracked stage relays them as they came while the observer reads each event; a stream
+//! whose thinking may be cut and continued goes through the continuation's stage
+//! instead, which rewrites its chunks and at a cut hands the relay the second leg to
+//! read in place of the first.
 //!
 //! When a drain's grace runs out, the stream ends with a `server_shutting_down` error
 //! event; dropping the body then aborts the upstream request.
@@ -32,17 +33,16 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::Stream;
-use futures::stream::BoxStream;
 use tokio::time::Sleep;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::observer::RequestObserver;
+use super::stage::{Flow, LegStream, Relayed, Stage, Tracked};
 use super::tail::Tail;
-use crate::ending::continuation::{Continuation, Emit, LegStream};
 use crate::error::ProxyError;
 use crate::telemetry::Metrics;
 use crate::upstream::InFlight;
-use meridian_core::stream::{LineReader, SseLine, lines, sse_line};
+use meridian_core::stream::LineReader;
 
 #[derive(PartialEq)]
 enum State {
@@ -52,7 +52,7 @@ enum State {
 
 pin_project_lite::pin_project! {
     pub struct RelayBody {
-        upstream: BoxStream<'static, Result<Bytes, ProxyError>>,
+        upstream: LegStream,
         #[pin]
         idle: Sleep,
         idle_timeout: Duration,
@@ -70,15 +70,15 @@ pin_project_lite::pin_project! {
         // A drain's grace running out ends the stream (see `crate::drain`).
         #[pin]
         grace_over: WaitForCancellationFutureOwned,
-        // A stream whose thinking may be cut and continued (see `crate::ending::continuation`).
-        continuation: Option<Continuation>,
+        // What the lines become for the client (see `super::stage`).
+        stage: Box<dyn Stage>,
     }
 }
 
 impl RelayBody {
     /// Relays `upstream`, whose errors end the client's stream with an error event.
     pub fn new(
-        upstream: BoxStream<'static, Result<Bytes, ProxyError>>,
+        upstream: LegStream,
         idle_timeout: Duration,
         observer: RequestObserver,
         metrics: std::sync::Arc<Metrics>,
@@ -99,14 +99,15 @@ impl RelayBody {
             failing: None,
             tail: Tail::default(),
             grace_over,
-            continuation: None,
+            stage: Box::new(Tracked),
         }
     }
 
-    /// Relays through a continuation stage: the first leg's thinking may be cut and the
-    /// rest of the answer read from a second request, spliced into one stream.
-    pub fn continued(mut self, continuation: Continuation) -> Self {
-        self.continuation = Some(continuation);
+    /// Relays through `stage` instead of the tracked one (a continuation's: the first
+    /// leg's thinking may be cut and the rest of the answer read from a second request,
+    /// spliced into one stream).
+    pub fn through(mut self, stage: Box<dyn Stage>) -> Self {
+        self.stage = stage;
         self
     }
 }
@@ -123,19 +124,23 @@ impl Stream for RelayBody {
             return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
         }
         loop {
-            // A cut between events (the thinking-time deadline, the EAT prober's word),
-            // unless the first leg already ended (a model that stopped while thinking).
-            let ended = *this.saw_done || this.observer.every_choice_finished();
-            if let Some(c) = this.continuation.as_mut().filter(|_| !ended) {
-                if let Poll::Ready(cut) = c.poll_cut(cx) {
-                    if let Some(second) = c.cut(cut, this.observer) {
-                        // Dropping the first leg's response cancels it in the engine.
-                        *this.upstream = second;
+            // A switch between events (a continuation's cut on the thinking-time
+            // deadline or the EAT prober's word), unless the answer already ended (a
+            // model that stopped while thinking).
+            let relayed = Relayed {
+                observer: &mut *this.observer,
+                tail: &mut *this.tail,
+                saw_done: &mut *this.saw_done,
+            };
+            if !relayed.answer_ended() {
+                if let Poll::Ready(flow) = this.stage.poll_between(cx, relayed) {
+                    if let Some(next) = flow.switch_to {
+                        // Dropping the current leg's response cancels it in the engine.
+                        *this.upstream = next;
                         this.lines.take_partial();
-                        if let Some(b) = c.out.take() {
-                            this.tail.push(&b);
-                            return Poll::Ready(Some(Ok(b)));
-                        }
+                    }
+                    if let Some(b) = flow.out {
+                        return Poll::Ready(Some(Ok(b)));
                     }
                     continue;
                 }
@@ -185,47 +190,33 @@ impl Stream for RelayBody {
                             }
                         }
                     }
-                    if let Some(c) = this.continuation.as_mut() {
-                        let spliced = splice_block(c, &out, at, this.observer, this.tail, this.saw_done);
-                        if let Some(second) = spliced.cut_to {
-                            *this.upstream = second;
-                            this.lines.take_partial();
-                            // The bad bytes came after the cut: dropped with the first leg.
-                            *this.failing = None;
-                        }
-                        if let Some(b) = spliced.out {
-                            return Poll::Ready(Some(Ok(b)));
-                        }
-                        // Every line was dropped: an error due goes out now, not later.
-                        match this.failing.take() {
-                            Some(err) => {
-                                return Poll::Ready(Some(Ok(close_with(
-                                    this.tail,
-                                    this.observer,
-                                    this.state,
-                                    err,
-                                ))));
-                            }
-                            None => continue,
-                        }
+                    let relayed = Relayed {
+                        observer: &mut *this.observer,
+                        tail: &mut *this.tail,
+                        saw_done: &mut *this.saw_done,
+                    };
+                    let Flow { out, switch_to } = this.stage.block(out, at, relayed);
+                    if let Some(next) = switch_to {
+                        *this.upstream = next;
+                        this.lines.take_partial();
+                        // Bad bytes after the switch were dropped with the leg they came on.
+                        *this.failing = None;
                     }
-                    // The tracker sees exactly the lines the client gets, when it gets them.
-                    for line in lines(&out) {
-                        match sse_line(line) {
-                            SseLine::Data(payload) => {
-                                this.tail.saw_data();
-                                this.observer.on_payload(payload, at);
-                            }
-                            SseLine::Done => {
-                                this.tail.saw_data();
-                                *this.saw_done = true;
-                            }
-                            SseLine::Blank => this.tail.saw_blank(),
-                            SseLine::Other => {}
-                        }
+                    if let Some(b) = out {
+                        return Poll::Ready(Some(Ok(b)));
                     }
-                    this.tail.push(&out);
-                    return Poll::Ready(Some(Ok(out)));
+                    // Every line was dropped: an error due goes out now, not later.
+                    match this.failing.take() {
+                        Some(err) => {
+                            return Poll::Ready(Some(Ok(close_with(
+                                this.tail,
+                                this.observer,
+                                this.state,
+                                err,
+                            ))));
+                        }
+                        None => continue,
+                    }
                 }
                 Poll::Ready(Some(Err(err))) => {
                     return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
@@ -269,64 +260,6 @@ impl Stream for RelayBody {
             }
         }
     }
-}
-
-/// A block of whole lines through the continuation stage.
-struct SplicedBlock {
-    /// What the client gets (`None`: every line was dropped).
-    out: Option<Bytes>,
-    /// A cut fell in this block: the leg to read from now (the block's lines after the
-    /// cut are dropped with the first leg).
-    cut_to: Option<LegStream>,
-}
-
-/// Runs a block's lines through the continuation stage: each chunk is tracked once
-/// (lent to the think watch on the first leg) and rewritten for the client; a cut the
-/// watch makes due on a chunk ends the first leg right after it.
-fn splice_block(
-    c: &mut Continuation,
-    block: &[u8],
-    at: Instant,
-    observer: &mut RequestObserver,
-    tail: &mut Tail,
-    saw_done: &mut bool,
-) -> SplicedBlock {
-    let mut cut_to = None;
-    for line in lines(block) {
-        match sse_line(line) {
-            SseLine::Data(payload) => {
-                let emit = c.chunk(payload, at, observer);
-                if emit != Emit::Drop {
-                    tail.saw_data();
-                }
-                c.out.chunk(emit, line);
-                // Not once the first leg has ended (a model that stopped while thinking).
-                let cut = c.take_cut().filter(|_| !(*saw_done || observer.every_choice_finished()));
-                if let Some(second) = cut.and_then(|cut| c.cut(cut, observer)) {
-                    cut_to = Some(second);
-                    break;
-                }
-            }
-            SseLine::Done => {
-                tail.saw_data();
-                *saw_done = true;
-                c.out.other(line);
-            }
-            SseLine::Blank => {
-                if c.out.other(line) {
-                    tail.saw_blank();
-                }
-            }
-            SseLine::Other => {
-                c.out.other(line);
-            }
-        }
-    }
-    let out = c.out.take();
-    if let Some(b) = &out {
-        tail.push(b);
-    }
-    SplicedBlock { out, cut_to }
 }
 
 /// The bytes that end a broken stream: the API's error event (see

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue, Method};
 use bytes::Bytes;
+use meridian_core::Outcome;
 
 use crate::error::ProxyError;
 use crate::request_id::REQUEST_ID;
@@ -23,7 +24,7 @@ pub struct UpstreamRequest<'a> {
     pub path_and_query: &'a str,
     pub headers: HeaderMap,
     pub body: Bytes,
-    /// The body for upstreams whose hook is ready (see `routes::body::hook_body`).
+    /// The body for upstreams whose hook is ready (see `body::hook_body`).
     pub hook_body: Option<Bytes>,
     pub request_id: &'a HeaderValue,
     /// The requested model: only upstreams serving it are chosen (`None`: any upstream).
@@ -92,7 +93,7 @@ pub async fn send_with_retries(state: &AppState, mut req: UpstreamRequest<'_>) -
         }
         match answered {
             Err(_) => {
-                spans::fail(&span, "upstream_timeout");
+                spans::fail(&span, Outcome::UpstreamTimeout.as_str());
                 last_error = ProxyError::UpstreamTimeout {
                     upstream: upstream.name.clone(),
                     after_s: cfg.first_byte_timeout_s,
@@ -102,7 +103,7 @@ pub async fn send_with_retries(state: &AppState, mut req: UpstreamRequest<'_>) -
                 let reason = describe(&e);
                 tracing::warn!(upstream = %upstream.name, %reason, attempt, "upstream request failed");
                 upstream.record_failure(cfg.unhealthy_after, &state.metrics, &reason);
-                spans::fail(&span, "upstream_error");
+                spans::fail(&span, Outcome::UpstreamError.as_str());
                 last_error = ProxyError::UpstreamUnreachable {
                     upstream: upstream.name.clone(),
                     reason,
@@ -113,7 +114,7 @@ pub async fn send_with_retries(state: &AppState, mut req: UpstreamRequest<'_>) -
                 let status = resp.status();
                 tracing::warn!(upstream = %upstream.name, %status, attempt, "upstream refused; trying another");
                 upstream.record_failure(cfg.unhealthy_after, &state.metrics, status.as_str());
-                spans::fail(&span, "upstream_error");
+                spans::fail(&span, Outcome::UpstreamError.as_str());
                 last_error = ProxyError::UpstreamUnreachable {
                     upstream: upstream.name.clone(),
                     reason: format!("answered {status}"),

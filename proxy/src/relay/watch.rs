@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use meridian_core::phase::PhaseEvents;
 use meridian_core::stream::Usage;
-use meridian_core::{Phase, PhaseEvent};
+use meridian_core::{Outcome, Phase, PhaseEvent};
 
 use crate::telemetry::RequestTimings;
 
@@ -90,8 +90,8 @@ pub struct Event<'a> {
 /// How a response ended, once, whether it completed, failed or was dropped.
 #[derive(Debug)]
 pub struct Ended<'a> {
-    /// `ok`, or the failure's outcome label (`client_disconnected` until told otherwise).
-    pub outcome: &'static str,
+    /// How it ended (`ClientDisconnected` until told otherwise).
+    pub outcome: Outcome,
     pub timings: &'a RequestTimings,
     pub so_far: &'a SoFar,
     /// The model family's name, the label of its metrics.

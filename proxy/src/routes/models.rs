@@ -10,25 +10,26 @@ use std::time::Duration;
 use axum::extract::{Extension, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
+use meridian_core::Outcome;
 use serde_json::{Value, json};
 
 use crate::error::ProxyError;
 use crate::headers::upstream_request_headers;
 use crate::request_id::{REQUEST_ID, request_id};
 use crate::state::AppState;
-use crate::telemetry::outcomes::Outcome;
+use crate::telemetry::outcomes::OutcomeSlot;
 use crate::upstream::{Upstream, model_ids};
 
 pub async fn list_models(
     State(state): State<Arc<AppState>>,
-    Extension(outcome): Extension<Outcome>,
+    Extension(outcome): Extension<OutcomeSlot>,
     headers: HeaderMap,
 ) -> Response {
     let id = request_id(&headers);
     outcome.route("models");
     let healthy: Vec<_> = state.pool.all().iter().filter(|u| u.is_healthy()).cloned().collect();
     if healthy.is_empty() {
-        outcome.set("no_upstream");
+        outcome.set(Outcome::NoUpstream);
         return ProxyError::NoHealthyUpstream.into_response();
     }
     let mut fwd = upstream_request_headers(&headers, state.config.upstream.forward_authorization);
@@ -63,14 +64,14 @@ pub async fn list_models(
         }
     }
     if answered == 0 {
-        outcome.set("upstream_error");
+        outcome.set(Outcome::UpstreamError);
         let err = ProxyError::UpstreamFailed {
             upstream: "all".into(),
             reason: "no upstream listed its models".into(),
         };
         return err.into_response();
     }
-    outcome.set("ok");
+    outcome.set(Outcome::Ok);
     axum::Json(json!({"object": "list", "data": data})).into_response()
 }
 

@@ -8,18 +8,19 @@ use axum::extract::{Request, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
+use meridian_core::Outcome;
 
-use super::body::read_body;
+use crate::body::read_body;
 use crate::error::ProxyError;
 use crate::headers::{client_response_headers, upstream_request_headers};
 use crate::relay::{UpstreamRequest, send_with_retries};
 use crate::request_id::{REQUEST_ID, request_id};
 use crate::state::AppState;
-use crate::telemetry::outcomes::Outcome;
+use crate::telemetry::outcomes::OutcomeSlot;
 
 pub async fn passthrough(State(state): State<Arc<AppState>>, req: Request) -> Response {
     let id = request_id(req.headers());
-    let outcome = req.extensions().get::<Outcome>().cloned().unwrap_or_default();
+    let outcome = req.extensions().get::<OutcomeSlot>().cloned().unwrap_or_default();
     outcome.route("passthrough");
     let result = async {
         let path = req.uri().path().to_owned();
@@ -64,7 +65,7 @@ pub async fn passthrough(State(state): State<Arc<AppState>>, req: Request) -> Re
         let mut out = Response::new(Body::from_stream(stream));
         *out.status_mut() = status;
         *out.headers_mut() = headers;
-        outcome.set(if status.is_success() { "ok" } else { "upstream_status" });
+        outcome.set(if status.is_success() { Outcome::Ok } else { Outcome::UpstreamStatus });
         Ok(out)
     }
     .await;

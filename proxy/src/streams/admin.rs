@@ -108,7 +108,7 @@ async fn one(State(admin): State<Admin>, Path(id): Path<String>, headers: Header
         return denied;
     }
     match admin.streams.get(&id) {
-        Some(entry) => axum::Json(entry.view(std::time::Instant::now())).into_response(),
+        Some(ctx) => axum::Json(super::view(&ctx, std::time::Instant::now())).into_response(),
         None => {
             let body = json!({"error": {"message": format!("no open stream {id:?}"), "type": "not_found",
                                         "code": "not_found"}});

@@ -1,6 +1,6 @@
 //! Each request's outcome, counted once in `meridian_requests_total{route,outcome}` by one
 //! layer, when its response has ended (or the client left before it came). Whoever knows
-//! the outcome writes it in the request's [`Outcome`] (the handler for an error or a
+//! the outcome writes it in the request's [`OutcomeSlot`] (the handler for an error or a
 //! whole answer, the relay's record when a stream ends); the layer counts what was
 //! written once nothing can change it. A request whose route never named itself (health,
 //! readiness, metrics) is not counted.
@@ -16,32 +16,34 @@ use axum::response::Response;
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 
+use meridian_core::Outcome;
+
 use super::Metrics;
 
 /// Where a request's route and outcome are written, shared by everything that handles it.
 #[derive(Clone, Debug, Default)]
-pub struct Outcome(Arc<Mutex<Slot>>);
+pub struct OutcomeSlot(Arc<Mutex<Slot>>);
 
 #[derive(Debug, Default)]
 struct Slot {
     route: Option<&'static str>,
-    outcome: Option<&'static str>,
+    outcome: Option<Outcome>,
     counted: bool,
 }
 
-impl Outcome {
+impl OutcomeSlot {
     /// The request is one the proxy counts, under this route.
     pub fn route(&self, route: &'static str) {
         self.with(|s| s.route = Some(route));
     }
 
     /// How the request ended (the last word wins: a stream's end over its headers').
-    pub fn set(&self, outcome: &'static str) {
+    pub fn set(&self, outcome: Outcome) {
         self.with(|s| s.outcome = Some(outcome));
     }
 
     /// How the request ended, unless something already said.
-    pub fn set_if_unset(&self, outcome: &'static str) {
+    pub fn set_if_unset(&self, outcome: Outcome) {
         self.with(|s| {
             s.outcome.get_or_insert(outcome);
         });
@@ -53,7 +55,7 @@ impl Outcome {
     }
 
     /// Counts the request once: its outcome, else `unset`.
-    fn count(&self, metrics: &Metrics, unset: &'static str) {
+    fn count(&self, metrics: &Metrics, unset: Outcome) {
         let (route, outcome) = self.with(|s| {
             if std::mem::replace(&mut s.counted, true) {
                 return (None, None);
@@ -66,11 +68,11 @@ impl Outcome {
     }
 }
 
-/// The layer: gives the request its [`Outcome`], and counts it when the response body
+/// The layer: gives the request its [`OutcomeSlot`], and counts it when the response body
 /// ends or is dropped; a handler dropped before it answered (the client left) counts as
 /// `client_disconnected`.
 pub async fn count(State(metrics): State<Arc<Metrics>>, mut req: Request, next: Next) -> Response {
-    let outcome = Outcome::default();
+    let outcome = OutcomeSlot::default();
     req.extensions_mut().insert(outcome.clone());
     let left_early = CountOnDrop { outcome: outcome.clone(), metrics: metrics.clone(), armed: true };
     let resp = next.run(req).await;
@@ -79,7 +81,7 @@ pub async fn count(State(metrics): State<Arc<Metrics>>, mut req: Request, next: 
 }
 
 struct CountOnDrop {
-    outcome: Outcome,
+    outcome: OutcomeSlot,
     metrics: Arc<Metrics>,
     armed: bool,
 }
@@ -93,7 +95,7 @@ impl CountOnDrop {
 impl Drop for CountOnDrop {
     fn drop(&mut self) {
         if self.armed {
-            self.outcome.count(&self.metrics, "client_disconnected");
+            self.outcome.count(&self.metrics, Outcome::ClientDisconnected);
         }
     }
 }
@@ -102,7 +104,7 @@ impl Drop for CountOnDrop {
 /// body is gone, so the relay's record (dropped with the inner body) has had its say.
 struct Counted {
     inner: Option<Body>,
-    outcome: Outcome,
+    outcome: OutcomeSlot,
     metrics: Arc<Metrics>,
 }
 
@@ -135,7 +137,7 @@ impl Counted {
     fn finish(&mut self) {
         drop(self.inner.take());
         // A response that went out whole without a word from anyone was not a failure.
-        self.outcome.count(&self.metrics, "ok");
+        self.outcome.count(&self.metrics, Outcome::Ok);
     }
 }
 
@@ -143,6 +145,6 @@ impl Drop for Counted {
     fn drop(&mut self) {
         drop(self.inner.take());
         // Dropped before its end: the client went away (unless something said otherwise).
-        self.outcome.count(&self.metrics, "client_disconnected");
+        self.outcome.count(&self.metrics, Outcome::ClientDisconnected);
     }
 }

@@ -197,12 +197,12 @@ pub fn directive_span(parent: &Span, action: &'static str, addr: &str) -> Span {
 }
 
 /// Marks a span failed, with the outcome Meridian counts it under.
-pub fn fail(span: &Span, outcome: &str) {
+pub fn fail(span: &Span, error_type: &str) {
     if span.is_none() {
         return;
     }
     span.record("otel.status_code", "error");
-    span.record("error.type", outcome);
+    span.record("error.type", error_type);
 }
 
 /// Marks `span` as ending now. The bridge ends a span at the last time it was exited,

@@ -89,7 +89,7 @@ impl Rig {
 
     /// Open streamed responses in `phase`, as `meridian_open_streams` reports them.
     pub fn open_streams(&self, phase: meridian_core::Phase) -> u64 {
-        self.proxy.state.streams.streams_by_phase()[meridian_proxy::streams::phase_slot(phase)]
+        self.proxy.state.streams.streams_by_phase()[meridian_proxy::ctx::phase_slot(phase)]
     }
 
     /// A chat request for `model` replaying `fixture`, with extra mock headers.

@@ -19,13 +19,15 @@
 //! uses continuation only where there is none.
 
 mod legs;
+mod setup;
 mod splice;
 mod stage;
 mod watch;
 
 pub use legs::{ClientAsked, first_leg_body};
+pub use setup::{Continuable, ContinuationPlan, continuable};
 pub use splice::{Emit, Splicer};
-pub use stage::{Continuation, LegStream, Setup, Spliced, Upstream as ContinuationUpstream};
+pub use stage::{Continuation, Setup, Spliced, Upstream as ContinuationUpstream};
 pub use watch::{Cut, ThinkWatch, Triggers};
 
 /// The text that closes a thought for a model family, and the one that opens it.
@@ -52,4 +54,17 @@ impl Delimiters {
 pub enum Route {
     Chat,
     Completions,
+}
+
+impl Route {
+    /// The API a request's route speaks, where the proxy can end thinking itself by
+    /// continuing the answer in a second request: chat and completions, whose prompt it
+    /// can extend. The other APIs end thinking only through an engine's hook.
+    pub fn of(route: crate::ctx::Route) -> Option<Route> {
+        match route {
+            crate::ctx::Route::ChatCompletions => Some(Route::Chat),
+            crate::ctx::Route::Completions => Some(Route::Completions),
+            crate::ctx::Route::Responses | crate::ctx::Route::Messages => None,
+        }
+    }
 }

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use axum::http::HeaderMap;
 use bytes::{Bytes, BytesMut};
-use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
+use meridian_core::stream::{SseLine, lines, sse_line};
 use serde_json::{Map, Value};
 use tokio::sync::Notify;
 use tokio::time::Sleep;
@@ -24,8 +24,9 @@ use super::legs::{ClientAsked, SoFar, second_leg_body};
 use super::splice::{Emit, Splicer};
 use super::watch::{Cut, ThinkWatch};
 use super::{Delimiters, Route};
+use crate::ctx::{Ending, RequestCtx};
 use crate::error::ProxyError;
-use crate::relay::RequestObserver;
+use crate::relay::{Flow, LegStream, Relayed, RequestObserver, Stage};
 use crate::telemetry::{Metrics, spans};
 
 /// Where the continuation goes: the upstream that served the first leg (whose prefix
@@ -41,10 +42,7 @@ pub struct Upstream {
     pub first_byte_timeout: Duration,
 }
 
-/// A leg's body for the relay: bytes, or the error that ends the client's stream.
-pub type LegStream = BoxStream<'static, Result<Bytes, ProxyError>>;
-
-/// What a continued stream is set up with (see `crate::ending::plan`).
+/// What a continued stream is set up with (see [`super::ContinuationPlan`]).
 pub struct Setup {
     pub upstream: Upstream,
     pub route: Route,
@@ -57,12 +55,10 @@ pub struct Setup {
     /// Rung by the EAT prober when its signal says stop.
     pub end_now: Arc<Notify>,
     pub metrics: Arc<Metrics>,
-    pub family: String,
-    /// The stream's entry in the open-stream registry, marked when thinking is cut.
-    pub live: Option<Arc<crate::streams::StreamGuard>>,
-    /// The request's span: the leg after the cut gets a span under it, whose context goes
-    /// upstream (`Span::none()`: untraced, headers as they are).
-    pub span: tracing::Span,
+    /// The request: its progress is marked when thinking is cut, and the leg after the
+    /// cut gets a span under its span, whose context goes upstream (`Span::none()`:
+    /// untraced, headers as they are).
+    pub ctx: Arc<RequestCtx>,
 }
 
 pub struct Continuation {
@@ -144,7 +140,7 @@ impl Continuation {
             so_far,
             self.setup.asked,
         ) else {
-            tracing::debug!(parent: &self.setup.span, reason = cut.label(), "no room left to continue; thinking goes on");
+            tracing::debug!(parent: self.setup.ctx.span(), reason = cut.label(), "no room left to continue; thinking goes on");
             self.setup.watch.settle();
             return None;
         };
@@ -156,11 +152,9 @@ impl Continuation {
         // The first leg's token counts described a response that is no longer the one
         // the client gets.
         observer.forget_usage();
-        if let Some(live) = &self.setup.live {
-            live.entry().set_ending(crate::streams::Ending::Continued);
-        }
-        tracing::debug!(parent: &self.setup.span, reason = cut.label(), upstream = %self.setup.upstream.name, "thinking cut; continuing");
-        let leg = spans::leg_span(&self.setup.span, cut.label(), &self.setup.upstream.name);
+        self.setup.ctx.progress.set_ending(Ending::Continued);
+        tracing::debug!(parent: self.setup.ctx.span(), reason = cut.label(), upstream = %self.setup.upstream.name, "thinking cut; continuing");
+        let leg = spans::leg_span(self.setup.ctx.span(), cut.label(), &self.setup.upstream.name);
         Some(second_leg(self.setup.upstream.clone(), body, leg))
     }
 
@@ -168,9 +162,64 @@ impl Continuation {
         self.setup.metrics.count_continuation(cut.label());
         match cut {
             Cut::Tokens => {} // the relay's own tracker counts budgets reached
-            Cut::Seconds => self.setup.metrics.count_budget_reached(&self.setup.family),
+            Cut::Seconds => self.setup.metrics.count_budget_reached(self.setup.ctx.family_name()),
             Cut::Rpdi | Cut::Eat => self.setup.metrics.count_entropy_exit(cut.label()),
         }
+    }
+}
+
+/// The continuation as the relay's stage: each chunk of a block is tracked once (lent
+/// to the think watch on the first leg) and rewritten for the client; a cut the watch
+/// makes due on a chunk ends the first leg right after it, and one due between events
+/// (the thinking-time deadline, the EAT prober's word) ends it there.
+impl Stage for Continuation {
+    fn block(&mut self, block: Bytes, at: Instant, mut relayed: Relayed<'_>) -> Flow {
+        let mut switch_to = None;
+        for line in lines(&block) {
+            match sse_line(line) {
+                SseLine::Data(payload) => {
+                    let emit = self.chunk(payload, at, relayed.observer);
+                    if emit != Emit::Drop {
+                        relayed.saw_data();
+                    }
+                    self.out.chunk(emit, line);
+                    // Not once the first leg has ended (a model that stopped while thinking).
+                    let cut = self.take_cut().filter(|_| !relayed.answer_ended());
+                    if let Some(second) = cut.and_then(|cut| self.cut(cut, relayed.observer)) {
+                        switch_to = Some(second);
+                        break;
+                    }
+                }
+                SseLine::Done => {
+                    relayed.saw_data();
+                    *relayed.saw_done = true;
+                    self.out.other(line);
+                }
+                SseLine::Blank => {
+                    if self.out.other(line) {
+                        relayed.saw_blank();
+                    }
+                }
+                SseLine::Other => {
+                    self.out.other(line);
+                }
+            }
+        }
+        let out = self.out.take();
+        if let Some(b) = &out {
+            relayed.sent(b);
+        }
+        Flow { out, switch_to }
+    }
+
+    fn poll_between(&mut self, cx: &mut Context<'_>, mut relayed: Relayed<'_>) -> Poll<Flow> {
+        let Poll::Ready(cut) = self.poll_cut(cx) else { return Poll::Pending };
+        let Some(second) = self.cut(cut, relayed.observer) else { return Poll::Ready(Flow::default()) };
+        let out = self.out.take();
+        if let Some(b) = &out {
+            relayed.sent(b);
+        }
+        Poll::Ready(Flow { out, switch_to: Some(second) })
     }
 }
 
@@ -181,7 +230,7 @@ fn second_leg(up: Upstream, body: Value, leg: tracing::Span) -> LegStream {
         let (name, leg) = (up.name.clone(), leg.clone());
         move |reason: String| {
             let e = ProxyError::UpstreamFailed { upstream: name.clone(), reason };
-            spans::fail(&leg, e.outcome());
+            spans::fail(&leg, e.outcome().as_str());
             e
         }
     };
@@ -193,7 +242,7 @@ fn second_leg(up: Upstream, body: Value, leg: tracing::Span) -> LegStream {
         let send = up.client.post(&up.url).headers(headers).json(&body).send();
         let resp = match tokio::time::timeout(up.first_byte_timeout, send).await {
             Err(_) => {
-                spans::fail(&leg, "upstream_timeout");
+                spans::fail(&leg, meridian_core::Outcome::UpstreamTimeout.as_str());
                 return Err(ProxyError::UpstreamTimeout {
                     upstream: up.name.clone(),
                     after_s: up.first_byte_timeout.as_secs_f64(),
@@ -278,5 +327,78 @@ impl Spliced {
     fn push_line(&mut self, line: &[u8]) {
         self.buf.extend_from_slice(line);
         self.buf.extend_from_slice(b"\n");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ctx::RequestCtx;
+    use crate::ending::continuation::{ClientAsked, Triggers};
+    use crate::relay::{Served, Tail};
+
+    /// A continuation whose first leg is cut after `budget` thinking tokens, and the
+    /// relay's state it works on.
+    fn continued(budget: u32) -> (Continuation, RequestObserver) {
+        let family = meridian_core::ModelRegistry::builtin().ok().and_then(|r| r.get("qwen3").cloned());
+        let mut ctx = RequestCtx::detached(crate::ctx::Route::ChatCompletions, family);
+        // The observer's tracker says when the budget is spent, as the relay's does.
+        ctx.think_budget = Some(budget);
+        let ctx = Arc::new(ctx);
+        let asked = ClientAsked { usage: false, continuous_usage: false, logprobs: false };
+        let first_body = serde_json::json!({"model": "m", "max_tokens": 100, "stream": true,
+            "messages": [{"role": "user", "content": "hi"}]});
+        let triggers = Triggers { tokens: Some(budget), ..Default::default() };
+        let setup = Setup {
+            upstream: Upstream {
+                client: reqwest::Client::new(),
+                // Never reached: the second leg is only sent when the relay reads it.
+                url: "http://127.0.0.1:9/v1/chat/completions".into(),
+                headers: HeaderMap::new(),
+                name: "engine".into(),
+                first_byte_timeout: Duration::from_secs(1),
+            },
+            route: Route::Chat,
+            delimiters: Delimiters { open: "<think>".into(), close: "</think>".into() },
+            first_body: first_body.as_object().cloned().unwrap_or_default(),
+            asked,
+            watch: ThinkWatch::new(Route::Chat, triggers),
+            splicer: Splicer::new(asked, false),
+            end_now: Arc::new(Notify::new()),
+            metrics: Arc::new(Metrics::new()),
+            ctx: ctx.clone(),
+        };
+        let observer = RequestObserver::new(Arc::new(Metrics::new()), ctx, Served::default(), true);
+        (Continuation::new(setup), observer)
+    }
+
+    fn thought(text: &str) -> String {
+        format!("data: {}\n\n", serde_json::json!({"choices": [{"index": 0, "delta": {"reasoning": text}}]}))
+    }
+
+    #[tokio::test]
+    async fn the_stage_switches_legs_on_the_chunk_that_spends_the_budget() {
+        let (mut stage, mut observer) = continued(2);
+        let (mut tail, mut done) = (Tail::default(), false);
+        let block = format!("{}{}{}", thought("a"), thought(" b"), thought(" c"));
+        let relayed = Relayed { observer: &mut observer, tail: &mut tail, saw_done: &mut done };
+        let flow = stage.block(Bytes::from(block), Instant::now(), relayed);
+        let out = String::from_utf8(flow.out.map(|b| b.to_vec()).unwrap_or_default()).unwrap_or_default();
+        assert!(flow.switch_to.is_some(), "the budget of 2 was spent: the second leg takes over");
+        assert!(out.contains("\"a\"") && out.contains("\" b\""), "what came before the cut goes out: {out}");
+        assert!(!out.contains("\" c\""), "what the first leg sent after the cut is dropped: {out}");
+        assert!(!tail.mid_event(), "the client's last event was closed before the second leg");
+        assert_eq!(stage.setup.ctx.progress.ending(), Ending::Continued);
+    }
+
+    #[tokio::test]
+    async fn a_block_within_the_budget_goes_out_as_the_client_asked_it() {
+        let (mut stage, mut observer) = continued(100);
+        let (mut tail, mut done) = (Tail::default(), false);
+        let block = thought("a");
+        let relayed = Relayed { observer: &mut observer, tail: &mut tail, saw_done: &mut done };
+        let flow = stage.block(Bytes::from(block.clone()), Instant::now(), relayed);
+        assert!(flow.switch_to.is_none());
+        assert_eq!(flow.out.as_deref(), Some(block.as_bytes()), "nothing to take out: the same bytes");
     }
 }

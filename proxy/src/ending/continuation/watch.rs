@@ -199,7 +199,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::relay::{RequestInfo, RequestObserver};
+    use crate::ctx::RequestCtx;
+    use crate::relay::{RequestObserver, Served};
     use crate::telemetry::Metrics;
     use serde_json::json;
 
@@ -234,17 +235,17 @@ mod tests {
     }
 
     fn watch(t: Triggers) -> Watched {
-        let mut info = RequestInfo::new("test", None);
-        info.think_budget = t.tokens;
-        let observer = RequestObserver::new(Arc::new(Metrics::new()), info, true);
+        let mut ctx = RequestCtx::detached(crate::ctx::Route::ChatCompletions, None);
+        ctx.think_budget = t.tokens;
+        let observer = RequestObserver::new(Arc::new(Metrics::new()), Arc::new(ctx), Served::default(), true);
         Watched { observer, watch: ThinkWatch::new(Route::Chat, t) }
     }
 
     #[test]
     fn a_budget_the_engine_enforces_is_not_cut_here() {
-        let mut info = RequestInfo::new("test", None);
-        info.think_budget = Some(2);
-        let observer = RequestObserver::new(Arc::new(Metrics::new()), info, true);
+        let mut ctx = RequestCtx::detached(crate::ctx::Route::ChatCompletions, None);
+        ctx.think_budget = Some(2);
+        let observer = RequestObserver::new(Arc::new(Metrics::new()), Arc::new(ctx), Served::default(), true);
         let seconds = Triggers { seconds: Some(Duration::from_secs(60)), ..Default::default() };
         let mut w = Watched { observer, watch: ThinkWatch::new(Route::Chat, seconds) };
         let now = Instant::now();

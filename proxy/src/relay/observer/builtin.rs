@@ -9,32 +9,35 @@ use std::time::Instant;
 use meridian_core::{Phase, PhaseEvent};
 use tracing::Level;
 
-use super::RequestInfo;
+use super::Served;
+use crate::ctx::{End, RequestCtx};
 use crate::relay::watch::{Ended, Event, Watcher, crossed};
-use crate::streams::StreamGuard;
+use crate::streams::Listed;
 use crate::telemetry::Metrics;
 use crate::telemetry::spans::TARGET;
 use crate::upstream::Upstream;
 
 /// The built-in watchers of a request, in the order they hear of each event.
-pub(super) fn watchers(metrics: Arc<Metrics>, info: RequestInfo, streaming: bool) -> Vec<Box<dyn Watcher>> {
-    let family = info.family_name().to_owned();
+pub(super) fn watchers(
+    metrics: Arc<Metrics>,
+    ctx: &Arc<RequestCtx>,
+    served: Served,
+    streaming: bool,
+) -> Vec<Box<dyn Watcher>> {
+    let upstream = served.upstream.as_ref().map(|u| u.name.clone()).unwrap_or_default();
     vec![
-        Box::new(Progress::new(info.live.clone(), info.upstream_ref.clone(), streaming)),
-        Box::new(OutputItl {
-            metrics: metrics.clone(),
-            family: family.clone(),
-            last: Vec::new(),
-            histogram: None,
-        }),
-        Box::new(SpanTrace { span: info.span.clone(), attempt: info.attempt.clone(), traced: 0 }),
-        Box::new(Record { metrics, family, info }),
+        Box::new(Progress::new(ctx.clone(), served.listed, served.upstream, streaming)),
+        Box::new(OutputItl { metrics: metrics.clone(), ctx: ctx.clone(), last: Vec::new(), histogram: None }),
+        Box::new(SpanTrace { span: ctx.span().clone(), attempt: served.attempt, traced: 0 }),
+        Box::new(Record { metrics, ctx: ctx.clone(), upstream }),
     ]
 }
 
-/// Keeps the stream's registry entry and its upstream's per-phase stream counts current.
+/// Keeps the request's progress and its upstream's per-phase stream counts current, and
+/// the request listed until the response ends.
 struct Progress {
-    live: Option<Arc<StreamGuard>>,
+    ctx: Arc<RequestCtx>,
+    _listed: Option<Listed>,
     upstream: Option<Arc<Upstream>>,
     /// The phase this stream is counted under in `meridian_open_streams` (streamed
     /// responses only).
@@ -42,21 +45,24 @@ struct Progress {
 }
 
 impl Progress {
-    fn new(live: Option<Arc<StreamGuard>>, upstream: Option<Arc<Upstream>>, streaming: bool) -> Self {
+    fn new(
+        ctx: Arc<RequestCtx>,
+        listed: Option<Listed>,
+        upstream: Option<Arc<Upstream>>,
+        streaming: bool,
+    ) -> Self {
         let open_as = streaming.then_some(Phase::Pending);
         if let Some(u) = &upstream {
             u.move_stream(None, open_as);
         }
-        Progress { live, upstream, open_as }
+        Progress { ctx, _listed: listed, upstream, open_as }
     }
 }
 
 impl Watcher for Progress {
     fn on_event(&mut self, event: &Event<'_>) {
         let so_far = event.so_far;
-        if let Some(live) = &self.live {
-            live.entry().set_progress(so_far.phase, so_far.think_tokens, so_far.output_tokens);
-        }
+        self.ctx.progress.set_phase(so_far.phase, so_far.think_tokens, so_far.output_tokens);
         if self.open_as.is_some() {
             let now = Some(so_far.phase);
             if let Some(u) = &self.upstream {
@@ -76,7 +82,7 @@ impl Watcher for Progress {
 /// Output ITL: per choice, the gap since its previous chunk of visible output.
 struct OutputItl {
     metrics: Arc<Metrics>,
-    family: String,
+    ctx: Arc<RequestCtx>,
     /// Per tracked choice: arrival of its last chunk of output.
     last: Vec<Option<Instant>>,
     /// The family's histogram, looked up at the first gap and kept, so a chunk costs one
@@ -91,7 +97,7 @@ impl Watcher for OutputItl {
                 self.last.resize(part.choice + 1, None);
             }
             let Some(prev) = self.last[part.choice].replace(event.at) else { continue };
-            let (metrics, family) = (&self.metrics, self.family.as_str());
+            let (metrics, family) = (&self.metrics, self.ctx.family_name());
             let itl = self.histogram.get_or_insert_with(|| metrics.output_itl(family));
             itl.record(event.at.saturating_duration_since(prev).as_secs_f64());
         }
@@ -134,7 +140,7 @@ impl Watcher for SpanTrace {
             return;
         }
         let timings = ended.timings;
-        span.record("meridian.outcome", ended.outcome);
+        span.record("meridian.outcome", ended.outcome.as_str());
         span.record("meridian.family", ended.family);
         if let (Some(think), Some(output)) = (timings.think_tokens, timings.output_tokens) {
             span.record("gen_ai.usage.output_tokens", i64::from(think) + i64::from(output));
@@ -155,9 +161,9 @@ impl Watcher for SpanTrace {
             span.record("meridian.ttot_ms", v);
         }
         // A client that left is not the proxy's failure.
-        if !matches!(ended.outcome, "ok" | "client_disconnected") {
-            crate::telemetry::spans::fail(span, ended.outcome);
-            crate::telemetry::spans::fail(&self.attempt, ended.outcome);
+        if ended.outcome.is_failure() {
+            crate::telemetry::spans::fail(span, ended.outcome.as_str());
+            crate::telemetry::spans::fail(&self.attempt, ended.outcome.as_str());
         }
         crate::telemetry::spans::end_now(&self.attempt);
         crate::telemetry::spans::end_now(span);
@@ -185,18 +191,19 @@ impl SpanTrace {
 }
 
 /// The request's measurements: budgets reached as they happen, then its timings in the
-/// metrics, its outcome for the layer that counts it, and one log line.
+/// metrics, and its end ([`End::Answered`]).
 struct Record {
     metrics: Arc<Metrics>,
-    family: String,
-    info: RequestInfo,
+    ctx: Arc<RequestCtx>,
+    /// The upstream's name, for the log line.
+    upstream: String,
 }
 
 impl Watcher for Record {
     fn on_event(&mut self, event: &Event<'_>) {
         let reached = |e: &PhaseEvent| matches!(e, PhaseEvent::ForceBudget { .. });
         for _ in event.parts.iter().flat_map(|p| p.events.iter()).filter(|e| reached(e)) {
-            self.metrics.count_budget_reached(&self.family);
+            self.metrics.count_budget_reached(self.ctx.family_name());
         }
     }
 
@@ -204,24 +211,11 @@ impl Watcher for Record {
         let timings = ended.timings;
         self.metrics.record_timings(ended.family, timings);
         // Counted by the outcome layer once the response is over.
-        self.info.outcome.set(ended.outcome);
-        let info = &self.info;
-        // Its parent is the request span, so a JSON log line carries the trace's ids.
-        tracing::info!(
-            parent: &info.span,
-            request_id = %info.request_id,
-            stream_id = %info.stream_id,
-            upstream = %info.upstream,
-            route = info.route,
-            family = ended.family,
-            outcome = ended.outcome,
-            ttft_ms = timings.time_to_first_token.map(|d| d.as_secs_f64() * 1e3),
-            ttfo_ms = timings.time_to_first_output.map(|d| d.as_secs_f64() * 1e3),
-            ttot_ms = timings.think_to_output_gap.map(|d| d.as_secs_f64() * 1e3),
-            e2e_ms = timings.end_to_end.as_secs_f64() * 1e3,
-            think_tokens = timings.think_tokens,
-            output_tokens = timings.output_tokens,
-            "request finished"
-        );
+        self.ctx.arrival.finish(End::Answered {
+            outcome: ended.outcome,
+            upstream: &self.upstream,
+            family: ended.family,
+            timings,
+        });
     }
 }

@@ -9,12 +9,12 @@ mod builtin;
 use std::sync::Arc;
 use std::time::Instant;
 
-use meridian_core::models::ModelFamily;
 use meridian_core::stream::{ChoiceDelta, Dialect, Usage};
-use meridian_core::{Delta, Phase, PhaseEvent, PhaseRouter};
+use meridian_core::{Delta, Outcome, Phase, PhaseEvent, PhaseRouter};
 use smallvec::SmallVec;
 
 use super::watch::{Ended, Event, Part, SoFar, Watcher};
+use crate::ctx::RequestCtx;
 use crate::telemetry::{Metrics, RequestTimings};
 use crate::upstream::Upstream;
 
@@ -22,74 +22,31 @@ use crate::upstream::Upstream;
 /// whatever an upstream sends.
 const MAX_TRACKED_CHOICES: usize = 16;
 
-/// Who a request is: fixed when it is sent upstream.
-#[derive(Debug, Clone)]
-pub struct RequestInfo {
-    pub route: &'static str,
-    /// The API the response speaks, which decides how its events are read.
-    pub dialect: Dialect,
-    pub family: Option<Arc<ModelFamily>>,
-    /// Overrides the family's starting phase (a request that turned thinking off).
-    pub initial_phase: Option<Phase>,
-    /// The client's `X-Request-Id`, for logs.
-    pub request_id: String,
-    /// The proxy's id for this stream, which the hook's directives name.
-    pub stream_id: String,
-    pub upstream: String,
-    pub started: Instant,
-    /// The think budget applied to this request, if any.
-    pub think_budget: Option<u32>,
+/// What serves a request's response: fixed when its upstream answered.
+pub struct Served {
     /// The upstream serving it, whose per-phase stream counts this stream moves in.
-    pub upstream_ref: Option<Arc<Upstream>>,
-    /// Its entry in the open-stream registry, kept up to date as chunks arrive; the
-    /// request stays listed while this is held.
-    pub live: Option<Arc<crate::streams::StreamGuard>>,
-    /// The request's span (`Span::none()` untraced): phase events and the final counts
-    /// land on it, and it ends with the response.
-    pub span: tracing::Span,
+    pub upstream: Option<Arc<Upstream>>,
     /// The upstream attempt serving the response, ended with it.
     pub attempt: tracing::Span,
-    /// Where the request's outcome is written for the layer that counts it.
-    pub outcome: crate::telemetry::outcomes::Outcome,
+    /// Its place in the open-stream registry: the request stays listed while the
+    /// response is open.
+    pub listed: Option<crate::streams::Listed>,
 }
 
-impl RequestInfo {
-    /// A request known only by route and family (benchmarks, tests, tools).
-    pub fn new(route: &'static str, family: Option<Arc<ModelFamily>>) -> Self {
-        RequestInfo {
-            route,
-            dialect: Dialect::Chat,
-            family,
-            initial_phase: None,
-            request_id: String::new(),
-            stream_id: String::new(),
-            upstream: String::new(),
-            started: Instant::now(),
-            think_budget: None,
-            upstream_ref: None,
-            live: None,
-            span: tracing::Span::none(),
-            attempt: tracing::Span::none(),
-            outcome: Default::default(),
-        }
-    }
-
-    /// The model family's name, the label of its metrics.
-    pub fn family_name(&self) -> &str {
-        self.family.as_ref().map_or("unknown", |f| f.name())
+/// Nothing: a response observed apart from any upstream (benchmarks, tests, tools).
+impl Default for Served {
+    fn default() -> Self {
+        Served { upstream: None, attempt: tracing::Span::none(), listed: None }
     }
 }
 
 pub struct RequestObserver {
-    dialect: Dialect,
-    family: Option<Arc<ModelFamily>>,
-    initial_phase: Option<Phase>,
-    think_budget: Option<u32>,
-    span: tracing::Span,
+    /// The request observed: its API, family, starting phase, budget and span.
+    ctx: Arc<RequestCtx>,
     routers: Vec<PhaseRouter>,
     so_far: SoFar,
     usage: Option<Usage>,
-    outcome: &'static str,
+    outcome: Outcome,
     /// The choices seen and those whose `finish_reason` came (bit i: choice i, the
     /// first 64).
     choices_seen: u64,
@@ -112,22 +69,16 @@ pub struct RequestObserver {
 
 impl RequestObserver {
     /// Starts observing; `streaming` requests are counted in the open-stream gauges.
-    pub fn new(metrics: Arc<Metrics>, info: RequestInfo, streaming: bool) -> Self {
-        let so_far = SoFar::new(info.started);
-        let (dialect, family, initial_phase, think_budget, span) =
-            (info.dialect, info.family.clone(), info.initial_phase, info.think_budget, info.span.clone());
-        let watchers = builtin::watchers(metrics, info, streaming);
+    pub fn new(metrics: Arc<Metrics>, ctx: Arc<RequestCtx>, served: Served, streaming: bool) -> Self {
+        let so_far = SoFar::new(ctx.started());
+        let watchers = builtin::watchers(metrics, &ctx, served, streaming);
         RequestObserver {
-            dialect,
-            family,
-            initial_phase,
-            think_budget,
-            span,
+            ctx,
             routers: Vec::new(),
             so_far,
             usage: None,
             // Until told otherwise, a request that goes away was abandoned by its client.
-            outcome: "client_disconnected",
+            outcome: Outcome::ClientDisconnected,
             choices_seen: 0,
             choices_finished: 0,
             upstream_error: false,
@@ -160,7 +111,7 @@ impl RequestObserver {
     fn observe(&mut self, payload: &[u8], at: Instant, also: Option<&mut dyn Watcher>) {
         // Inline storage: the usual one or two choices cost no allocation.
         let mut parts: SmallVec<[Part<'_>; 2]> = SmallVec::new();
-        let dialect = self.dialect;
+        let dialect = self.ctx.route().dialect();
         let read = dialect.parse(payload, |choice| {
             if let Some(part) = self.track(choice, at) {
                 parts.push(part);
@@ -203,11 +154,11 @@ impl RequestObserver {
             return None;
         }
         while self.routers.len() <= c.index {
-            let mut r = PhaseRouter::new(self.family.clone());
-            if let Some(p) = self.initial_phase {
+            let mut r = PhaseRouter::new(self.ctx.family.clone());
+            if let Some(p) = self.ctx.initial_phase {
                 r = r.with_initial_phase(p);
             }
-            if let Some(b) = self.think_budget {
+            if let Some(b) = self.ctx.think_budget {
                 r = r.with_think_budget(b);
             }
             self.routers.push(r);
@@ -292,7 +243,7 @@ impl RequestObserver {
             }
         }
         // An error event of the upstream's own ended it: relayed whole, but failed.
-        self.outcome = if self.upstream_error { "upstream_error" } else { "ok" };
+        self.outcome = if self.upstream_error { Outcome::UpstreamError } else { Outcome::Ok };
         if parts.is_empty() {
             return;
         }
@@ -304,18 +255,18 @@ impl RequestObserver {
     }
 
     /// The response ended badly; `outcome` names how.
-    pub fn fail(&mut self, outcome: &'static str) {
+    pub fn fail(&mut self, outcome: Outcome) {
         self.outcome = outcome;
     }
 
     /// The request's span, for log lines written about it while it streams.
     pub fn span(&self) -> &tracing::Span {
-        &self.span
+        self.ctx.span()
     }
 
     /// The API the response speaks.
     pub fn dialect(&self) -> Dialect {
-        self.dialect
+        self.ctx.route().dialect()
     }
 
     /// The sequence number an event the proxy adds takes: the one after the last the
@@ -367,7 +318,7 @@ impl Drop for RequestObserver {
             think_tokens,
             output_tokens,
         };
-        let family = self.family.as_ref().map_or("unknown", |f| f.name());
+        let family = self.ctx.family_name();
         let ended = Ended {
             outcome: self.outcome,
             timings: &timings,

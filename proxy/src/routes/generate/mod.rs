@@ -1,8 +1,10 @@
 //! `POST /v1/chat/completions`, `/v1/completions`, `/v1/responses` and `/v1/messages`:
 //! the tracked data path, the same for every API (each read by its own parser). One
-//! request reads top-down in [`serve`]: its body read and decided once into a
-//! [`RequestCtx`], what goes upstream planned ([`outbound`]), admission, the send with
-//! its retries, and the answer relayed ([`respond`]).
+//! request reads top-down in [`serve`]: its body read and decided once into its context
+//! (`crate::ctx::RequestCtx`, shared by every stage after), the bodies it may go
+//! upstream with prepared by the ending of its thinking (`crate::ending::plan`),
+//! admission, the send with its retries at its class's [`priority`], and the answer
+//! relayed ([`respond`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,22 +14,20 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method};
 use axum::response::Response;
 
-mod ctx;
-mod outbound;
+mod decide;
+mod priority;
 mod respond;
 
-pub(crate) use ctx::Route;
-use ctx::{Ids, RequestCtx};
-use outbound::Outbound;
-
-use super::body::read_body;
+use crate::body::{GenerationRequest, read_body};
+use crate::ctx::{Arrival, End, RequestCtx, Route};
+use crate::ending::plan::Prepared;
 use crate::error::ProxyError;
 use crate::headers::upstream_request_headers;
 use crate::relay::{UpstreamRequest, early_response, send_with_retries};
 use crate::request_id::{REQUEST_ID, STREAM_ID, mint_stream_id, request_id};
 use crate::state::AppState;
-use crate::streams::{NewStream, Stage};
-use crate::telemetry::outcomes::Outcome;
+use crate::streams::Stage;
+use crate::telemetry::outcomes::OutcomeSlot;
 use crate::telemetry::spans;
 use tracing::Instrument;
 
@@ -59,10 +59,18 @@ async fn generate(state: Arc<AppState>, route: Route, req: Request) -> Response 
         span.record("meridian.request_id", String::from_utf8_lossy(id.as_bytes()).as_ref());
         span.record("meridian.stream_id", stream_id.as_str());
     }
-    let outcome = req.extensions().get::<Outcome>().cloned().unwrap_or_default();
+    let outcome = req.extensions().get::<OutcomeSlot>().cloned().unwrap_or_default();
     outcome.route(route.as_str());
-    let ids = Ids { id: id.clone(), stream_id: stream_id.clone(), span: span.clone(), outcome };
-    let answer = answer(state.clone(), route, req, ids, started, streamed.clone()).instrument(span);
+    let arrival = Arrival {
+        route,
+        request_id: id.clone(),
+        request_id_text: String::from_utf8_lossy(id.as_bytes()).into_owned(),
+        stream_id: stream_id.clone(),
+        span: span.clone(),
+        started,
+        outcome,
+    };
+    let answer = answer(state.clone(), req, arrival, streamed.clone()).instrument(span);
     let heartbeat = state.config.server.sse_heartbeat_s;
     if heartbeat <= 0.0 {
         return answer.await;
@@ -91,51 +99,35 @@ async fn generate(state: Arc<AppState>, route: Route, req: Request) -> Response 
 
 /// The response to a generation request, its failures counted and answered in
 /// OpenAI's error shape; a drain's grace running out ends the wait with one.
-async fn answer(
-    state: Arc<AppState>,
-    route: Route,
-    req: Request,
-    ids: Ids,
-    started: Instant,
-    streamed: Arc<AtomicBool>,
-) -> Response {
-    let mut left = LeftEarly { route, ids: &ids, started, answered: false };
-    let (id, span) = (&ids.id, &ids.span);
+async fn answer(state: Arc<AppState>, req: Request, arrival: Arrival, streamed: Arc<AtomicBool>) -> Response {
+    let mut left = LeftEarly { arrival: &arrival, answered: false };
     let relayed = async {
         if state.drain.draining() {
             return Err(ProxyError::ShuttingDown);
         }
         tokio::select! {
-            r = serve(&state, route, req, &ids, started, &streamed) => r,
+            r = serve(&state, req, arrival.clone(), &streamed) => r,
             _ = state.drain.grace_over() => Err(ProxyError::ShuttingDown),
         }
     };
     let resp = match relayed.await {
         Ok(resp) => resp,
         Err(e) => {
-            spans::fail(span, e.outcome());
-            span.record("meridian.outcome", e.outcome());
-            span.record("http.response.status_code", i64::from(e.status().as_u16()));
-            tracing::info!(request_id = ?id, route = route.as_str(), outcome = e.outcome(),
-                side = e.side().as_str(), retry_safe = e.retry_safe(), error = %e, "request failed");
-            ids.outcome.set(e.outcome());
-            e.into_response_in(route.dialect())
+            arrival.finish(End::Failed(&e));
+            e.into_response_in(arrival.route.dialect())
         }
     };
     left.answered = true;
     resp
 }
 
-/// Records a client that left before it had a response: while its request waited for
+/// Notices a client that left before it had a response: while its request waited for
 /// admission or for the upstream's response headers. The server drops the handler as
 /// soon as the connection closes, and with it everything the request held (its place in
 /// the admission queue, its upstream request, which is then aborted); this guard, dropped
-/// with them, writes the outcome (counted by `telemetry::outcomes`). From the response
-/// on, the relay's observer does.
+/// with them, finishes the request. From the response on, the relay's observer does.
 struct LeftEarly<'a> {
-    route: Route,
-    ids: &'a Ids,
-    started: Instant,
+    arrival: &'a Arrival,
     answered: bool,
 }
 
@@ -144,49 +136,35 @@ impl Drop for LeftEarly<'_> {
         if self.answered {
             return;
         }
-        let waited_ms = self.started.elapsed().as_secs_f64() * 1e3;
-        self.ids.span.record("meridian.outcome", "client_disconnected");
-        tracing::info!(parent: &self.ids.span, request_id = ?self.ids.id, route = self.route.as_str(),
-            outcome = "client_disconnected", waited_ms, "client left before the response");
-        // Counted by the outcome layer, when the response (or the handler) is gone.
-        self.ids.outcome.set_if_unset("client_disconnected");
+        self.arrival.finish(End::LeftEarly);
     }
 }
 
 /// One generation request, top to bottom.
 async fn serve(
     state: &Arc<AppState>,
-    route: Route,
     req: Request,
-    ids: &Ids,
-    started: Instant,
+    arrival: Arrival,
     streamed: &AtomicBool,
 ) -> Result<Response, ProxyError> {
     let (parts, body) = req.into_parts();
     let body = read_body(body, &state.config.server).await?;
-    let ctx = RequestCtx::new(state, route, ids, started, &body)?;
-    streamed.store(ctx.request.stream, Ordering::Release);
-    spans::name_request(ctx.span(), route.as_str(), &ctx.request.model);
-    let mut outbound = Outbound::plan(state, &ctx)?;
+    let request = GenerationRequest::parse(&body, arrival.route.dialect())?;
+    let ctx = decide::context(state, arrival, &body, &request);
+    streamed.store(ctx.streaming, Ordering::Release);
+    spans::name_request(ctx.span(), ctx.route().as_str(), &ctx.model);
+    let mut prepared = Prepared::new(state, &ctx, &body, &request)?;
     // Listed for operators until the response ends (the observer, or this function on
-    // an early failure, drops the last hold).
-    let live = state.streams.register(NewStream {
-        stream_id: &ids.stream_id,
-        request_id: &ctx.request_id,
-        model: &ctx.request.model,
-        route: route.as_str(),
-        class: ctx.class,
-        streaming: ctx.request.stream,
-        think_budget: ctx.think_budget,
-        started,
-    });
+    // an early failure, drops it).
+    let listed = state.streams.list(&ctx);
     let first = match state.admission.enabled() {
         true => Some(admit(state, &ctx).await?),
         false => None,
     };
-    live.entry().set_stage(Stage::AwaitingUpstream);
+    ctx.progress.set_stage(Stage::AwaitingUpstream);
     let headers = upstream_request_headers(&parts.headers, state.config.upstream.forward_authorization);
-    let headers = outbound.with_priority(state, &ctx, headers);
+    let (headers, output_priority) = priority::with_priority(state, &ctx, headers);
+    prepared.first_leg_headers(&headers, output_priority);
     let path = parts.uri.path_and_query().map_or(parts.uri.path(), |p| p.as_str());
     let sent = send_with_retries(
         state,
@@ -194,23 +172,23 @@ async fn serve(
             method: Method::POST,
             path_and_query: path,
             headers,
-            body: outbound.body.clone(),
-            hook_body: outbound.hook_body.take(),
-            request_id: &ids.id,
-            model: Some(&ctx.request.model),
+            body: prepared.body.clone(),
+            hook_body: prepared.hook_body.take(),
+            request_id: &ctx.arrival.request_id,
+            model: Some(&ctx.model),
             first,
-            span: ids.span.clone(),
+            span: ctx.span().clone(),
         },
     )
     .await?;
-    respond::respond(state, &ctx, outbound, sent, live, path).await
+    respond::respond(state, &ctx, prepared, sent, listed, path).await
 }
 
 /// Waits for the request's turn at an upstream of its model (admission control on).
-async fn admit(state: &AppState, ctx: &RequestCtx<'_>) -> Result<crate::upstream::InFlight, ProxyError> {
+async fn admit(state: &AppState, ctx: &RequestCtx) -> Result<crate::upstream::InFlight, ProxyError> {
     let waiting = spans::admission_span(ctx.span(), ctx.class.as_str());
-    let admitted = state.admission.admit(&ctx.request.model, ctx.class).instrument(waiting.clone()).await;
-    let outcome = admitted.as_ref().map_or_else(ProxyError::outcome, |_| "admitted");
+    let admitted = state.admission.admit(&ctx.model, ctx.class).instrument(waiting.clone()).await;
+    let outcome = admitted.as_ref().map_or_else(|e| e.outcome().as_str(), |_| "admitted");
     waiting.record("meridian.outcome", outcome);
     if admitted.is_err() {
         spans::fail(&waiting, outcome);

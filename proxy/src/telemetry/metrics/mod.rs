@@ -167,7 +167,8 @@ impl Metrics {
         self.recorder.register_counter(&labelled(def, key, value), &METADATA)
     }
 
-    pub fn count_request(&self, route: &'static str, outcome: &'static str) {
+    pub fn count_request(&self, route: &'static str, outcome: meridian_core::Outcome) {
+        let outcome = outcome.as_str();
         self.requests.with(
             &(route, outcome),
             || {

@@ -24,7 +24,7 @@ fn every_histogram_renders_its_buckets_type_and_help() {
     let m = Metrics::new();
     // Series registered on first use: one of each.
     m.record_timings("qwen3", &all_timings());
-    m.count_request("chat", "ok");
+    m.count_request("chat", meridian_core::Outcome::Ok);
     m.count_budget_reached("qwen3");
     m.set_upstream_healthy("a:8000", true);
     m.output_itl("qwen3").record(0.02);
@@ -118,9 +118,9 @@ fn bounded_series_are_present_at_zero_from_the_start() {
 #[test]
 fn counters_and_gauges_count() {
     let m = Metrics::new();
-    m.count_request("chat", "ok");
-    m.count_request("chat", "ok");
-    m.count_request("completions", "upstream_error");
+    m.count_request("chat", meridian_core::Outcome::Ok);
+    m.count_request("chat", meridian_core::Outcome::Ok);
+    m.count_request("completions", meridian_core::Outcome::UpstreamError);
     for _ in 0..5 {
         m.count_chunk();
     }

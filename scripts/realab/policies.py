@@ -189,6 +189,12 @@ def noise_floor(config: str, table: dict[str, tuple], paired_rounds: int) -> lis
     return [text]
 
 
+def held(batch: float) -> str:
+    """The batch stock held in a round, as the page words it."""
+    n = f"{batch:.0f}"
+    return f"{n} request held" if n == "1" else f"{n} requests held"
+
+
 def reference_note(raw_dir: Path, workload: str, rounds: set[int], scales: dict[int, float] | None = None) -> str:
     """The sentence saying how this section's rounds are judged against their unloaded
     references: each matched to its round's pace (`scales`, `slo.pace_scales`); the
@@ -309,7 +315,7 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
                   "start factor is stretched by that ratio at the batch stock held in the round (Little's law "
                   "over its counted requests, at most max_num_seqs; `regime.shared_step_stretch`); every "
                   "configuration of a round is judged by the same factor. "
-                  + "; ".join(f"round {rnd}: {batch:.0f} requests held, factor {judge.start_factor:.1f}"
+                  + "; ".join(f"round {rnd}: {held(batch)}, factor {judge.start_factor:.1f}"
                               for rnd, (batch, judge) in scaled.items())
                   + ". An approximation of the H100's yardstick, not a measurement on it."]
     lines.append("")

@@ -37,7 +37,7 @@ use tokio::time::Sleep;
 use tokio_util::sync::WaitForCancellationFutureOwned;
 
 use super::observer::RequestObserver;
-use super::stage::{Flow, LegStream, Relayed, Stage, Tracked};
+use super::stage::{Flow, LegStream, RelayStage, Relayed, Tracked};
 use super::tail::Tail;
 use crate::error::ProxyError;
 use crate::telemetry::Metrics;
@@ -71,7 +71,7 @@ pin_project_lite::pin_project! {
         #[pin]
         grace_over: WaitForCancellationFutureOwned,
         // What the lines become for the client (see `super::stage`).
-        stage: Box<dyn Stage>,
+        stage: Box<dyn RelayStage>,
     }
 }
 
@@ -106,7 +106,7 @@ impl RelayBody {
     /// Relays through `stage` instead of the tracked one (a continuation's: the first
     /// leg's thinking may be cut and the rest of the answer read from a second request,
     /// spliced into one stream).
-    pub fn through(mut self, stage: Box<dyn Stage>) -> Self {
+    pub fn through(mut self, stage: Box<dyn RelayStage>) -> Self {
         self.stage = stage;
         self
     }

@@ -17,7 +17,7 @@ pub use forward::{Sent, UpstreamRequest, send_with_retries};
 pub use heartbeat::{Heartbeats, early_response};
 pub use meridian_core::stream::SseDecoder;
 pub use observer::{RequestObserver, Served};
-pub use stage::{Flow, LegStream, Relayed, Stage};
+pub use stage::{Flow, LegStream, RelayStage, Relayed};
 #[cfg(test)]
 pub(crate) use tail::Tail;
 pub use whole::{read_whole, require_json};

@@ -1,5 +1,5 @@
 //! The stage a streamed response's lines go through on their way to the client, behind
-//! one small trait. The relay ([`super::RelayBody`]) does what every stream needs before
+//! one small trait ([`RelayStage`]). The relay ([`super::RelayBody`]) does what every stream needs before
 //! a stage sees anything (whole lines only, UTF-8 checked, a line no longer than
 //! `upstream.max_response_bytes`) and after (an error event that ends a broken stream);
 //! the stage tracks each event once and says what the client gets:
@@ -68,7 +68,7 @@ pub struct Flow {
 }
 
 /// A stage of the relay. Both calls run on the relay's hot path: they must not block.
-pub trait Stage: Send {
+pub trait RelayStage: Send {
     /// Whole lines of the upstream's stream, arrived at `at` (UTF-8, each within the
     /// limit): tracked, and what the client gets of them. What the client gets is the
     /// stage's to note in `relayed` (`saw_data`, `saw_blank`, `sent`).
@@ -85,7 +85,7 @@ pub trait Stage: Send {
 /// event exactly as the client gets it, when it gets it.
 pub struct Tracked;
 
-impl Stage for Tracked {
+impl RelayStage for Tracked {
     fn block(&mut self, block: Bytes, at: Instant, mut relayed: Relayed<'_>) -> Flow {
         for line in lines(&block) {
             match sse_line(line) {

@@ -4,7 +4,7 @@
 //! While the upstream thinks, its stream is relayed as usual, and the relay's tracker lends
 //! each event to a think watch ([`watch`]): think tokens against the budget, thinking
 //! time against the deadline, RPDI over the streamed `top_logprobs`, and an EAT decision
-//! from the prober. The continuation is a stage of the relay ([`stage`]), so each event
+//! from the prober. The continuation is a stage of the relay ([`stage`], a `crate::relay::RelayStage`), so each event
 //! is parsed once for all of them. When one of them says
 //! stop, the proxy drops the upstream stream (which cancels the request in the engine)
 //! and sends a second request ([`legs`]): the conversation, plus an assistant message

@@ -26,7 +26,7 @@ use super::watch::{Cut, ThinkWatch};
 use super::{Delimiters, Route};
 use crate::ctx::{Ending, RequestCtx};
 use crate::error::ProxyError;
-use crate::relay::{Flow, LegStream, Relayed, RequestObserver, Stage};
+use crate::relay::{Flow, LegStream, RelayStage, Relayed, RequestObserver};
 use crate::telemetry::{Metrics, spans};
 
 /// Where the continuation goes: the upstream that served the first leg (whose prefix
@@ -172,7 +172,7 @@ impl Continuation {
 /// to the think watch on the first leg) and rewritten for the client; a cut the watch
 /// makes due on a chunk ends the first leg right after it, and one due between events
 /// (the thinking-time deadline, the EAT prober's word) ends it there.
-impl Stage for Continuation {
+impl RelayStage for Continuation {
     fn block(&mut self, block: Bytes, at: Instant, mut relayed: Relayed<'_>) -> Flow {
         let mut switch_to = None;
         for line in lines(&block) {

@@ -76,6 +76,24 @@ impl Outcome {
         Outcome::ALL.into_iter().find(|o| o.as_str() == label)
     }
 
+    /// The outcome of a stream its server ended with an error event carrying this code
+    /// (if any): named by the code when the proxy knows it, else the upstream's error.
+    pub fn of_error_event(error_code: Option<&str>) -> Outcome {
+        error_code.and_then(Outcome::of_code).unwrap_or(Outcome::UpstreamError)
+    }
+
+    /// The outcome an error `code` the proxy answers with names.
+    fn of_code(code: &str) -> Option<Outcome> {
+        match code {
+            // The codes the proxy answers with that are not outcome labels themselves.
+            "no_healthy_upstream" => Some(Outcome::NoUpstream),
+            "server_shutting_down" => Some(Outcome::ShuttingDown),
+            // An unknown path; a model it does not serve has its own code.
+            "not_found" => Some(Outcome::BadRequest),
+            code => Outcome::from_label(code),
+        }
+    }
+
     /// A failure: what a span marks as an error. A client that left is not the
     /// proxy's failure.
     pub const fn is_failure(self) -> bool {
@@ -87,16 +105,8 @@ impl Outcome {
     /// stream), else from the HTTP status alone. `None` for a success status without an
     /// error object.
     pub fn of_answer(status: u16, error_code: Option<&str>) -> Option<Outcome> {
-        let by_code = error_code.and_then(|code| match code {
-            // The codes the proxy answers with that are not outcome labels themselves.
-            "no_healthy_upstream" => Some(Outcome::NoUpstream),
-            "server_shutting_down" => Some(Outcome::ShuttingDown),
-            // An unknown path; a model it does not serve has its own code.
-            "not_found" => Some(Outcome::BadRequest),
-            code => Outcome::from_label(code),
-        });
-        if by_code.is_some() {
-            return by_code;
+        if let Some(outcome) = error_code.and_then(Outcome::of_code) {
+            return Some(outcome);
         }
         match status {
             200..=299 if error_code.is_none() => None,

@@ -128,7 +128,7 @@ impl RecordBuilder {
                 // Read again, once, for its code: error events are rare.
                 let error = serde_json::from_slice::<serde_json::Value>(payload).ok();
                 let code = error.as_ref().and_then(meridian_core::outcome::error_code);
-                self.failure = Outcome::of_answer(200, code.or(Some("")));
+                self.failure = Some(Outcome::of_error_event(code));
             }
             if c.index == 0 {
                 self.on_delta(at, c.reasoning.as_deref(), c.content.as_deref(), c.token_ids.as_deref());

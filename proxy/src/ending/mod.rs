@@ -23,6 +23,7 @@ use tokio::sync::Notify;
 pub use deadline::{DeadlineWatch, ThinkDeadline};
 pub use eat::{EatFeed, EatProber, ProbeTarget};
 
+use crate::ctx::RequestCtx;
 use crate::hook::HookTarget;
 use crate::relay::watch::{Ended, Watcher};
 
@@ -49,11 +50,12 @@ impl EndThinking {
 /// reusing its id (ids come from clients) does not inherit what this one was told.
 pub struct ForgetAtEnd {
     pub hook: HookTarget,
-    pub stream_id: String,
+    /// The request: its stream id is what the hook was told about.
+    pub ctx: Arc<RequestCtx>,
 }
 
 impl Watcher for ForgetAtEnd {
     fn on_end(&mut self, _: &Ended<'_>) {
-        self.hook.forget(&self.stream_id);
+        self.hook.forget(self.ctx.stream_id());
     }
 }

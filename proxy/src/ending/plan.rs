@@ -80,7 +80,6 @@ impl Prepared {
     pub fn decide(self, state: &AppState, ctx: &RequestCtx, hook: Option<&str>) -> EndingPlan {
         let exit = state.config.exit.signal;
         let thinking = ctx.family.is_some() && ctx.initial_phase != Some(Phase::Output);
-        let seconds = ctx.think_seconds.map(Duration::from_secs_f64);
         let continuation = self.continuation.filter(|_| hook.is_none());
         let hook = hook.map(|addr| HookTarget {
             channel: state.hook.clone(),
@@ -90,7 +89,9 @@ impl Prepared {
         let by = match (continuation, hook) {
             (Some(c), _) => By::Continuation(c),
             // The hook acts on a token budget, a thinking-time budget or an exit signal.
-            (None, Some(h)) if ctx.think_budget.is_some() || seconds.is_some() || exit != ExitSignal::Off => {
+            (None, Some(h))
+                if ctx.think_budget.is_some() || ctx.think_seconds.is_some() || exit != ExitSignal::Off =>
+            {
                 By::Hook(h)
             }
             // vLLM reads the field on chat and completions, and its own on Messages.
@@ -102,7 +103,7 @@ impl Prepared {
             }
             _ => By::Nothing,
         };
-        EndingPlan { unenforced: thinking && unenforced(ctx, exit, &by), by, seconds, exit }
+        EndingPlan { unenforced: thinking && unenforced(ctx, exit, &by), by }
     }
 }
 
@@ -125,9 +126,6 @@ pub struct EndingPlan {
     /// A budget or exit signal applies that nothing on this request's API can carry out
     /// (counted, not dropped silently).
     pub unenforced: bool,
-    /// The thinking-time budget.
-    seconds: Option<Duration>,
-    exit: ExitSignal,
 }
 
 /// Whether something applies that nothing can carry out: on an API the continuation
@@ -148,10 +146,10 @@ fn unenforced(ctx: &RequestCtx, exit: ExitSignal, by: &By) -> bool {
 impl EndingPlan {
     /// What a response read whole needs: the hook's `forget` at its end when a
     /// thinking-time budget may have told it something.
-    pub fn for_whole_answer(self, ctx: &RequestCtx, observer: RequestObserver) -> RequestObserver {
+    pub fn for_whole_answer(self, ctx: &Arc<RequestCtx>, observer: RequestObserver) -> RequestObserver {
         match self.by {
-            By::Hook(hook) if self.seconds.is_some() => {
-                observer.watch(Box::new(ForgetAtEnd { hook, stream_id: ctx.stream_id().to_owned() }))
+            By::Hook(hook) if ctx.think_seconds.is_some() => {
+                observer.watch(Box::new(ForgetAtEnd { hook, ctx: ctx.clone() }))
             }
             _ => observer,
         }
@@ -181,13 +179,14 @@ impl EndingPlan {
             By::EngineField | By::Nothing => (None, None),
         };
         let mut forget = None;
-        if let (Some(EndThinking::Hook(hook)), Some(after)) = (&end, self.seconds) {
+        let seconds = ctx.think_seconds.map(Duration::from_secs_f64);
+        if let (Some(EndThinking::Hook(hook)), Some(after)) = (&end, seconds) {
             forget = Some(hook.clone());
             let deadline = ThinkDeadline { after, hook: hook.clone() };
             observer =
                 observer.watch(Box::new(DeadlineWatch::new(deadline, ctx.clone(), state.metrics.clone())));
         }
-        if let Some(end) = end.filter(|_| self.exit == ExitSignal::Eat) {
+        if let Some(end) = end.filter(|_| state.config.exit.signal == ExitSignal::Eat) {
             if let Some(prober) = eat_prober(state, ctx, upstream, end.clone()) {
                 if let EndThinking::Hook(h) = end {
                     forget = Some(h);
@@ -196,7 +195,7 @@ impl EndingPlan {
             }
         }
         if let Some(hook) = forget {
-            observer = observer.watch(Box::new(ForgetAtEnd { hook, stream_id: ctx.stream_id().to_owned() }));
+            observer = observer.watch(Box::new(ForgetAtEnd { hook, ctx: ctx.clone() }));
         }
         let continuation = continuation.map(|c| c.start(state, ctx, upstream, path));
         (observer, continuation)

@@ -24,12 +24,11 @@ pub(super) fn watchers(
     served: Served,
     streaming: bool,
 ) -> Vec<Box<dyn Watcher>> {
-    let upstream = served.upstream.as_ref().map(|u| u.name.clone()).unwrap_or_default();
     vec![
         Box::new(Progress::new(ctx.clone(), served.listed, served.upstream, streaming)),
         Box::new(OutputItl { metrics: metrics.clone(), ctx: ctx.clone(), last: Vec::new(), histogram: None }),
         Box::new(SpanTrace { span: ctx.span().clone(), attempt: served.attempt, traced: 0 }),
-        Box::new(Record { metrics, ctx: ctx.clone(), upstream }),
+        Box::new(Record { metrics, ctx: ctx.clone() }),
     ]
 }
 
@@ -195,8 +194,6 @@ impl SpanTrace {
 struct Record {
     metrics: Arc<Metrics>,
     ctx: Arc<RequestCtx>,
-    /// The upstream's name, for the log line.
-    upstream: String,
 }
 
 impl Watcher for Record {
@@ -213,7 +210,7 @@ impl Watcher for Record {
         // Counted by the outcome layer once the response is over.
         self.ctx.arrival.finish(End::Answered {
             outcome: ended.outcome,
-            upstream: &self.upstream,
+            upstream: self.ctx.progress.upstream().unwrap_or_default(),
             family: ended.family,
             timings,
         });

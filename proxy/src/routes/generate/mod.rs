@@ -50,13 +50,14 @@ pub async fn messages(State(state): State<Arc<AppState>>, req: Request) -> Respo
 async fn generate(state: Arc<AppState>, route: Route, req: Request) -> Response {
     let started = Instant::now();
     let id = request_id(req.headers());
+    let id_text = String::from_utf8_lossy(id.as_bytes()).into_owned();
     // What the engine's hook knows this stream by (see `request_id`).
     let stream_id = mint_stream_id();
     let streamed = Arc::new(AtomicBool::new(false));
     // The request's span: it lives as long as the response, in the relay's observer.
     let span = spans::request_span(route.as_str(), req.uri().path(), req.headers());
     if !span.is_none() {
-        span.record("meridian.request_id", String::from_utf8_lossy(id.as_bytes()).as_ref());
+        span.record("meridian.request_id", id_text.as_str());
         span.record("meridian.stream_id", stream_id.as_str());
     }
     let outcome = req.extensions().get::<OutcomeSlot>().cloned().unwrap_or_default();
@@ -64,7 +65,7 @@ async fn generate(state: Arc<AppState>, route: Route, req: Request) -> Response 
     let arrival = Arrival {
         route,
         request_id: id.clone(),
-        request_id_text: String::from_utf8_lossy(id.as_bytes()).into_owned(),
+        request_id_text: id_text,
         stream_id: stream_id.clone(),
         span: span.clone(),
         started,

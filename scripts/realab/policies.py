@@ -206,7 +206,8 @@ def reference_note(raw_dir: Path, workload: str, rounds: set[int], scales: dict[
     text = ""
     if scales:
         text = (" Each round's reference is matched to the pace the machine ran the round at (`slo.pace_scales`: "
-                "the loaded stock run's decode steps against the twin's step fit, over the set's usual, divided "
+                "the loaded stock run's decode steps against the twin's step fit, over the set's usual at that load "
+                "(`slo.usual_run_pace`: a line in the load over three loads or more, else the median), divided "
                 "by the reference's time per token against the same fit, over the references' usual; every "
                 "configuration of a round is judged by its factor, stock's, so a policy's own cost per step is "
                 "not forgiven): " + "; ".join(f"round {rnd} x{x:.2f}" for rnd, x in sorted(scales.items()))

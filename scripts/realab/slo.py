@@ -82,17 +82,41 @@ def fitted_reference_pace(requests: list[dict], fitted) -> float | None:
 def matched_scales(run_paces: dict[tuple[float, int], float],
                    reference_paces: dict[int, float]) -> dict[tuple[float, int], float]:
     """{(load, round): the factor a round's reference is stretched by}: the loaded stock
-    run's pace over the usual one (the median of the set's stock runs), divided by the
+    run's pace over the usual one at its load (`usual_run_pace`), divided by the
     reference's pace over the usual one (the median of the set's references). Each side
     is read against its own usual pace: a loaded step and a step of one request sit
     differently against the fit, and the delivery path adds to a reference's time per
     token, by the same share every round. Empty below `MIN_PACES` on either side."""
     if len(run_paces) < MIN_PACES or len(reference_paces) < MIN_PACES:
         return {}
-    runs = statistics.median(run_paces.values())
+    usual = usual_run_pace(run_paces)
     refs = statistics.median(reference_paces.values())
-    return {(load, rnd): (p / runs) / (reference_paces[rnd] / refs)
+    return {(load, rnd): (p / usual(load)) / (reference_paces[rnd] / refs)
             for (load, rnd), p in sorted(run_paces.items()) if rnd in reference_paces}
+
+
+#: Fewest distinct loads over which a set's usual run pace is a line in the load.
+MIN_LOADS_FOR_TREND = 3
+
+
+def usual_run_pace(run_paces: dict[tuple[float, int], float]):
+    """The pace a loaded stock run usually shows at a load, as a function of the load.
+    A run's pace is its decode steps against the twin's step fit, and the fit does not
+    sit the same at every load (set 7: the runs at 20-40% ran ~5% faster against it than
+    those at 70-90%), so one median over every load would call the low loads' runs fast
+    and the high loads' slow, and move every round's factor when a set gains runs at new
+    loads. Over `MIN_LOADS_FOR_TREND` or more loads the usual pace is a Theil-Sen line
+    (the median of the slopes between runs at different loads; robust to a run the
+    machine ran slow), so a run's factor says how far it sits from its own load's usual
+    whatever other loads the set holds; over fewer, the median of the runs."""
+    points = [(load, p) for (load, _), p in run_paces.items()]
+    if len({load for load, _ in points}) < MIN_LOADS_FOR_TREND:
+        usual = statistics.median(p for _, p in points)
+        return lambda load: usual
+    slope = statistics.median((p2 - p1) / (l2 - l1) for i, (l1, p1) in enumerate(points)
+                              for l2, p2 in points[i + 1:] if l2 != l1)
+    intercept = statistics.median(p - slope * load for load, p in points)
+    return lambda load: intercept + slope * load
 
 
 def pace_scales(set_dir: Path, workload: str, unloaded: dict[int, list[dict]],

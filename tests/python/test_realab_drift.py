@@ -231,6 +231,24 @@ def test_a_round_is_judged_against_its_reference_at_the_pace_the_round_ran():
     assert S.WholeRequestSlo(reference_scale=1.3).met(loaded, alone)
 
 
+def test_a_runs_factor_is_read_against_its_own_loads_usual_pace():
+    # The fit sits lower at low loads: runs on a line from 0.90 at 20% to 1.005 at 90%,
+    # none of them drifting. Every factor is then 1, and stays 1 when the set gains runs
+    # at new loads on the same line (the set-wide median moved set 7's by ~5%).
+    line = {load: 0.87 + 0.15 * load for load in (0.2, 0.3, 0.5, 0.7, 0.9)}
+    refs = {rnd: 0.88 for rnd in range(3, 6)}
+    high = {(load, rnd): line[load] for load in (0.5, 0.7, 0.9) for rnd in (3, 4, 5)}
+    every = {**high, **{(load, rnd): line[load] for load in (0.2, 0.3) for rnd in (3, 4)}}
+    for runs in (high, every):
+        assert all(x == pytest.approx(1.0, abs=1e-6) for x in slo.matched_scales(runs, refs).values())
+    # A run the machine ran slow still shows, by its own load's usual.
+    slow = slo.matched_scales({**every, (0.3, 5): line[0.3] * 1.2}, refs)
+    assert slow[(0.3, 5)] == pytest.approx(1.2, abs=0.01)
+    # Over fewer than three loads the usual is the median of the runs, as before.
+    two = {(0.5, 3): 0.9, (0.5, 4): 1.1, (0.9, 3): 1.0}
+    assert slo.usual_run_pace(two)(0.5) == slo.usual_run_pace(two)(0.9) == 1.0
+
+
 def test_pace_scales_read_stock_runs_traces_and_references_against_the_twin_fit(tmp_path):
     (tmp_path / "twin").mkdir()
     (tmp_path / "twin" / "rig-profile.toml").write_text(

@@ -118,8 +118,14 @@ pub fn config(data: &[u8]) {
         .lines()
         .filter_map(|l| meridian_core::config::Override::parse(l, "--set").ok())
         .collect();
-    if let Ok(cfg) = meridian_core::config::parse_config(&text, "fuzz.toml", &overrides) {
+    if let Ok(cfg) = meridian_proxy::config::parse_config(&text, "fuzz.toml", &overrides) {
         let _ = cfg.validate(registry());
+    }
+    // The hook's view of the same text: its own sections, the rest left to the proxy.
+    let engine: Result<meridian_core::config::EngineFile, _> =
+        meridian_core::config::parse_config(&text, "fuzz.toml", &overrides);
+    if let Ok(cfg) = engine {
+        let _ = meridian_core::config::ConfigFile::validate(&cfg, registry());
     }
 }
 

@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
+use crate::config::{ConfigError, Override};
 use clap::{Args, Parser, Subcommand};
-use meridian_core::config::{ConfigError, Override};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -25,6 +25,9 @@ pub enum Command {
     Check(ConfigArgs),
     /// Show a running proxy's open streams live, from its admin listener ([admin]).
     Top(crate::top::TopArgs),
+    /// Print meridian.toml's JSON Schema (every field's type, bounds, default and meaning),
+    /// for editors that validate and complete TOML against one.
+    Schema,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -16,6 +16,7 @@ pub mod admission;
 pub mod body;
 pub mod body_limit;
 pub mod cli;
+pub mod config;
 pub mod ctx;
 pub mod drain;
 pub mod ending;

@@ -4,10 +4,12 @@ use clap::Parser;
 use meridian_proxy::cli::{Cli, Command, ConfigArgs};
 use meridian_proxy::{AppState, Metrics, Server};
 
-fn load(args: &ConfigArgs) -> Result<(meridian_core::MeridianConfig, meridian_core::ModelRegistry), String> {
+fn load(
+    args: &ConfigArgs,
+) -> Result<(meridian_proxy::config::MeridianConfig, meridian_core::ModelRegistry), String> {
     let overrides = args.overrides(std::env::vars()).map_err(|e| e.to_string())?;
     let path = args.config_path();
-    meridian_core::load_config(path.as_deref(), &overrides).map_err(|e| e.to_string())
+    meridian_proxy::config::load_config(path.as_deref(), &overrides).map_err(|e| e.to_string())
 }
 
 #[tokio::main]
@@ -28,6 +30,16 @@ async fn main() -> ExitCode {
             }
             Err(e) => {
                 eprintln!("meridian: {e}");
+                ExitCode::from(2)
+            }
+        },
+        Command::Schema => match serde_json::to_string_pretty(&meridian_proxy::config::json_schema()) {
+            Ok(schema) => {
+                println!("{schema}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("meridian schema: {e}");
                 ExitCode::from(2)
             }
         },
@@ -62,7 +74,7 @@ async fn serve(args: ConfigArgs) -> Result<(), String> {
 
 async fn run(
     args: &ConfigArgs,
-    config: meridian_core::MeridianConfig,
+    config: meridian_proxy::config::MeridianConfig,
     models: meridian_core::ModelRegistry,
 ) -> Result<(), String> {
     if let Some(problem) = no_upstream(&config) {
@@ -106,7 +118,7 @@ async fn run(
 /// Why `meridian serve` cannot start on `config` for want of an upstream, naming the
 /// settings that would give it one. The twin's answers are made up, so it is never
 /// the upstream unless asked for.
-fn no_upstream(config: &meridian_core::MeridianConfig) -> Option<String> {
+fn no_upstream(config: &meridian_proxy::config::MeridianConfig) -> Option<String> {
     (config.upstream.endpoints.is_empty() && !config.twin.enabled).then(|| {
         "no upstream configured (upstream.endpoints is empty): give vLLM servers with \
          --upstream URL, MERIDIAN_UPSTREAMS or [[upstream.endpoints]] in the config file; \
@@ -151,8 +163,9 @@ mod twin {
     #[cfg(feature = "twin")]
     pub async fn serve_if_asked(
         args: &meridian_proxy::cli::ConfigArgs,
-        mut config: meridian_core::MeridianConfig,
-    ) -> Result<(meridian_core::MeridianConfig, Option<meridian_sim::server::TwinServer>), String> {
+        mut config: meridian_proxy::config::MeridianConfig,
+    ) -> Result<(meridian_proxy::config::MeridianConfig, Option<meridian_sim::server::TwinServer>), String>
+    {
         if !config.twin.enabled {
             return Ok((config, None));
         }
@@ -165,7 +178,7 @@ mod twin {
             twin.url(),
             config.twin.profile
         );
-        config.upstream.endpoints = vec![meridian_core::config::EndpointConfig {
+        config.upstream.endpoints = vec![meridian_proxy::config::EndpointConfig {
             url: twin.url(),
             name: Some("twin".into()),
             hook: None,
@@ -176,7 +189,7 @@ mod twin {
 
     #[cfg(feature = "twin")]
     async fn start(
-        cfg: &meridian_core::config::TwinConfig,
+        cfg: &meridian_proxy::config::TwinConfig,
         config_dir: Option<&std::path::Path>,
     ) -> Result<meridian_sim::server::TwinServer, String> {
         let profile = meridian_sim::profile(&cfg.profile).map_err(|e| format!("twin.profile: {e}"))?;

@@ -4,9 +4,10 @@ use crate::hook::HookChannel;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::config::MeridianConfig;
 use axum::http::HeaderValue;
+use meridian_core::ModelRegistry;
 use meridian_core::models::ModelFamily;
-use meridian_core::{MeridianConfig, ModelRegistry};
 
 use crate::admission::Admission;
 use crate::drain::Drain;

@@ -6,7 +6,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use meridian_core::MeridianConfig;
+use meridian_proxy::config::MeridianConfig;
 use serde_json::{Value, json};
 use support::*;
 

@@ -256,7 +256,7 @@ fn response(status: &str, content_type: &str, body: &[u8]) -> Vec<u8> {
 async fn through(
     upstream: &Scripted,
     stream: bool,
-    tweak: impl FnOnce(&mut meridian_core::MeridianConfig),
+    tweak: impl FnOnce(&mut meridian_proxy::config::MeridianConfig),
 ) -> (Received, meridian_proxy::Server) {
     let mut cfg = config_for(std::slice::from_ref(&upstream.url));
     tweak(&mut cfg);

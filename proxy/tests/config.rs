@@ -1,8 +1,9 @@
 //! `meridian.toml` loading: the shipped file is valid, mistakes are named by dotted path,
 //! and overrides from flags and the environment land where they should.
 
-use meridian_core::config::{ConfigError, Override, load_config, parse_config};
-use meridian_core::{MeridianConfig, ModelRegistry};
+use meridian_core::ModelRegistry;
+use meridian_proxy::config::MeridianConfig;
+use meridian_proxy::config::{ConfigError, Override, load_config, parse_config};
 
 const SHIPPED: &str = include_str!("../../meridian.toml");
 
@@ -114,7 +115,7 @@ fn environment_overrides_use_double_underscore_paths() {
     assert_eq!(overrides.len(), 2);
     let cfg = parse_config("", "defaults", &overrides).unwrap();
     assert_eq!(cfg.upstream.idle_timeout_s, 7.5);
-    assert_eq!(cfg.telemetry.log_format, meridian_core::config::LogFormat::Json);
+    assert_eq!(cfg.telemetry.log_format, meridian_proxy::config::LogFormat::Json);
 }
 
 #[test]
@@ -184,7 +185,7 @@ fn hook_and_exit_sections_are_checked_by_dotted_path() {
 
 #[test]
 fn the_hook_refuses_an_unsupported_vllm_unless_told_to_run_disabled() {
-    use meridian_core::config::OnUnsupportedVllm;
+    use meridian_proxy::config::OnUnsupportedVllm;
     assert_eq!(validate("").unwrap().hook.on_unsupported_vllm, OnUnsupportedVllm::Refuse);
     let cfg = validate("[hook]\non_unsupported_vllm = \"disable\"\n").unwrap();
     assert_eq!(cfg.hook.on_unsupported_vllm, OnUnsupportedVllm::Disable);

@@ -6,9 +6,9 @@
 
 mod support;
 
-use meridian_core::MeridianConfig;
-use meridian_core::config::{ExitSignal, Forcing};
 use meridian_core::sched::Fcfs;
+use meridian_proxy::config::MeridianConfig;
+use meridian_proxy::config::{ExitSignal, Forcing};
 use meridian_sim::server::{TwinOptions, TwinServer};
 use meridian_sim::workload::{EntropySpec, WorkloadSpec};
 use serde_json::{Value, json};

@@ -15,7 +15,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 const IDLE_CUT: Duration = Duration::from_millis(1000);
 
-fn heartbeat(every_s: f64) -> impl FnOnce(&mut meridian_core::MeridianConfig) {
+fn heartbeat(every_s: f64) -> impl FnOnce(&mut meridian_proxy::config::MeridianConfig) {
     move |c| {
         c.server.sse_heartbeat_s = every_s;
         c.upstream.idle_timeout_s = 30.0;

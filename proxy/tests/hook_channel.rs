@@ -78,7 +78,7 @@ async fn rig_with_hook_and(
     hook_addr: &str,
     var: &'static str,
     secret: &str,
-    tweak: impl FnOnce(&mut meridian_core::MeridianConfig),
+    tweak: impl FnOnce(&mut meridian_proxy::config::MeridianConfig),
 ) -> Rig {
     // SAFETY: each test uses its own variable name, set before anything reads it.
     unsafe { std::env::set_var(var, secret) };
@@ -264,7 +264,7 @@ async fn bad_time_budget_is_a_client_error() {
 async fn eat_probes_end_thinking_once_the_entropy_settles() {
     let (addr, hook) = start_fake_hook().await;
     let rig = rig_with_hook_and(&addr, "MERIDIAN_TEST_HOOK_SECRET_D", SECRET, |cfg| {
-        cfg.exit.signal = meridian_core::config::ExitSignal::Eat;
+        cfg.exit.signal = meridian_proxy::config::ExitSignal::Eat;
         cfg.exit.min_think_tokens = 1;
         cfg.exit.eat_probe_every_tokens = 1;
         cfg.exit.eat_warmup_steps = 2;

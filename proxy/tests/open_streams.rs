@@ -24,7 +24,10 @@ fn admin_token(var: &str) -> String {
     token
 }
 
-async fn rig_with_admin(var: &str, tweak: impl FnOnce(&mut meridian_core::MeridianConfig)) -> (Rig, String) {
+async fn rig_with_admin(
+    var: &str,
+    tweak: impl FnOnce(&mut meridian_proxy::config::MeridianConfig),
+) -> (Rig, String) {
     let token = admin_token(var);
     let rig = Rig::with(1, |c| {
         c.admin.listen = Some("127.0.0.1:0".into());

@@ -4,9 +4,9 @@
 
 mod support;
 
-use meridian_core::MeridianConfig;
 use meridian_mock_upstream::{MockOptions, MockUpstream};
 use meridian_proxy::Server;
+use meridian_proxy::config::MeridianConfig;
 use support::*;
 
 async fn mock(models: &[&str]) -> MockUpstream {

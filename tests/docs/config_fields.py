@@ -1,46 +1,34 @@
-"""Every field of `meridian.toml`, read from the typed source of truth (the serde structs in
-core/src/config/), so a field added to the code without docs (or without a place in the
-chart's schema) fails a test.
+"""Every field of `meridian.toml`, read from its JSON Schema (`docs/src/meridian.schema.json`,
+generated from the config types in core/src/config/ and kept in step with them by
+core/tests/config_generated.rs), so a field added to the code without a default in
+meridian.toml fails a test.
 
 Paths are dotted; `[]` marks an array of tables (`upstream.endpoints[].url`) and `*` the
 keys of a map (`budget.per_family.*`)."""
 
-import re
+import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIG_SRC = ROOT / "core" / "src" / "config"
-
-_STRUCT = re.compile(r"pub struct (\w+) \{(.*?)\n\}", re.S)
-_FIELD = re.compile(r"^\s*pub (\w+): (.+?),\s*$", re.M)
-
-
-def _structs() -> dict[str, list[tuple[str, str]]]:
-    structs = {}
-    for path in sorted(CONFIG_SRC.glob("*.rs")):
-        for name, body in _STRUCT.findall(path.read_text()):
-            structs[name] = _FIELD.findall(body)
-    return structs
+SCHEMA = ROOT / "docs" / "src" / "meridian.schema.json"
 
 
 def config_fields() -> list[str]:
-    """Every leaf path of `MeridianConfig`, in source order."""
-    structs = _structs()
+    """Every leaf path of `meridian.toml`, in the types' order."""
     out: list[str] = []
 
-    def walk(struct: str, prefix: str) -> None:
-        for field, ty in structs[struct]:
-            path = f"{prefix}{field}"
-            ty = ty.strip()
-            inner = re.fullmatch(r"(Option|Vec)<(\w+)>", ty)
-            if ty in structs:
-                walk(ty, path + ".")
-            elif inner and inner.group(1) == "Vec" and inner.group(2) in structs:
-                walk(inner.group(2), path + "[].")
-            elif ty.startswith("BTreeMap<") or ty.startswith("HashMap<"):
+    def walk(node: dict, prefix: str) -> None:
+        for name, field in node["properties"].items():
+            path = f"{prefix}{name}"
+            items = field.get("items") or {}
+            if "properties" in field:
+                walk(field, path + ".")
+            elif "properties" in items:
+                walk(items, path + "[].")
+            elif isinstance(field.get("additionalProperties"), dict):
                 out.append(path + ".*")
             else:
                 out.append(path)
 
-    walk("MeridianConfig", "")
+    walk(json.loads(SCHEMA.read_text()), "")
     return out

@@ -74,6 +74,17 @@ def test_load_config_names_every_bad_field(tmp_path):
         load_config(cfg)
 
 
+def test_load_config_leaves_the_proxys_sections_to_the_proxy(tmp_path):
+    # A misspelt proxy field is the proxy's to refuse (`meridian check`, `meridian serve`):
+    # the engine still starts with the hook's own sections, which stay strict.
+    cfg = tmp_path / "meridian.toml"
+    cfg.write_text('[upstream]\nmax_attemps = 3\n[hook]\npolicy = "output-first"\n')
+    assert load_config(cfg).hook.policy == "output-first"
+    cfg.write_text('[upstream]\nmax_attemps = 3\n[hook]\npolicy = "lifo"\n')
+    with pytest.raises(ValueError, match="hook.policy"):
+        load_config(cfg)
+
+
 def test_load_config_reads_the_shipped_file_and_env_overrides(monkeypatch):
     from pathlib import Path
 

@@ -5,20 +5,21 @@
 
 use std::path::Path;
 
-use meridian_core::config::{Override, load_config as core_load};
+use meridian_core::config::{EngineFile, Override, load_config as core_load};
 use meridian_core::signals::{self, EatConfig};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-/// Loads and validates a `meridian.toml` (`None`: defaults), with the same
-/// `MERIDIAN_SECTION__FIELD` environment overrides as the proxy. Returns the sections the
-/// hook uses as plain dicts; raises `ValueError` naming the dotted field.
+/// Loads and validates the hook's sections of a `meridian.toml` (`None`: defaults), with
+/// the same `MERIDIAN_SECTION__FIELD` environment overrides as the proxy; the proxy's
+/// sections are the proxy's to check. Returns the sections the hook uses as plain dicts;
+/// raises `ValueError` naming the dotted field.
 #[pyfunction]
 #[pyo3(signature = (path=None))]
 fn load_config<'py>(py: Python<'py>, path: Option<&str>) -> PyResult<Bound<'py, PyDict>> {
     let overrides = Override::from_env(std::env::vars());
-    let (cfg, _models) =
+    let (cfg, _models): (EngineFile, _) =
         core_load(path.map(Path::new), &overrides).map_err(|e| PyValueError::new_err(e.to_string()))?;
     let out = PyDict::new(py);
     let hook = PyDict::new(py);

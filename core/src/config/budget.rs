@@ -2,29 +2,47 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
-use super::validate::Checker;
+use super::Checker;
 use crate::models::ModelRegistry;
 
 /// Think budgets the proxy applies.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct BudgetConfig {
-    /// How thinking is ended on upstreams without a ready hook.
+    /// How thinking is ended on upstreams without a ready hook (a ready hook always does it in
+    /// place). `auto`: token budgets as vLLM's `thinking_token_budget`, continuation for time
+    /// budgets and entropy exits. `engine`: `thinking_token_budget` only. `continuation`:
+    /// everything by continuation — the proxy drops the think stream at the cut and sends the
+    /// conversation plus the reasoning so far closed by the family's delimiter
+    /// (`continue_final_message`), splicing the answer into the client's stream with one id and
+    /// merged usage; for OpenAI-compatible engines without `thinking_token_budget`. Costs a
+    /// second prefill (mostly prefix-cache hits). Streamed requests with `n` = 1 and families
+    /// with text delimiters only; others fall back to `thinking_token_budget`. See [the proxy
+    /// data path](architecture/proxy.md#forcing-by-continuation-no-hook).
     pub forcing: Forcing,
-    /// Budget for requests that set none; unset: no budget.
+    /// Think budget for requests that set none (`"meridian": {"think_budget_tokens": N}` sets
+    /// one). Enforced by the upstream's hook when ready, else as `budget.forcing` says: vLLM's
+    /// `thinking_token_budget` (the engine needs `--reasoning-parser`) or continuation. Start
+    /// from your p95 of useful thinking; too low cuts reasoning short and costs answer quality.
+    #[schemars(range(min = 1))]
     pub think_tokens: Option<u32>,
-    /// Per model family, overriding `think_tokens`.
+    /// Per model family, overriding `budget.think_tokens`.
+    #[schemars(extend("additionalProperties" = {"type": "integer", "format": "uint32", "minimum": 1}, "x-key" = "family", "x-range" = "≥ 1, an existing family"))]
     pub per_family: BTreeMap<String, u32>,
-    /// Seconds of thinking for requests that set none: the hook is told to end thinking,
-    /// or (without one) the proxy continues the stream past the delimiter.
+    /// Thinking-time budget for requests that set none (`"meridian": {"think_budget_s": S}`
+    /// sets one): once a stream has thought this long, the proxy tells the upstream's hook to
+    /// end thinking now, or, without a ready hook, cuts the stream and continues it (unless
+    /// `budget.forcing = "engine"`, where it is not enforced).
+    #[schemars(extend("exclusiveMinimum" = 0))]
     pub think_seconds: Option<f64>,
 }
 
 /// How the proxy ends thinking on an upstream whose hook is not ready. (With a ready
 /// hook, the hook always does it: no second request, no second prefill.)
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Forcing {
     /// Token budgets through vLLM's `thinking_token_budget`; what only the proxy can
@@ -49,7 +67,7 @@ impl BudgetConfig {
 
 impl BudgetConfig {
     /// Every out-of-range value of this section, named by its dotted path.
-    pub(super) fn check(&self, c: &mut Checker, models: &ModelRegistry) {
+    pub fn check(&self, c: &mut Checker, models: &ModelRegistry) {
         if self.think_tokens == Some(0) {
             c.fail("budget.think_tokens", "must be at least 1 (leave it unset for no budget)");
         }

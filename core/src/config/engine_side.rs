@@ -1,35 +1,54 @@
-//! The sections about what engines are told: the in-engine hook (`[hook]`), the end of
-//! thinking gated on entropy (`[exit]`: the hook from logits, later the proxy from
-//! streamed logprobs), and the vLLM priorities the proxy sends (`[priority]`).
+//! The sections the engine's hook reads as well as the proxy: the in-engine hook
+//! (`[hook]`) and the end of thinking gated on entropy (`[exit]`: the hook from logits,
+//! the proxy from streamed logprobs or probes).
 
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
-use super::validate::Checker;
+use super::Checker;
 use crate::signals::{EatConfig, RpdiConfig};
 
 /// The vLLM hook (`meridian-vllm-hook`) and its policy channel to the proxy.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct HookConfig {
-    /// Address the hook's policy channel listens on, inside vLLM's engine-core process.
+    /// Where the hook's policy channel (and its `/metrics`, `/health`) listens inside vLLM. In
+    /// a pod `0.0.0.0:9470` (the chart sets it).
+    #[schemars(extend("x-kind" = "address", "x-range" = "`host:port`"))]
     pub listen: String,
-    /// Environment variable holding the channel's shared secret, read on both sides.
+    /// Environment variable with the channel's shared secret, on both sides. The hook refuses
+    /// to open the channel without it.
+    #[schemars(length(min = 1), regex(pattern = r"^[A-Za-z_][A-Za-z0-9_]*$"))]
     pub token_env: String,
-    /// Scheduling policy the hook applies inside the engine (names as `twin.policy`).
+    /// Scheduling policy the hook applies inside the engine. `slo-driven`, the default ([ADR
+    /// 0010](adr/0010-slo-driven-default.md)), schedules exactly as vLLM (its order, no limits)
+    /// while the engine's smoothed step time, which is every answering request's inter-token
+    /// latency, stays under `output_itl_target_ms` (default 100), and applies output-first's
+    /// limits only while it is over, relaxing again below `relax_below` of the target (0.7); it
+    /// takes output-first's parameters for that mode, and `relax_to_stock=0` relaxes to
+    /// reasoning-first pacing instead. `output-first` protects answers always: while someone
+    /// answers, a step's prompt tokens are capped at half of vLLM's `max_num_batched_tokens`
+    /// (`output_prefill_share=0.5`; `output_prefill_cap=N` caps at N tokens instead), and a
+    /// request that has just finished thinking gets a step of answering requests only.
+    #[schemars(length(min = 1), extend("x-kind" = "policy", "x-range" = "as `twin.policy`"))]
     pub policy: String,
-    /// Compute the entropy of every thinking row's logits inside the engine and feed the
-    /// `[exit]` signal with it.
+    /// Compute the entropy of thinking rows' logits inside the engine (what `[exit]` signals
+    /// read in the engine). Nothing else needs it: it can be off while `exit.signal = "off"`.
     pub entropy: bool,
-    /// Seconds the proxy waits for a channel reply before it treats the hook as absent
-    /// and falls back to what the HTTP API can do.
+    /// How long the proxy waits for a channel reply before falling back to the HTTP API. Keep
+    /// it short: it is on the request path.
+    #[schemars(extend("exclusiveMinimum" = 0))]
     pub timeout_s: f64,
-    /// What the hook does inside a vLLM release outside the range it supports, or one
-    /// that lacks an internal it needs.
+    /// What the hook does inside a vLLM release outside the range it supports (the `vllm` extra
+    /// of the `meridian-vllm-hook` package) or one that lacks an internal it needs: `refuse`
+    /// stops the engine at start-up with an error naming each problem; `disable` runs it as
+    /// stock vLLM, sets `meridian_hook_disabled` to 1 and answers the proxy's hello with policy
+    /// `disabled`, so the proxy ends thinking as for an upstream without a hook.
     pub on_unsupported_vllm: OnUnsupportedVllm,
 }
 
 /// What the hook does on a vLLM it does not support.
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum OnUnsupportedVllm {
     /// The engine does not start; its log names each problem.
@@ -63,7 +82,7 @@ impl Default for HookConfig {
 }
 
 /// Which signal ends thinking early.
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum ExitSignal {
     /// Only budgets end thinking.
@@ -76,20 +95,39 @@ pub enum ExitSignal {
 }
 
 /// Entropy-gated ends of thinking.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ExitConfig {
+    /// Entropy-gated end of thinking. `off`: budgets only. `rpdi`: recent vs overall token
+    /// entropy at sentence boundaries. `eat`: entropy after a probed end-of-thinking delimiter
+    /// settles. Where it runs: `rpdi` inside the engine (the hook's logits processor, from full
+    /// logits); `eat` in the proxy, which sends one-token probe requests (the reasoning so far
+    /// closed by the delimiter, `continue_final_message`, top 20 logprobs; they reuse the
+    /// stream's prefix cache) and tells the hook to end thinking. With a ready hook, `rpdi`
+    /// runs in the engine and either signal ends thinking through the hook; without one, both
+    /// act by continuation (`budget.forcing` other than `engine`), `rpdi` then computed in the
+    /// proxy from the streamed top 20 logprobs (the proxy asks for them and hides them from
+    /// clients that did not). Try a signal on recorded traffic before switching it on.
     pub signal: ExitSignal,
-    /// Never end thinking on a signal before this many thinking tokens.
+    /// No signal ends thinking before this many thinking tokens.
     pub min_think_tokens: u32,
-    /// RPDI: tokens in the recent window, and the ratio past which thinking ends.
+    /// RPDI: recent window in tokens. Values come from second-hand descriptions of the paper:
+    /// tune them on your traffic.
+    #[schemars(range(min = 8, max = 65536))]
     pub rpdi_window: u32,
+    /// RPDI: the ratio above which thinking ends. Higher ends thinking less often.
+    #[schemars(extend("exclusiveMinimum" = 1))]
     pub rpdi_lambda: f64,
-    /// EAT: EMA weight, variance threshold, samples before a stop may fire, and
-    /// thinking tokens between two probes.
+    /// EAT: EMA weight of the probed entropy.
+    #[schemars(range(max = 1), extend("exclusiveMinimum" = 0))]
     pub eat_alpha: f64,
+    /// EAT: variance threshold under which thinking ends. Lower ends thinking less often.
+    #[schemars(extend("exclusiveMinimum" = 0))]
     pub eat_delta: f64,
+    /// EAT: samples before a stop may fire.
     pub eat_warmup_steps: u32,
+    /// EAT: thinking tokens between two probes. Lower reacts sooner and costs more engine work.
+    #[schemars(range(min = 1, max = 1_048_576))]
     pub eat_probe_every_tokens: u32,
 }
 
@@ -120,29 +158,9 @@ impl ExitConfig {
     }
 }
 
-/// vLLM request priorities the proxy sends as `X-Vllm-Priority`, by admission class
-/// (vLLM's convention: lower runs first). vLLM refuses a priority other than 0 unless it
-/// runs with `--scheduling-policy priority`, hence off by default.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct PriorityConfig {
-    pub enabled: bool,
-    /// Requests that start in the output phase (thinking switched off).
-    pub output: i32,
-    pub interactive: i32,
-    /// Requests marked `"meridian": {"class": "batch"}`.
-    pub batch: i32,
-}
-
-impl Default for PriorityConfig {
-    fn default() -> Self {
-        PriorityConfig { enabled: false, output: -10, interactive: 0, batch: 10 }
-    }
-}
-
 impl HookConfig {
     /// Every out-of-range value of this section, named by its dotted path.
-    pub(super) fn check(&self, c: &mut Checker) {
+    pub fn check(&self, c: &mut Checker) {
         if self.listen.parse::<std::net::SocketAddr>().is_err() {
             c.fail("hook.listen", format!("must be an address like 0.0.0.0:9470; got {:?}", self.listen));
         }
@@ -156,7 +174,7 @@ impl HookConfig {
 
 impl ExitConfig {
     /// Every out-of-range value of this section, named by its dotted path.
-    pub(super) fn check(&self, c: &mut Checker) {
+    pub fn check(&self, c: &mut Checker) {
         c.range_u32("exit.rpdi_window", self.rpdi_window, 8, 1 << 16);
         if !(self.rpdi_lambda.is_finite() && self.rpdi_lambda > 1.0) {
             c.fail("exit.rpdi_lambda", format!("must be a ratio above 1; got {}", self.rpdi_lambda));
@@ -166,29 +184,5 @@ impl ExitConfig {
             c.fail("exit.eat_delta", format!("must be a positive variance; got {}", self.eat_delta));
         }
         c.range_u32("exit.eat_probe_every_tokens", self.eat_probe_every_tokens, 1, 1 << 20);
-    }
-}
-
-impl PriorityConfig {
-    /// Every out-of-range value of this section, named by its dotted path.
-    pub(super) fn check(&self, c: &mut Checker) {
-        if self.output > self.interactive {
-            c.fail(
-                "priority.output",
-                format!(
-                    "must not be above priority.interactive ({}): lower runs first; got {}",
-                    self.interactive, self.output
-                ),
-            );
-        }
-        if self.interactive > self.batch {
-            c.fail(
-                "priority.batch",
-                format!(
-                    "must not be below priority.interactive ({}): lower runs first; got {}",
-                    self.interactive, self.batch
-                ),
-            );
-        }
     }
 }

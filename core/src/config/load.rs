@@ -1,7 +1,26 @@
+//! Reading `meridian.toml`: the file, then overrides, typed with errors naming the dotted
+//! path, then every section's checks. Generic over the file's view: the proxy reads the
+//! whole file ([`ConfigFile`] for its `MeridianConfig`), the engine's hook its own
+//! sections ([`super::EngineFile`]).
+
 use std::path::Path;
 
-use super::{FieldError, MeridianConfig};
+use serde::de::DeserializeOwned;
+
+use super::FieldError;
 use crate::models::{ModelError, ModelRegistry};
+
+/// A view of `meridian.toml` that can be loaded: typed by serde, checked as a whole once
+/// the model families it names are known.
+pub trait ConfigFile: DeserializeOwned {
+    /// `models.dir`: extra model family files, relative to the config file.
+    fn models_dir(&self) -> Option<&str>;
+    /// Every out-of-range or inconsistent value, each with its dotted path.
+    fn validate(&self, models: &ModelRegistry) -> Result<(), Vec<FieldError>>;
+    /// Drops, before typing, the tables this view leaves to another reader: typing
+    /// would otherwise walk each of them only to ignore it.
+    fn leave_others(_table: &mut toml::Table) {}
+}
 
 /// A `dotted.path=value` setting applied on top of the file (from `--set` or from a
 /// `MERIDIAN_SECTION__FIELD` environment variable). The value is read as a TOML literal
@@ -97,7 +116,11 @@ fn parse_literal(raw: &str) -> toml::Value {
 }
 
 /// Parses config text plus overrides; no range checks yet.
-pub fn parse_config(text: &str, origin: &str, overrides: &[Override]) -> Result<MeridianConfig, ConfigError> {
+pub fn parse_config<T: ConfigFile>(
+    text: &str,
+    origin: &str,
+    overrides: &[Override],
+) -> Result<T, ConfigError> {
     let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::Syntax {
         origin: origin.to_owned(),
         message: e.message().to_owned(),
@@ -105,6 +128,7 @@ pub fn parse_config(text: &str, origin: &str, overrides: &[Override]) -> Result<
     for o in overrides {
         o.apply(&mut table)?;
     }
+    T::leave_others(&mut table);
     let origin = if overrides.is_empty() { origin.to_owned() } else { format!("{origin} (with overrides)") };
     serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
         let path = e.path().to_string();
@@ -114,10 +138,10 @@ pub fn parse_config(text: &str, origin: &str, overrides: &[Override]) -> Result<
 
 /// Reads, overrides, and validates a configuration, and builds the model registry it
 /// refers to. `path = None` starts from the defaults.
-pub fn load_config(
+pub fn load_config<T: ConfigFile>(
     path: Option<&Path>,
     overrides: &[Override],
-) -> Result<(MeridianConfig, ModelRegistry), ConfigError> {
+) -> Result<(T, ModelRegistry), ConfigError> {
     let (text, origin) = match path {
         Some(p) => (
             std::fs::read_to_string(p)
@@ -126,9 +150,9 @@ pub fn load_config(
         ),
         None => (String::new(), "defaults".to_owned()),
     };
-    let config = parse_config(&text, &origin, overrides)?;
+    let config: T = parse_config(&text, &origin, overrides)?;
     let mut models = ModelRegistry::builtin()?;
-    if let Some(dir) = &config.models.dir {
+    if let Some(dir) = config.models_dir() {
         let dir = match path.and_then(Path::parent) {
             Some(base) if Path::new(dir).is_relative() => base.join(dir),
             _ => Path::new(dir).to_path_buf(),

@@ -1,19 +1,14 @@
 //! One request's measurements, computed from the bytes as they arrived.
 //!
-//! Definitions (named, since tools differ): TTFT is the first token of any kind,
-//! reasoning included; TTFO the first output token with visible text (AIPerf's "time to
-//! first output token"); the think-to-output gap (TTOT) runs from the arrival of the
-//! last chunk of thinking (its last reasoning token, or the end marker) to the first
-//! visible output token; ITL is every gap between
-//! consecutive token-carrying chunks; TPOT is vLLM's (E2E - TTFT) / (completion tokens -
-//! 1); the answer gap is a request's largest gap between consecutive visible tokens, the
-//! stall a reader sees (a pooled ITL percentile hides a stall that hits nearly every
-//! answer once). Every time is taken when a network chunk arrives, before it is parsed.
+//! The timings (TTFT, TTFO, TTOT, ITL, output ITL, the largest answer gap, TPOT) are
+//! `meridian_core::timings`', the definitions the proxy's metrics and the twin use too;
+//! every time is taken when a network chunk arrives, before it is parsed.
 
 use std::sync::Arc;
 
 use meridian_core::models::ModelFamily;
 use meridian_core::stream::{Dialect, SseDecoder, Usage};
+use meridian_core::timings::{self, Arrived, Timeline};
 use meridian_core::{Delta, Outcome, PhaseEvent, PhaseRouter};
 use serde::Serialize;
 
@@ -77,10 +72,9 @@ pub struct RecordBuilder {
     record: RequestRecord,
     decoder: SseDecoder,
     router: PhaseRouter,
-    last_token_at: Option<f64>,
-    last_was_output: bool,
-    /// Arrival of the last chunk that carried thinking (a think token or the end marker).
-    last_think_at: Option<f64>,
+    /// Seconds from the send, so the request's times are read off its timeline as they
+    /// are recorded.
+    timeline: Timeline<f64>,
     usage: Option<Usage>,
     /// The server (or a proxy) ended the stream with an error event: a failed request,
     /// whatever tokens came before it.
@@ -96,9 +90,7 @@ impl RecordBuilder {
             record: RequestRecord { index, sent_at, ..Default::default() },
             decoder: SseDecoder::new(),
             router: PhaseRouter::new(family),
-            last_token_at: None,
-            last_was_output: false,
-            last_think_at: None,
+            timeline: Timeline::new(0.0),
             usage: None,
             stream_error: None,
             failure: None,
@@ -148,32 +140,15 @@ impl RecordBuilder {
         }
         let before = (self.router.think_tokens(), self.router.output_tokens());
         let events = self.router.observe(Delta { reasoning, content, token_ids: ids });
-        if self.router.think_tokens() > before.0 && self.record.ttfo.is_none() {
-            self.last_think_at = Some(at);
-        }
-        self.on_events(&events, at);
-        let is_output = self.router.output_tokens() > before.1;
-        self.record.ttft.get_or_insert(at);
-        if let Some(prev) = self.last_token_at {
-            self.record.itl.push(at - prev);
-            if is_output && self.last_was_output {
-                self.record.output_itl.push(at - prev);
-            }
-        }
-        self.last_token_at = Some(at);
-        self.last_was_output = is_output;
+        let arrived = Arrived {
+            thinking: self.router.think_tokens() > before.0,
+            answering: self.router.output_tokens() > before.1,
+            answer_began: began(&events),
+        };
+        let gaps = self.timeline.tokens(at, arrived);
+        self.record.itl.extend(gaps.itl);
+        self.record.output_itl.extend(gaps.output_itl);
         self.record.token_times.push(at);
-    }
-
-    fn on_events(&mut self, events: &[PhaseEvent], at: f64) {
-        for e in events {
-            if let PhaseEvent::FirstOutput { .. } = e {
-                if self.record.ttfo.is_none() {
-                    self.record.ttfo = Some(at);
-                    self.record.think_to_output = self.last_think_at.map(|end| at - end);
-                }
-            }
-        }
     }
 
     /// A whole non-streaming body arrived at `at`.
@@ -184,8 +159,9 @@ impl RecordBuilder {
     /// The response ended at `at` (ok) or failed.
     pub fn finish(mut self, at: f64, error: Option<String>) -> RequestRecord {
         let error = error.or(self.stream_error.take());
+        // Text the tracker held back (a possible delimiter) is released at the end.
         let events = self.router.finish();
-        self.on_events(&events, at);
+        self.timeline.marks(at, Arrived { answer_began: began(&events), ..Arrived::default() });
         let r = &mut self.record;
         r.client_think_tokens = self.router.think_tokens();
         r.client_output_tokens = self.router.output_tokens();
@@ -195,19 +171,23 @@ impl RecordBuilder {
             r.usage_output_tokens = Some(u.completion_tokens.saturating_sub(think));
             r.prompt_tokens = u.prompt_tokens;
         }
-        r.max_output_gap = r.output_itl.iter().copied().reduce(f64::max);
+        let t = &self.timeline;
+        (r.ttft, r.ttfo, r.think_to_output) = (t.ttft(), t.ttfo(), t.ttot());
+        r.max_output_gap = t.largest_answer_gap();
         r.ok = error.is_none() && r.ttft.is_some();
         // A failure the server did not name (a broken connection, no token at all) is
         // counted as the upstream's, as the proxy counts it.
         r.outcome = if r.ok { Outcome::Ok } else { self.failure.unwrap_or(Outcome::UpstreamError) };
         r.error = error.or_else(|| r.ttft.is_none().then(|| "no token received".to_owned()));
         r.e2e = Some(at);
-        let n = r.completion_tokens();
-        if let (Some(ttft), true) = (r.ttft, n > 1) {
-            r.tpot = Some((at - ttft) / f64::from(n - 1));
-        }
+        r.tpot = r.ttft.and_then(|ttft| timings::tpot(ttft, at, r.completion_tokens()));
         self.record
     }
+}
+
+/// The tracker saw the answer begin among `events`.
+fn began(events: &[PhaseEvent]) -> bool {
+    events.iter().any(|e| matches!(e, PhaseEvent::FirstOutput { .. }))
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use meridian_core::Phase;
 use meridian_core::sched::SchedulingPolicy;
+use meridian_core::timings::{Arrived, Timeline};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand_distr::{Distribution, Exp};
@@ -14,7 +15,9 @@ use rand_distr::{Distribution, Exp};
 use crate::engine::{Engine, EngineConfig, NewRequest};
 use crate::workload::{Workload, WorkloadSpec};
 
-/// One request's timings, in seconds of engine time from its arrival.
+/// One request's timings, in seconds of engine time from its arrival, as
+/// `meridian_core::timings` defines them (the proxy and the load tester read theirs the
+/// same way).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SimRecord {
     /// The request's position in the experiment's arrivals.
@@ -36,7 +39,8 @@ pub struct SimRecord {
 }
 
 impl SimRecord {
-    /// The longest wait between two consecutive visible tokens of the answer: the stall
+    /// The longest wait between two consecutive visible tokens of the answer (the
+    /// largest of `output_itl`, `meridian_core::timings`' largest answer gap): the stall
     /// a reader sees, which a percentile over everyone's pooled gaps can hide when it is
     /// one gap among hundreds. `None` for answers of fewer than two tokens.
     pub fn largest_answer_gap(&self) -> Option<f64> {
@@ -117,7 +121,8 @@ pub fn run_arrivals(
     let n = arrivals.len();
     let mut records: Vec<SimRecord> = Vec::with_capacity(n);
     let mut by_seq: HashMap<u64, usize> = HashMap::new();
-    let mut last_token: HashMap<u64, (f64, Phase)> = HashMap::new();
+    // Each record's timeline, fed every visible token of its request.
+    let mut timelines: Vec<Timeline<f64>> = Vec::with_capacity(n);
     let mut next = 0;
     loop {
         // Admit everything that has arrived by now; jump the clock when idle.
@@ -136,6 +141,7 @@ pub fn run_arrivals(
             });
             if let Ok(seq) = submitted {
                 by_seq.insert(seq, records.len());
+                timelines.push(Timeline::new(a.at_s));
                 records.push(SimRecord {
                     index: next,
                     arrival_s: a.at_s,
@@ -162,30 +168,25 @@ pub fn run_arrivals(
                 r.output_tokens += 1;
                 if tok.last {
                     r.e2e = Some(since);
-                    last_token.remove(&tok.seq);
                 }
                 continue;
             }
-            r.ttft.get_or_insert(since);
             r.token_times.push(since);
-            let prev = last_token.insert(tok.seq, (tok.at_s, tok.phase));
-            match tok.phase {
-                Phase::Think => r.think_tokens += 1,
-                _ => {
-                    r.output_tokens += 1;
-                    match prev {
-                        Some((t, Phase::Output)) => r.output_itl.push(tok.at_s - t),
-                        Some((t, _)) if r.ttfo.is_none() => r.think_to_output = Some(tok.at_s - t),
-                        _ => {}
-                    }
-                    r.ttfo.get_or_insert(since);
-                }
+            let thinking = tok.phase == Phase::Think;
+            let arrived = Arrived { thinking, answering: !thinking, answer_began: !thinking };
+            r.output_itl.extend(timelines[i].tokens(tok.at_s, arrived).output_itl);
+            if thinking {
+                r.think_tokens += 1;
+            } else {
+                r.output_tokens += 1;
             }
             if tok.last {
                 r.e2e = Some(since);
-                last_token.remove(&tok.seq);
             }
         }
+    }
+    for (r, t) in records.iter_mut().zip(&timelines) {
+        (r.ttft, r.ttfo, r.think_to_output) = (t.ttft(), t.ttfo(), t.ttot());
     }
     let first = arrivals.first().map_or(0.0, |a| a.at_s);
     ExperimentResult {

@@ -15,7 +15,7 @@ pub mod queue;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use meridian_core::config::AdmissionConfig;
+use crate::config::AdmissionConfig;
 use tokio::sync::oneshot;
 
 pub use engine_metrics::{EngineLoad, parse as parse_engine_metrics};

@@ -9,10 +9,10 @@ mod fields;
 use std::borrow::Cow;
 use std::time::Duration;
 
+use crate::config::ServerConfig;
 use axum::body::Body;
 use bytes::Bytes;
 use meridian_core::Phase;
-use meridian_core::config::ServerConfig;
 use meridian_core::stream::Dialect;
 use serde::Deserialize;
 use serde_json::value::RawValue;

@@ -1,25 +1,41 @@
 //! Admission control (`[admission]`): fields, defaults and checks.
 
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
-use super::validate::Checker;
+use meridian_core::config::Checker;
 
 /// Admission control: new requests wait in the proxy while their upstreams are saturated,
 /// and are released highest class first (output-phase starts, interactive, batch).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdmissionConfig {
-    /// Off: every request goes upstream at once (vLLM queues it).
+    /// Admission control ([The upstream pool](architecture/upstream.md#admission-control)):
+    /// while every upstream of a request's model is saturated, new requests wait in the proxy
+    /// and are let through output-phase starts first, then interactive, then batch. Off: vLLM
+    /// queues everything in arrival order.
+    #[schemars(extend("x-range" = "needs one of the three limits below"))]
     pub enabled: bool,
-    /// Requests open through this proxy per upstream at which it counts as saturated.
+    /// An upstream is saturated while this many requests are open to it through this proxy (per
+    /// proxy replica). Set it near the engine's `--max-num-seqs` divided by the number of proxy
+    /// replicas, or lower to keep vLLM's own queue short.
+    #[schemars(range(min = 1))]
     pub max_streams: Option<u32>,
-    /// Saturated while the engine's `vllm:num_requests_waiting` is above this.
+    /// Saturated while the engine's `vllm:num_requests_waiting` (its `/metrics`, read every
+    /// health round, summed over label sets) is above this. `0` keeps vLLM's queue empty so
+    /// ordering happens here; engine-wide, so it sees other proxies' requests too.
     pub max_waiting: Option<u32>,
-    /// Saturated while the engine's `vllm:kv_cache_usage_perc` (0-1) is above this.
+    /// Saturated while the engine's `vllm:kv_cache_usage_perc` (highest over label sets) is
+    /// above this. 0.9–0.95 holds new work back before vLLM starts preempting.
+    #[schemars(range(max = 1), extend("exclusiveMinimum" = 0))]
     pub max_kv_usage: Option<f64>,
-    /// Longest a request waits in the proxy's queue before it gets 503.
+    /// Longest wait in the queue; then 503 `admission_timeout`. Keep it below your clients' own
+    /// timeouts.
+    #[schemars(extend("exclusiveMinimum" = 0))]
     pub queue_timeout_s: f64,
-    /// Requests the queue holds; beyond it new ones get 503 at once.
+    /// Requests the queue holds; beyond it a newcomer gets 503 `admission_queue_full` at once,
+    /// unless it outranks the newest waiter of a lower class, which is refused instead.
+    #[schemars(range(min = 1, max = 1_000_000))]
     pub max_queued: u32,
 }
 

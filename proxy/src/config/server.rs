@@ -1,30 +1,49 @@
 //! The proxy's client-facing listener (`[server]`) and its admin listener (`[admin]`): each section's fields, defaults and checks.
 
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
-use super::validate::Checker;
+use meridian_core::config::Checker;
 
 /// The proxy's listener and request limits.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
-    /// Address the proxy listens on.
+    /// Where the proxy accepts clients. In a container or pod use `0.0.0.0:8080` (the chart and
+    /// the image do).
+    #[schemars(extend("x-kind" = "address", "x-range" = "`host:port`"))]
     pub listen: String,
-    /// Largest request body accepted; larger ones get 413.
+    /// Largest request body; larger gets 413. Raise it only for very long prompts sent as text
+    /// (16 MiB is ~4M tokens of English).
+    #[schemars(range(min = 1024))]
     pub max_body_bytes: u64,
-    /// Seconds a client gets to send a request's headers (HTTP/1); a slower one is
-    /// disconnected.
+    /// Time a client gets to send a request's headers (HTTP/1); a client slower than that (or
+    /// one that opens a connection and sends half a request) is disconnected, so idle sockets
+    /// cannot pile up.
+    #[schemars(extend("exclusiveMinimum" = 0))]
     pub header_read_timeout_s: f64,
-    /// Largest request head (headers and URL) accepted; larger ones get 431.
+    /// Largest request head (headers and URL, as on the wire) accepted; larger gets `431`
+    /// (`request_headers_too_large`). 64 KiB fits any API client; raise it only for very large
+    /// cookies or tokens.
+    #[schemars(range(min = 4096, max = 262_144))]
     pub max_header_bytes: u64,
-    /// Seconds a client gets to send its whole request body; a slower one gets 408.
+    /// Time a client gets to send its whole request body; a slower or stalled upload gets `408`
+    /// (`request_timeout`) and frees its connection. Raise it only for clients that upload very
+    /// long prompts over slow links.
+    #[schemars(extend("exclusiveMinimum" = 0))]
     pub request_body_timeout_s: f64,
-    /// Seconds to let open streams finish on shutdown.
+    /// After SIGTERM, readiness fails, no request is taken, and open responses get this long to
+    /// finish; whatever is still open then ends with a `server_shutting_down` error event. Set
+    /// it to your typical longest generation; keep the pod's `terminationGracePeriodSeconds`
+    /// above it (the chart checks).
+    #[schemars(range(min = 0))]
     pub shutdown_grace_s: f64,
-    /// Longest a streamed response stays silent before the proxy sends an SSE comment
-    /// (`: keep-alive`), so intermediaries with idle timeouts keep the connection; a
-    /// request still queued or awaiting the upstream's headers this long gets its
-    /// response headers early. 0 turns heartbeats off.
+    /// Longest silence on a streamed response before the proxy sends an SSE comment (`:
+    /// keep-alive`), so load balancers with idle timeouts (often 60 s) do not cut a stream that
+    /// is queued, prefilling or thinking silently. A streamed request with no response after
+    /// this long gets `200` and its headers early; a failure after that arrives as an error
+    /// event instead of a status. `0` turns heartbeats off.
+    #[schemars(range(min = 0))]
     pub sse_heartbeat_s: f64,
 }
 
@@ -76,13 +95,18 @@ impl ServerConfig {
 
 /// The admin listener: a live list of open streams (`GET /admin/streams`) for operators
 /// and `meridian top`, apart from the client-facing listener.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdminConfig {
-    /// Address of the admin listener; unset: off.
+    /// The admin listener ([Operations](operations.md#open-streams)): `GET /admin/streams`
+    /// lists every open stream as JSON, and `meridian top` shows it live. Off when unset. It
+    /// answers only requests bearing the token below; keep it off the client-facing network all
+    /// the same.
+    #[schemars(extend("x-kind" = "address", "x-range" = "`host:port`, not `server.listen`"))]
     pub listen: Option<String>,
-    /// Environment variable holding the bearer token the admin listener requires; with
-    /// `listen` set and the variable unset or empty, `meridian serve` refuses to start.
+    /// Environment variable with the admin listener's bearer token. With `admin.listen` set and
+    /// the variable unset or empty, `meridian serve` refuses to start.
+    #[schemars(length(min = 1))]
     pub token_env: String,
 }
 

@@ -1,30 +1,43 @@
 //! The embedded engine twin (`[twin]`): fields, defaults and checks.
 
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
 use super::UpstreamConfig;
-use super::validate::Checker;
+use meridian_core::config::Checker;
 
 /// The embedded engine twin, a simulated vLLM: the upstream only when asked for
 /// (`enabled`, or `meridian serve --twin`) and no endpoint is configured. Its answers are
 /// made up, so it never serves by default: with no upstream and no twin, `meridian
 /// serve` refuses to start.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct TwinConfig {
-    /// Serve simulated answers from the twin (only with no `upstream.endpoints`).
+    /// Serve simulated answers from the embedded engine twin (`meridian serve --twin` sets it).
+    /// Every answer says so: header `x-meridian-simulated: meridian-twin/<profile>` and that
+    /// `system_fingerprint`. Never on by default: with neither upstream nor twin the proxy
+    /// refuses to start, naming these settings. Needs a build with the twin (cargo feature
+    /// `twin`: on in `cargo build` and `scripts/run.sh`, off in the release image, whose
+    /// `-twin` variant has it); a build without it refuses `twin.enabled` and says so.
+    #[schemars(extend("x-range" = "only with no `upstream.endpoints`"))]
     pub enabled: bool,
-    /// Cost-model profile (see loadtest/twin/profiles.toml).
+    /// Cost model of the embedded twin; used only with `twin.enabled`.
+    #[schemars(length(min = 1), extend("x-range" = "a profile in `loadtest/twin/profiles.toml`"))]
     pub profile: String,
-    /// Model name the twin serves.
+    /// Model name the twin serves and the proxy resolves to a family.
+    #[schemars(length(min = 1))]
     pub served_model: String,
-    /// Simulated seconds per wall second (1 = real time).
+    /// Simulated seconds per wall second; above 1 runs faster than real time (demos, tests).
+    #[schemars(extend("exclusiveMinimum" = 0))]
     pub speed: f64,
-    /// Seed of the synthetic workload (lengths, entropy).
+    /// Seed of the twin's synthetic workload.
     pub seed: u64,
-    /// Scheduling policy inside the twin (see `meridian_core::sched::POLICY_NAMES`).
+    /// Scheduling policy inside the twin (see [Dispatch policies](benchmarks/dispatch.md)).
+    #[schemars(length(min = 1), extend("x-kind" = "policy", "x-range" = "`fcfs`, `priority`, `output-first`, `reasoning-first`, `slo-driven`, the last three with `:key=value,…` parameters"))]
     pub policy: String,
-    /// Workload file for the twin (relative to the config file); unset: the default mix.
+    /// Workload file of the twin, relative to the config file (format:
+    /// `loadtest/twin/workloads/default.toml`); unset: that default mix.
+    #[schemars(length(min = 1), extend("x-kind" = "path", "x-range" = "existing file"))]
     pub workload: Option<String>,
 }
 
@@ -56,6 +69,12 @@ impl TwinConfig {
             c.fail("twin.speed", format!("must be a positive number; got {}", self.speed));
         }
         c.policy("twin.policy", &self.policy);
+        if self.profile.trim().is_empty() {
+            c.fail("twin.profile", "must name a profile");
+        }
+        if self.workload.as_deref().is_some_and(|w| w.trim().is_empty()) {
+            c.fail("twin.workload", "must name a file when set");
+        }
         if self.served_model.trim().is_empty() {
             c.fail("twin.served_model", "must not be empty");
         }

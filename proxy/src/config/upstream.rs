@@ -1,41 +1,64 @@
 //! The servers behind the proxy (`[upstream]`, `[[upstream.endpoints]]`): fields, defaults and checks.
 
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
-use super::validate::{Checker, is_host_port};
+use meridian_core::config::{Checker, is_host_port};
 
 /// The pool of OpenAI-compatible servers behind the proxy.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct UpstreamConfig {
     /// The servers. Empty: `meridian serve` refuses to start, unless the embedded engine
     /// twin is asked for (`twin.enabled`), which is then the only upstream.
     pub endpoints: Vec<EndpointConfig>,
-    /// Seconds to wait for a TCP connection.
+    /// TCP connect to an upstream. Keep it short: a refused or slow connect is retried on
+    /// another upstream.
+    #[schemars(extend("exclusiveMinimum" = 0))]
     pub connect_timeout_s: f64,
-    /// Seconds an idle pooled connection to an upstream is kept for reuse. Below the
-    /// upstream's own keep-alive timeout (vLLM's API server closes idle connections after
-    /// 5 s), or a request may go out on a connection the server is closing that instant
-    /// and fail with "connection closed before message completed".
+    /// How long an idle connection to an upstream is kept for reuse. Keep it below the
+    /// upstream's keep-alive timeout (vLLM's API server closes idle connections after 5 s,
+    /// `--timeout-keep-alive`): a request sent on a connection the server is closing at that
+    /// instant fails with `upstream_error` ("connection closed before message completed").
+    #[schemars(extend("exclusiveMinimum" = 0))]
     pub pool_idle_timeout_s: f64,
-    /// Seconds to wait for the response head. Covers queueing and prefill, which for a
-    /// long prompt on a busy engine takes a while.
+    /// Wait for the response head, which covers queueing and prefill; past it the client gets
+    /// 504 and the upstream request is cancelled. Keep it above your longest prefill under peak
+    /// load.
+    #[schemars(extend("exclusiveMinimum" = 0))]
     pub first_byte_timeout_s: f64,
-    /// Longest silence allowed between two chunks of a streaming response.
+    /// Longest silence between two chunks of a stream before it ends with an error event. A
+    /// preempted request can go silent while it is recomputed: keep it well above your worst
+    /// preemption stall.
+    #[schemars(extend("exclusiveMinimum" = 0))]
     pub idle_timeout_s: f64,
-    /// Attempts per request, across upstreams, before the first byte reaches the client.
+    /// Attempts per request across upstreams, counting the first; retries happen only before
+    /// any byte reached the client. 2 rides out one engine restarting; more only adds latency
+    /// to failures.
+    #[schemars(range(min = 1, max = 10))]
     pub max_attempts: u32,
-    /// Largest whole (non-streamed) answer, or single SSE line, taken from an upstream;
-    /// beyond it the request fails with `upstream_error` instead of growing memory.
+    /// Largest non-streamed answer, or single SSE line, the proxy takes from an upstream; past
+    /// it the request fails with `upstream_error` rather than buffering without bound. 64 MiB
+    /// holds a long answer with `top_logprobs`; lower it to cap memory per request.
+    #[schemars(range(min = 65536))]
     pub max_response_bytes: u64,
-    /// Forward the client's `Authorization` header upstream.
+    /// Forward the client's `Authorization` header upstream. Off: the proxy is the trust
+    /// boundary.
     pub forward_authorization: bool,
-    /// Name of an environment variable holding a bearer token to send upstream instead.
+    /// Environment variable holding a bearer token sent to the upstreams (vLLM's `--api-key`).
+    /// `meridian check` fails when the variable is not set.
+    #[schemars(regex(pattern = r"^[A-Za-z_][A-Za-z0-9_]*$"), extend("x-range" = "names a set variable"))]
     pub api_key_env: Option<String>,
-    /// Health check path and cadence.
+    /// Health check path on every upstream.
+    #[schemars(regex(pattern = r"^/"), extend("x-kind" = "path", "x-range" = "starts with `/`"))]
     pub health_path: String,
+    /// Health check cadence (each check times out after this or 5 s, whichever is less). Lower
+    /// it (1–2 s) to take a dead engine out of rotation sooner.
+    #[schemars(extend("exclusiveMinimum" = 0))]
     pub health_interval_s: f64,
-    /// Consecutive failed checks before an upstream is taken out of rotation.
+    /// Consecutive failures (checks and failed requests) before an upstream leaves rotation;
+    /// one success brings it back. Raise it if a busy engine's `/health` is occasionally slow.
+    #[schemars(range(min = 1, max = 100))]
     pub unhealthy_after: u32,
 }
 
@@ -59,18 +82,26 @@ impl Default for UpstreamConfig {
 }
 
 /// One upstream server.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct EndpointConfig {
-    /// Base URL, e.g. `http://vllm-0:8000` (no `/v1`).
+    /// One vLLM (or other OpenAI-compatible) server. No endpoint at all: `meridian serve`
+    /// refuses to start, unless `twin.enabled`.
+    #[schemars(regex(pattern = r"^https?://"), extend("x-kind" = "URL", "x-range" = "`http(s)://host:port`, no `/v1`"))]
     pub url: String,
-    /// Name used in logs and metric labels; defaults to the URL's host:port.
+    /// Label in logs and the `upstream` label of metrics. Name engines so that dashboards
+    /// survive address changes.
+    #[schemars(length(min = 1), extend("x-default" = "host:port of the URL"))]
     pub name: Option<String>,
-    /// `host:port` of the Meridian hook's policy channel in this server's engine, if it
-    /// runs one (see `[hook]`).
+    /// The engine's Meridian hook policy channel. Unset: the proxy drives that server through
+    /// its HTTP API alone.
+    #[schemars(extend("x-kind" = "`host:port`", "x-range" = "host and numeric port"))]
     pub hook: Option<String>,
-    /// Served model names this server takes requests for. Unset: learned from its
-    /// `GET /v1/models` every health round.
+    /// The served model names this server takes requests for (vLLM's `--served-model-name`).
+    /// Unset: learned from the server's `GET /v1/models` every health round (the last good list
+    /// is kept when that fails; while none is known the server may get any model). Set it when
+    /// the server has no `/v1/models`, or to route only some of its names through this proxy.
+    #[schemars(length(min = 1), inner(length(min = 1)), extend("x-range" = "non-empty names, at least one"))]
     pub models: Option<Vec<String>>,
 }
 
@@ -86,6 +117,9 @@ impl UpstreamConfig {
                     }
                 }
                 _ => c.fail(path, format!("must be an http:// or https:// URL; got {:?}", ep.url)),
+            }
+            if ep.name.as_deref().is_some_and(|n| n.trim().is_empty()) {
+                c.fail(format!("upstream.endpoints[{i}].name"), "must not be empty when set");
             }
             if let Some(hook) = &ep.hook {
                 if !is_host_port(hook) {

@@ -40,7 +40,7 @@ impl Watcher for DeadlineWatch {
         if self.fired
             || event.last
             || so_far.phase != Phase::Think
-            || so_far.think_started.is_none()
+            || so_far.timeline.first_think().is_none()
             || so_far.thinking_for(event.at) < self.deadline.after
         {
             return;

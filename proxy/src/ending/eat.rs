@@ -1,7 +1,7 @@
 use std::sync::Arc;
 
+use crate::config::ExitConfig;
 use axum::http::HeaderValue;
-use meridian_core::config::ExitConfig;
 use meridian_core::signals::{Eat, entropy_from_top_logprobs};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;

@@ -13,10 +13,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::config::ExitSignal;
 use axum::http::HeaderMap;
 use bytes::Bytes;
 use meridian_core::Phase;
-use meridian_core::config::ExitSignal;
 use meridian_core::stream::Dialect;
 
 use super::continuation::{self, Continuation, ContinuationPlan};
@@ -230,9 +230,10 @@ fn eat_prober(
 mod tests {
     use std::sync::Arc;
 
+    use crate::config::MeridianConfig;
+    use crate::config::{ExitSignal, Forcing};
     use bytes::Bytes;
-    use meridian_core::config::{ExitSignal, Forcing};
-    use meridian_core::{MeridianConfig, ModelRegistry, Phase};
+    use meridian_core::{ModelRegistry, Phase};
 
     use super::{By, EndingPlan, Prepared};
     use crate::body::GenerationRequest;

@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use meridian_core::channel::Action;
 
+use crate::config::HookConfig;
 use axum::http::HeaderValue;
 use meridian_core::channel::{
     Accepted, DIRECTIVES_PATH, Directive, DirectiveBatch, HELLO_PATH, Hello, PROTOCOL_HEADER,
     PROTOCOL_VERSION,
 };
-use meridian_core::config::HookConfig;
 
 use crate::streams::{Ending, OpenStreams};
 

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use meridian_core::phase::PhaseEvents;
 use meridian_core::stream::Usage;
+use meridian_core::timings::Timeline;
 use meridian_core::{Outcome, Phase, PhaseEvent};
 
 use crate::telemetry::RequestTimings;
@@ -38,36 +39,28 @@ pub struct Part<'a> {
 /// The whole stream so far, all choices together.
 #[derive(Debug, Clone, Copy)]
 pub struct SoFar {
-    pub started: Instant,
     /// Output if any choice answers, else think if any thinks, else pending.
     pub phase: Phase,
     pub think_tokens: u32,
     pub output_tokens: u32,
-    pub first_token: Option<Instant>,
-    /// The first thinking token.
-    pub think_started: Option<Instant>,
-    /// The last event that carried thinking, before the first visible output.
-    pub last_think: Option<Instant>,
-    pub first_output: Option<Instant>,
+    /// When its first token, its thinking and its answer arrived, from the request's start:
+    /// TTFT, TTFO and TTOT as `meridian_core::timings` defines them.
+    pub timeline: Timeline<Instant>,
 }
 
 impl SoFar {
     pub fn new(started: Instant) -> Self {
-        SoFar {
-            started,
-            phase: Phase::Pending,
-            think_tokens: 0,
-            output_tokens: 0,
-            first_token: None,
-            think_started: None,
-            last_think: None,
-            first_output: None,
-        }
+        SoFar { phase: Phase::Pending, think_tokens: 0, output_tokens: 0, timeline: Timeline::new(started) }
+    }
+
+    /// When the request started.
+    pub fn started(&self) -> Instant {
+        self.timeline.sent()
     }
 
     /// How long the stream has been thinking at `at` (0 before its first thought).
     pub fn thinking_for(&self, at: Instant) -> Duration {
-        self.think_started.map_or(Duration::ZERO, |t| at.saturating_duration_since(t))
+        self.timeline.first_think().map_or(Duration::ZERO, |t| at.saturating_duration_since(t))
     }
 }
 

@@ -1,6 +1,6 @@
 use std::io::IsTerminal;
 
-use meridian_core::config::{LogFormat, TelemetryConfig};
+use crate::config::{LogFormat, TelemetryConfig};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;

@@ -2,7 +2,7 @@
 //! each unset field falling back to its standard `OTEL_*` variable. Nothing is built
 //! while tracing is off, so a proxy without it pays for no exporter and no spans.
 
-use meridian_core::config::TracingConfig;
+use crate::config::TracingConfig;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::tonic_types::transport::ClientTlsConfig;
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithTonicConfig};

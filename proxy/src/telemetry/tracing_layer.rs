@@ -2,7 +2,7 @@
 //! only Meridian's trace spans and events (target [`TARGET`]), and the log layers leave
 //! those out, so turning traces on changes no log line except the ids JSON lines gain.
 
-use meridian_core::config::TracingConfig;
+use crate::config::TracingConfig;
 use tracing::Subscriber;
 use tracing_subscriber::filter::{EnvFilter, FilterExt, Targets, filter_fn};
 use tracing_subscriber::registry::LookupSpan;

@@ -3,8 +3,8 @@ use std::sync::{Arc, RwLock};
 
 use tokio::sync::Notify;
 
+use crate::config::EndpointConfig;
 use meridian_core::Phase;
-use meridian_core::config::EndpointConfig;
 
 use crate::telemetry::Metrics;
 

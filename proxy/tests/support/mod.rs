@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures::StreamExt;
-use meridian_core::config::EndpointConfig;
+use meridian_core::ModelRegistry;
 use meridian_core::models::ModelFamily;
-use meridian_core::{MeridianConfig, ModelRegistry};
 use meridian_mock_upstream::{MockOptions, MockUpstream};
+use meridian_proxy::config::EndpointConfig;
+use meridian_proxy::config::MeridianConfig;
 use meridian_proxy::{AppState, Metrics, Server};
 
 /// The tiny recorded model's boundary ids (tests/vllm/make_tiny_model.py).

@@ -5,10 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::config::{ExitSignal, Forcing};
 use axum::http::{HeaderMap, HeaderValue};
 use bytes::Bytes;
 use meridian_core::Phase;
-use meridian_core::config::{ExitSignal, Forcing};
 use serde_json::{Map, Value};
 use tokio::sync::Notify;
 

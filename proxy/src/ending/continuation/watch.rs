@@ -128,7 +128,7 @@ impl ThinkWatch {
         if !self.thinking() {
             return None;
         }
-        Some(self.so_far?.think_started? + self.seconds?)
+        Some(self.so_far?.timeline.first_think()? + self.seconds?)
     }
 
     /// Whether a cut may still happen (thinking, not settled).

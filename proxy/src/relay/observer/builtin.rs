@@ -174,7 +174,7 @@ impl SpanTrace {
         // As i64: the OpenTelemetry bridge records unsigned integers as strings.
         let think = i64::from(event.so_far.think_tokens);
         let output = i64::from(event.so_far.output_tokens);
-        let elapsed_ms = event.so_far.started.elapsed().as_secs_f64() * 1e3;
+        let elapsed_ms = event.so_far.started().elapsed().as_secs_f64() * 1e3;
         let span = &self.span;
         // Literal keys: `tracing`'s macros cannot parse dotted names after `parent:`.
         match which {

@@ -7,9 +7,10 @@
 mod builtin;
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use meridian_core::stream::{ChoiceDelta, Dialect, Usage};
+use meridian_core::timings::Arrived;
 use meridian_core::{Delta, Outcome, Phase, PhaseEvent, PhaseRouter};
 use smallvec::SmallVec;
 
@@ -170,9 +171,6 @@ impl RequestObserver {
         let has_token = c.reasoning.as_deref().is_some_and(|s| !s.is_empty())
             || c.content.as_deref().is_some_and(|s| !s.is_empty())
             || c.token_ids.as_deref().is_some_and(|t| !t.is_empty());
-        if has_token {
-            self.so_far.first_token.get_or_insert(at);
-        }
         let router = &mut self.routers[c.index];
         let (think_before, output_before) = (router.think_tokens(), router.output_tokens());
         let events = router.observe(Delta {
@@ -180,13 +178,16 @@ impl RequestObserver {
             content: c.content.as_deref(),
             token_ids: c.token_ids.as_deref(),
         });
-        let thinking = router.think_tokens() > think_before && self.so_far.first_output.is_none();
-        if thinking {
-            self.so_far.last_think = Some(at);
-            self.so_far.think_started.get_or_insert(at);
-        }
-        if events.iter().any(|e| matches!(e, PhaseEvent::FirstOutput { .. })) {
-            self.so_far.first_output.get_or_insert(at);
+        let arrived = Arrived {
+            thinking: router.think_tokens() > think_before,
+            answering: router.output_tokens() > output_before,
+            answer_began: began(&events),
+        };
+        let thinking = arrived.thinking && self.so_far.timeline.first_output().is_none();
+        if has_token {
+            self.so_far.timeline.tokens(at, arrived);
+        } else {
+            self.so_far.timeline.marks(at, arrived);
         }
         Some(Part {
             choice: c.index,
@@ -195,7 +196,7 @@ impl RequestObserver {
             logprobs: c.logprobs,
             events,
             thinking,
-            output_grew: router.output_tokens() > output_before,
+            output_grew: arrived.answering,
             choice_think_tokens: router.think_tokens(),
         })
     }
@@ -226,9 +227,8 @@ impl RequestObserver {
         let mut parts: SmallVec<[Part<'_>; 2]> = SmallVec::new();
         for (i, router) in self.routers.iter_mut().enumerate() {
             let events = router.finish();
-            if events.iter().any(|e| matches!(e, PhaseEvent::FirstOutput { .. })) {
-                self.so_far.first_output.get_or_insert(at);
-            }
+            // Text the tracker held back (a possible delimiter) is released at the end.
+            self.so_far.timeline.marks(at, Arrived { answer_began: began(&events), ..Arrived::default() });
             if !events.is_empty() {
                 parts.push(Part {
                     choice: i,
@@ -303,18 +303,14 @@ impl RequestObserver {
 
 impl Drop for RequestObserver {
     fn drop(&mut self) {
-        let since = |t: Option<Instant>| t.map(|t| t.duration_since(self.so_far.started));
         let (think_tokens, output_tokens) = self.token_counts();
-        // TTOT: from the last chunk of thinking to the first visible output.
-        let gap = match (self.so_far.last_think, self.so_far.first_output) {
-            (Some(end), Some(out)) => Some(out.saturating_duration_since(end)),
-            _ => None,
-        };
+        let t = &self.so_far.timeline;
+        let secs = |s: Option<f64>| s.and_then(|s| Duration::try_from_secs_f64(s).ok());
         let timings = RequestTimings {
-            time_to_first_token: since(self.so_far.first_token),
-            time_to_first_output: since(self.so_far.first_output),
-            think_to_output_gap: gap,
-            end_to_end: self.so_far.started.elapsed(),
+            time_to_first_token: secs(t.ttft()),
+            time_to_first_output: secs(t.ttfo()),
+            think_to_output_gap: secs(t.ttot()),
+            end_to_end: t.sent().elapsed(),
             think_tokens,
             output_tokens,
         };
@@ -333,4 +329,9 @@ impl Drop for RequestObserver {
             w.on_end(&ended);
         }
     }
+}
+
+/// The tracker saw the answer begin among `events`.
+fn began(events: &[PhaseEvent]) -> bool {
+    events.iter().any(|e| matches!(e, PhaseEvent::FirstOutput { .. }))
 }

@@ -23,6 +23,8 @@
 
 use std::time::Instant;
 
+use crate::{PhaseEvent, PhaseRouter};
+
 /// A point on a request's clock.
 pub trait Moment: Copy {
     /// Seconds from `earlier` to `self` (zero when `earlier` is later).
@@ -51,6 +53,28 @@ pub struct Arrived {
     pub answering: bool,
     /// The tracker saw the answer begin (its first visible output).
     pub answer_began: bool,
+}
+
+impl Arrived {
+    /// What `router` read from one delta: its counts `before` it, and the `events` it
+    /// raised.
+    pub fn read(router: &PhaseRouter, before: (u32, u32), events: &[PhaseEvent]) -> Self {
+        Arrived {
+            thinking: router.think_tokens() > before.0,
+            answering: router.output_tokens() > before.1,
+            answer_began: began(events),
+        }
+    }
+
+    /// What the tracker released at the stream's end (text it held back, a possible
+    /// delimiter): only whether the answer began there.
+    pub fn released(events: &[PhaseEvent]) -> Self {
+        Arrived { answer_began: began(events), ..Arrived::default() }
+    }
+}
+
+fn began(events: &[PhaseEvent]) -> bool {
+    events.iter().any(|e| matches!(e, PhaseEvent::FirstOutput { .. }))
 }
 
 /// The gaps a chunk closed, in seconds.

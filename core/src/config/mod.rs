@@ -29,7 +29,7 @@ use crate::models::ModelRegistry;
 
 /// `meridian.toml` as the engine's hook reads it: its own sections, checked as strictly
 /// as the proxy checks them; every other table is the proxy's, which checks it.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
 #[serde(default)]
 pub struct EngineFile {
     pub hook: HookConfig,
@@ -94,5 +94,20 @@ impl ModelsConfig {
                 c.fail("models.default_family", format!("names unknown family {family:?}"));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tables_the_hook_keeps_are_its_sections() {
+        let written = toml::Table::try_from(EngineFile::default()).unwrap();
+        let mut sections: Vec<&str> = written.keys().map(String::as_str).collect();
+        let mut kept = ENGINE_SECTIONS.to_vec();
+        sections.sort_unstable();
+        kept.sort_unstable();
+        assert_eq!(sections, kept, "ENGINE_SECTIONS must name every field of EngineFile");
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use meridian_core::models::ModelFamily;
 use meridian_core::stream::{Dialect, SseDecoder, Usage};
 use meridian_core::timings::{self, Arrived, Timeline};
-use meridian_core::{Delta, Outcome, PhaseEvent, PhaseRouter};
+use meridian_core::{Delta, Outcome, PhaseRouter};
 use serde::Serialize;
 
 /// What one request measured. Times are seconds from when the request was sent.
@@ -140,12 +140,7 @@ impl RecordBuilder {
         }
         let before = (self.router.think_tokens(), self.router.output_tokens());
         let events = self.router.observe(Delta { reasoning, content, token_ids: ids });
-        let arrived = Arrived {
-            thinking: self.router.think_tokens() > before.0,
-            answering: self.router.output_tokens() > before.1,
-            answer_began: began(&events),
-        };
-        let gaps = self.timeline.tokens(at, arrived);
+        let gaps = self.timeline.tokens(at, Arrived::read(&self.router, before, &events));
         self.record.itl.extend(gaps.itl);
         self.record.output_itl.extend(gaps.output_itl);
         self.record.token_times.push(at);
@@ -159,9 +154,8 @@ impl RecordBuilder {
     /// The response ended at `at` (ok) or failed.
     pub fn finish(mut self, at: f64, error: Option<String>) -> RequestRecord {
         let error = error.or(self.stream_error.take());
-        // Text the tracker held back (a possible delimiter) is released at the end.
         let events = self.router.finish();
-        self.timeline.marks(at, Arrived { answer_began: began(&events), ..Arrived::default() });
+        self.timeline.marks(at, Arrived::released(&events));
         let r = &mut self.record;
         r.client_think_tokens = self.router.think_tokens();
         r.client_output_tokens = self.router.output_tokens();
@@ -183,11 +177,6 @@ impl RecordBuilder {
         r.tpot = r.ttft.and_then(|ttft| timings::tpot(ttft, at, r.completion_tokens()));
         self.record
     }
-}
-
-/// The tracker saw the answer begin among `events`.
-fn began(events: &[PhaseEvent]) -> bool {
-    events.iter().any(|e| matches!(e, PhaseEvent::FirstOutput { .. }))
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use meridian_core::stream::{ChoiceDelta, Dialect, Usage};
 use meridian_core::timings::Arrived;
-use meridian_core::{Delta, Outcome, Phase, PhaseEvent, PhaseRouter};
+use meridian_core::{Delta, Outcome, Phase, PhaseRouter};
 use smallvec::SmallVec;
 
 use super::watch::{Ended, Event, Part, SoFar, Watcher};
@@ -178,11 +178,7 @@ impl RequestObserver {
             content: c.content.as_deref(),
             token_ids: c.token_ids.as_deref(),
         });
-        let arrived = Arrived {
-            thinking: router.think_tokens() > think_before,
-            answering: router.output_tokens() > output_before,
-            answer_began: began(&events),
-        };
+        let arrived = Arrived::read(router, (think_before, output_before), &events);
         let thinking = arrived.thinking && self.so_far.timeline.first_output().is_none();
         if has_token {
             self.so_far.timeline.tokens(at, arrived);
@@ -227,8 +223,7 @@ impl RequestObserver {
         let mut parts: SmallVec<[Part<'_>; 2]> = SmallVec::new();
         for (i, router) in self.routers.iter_mut().enumerate() {
             let events = router.finish();
-            // Text the tracker held back (a possible delimiter) is released at the end.
-            self.so_far.timeline.marks(at, Arrived { answer_began: began(&events), ..Arrived::default() });
+            self.so_far.timeline.marks(at, Arrived::released(&events));
             if !events.is_empty() {
                 parts.push(Part {
                     choice: i,
@@ -329,9 +324,4 @@ impl Drop for RequestObserver {
             w.on_end(&ended);
         }
     }
-}
-
-/// The tracker saw the answer begin among `events`.
-fn began(events: &[PhaseEvent]) -> bool {
-    events.iter().any(|e| matches!(e, PhaseEvent::FirstOutput { .. }))
 }

@@ -139,12 +139,25 @@ def calibrate(sim: Path, set_dir: Path, data: dict, tmp: Path) -> Path:
     if not traces:
         raise SystemExit(f"{set_dir}/steps: no stock step trace kept (policies keep/add keep them)")
     joined = tmp / "stock-steps.jsonl"
-    with joined.open("wb") as dst:
+    # Each trace's times are its own boot's monotonic clock, so two sessions' traces may
+    # overlap: laid end to end (each shifted to start after the one before), a run's
+    # window, shifted with its own trace, catches only that trace's steps.
+    windows: list[tuple[float, float]] = []
+    end = 0.0
+    with joined.open("w") as dst:
         for t in traces:
-            with gzip.open(t, "rb") as src:
-                shutil.copyfileobj(src, dst)
+            with gzip.open(t, "rt") as src:
+                steps = [json.loads(line) for line in src if line.strip()]
+            if not steps:
+                continue
+            shift = end + 1.0 - steps[0]["t"]
+            for st in steps:
+                st["t"] += shift
+                dst.write(json.dumps(st, separators=(",", ":")) + "\n")
+            end = steps[-1]["t"]
+            work = t.name[len("stock-"):-len(".jsonl.gz")]
+            windows += [(t0 + shift, t1 + shift) for t0, t1 in R.stock_windows(data, work)]
     eng = data["setup"]["engine"]
-    windows = R.stock_windows(data)
     block = re.search(r"--block-size', '(\d+)'", str(eng.get("extra", "")))
     profile = tmp / "rig.toml"
     kv = max((w.get("kv_blocks") or 0 for w in data["setup"]["workloads"]), default=0) or 100_000

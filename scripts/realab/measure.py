@@ -410,6 +410,10 @@ def run_once(s: Setup, r: Rig, w: Workload, load: float, rnd: int, config: str, 
     steps = [x for x in curve.read_steps(engine_trace(s, config)) if t0 <= x["t"] <= t1]
     run = {"workload": w.name, "load": load, "round": rnd, "config": config,
            "policy": policy_of(config),
+           # The engine's step trace the window reads lies in this work directory: windows
+           # are monotonic-clock times, which restart with each boot, so another
+           # invocation's trace may hold steps at the same times.
+           "work": s.work.name,
            "rate": cap * load, "window": [t0, t1], "summary": out["runs"][0]["summary"],
            "engine": step_window(steps),
            "drift": {**gauge.read(steps), "calm_wait_s": waited},

@@ -228,11 +228,37 @@ def reference_note(raw_dir: Path, workload: str, rounds: set[int], scales: dict[
                    "measured at different speeds, by as much as they differ.")
 
 
+def limits_lines(limits: dict[tuple, tuple[int, int]] | None, workload: str, load: float, configs: list[str],
+                 policies: dict[str, str | None]) -> list[str]:
+    """The page's sentence on how often each hooked configuration's policy capped a step's
+    prompt tokens at this load, run by run (`regime.limited_steps`): where the shipped
+    default (slo-driven) capped none, it scheduled as stock did, and whatever separates
+    it from stock is the hooked engine's own cost or the run's."""
+    if not limits:
+        return []
+    parts = []
+    for config in configs:
+        runs = sorted((key[3], a, b) for key, (a, b) in limits.items()
+                      if key[0] == config and key[1] == workload and key[2] == load and b)
+        if runs:
+            parts.append(f"{config} " + ", ".join(f"{100 * a / b:.0f}%" if a else "none" for _, a, b in runs)
+                         + f" (round{'s' if len(runs) > 1 else ''} {', '.join(str(r) for r, _, _ in runs)})")
+    if not parts:
+        return []
+    return ["", "Steps whose prompt tokens the hook's policy capped (its limits in force; `regime.limited_steps`), "
+            "share of each run's steps: " + "; ".join(parts) + "."
+            + (" slo-driven caps nothing while the engine's smoothed step time stays under its target: a run "
+               "where it capped none scheduled exactly as stock." if "slo-driven" in
+               {policies.get(c) for c in configs} else "")]
+
+
 def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: int, stretch=None,
-            measured: tuple[dict, dict] | None = None, scales: dict[int, float] | None = None) -> list[str]:
+            measured: tuple[dict, dict] | None = None, scales: dict[int, float] | None = None,
+            limits: dict[tuple, tuple[int, int]] | None = None) -> list[str]:
     """The page's section for one workload x load; `measured`: what `read` gives for it,
     when the caller has read it already; `scales`: {round: its reference's pace match}
-    (`slo.pace_scales`), without which each reference judges as measured."""
+    (`slo.pace_scales`), without which each reference judges as measured; `limits`:
+    `regime.limited_steps` for the set."""
     runs, unloaded = measured if measured is not None else read(raw_dir, workload, load)
     yardsticks = slo.judges(unloaded, references(raw_dir, workload)[1], scales or {})
     if "stock" not in runs:
@@ -303,7 +329,9 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
     for config in ["stock", *configs]:
         lines.append(f"| {config} | {cell(stall, config)} | {cell(answer, config)} | {cell(whole, config)} |"
                      + (f" {cell(whole_h100, config)} |" if scaled else ""))
-    lines += ["", "Shares: Wilson 90% intervals over the counted requests. The answer-only SLO: think-to-answer "
+    lines += ["", "Shares: Wilson 90% intervals over the counted requests, widened where the rounds differ by "
+              "more than their requests show (`stats.clustered_wilson`: a run's requests share its machine's "
+              "pace, so they are not independent draws). The answer-only SLO: think-to-answer "
               "gap and largest answer gap each within 250 ms. The whole-request SLO adds the start: TTFT and "
               "TTFO each within 2x the same request's own time on the idle engine plus 250 ms "
               "(`stats.WholeRequestSlo`)."
@@ -319,6 +347,7 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
                   + "; ".join(f"round {rnd}: {held(batch)}, factor {judge.start_factor:.1f}"
                               for rnd, (batch, judge) in scaled.items())
                   + ". An approximation of the H100's yardstick, not a measurement on it."]
+    lines += limits_lines(limits, workload, load, configs, policies)
     lines.append("")
     for config in configs:
         h = harms[config]
@@ -421,6 +450,7 @@ def set_section(set_dir: Path, resamples: int, readme: list[str] | None = None) 
     shape = data.get("step_shape")
     stretch = None
     by_run = None
+    limits = R.limited_steps(set_dir, data) if (set_dir / "steps").is_dir() else None
     gpu_shaped = {w.get("rig", "cpu") for w in data["setup"]["workloads"]} == {"gpu"}
     if shape:
         measured = (f"a step computing a full prompt chunk ({shape.get('chunk_tokens', 1536):,} tokens or more) took "
@@ -469,7 +499,7 @@ def set_section(set_dir: Path, resamples: int, readme: list[str] | None = None) 
         matched = slo.pace_scales(set_dir, w["name"], every, by_run)
         scales = {load: {rnd: x for (at, rnd), x in matched.items() if at == load} for load in w["loads"]}
         for load in w["loads"]:
-            lines += section(data, raw_dir, w["name"], load, resamples, stretch, by_load[load], scales[load])
+            lines += section(data, raw_dir, w["name"], load, resamples, stretch, by_load[load], scales[load], limits)
         capacity = slo.capacity_lines(data, w["name"], by_load,
                                       {load: slo.judges(every, off, scales[load]) for load in w["loads"]}, stretch)
         lines += capacity

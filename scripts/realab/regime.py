@@ -26,11 +26,14 @@ H100_CONTEXT = 1024
 PREFIX_CHUNKS = (0, 2, 8)
 
 
-def stock_windows(data: dict) -> list[tuple[float, float]]:
+def stock_windows(data: dict, work: str | None = None) -> list[tuple[float, float]]:
     """The measured runs' windows on the stock engine (stock and proxy-only runs): the
     steps the regime table's rig column reads, and those the twin's curve is drawn from
-    for its column (`forecast.calibrate`), so the two columns compare the same steps."""
-    return [tuple(r["window"]) for r in data["runs"] if r["config"] in ("stock", "proxy") and r.get("window")]
+    for its column (`forecast.calibrate`), so the two columns compare the same steps.
+    With `work` (a work directory's name), only the runs measured there, whose times are
+    that trace's clock (`run_trace`); a run that does not name its work counts for any."""
+    return [tuple(r["window"]) for r in data["runs"] if r["config"] in ("stock", "proxy") and r.get("window")
+            and (work is None or r.get("work") in (None, work))]
 
 
 def step_shape(data: dict) -> dict | None:
@@ -41,7 +44,6 @@ def step_shape(data: dict) -> dict | None:
     chunks of prefix (within one chunk); the median decode-only step at each of BATCHES
     (within a quarter of it) over the small one; and each workload's median prompt in
     tokens as the server counted it (from the stock runs' raw files)."""
-    windows = stock_windows(data)
     budget = int(data["setup"]["engine"].get("max_num_batched_tokens", 2048))
     full_chunk = min(1536, int(0.75 * budget))
     chunk, small = [], []
@@ -57,6 +59,7 @@ def step_shape(data: dict) -> dict | None:
         trace = Path(work) / "stock-steps.jsonl"
         if not trace.exists():
             continue
+        windows = stock_windows(data, Path(work).name)
         for line in trace.open():
             st = json.loads(line)
             if not any(t0 <= st["t"] <= t1 for t0, t1 in windows):
@@ -136,6 +139,43 @@ MIN_STEPS_PER_RUN = 20
 STOCK_ENGINE = ("stock", "stock-again", "proxy")
 
 
+def run_key(run: dict) -> tuple:
+    return run["config"], run.get("workload"), run.get("load"), run.get("round")
+
+
+def run_trace(set_dir: Path, run: dict) -> Path | None:
+    """The kept step trace of the engine that served `run`: its own invocation's (the
+    run's `work`), the stock engine's for stock, proxy-only and A/A runs. None for a run
+    measured before runs named their work directory, or whose trace was not kept.
+
+    Why not every trace of the engine: a window is monotonic-clock time, which restarts
+    at each boot, so a trace from another session may hold steps at the same times (set
+    7's stock runs at 90% in rounds 3 and 4 overlap round 7's invocation)."""
+    work = run.get("work")
+    if work is None:
+        return None
+    name = f"stock-{work}" if run["config"] in STOCK_ENGINE else f"{run['config']}@{work}"
+    path = set_dir / "steps" / f"{name}.jsonl.gz"
+    return path if path.exists() else None
+
+
+def run_steps(set_dir: Path, data: dict, configs=None):
+    """(run key, step) for every step inside a run's window of its own engine's trace
+    (`run_trace`), each trace read once; only the runs of `configs` when given."""
+    by_trace: dict[Path, list[tuple]] = {}
+    for r in data["runs"]:
+        trace = run_trace(set_dir, r) if r.get("window") and (configs is None or r["config"] in configs) else None
+        if trace is not None:
+            by_trace.setdefault(trace, []).append((*r["window"], run_key(r)))
+    for trace, windows in sorted(by_trace.items()):
+        with gzip.open(trace, "rt") as f:
+            for line in f:
+                st = json.loads(line)
+                run = next((key for t0, t1, key in windows if t0 <= st["t"] <= t1), None)
+                if run is not None:
+                    yield run, st
+
+
 def decode_ratios(set_dir: Path, data: dict) -> dict[tuple, list[float]] | None:
     """{(config, workload, load, round): [measured over fitted, per decode-only step]} for
     every run whose engine's trace is kept; None without the twin's rig profile."""
@@ -143,25 +183,27 @@ def decode_ratios(set_dir: Path, data: dict) -> dict[tuple, list[float]] | None:
     fitted = decode_step_fit(profile.read_text()) if profile.exists() else None
     if fitted is None:
         return None
-    windows: dict[str, list[tuple]] = {}
-    for r in data["runs"]:
-        if r.get("window"):
-            windows.setdefault(r["config"], []).append(
-                (*r["window"], (r["config"], r.get("workload"), r.get("load"), r.get("round"))))
     ratios: dict[tuple, list[float]] = {}
-    for trace in sorted((set_dir / "steps").glob("*.jsonl.gz")):
-        name = trace.name[:-len(".jsonl.gz")]
-        configs = STOCK_ENGINE if name.startswith("stock-") else (name.rsplit("@", 1)[0],)
-        with gzip.open(trace, "rt") as f:
-            for line in f:
-                st = json.loads(line)
-                if st.get("prefill_tokens") or not st.get("decode_reqs") or not st.get("step_s"):
-                    continue
-                for config in configs:
-                    run = next((key for t0, t1, key in windows.get(config, ()) if t0 <= st["t"] <= t1), None)
-                    if run is not None:
-                        ratios.setdefault(run, []).append(st["step_s"] / fitted(st))
+    for run, st in run_steps(set_dir, data):
+        if st.get("prefill_tokens") or not st.get("decode_reqs") or not st.get("step_s"):
+            continue
+        ratios.setdefault(run, []).append(st["step_s"] / fitted(st))
     return ratios
+
+
+def limited_steps(set_dir: Path, data: dict) -> dict[tuple, tuple[int, int]]:
+    """{run key: (steps whose prompt tokens the hook's policy capped, steps)} for every
+    hooked run whose trace is kept: how often its policy's limits were in force
+    (`prefill_cap` in the step trace; slo-driven applies output-first's only while the
+    engine's smoothed step time is over its target, output-first always when a prompt
+    waits beside answers)."""
+    hooked = {r["config"] for r in data["runs"] if r["config"] not in STOCK_ENGINE}
+    out: dict[tuple, list[int]] = {}
+    for run, st in run_steps(set_dir, data, hooked):
+        counts = out.setdefault(run, [0, 0])
+        counts[0] += st.get("prefill_cap") is not None
+        counts[1] += 1
+    return {run: (a, b) for run, (a, b) in out.items()}
 
 
 def slow_runs(set_dir: Path, data: dict, margin: float = 1.1, by_run: dict | None = None) -> list[tuple[tuple, float, float]]:

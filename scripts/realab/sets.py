@@ -84,6 +84,7 @@ def add(results: Path, set_dir: Path, note: str) -> int:
     again = [k for k in ((r["workload"], r["load"], r["round"], r["config"]) for r in new["runs"]) if k in have]
     if again:
         raise SystemExit(f"{results}: already in {set_dir}: {again}")
+    stamp_work(kept)
     kept["runs"] += new["runs"]
     for key in ("drift_reruns", "references"):
         if new.get(key):
@@ -111,6 +112,31 @@ def add(results: Path, set_dir: Path, note: str) -> int:
     F.keep_steps(kept, set_dir)
     (set_dir / "results.json").write_text(json.dumps(kept, indent=1))
     return copied
+
+
+def stamp_work(data: dict) -> int:
+    """Names each run's work directory (`run["work"]`, which `regime.run_trace` reads) where
+    the run predates `measure` recording it, from the set's own history: `work[0]` is the
+    kept measurement's, `work[i]` addition i's, and an addition's runs are its rounds x
+    configurations x loads (an addition recorded without loads ran at the loads the set
+    first had). A run the history cannot place (no work directory recorded for each
+    measurement, or two additions that could each have made it) stays unnamed, and no
+    step trace is read for it; returns the runs named."""
+    works = [Path(w).name for w in data.get("work", [])]
+    additions = data.get("additions", [])
+    missing = [r for r in data["runs"] if "work" not in r]
+    if not missing:
+        return 0
+    if len(works) != len(additions) + 1:
+        return 0
+    first = {w["name"]: w.get("first_loads", w["loads"]) for w in data["setup"]["workloads"]}
+    for r in missing:
+        made = [i + 1 for i, a in enumerate(additions)
+                if r["round"] in a["rounds"] and r["config"] in a["configs"]
+                and r["load"] in (a["loads"] if a.get("loads") is not None else first[r["workload"]])]
+        if len(made) <= 1:
+            r["work"] = works[made[0] if made else 0]
+    return sum("work" in r for r in missing)
 
 
 def without_warmup(requests: list[dict]) -> list[dict]:

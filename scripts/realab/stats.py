@@ -370,12 +370,51 @@ def wilson(successes: int, n: int, confidence: float = 0.9) -> Share | None:
     return Share(p, low, high, successes, n)
 
 
+def clustered_wilson(per_round: list[tuple[int, int]], confidence: float = 0.9) -> Share | None:
+    """The Wilson interval of a share pooled over rounds, [(successes, requests)] one per
+    round, widened for rounds that differ by more than their requests show.
+
+    Why: the requests of one run share its machine's pace and its bursts, so they are
+    not independent draws. At 70% load set 7's stock met the whole-request SLO in 87% to
+    99% of a run's requests, round by round: a binomial interval over all of them (±2
+    points) claims a precision the rounds do not have. The pooled share's variance is
+    taken as the larger of the binomial one and the cluster-robust one over the rounds
+    (k/(k-1) x the summed squared residuals of each round's successes from the pooled
+    share, over n squared); their ratio, the design effect, shrinks n for Wilson's
+    formula. Its critical value moves from z towards Student's t with k-1 degrees of
+    freedom as the rounds' share of the variance grows (1 - 1/design effect): that
+    variance rests on k rounds, not on n requests. Rounds that agree leave Wilson's
+    interval as it was."""
+    rounds = [(s, n) for s, n in per_round if n > 0]
+    n = sum(k for _, k in rounds)
+    if n <= 0:
+        return None
+    successes = sum(s for s, _ in rounds)
+    p = successes / n
+    z = statistics.NormalDist().inv_cdf((1 + confidence) / 2)
+    k = len(rounds)
+    if k < 2 or p in (0.0, 1.0):
+        return wilson(successes, n, confidence)
+    between = k / (k - 1) * sum((s - p * m) ** 2 for s, m in rounds) / n ** 2
+    effect = max(1.0, between / (p * (1 - p) / n))
+    t = t_quantile((1 + confidence) / 2, k - 1)
+    c2 = z * z + (t * t - z * z) * (1 - 1 / effect)
+    m = n / effect
+    centre = (p + c2 / (2 * m)) / (1 + c2 / m)
+    half = math.sqrt(c2) / (1 + c2 / m) * math.sqrt(p * (1 - p) / m + c2 / (4 * m * m))
+    return Share(p, max(0.0, centre - half), min(1.0, centre + half), successes, n)
+
+
 def share_of(pairs: Paired, config: str, confidence: float = 0.9, rounds=None) -> Share | None:
     """The share of `config`'s requests whose 0/1 value is 1, over every round (or over
-    `rounds` only: stock's share on the rounds another configuration ran)."""
-    flags = [v for rnd, values in pairs.values.get(config, {}).items() if rounds is None or rnd in rounds
-             for vs in values.values() for v in vs]
-    return wilson(round(sum(flags)), len(flags), confidence)
+    `rounds` only: stock's share on the rounds another configuration ran), with an
+    interval that carries how the rounds differ (`clustered_wilson`)."""
+    per_round = []
+    for rnd, values in pairs.values.get(config, {}).items():
+        if rounds is None or rnd in rounds:
+            flags = [v for vs in values.values() for v in vs]
+            per_round.append((round(sum(flags)), len(flags)))
+    return clustered_wilson(per_round, confidence)
 
 
 def paired_share_change(pairs: Paired, num: str, den: str, kind: str = "difference", *, resamples: int = 2000,

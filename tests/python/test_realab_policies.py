@@ -289,6 +289,27 @@ def test_rounds_added_to_a_kept_set_widen_its_pairs_and_are_never_measured_twice
         policies.add(tmp_path / "slower.json", page_dir / "1-set", "another capacity")
 
 
+def test_runs_measured_before_they_named_their_work_are_placed_by_the_sets_history():
+    from realab.sets import stamp_work
+
+    def run(load, rnd, config):
+        return {"workload": "mix", "load": load, "round": rnd, "config": config}
+    data = {"setup": {"workloads": [{"name": "mix", "loads": [0.7, 0.9], "first_loads": [0.9]}]},
+            "work": ["/tmp/realab-a", "/tmp/realab-b", "/tmp/realab-c", "/tmp/realab-d"],
+            # b: rounds 1-2 at the set's first loads (recorded before additions named
+            # loads); c: references only; d: rounds 0-1 at 70%.
+            "additions": [{"rounds": [1, 2], "configs": ["stock", "hook"]},
+                          {"rounds": [0], "configs": ["stock"], "loads": []},
+                          {"rounds": [0, 1], "configs": ["stock", "hook"], "loads": [0.7]}],
+            "runs": [run(0.9, 0, "stock"), run(0.9, 1, "hook"), run(0.7, 1, "stock"), run(0.7, 0, "hook"),
+                     {**run(0.9, 2, "stock"), "work": "realab-z"}]}
+    assert stamp_work(data) == 4
+    assert [r["work"] for r in data["runs"]] == ["realab-a", "realab-b", "realab-d", "realab-d", "realab-z"]
+    assert stamp_work(data) == 0, "a run already named keeps its name"
+    unplaced = {**data, "work": ["/tmp/realab-a"], "runs": [run(0.9, 0, "stock")]}
+    assert stamp_work(unplaced) == 0 and "work" not in unplaced["runs"][0]
+
+
 def test_rounds_added_at_another_load_get_their_own_section_and_command(tmp_path: Path):
     page_dir = tmp_path / "page"
     write_set(page_dir / "1-set", {"stock": 1.0, "hook-output-first": 1.2}, rounds=2)

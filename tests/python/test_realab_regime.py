@@ -4,6 +4,7 @@ during the measured runs, and the same ratios from the H100's step traces."""
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -175,8 +176,9 @@ def test_each_engines_decode_steps_are_set_beside_the_twins_fit(tmp_path: Path):
     stock.append(decode(99, 4, 2000, 50 * FIT_MS))
     hooked = [decode(30 + i * 0.01, 4, 2000, 1.2 * FIT_MS) for i in range(30)]
     set_dir = traced_set(tmp_path, {"stock-w1": stock, "hook-output-first@w1": hooked})
-    data = {"runs": [{"config": "stock", "window": [10, 11]}, {"config": "stock-again", "window": [20, 21]},
-                     {"config": "hook-output-first", "window": [30, 31]}]}
+    data = {"runs": [{"config": "stock", "window": [10, 11], "work": "w1"},
+                     {"config": "stock-again", "window": [20, 21], "work": "w1"},
+                     {"config": "hook-output-first", "window": [30, 31], "work": "w1"}]}
     got = regime.step_residuals(set_dir, data)
     assert {c: (round(r, 3), n) for c, (r, n) in got.items()} == {
         "stock": (1.0, 30), "stock-again": (0.9, 30), "hook-output-first": (1.2, 30)}
@@ -195,13 +197,45 @@ def test_a_run_whose_engine_ran_slow_is_named_whatever_its_configuration(tmp_pat
     hooked = [decode(30 + i * 0.01, 4, 2000, FIT_MS) for i in range(30)]
     hooked += [decode(40 + i * 0.01, 4, 2000, 1.3 * FIT_MS) for i in range(30)]
     set_dir = traced_set(tmp_path, {"stock-w1": stock, "hook@w1": hooked})
-    runs = [{"config": c, "workload": "mix", "load": 0.7, "round": rnd, "window": [t, t + 1]}
+    runs = [{"config": c, "workload": "mix", "load": 0.7, "round": rnd, "window": [t, t + 1], "work": "w1"}
             for c, rnd, t in (("stock", 0, 10), ("stock", 1, 20), ("hook", 0, 30), ("hook", 1, 40))]
     slow = regime.slow_runs(set_dir, {"runs": runs})
     assert [(run, round(x, 2), round(typical, 2)) for run, x, typical in slow] == [(("hook", "mix", 0.7, 1), 1.3, 1.0)]
     text = " ".join(regime.residual_lines(regime.step_residuals(set_dir, {"runs": runs}), slow))
     assert "Runs whose decode steps ran more than a tenth slower than stock's in the same round (each run's " \
            "median of measured over fitted): hook round 1 at 70% (1.30 against 1.00)." in text
+
+
+def test_a_run_reads_only_its_own_invocations_trace(tmp_path: Path):
+    # Two sessions' traces share monotonic times (each boot restarts the clock): round 0
+    # ran in w1 at the fit's pace, round 1 in w2 a half slower, over the same seconds.
+    # Each run's pace comes from its own trace alone; a run that names no work reads none.
+    w1 = [decode(10 + i * 0.01, 4, 2000, FIT_MS) for i in range(30)]
+    w2 = [decode(10 + i * 0.01, 4, 2000, 1.5 * FIT_MS) for i in range(30)]
+    set_dir = traced_set(tmp_path, {"stock-w1": w1, "stock-w2": w2})
+    runs = [{"config": "stock", "workload": "mix", "load": 0.9, "round": rnd, "window": [10, 11], "work": w}
+            for rnd, w in ((0, "w1"), (1, "w2"))]
+    runs.append({"config": "stock", "workload": "mix", "load": 0.9, "round": 2, "window": [10, 11]})
+    got = regime.decode_ratios(set_dir, {"runs": runs})
+    assert {k[3]: (round(statistics.median(v), 3), len(v)) for k, v in got.items()} == {0: (1.0, 30), 1: (1.5, 30)}
+
+
+def test_how_often_the_hooks_limits_were_in_force_is_counted_run_by_run(tmp_path: Path):
+    def step(t: float, cap) -> str:
+        return json.dumps({"t": t, "tokens": 8, "prefill_tokens": 0, "decode_reqs": 8, "decode_context": 100,
+                           "step_s": 0.01, "prefill_cap": cap}) + "\n"
+    hooked = [step(10 + i * 0.01, None) for i in range(40)]  # round 0: relaxed to stock throughout
+    hooked += [step(20 + i * 0.01, 128 if i % 4 == 0 else None) for i in range(40)]  # round 1: a quarter capped
+    set_dir = traced_set(tmp_path, {"hook@w1": hooked, "stock-w1": [step(10, None)]})
+    runs = [{"config": "hook", "workload": "mix", "load": 0.7, "round": rnd, "window": [t, t + 1], "work": "w1"}
+            for rnd, t in ((0, 10), (1, 20))]
+    runs.append({"config": "stock", "workload": "mix", "load": 0.7, "round": 0, "window": [10, 11], "work": "w1"})
+    limits = regime.limited_steps(set_dir, {"runs": runs})
+    assert limits == {("hook", "mix", 0.7, 0): (0, 40), ("hook", "mix", 0.7, 1): (10, 40)}
+    from realab import policies
+    line = " ".join(policies.limits_lines(limits, "mix", 0.7, ["hook"], {"hook": "slo-driven"}))
+    assert "hook none, 25% (rounds 0, 1)" in line and "scheduled exactly as stock" in line
+    assert policies.limits_lines(limits, "mix", 0.9, ["hook"], {"hook": "slo-driven"}) == []
 
 
 def test_the_shipped_defaults_engine_trace_is_kept_beside_the_named_policies(tmp_path: Path):

@@ -24,6 +24,7 @@ from realab.stats import (  # noqa: E402
     answer_only_slo,
     capacity_at_slo,
     capacity_ratio,
+    clustered_wilson,
     do_no_harm,
     nearest_rank,
     pair_requests,
@@ -152,6 +153,35 @@ def test_wilson_matches_the_formula():
     s = wilson(7, 20, confidence=0.95)  # the textbook case: 0.35 of 20, 95%: [0.181, 0.567]
     assert (round(s.low, 3), round(s.high, 3)) == (0.181, 0.567)
     assert wilson(10, 10).high == 1.0 and wilson(0, 0) is None
+
+
+
+def test_a_share_over_rounds_that_agree_is_wilsons():
+    assert clustered_wilson([(170, 180)] * 3) == wilson(510, 540)
+    assert clustered_wilson([(180, 180), (180, 180)]) == wilson(360, 360)
+    assert clustered_wilson([(0, 0)]) is None
+
+
+def test_a_share_over_rounds_that_differ_carries_their_spread():
+    """Each run's requests share its machine's pace: simulated rounds whose own share
+    wanders (a beta around 0.9) must be covered about as often as the confidence says,
+    which Wilson over the pooled requests is not."""
+    rng = random.Random(11)
+    covered = plain = 0
+    trials = 300
+    for _ in range(trials):
+        rounds = []
+        for _ in range(5):
+            q = rng.betavariate(18, 2)  # this round's own share: mean 0.9, sd ~0.065
+            rounds.append((sum(rng.random() < q for _ in range(180)), 180))
+        s = clustered_wilson(rounds)
+        covered += s.low <= 0.9 <= s.high
+        w = wilson(sum(x for x, _ in rounds), 900)
+        plain += w.low <= 0.9 <= w.high
+    assert covered / trials >= 0.85, covered / trials
+    assert plain / trials < 0.7, plain / trials
+    spread = clustered_wilson([(169, 180), (178, 180), (104, 180), (135, 180), (160, 180)])
+    assert spread.low < 0.7 < spread.point < spread.high < 0.95
 
 
 class Interval:

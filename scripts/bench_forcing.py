@@ -20,8 +20,7 @@ from pathlib import Path
 
 import requests
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "vllm"))
-from tiny_family import write_family  # noqa: E402
+from tiny_family import write_family
 
 ROOT, MODEL, OUT = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 BIN = ROOT / "target" / "release"

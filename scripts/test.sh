@@ -64,7 +64,7 @@ fi
 step "book (mdBook)"
 scripts/build-docs.sh
 
-step "pytest (openai client and real vLLM through the proxy; Helm chart; book)"
+step "pytest (openai client and real vLLM through the proxy; Helm chart; book; the benchmark harnesses)"
 export MERIDIAN_BIN_DIR="$PWD/target/debug"
 run_pytest() {
   set +e
@@ -78,7 +78,7 @@ run_pytest() {
   return $rc
 }
 status=0
-run_pytest "$PYVENV/bin/python" -m pytest tests/python tests/helm tests/docs -v -rs || status=$?
+run_pytest "$PYVENV/bin/python" -m pytest tests/python tests/helm tests/docs scripts/tests -v -rs || status=$?
 
 if [[ -n "${MERIDIAN_VLLM_PYTHON:-}" ]]; then
   step "pytest inside vLLM's environment (the hook in vLLM's real scheduler and logits processors)"

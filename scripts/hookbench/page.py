@@ -106,7 +106,7 @@ def write_report(
         "## Method",
         "",
         "vLLM's real scheduler classes, built on CPU without a model (as in",
-        "`tests/hook/engine.py`), stepped by hand. Two engines, stock `AsyncScheduler` and",
+        "`scripts/vllm_scheduler_rig.py`), stepped by hand. Two engines, stock `AsyncScheduler` and",
         "`MeridianScheduler` (default `meridian.toml`: policy `output-first`, no policy",
         "channel), get the same requests and the same sampled tokens, and are stepped in",
         "alternation (which goes first alternates).",

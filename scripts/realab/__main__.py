@@ -39,11 +39,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "vllm"))
-from tiny_family import write_family  # noqa: E402
+from tiny_family import write_family
 
-from . import measure as m  # noqa: E402
-from .workloads import WORKLOADS  # noqa: E402
+from . import measure as m
+from .workloads import WORKLOADS
 
 SERVED = "bench-qwen3"
 
@@ -156,7 +155,9 @@ def engine_spec(model: Path, kv_blocks: int | None = None, reg: Regime = RIGS["c
     """The engines every real-engine measurement starts: the benchmark model and limits."""
     return m.rig.EngineSpec(
         python=sys.executable, model=model, served_name=SERVED, dtype="float32",
-        max_model_len=MAX_MODEL_LEN if kv_blocks is None else KV_MAX_MODEL_LEN,
+        # vLLM keeps one block of a small cache back: a request of max_model_len must fit
+        # in the rest (32 blocks of 128 tokens serve at most 3,968).
+        max_model_len=MAX_MODEL_LEN if kv_blocks is None else min(KV_MAX_MODEL_LEN, (kv_blocks - 1) * BLOCK_SIZE),
         max_num_seqs=32, max_num_batched_tokens=reg.max_num_batched_tokens, kv_cache_gib=2, omp_threads=1,
         omp_bind=reg.engine_core, engine_core_polls=reg.engine_core_polls,
         # No prefix cache: every round replays its seed's prompts at each load and on both

@@ -252,6 +252,26 @@ def limits_lines(limits: dict[tuple, tuple[int, int]] | None, workload: str, loa
                {policies.get(c) for c in configs} else "")]
 
 
+def preemption_lines(data: dict, workload: str, load: float, configs: list[str]) -> list[str]:
+    """The page's sentence on whom each engine preempted at this load, from the step
+    trace's counts over each run (`engine` in the results: every preemption, and those of
+    a request already answering, the victims a reader notices); empty when no engine
+    preempted. Under KV pressure this is what a think-first victim rule can change."""
+    by_config: dict[str, list[int]] = {}
+    for r in data["runs"]:
+        e = r.get("engine") or {}
+        if r["workload"] == workload and r["load"] == load and r["config"] in ("stock", *configs) and "preempted" in e:
+            total = by_config.setdefault(r["config"], [0, 0, 0])
+            total[0] += e["preempted"]
+            total[1] += e.get("preempted_output", 0)
+            total[2] += 1
+    if not any(t[0] for t in by_config.values()):
+        return []
+    return ["", "Preemptions (the engine's step trace, summed over the runs counted here): "
+            + "; ".join(f"{c} {t[0]:,} in {t[2]} run{'s' if t[2] > 1 else ''}, {t[1]:,} of them answering"
+                        for c, t in ((c, by_config[c]) for c in ("stock", *configs) if c in by_config)) + "."]
+
+
 def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: int, stretch=None,
             measured: tuple[dict, dict] | None = None, scales: dict[int, float] | None = None,
             limits: dict[tuple, tuple[int, int]] | None = None) -> list[str]:
@@ -348,6 +368,7 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
                               for rnd, (batch, judge) in scaled.items())
                   + ". An approximation of the H100's yardstick, not a measurement on it."]
     lines += limits_lines(limits, workload, load, configs, policies)
+    lines += preemption_lines(data, workload, load, configs)
     lines.append("")
     for config in configs:
         h = harms[config]

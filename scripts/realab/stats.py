@@ -191,16 +191,32 @@ class Estimate:
 
     def text(self) -> str:
         """"0.60 (0.52-0.71)"; a single round's "0.60 (one run: 0.55-0.65)", its interval
-        only the requests' spread within that run."""
+        only the requests' spread within that run. A bound beyond 100x either way reads
+        "over 100" or "under 0.01": two rounds widened for their count
+        (`run_spread_factor`, t with one degree of freedom) on a ratio whose stock side
+        is near zero reach millions, a figure that says only "no bound"."""
+        shown = _bound if self.q != "share difference" else (lambda x: f"{x:.2f}")
         if self.run_aware:
-            return f"{self.point:.2f} ({self.low:.2f}-{self.high:.2f})"
-        return f"{self.point:.2f} (one run: {self.within_low:.2f}-{self.within_high:.2f})"
+            return f"{self.point:.2f} ({shown(self.low)}-{shown(self.high)})"
+        return f"{self.point:.2f} (one run: {shown(self.within_low)}-{shown(self.within_high)})"
 
     @property
     def run_aware(self) -> bool:
         """Whether the interval carries run-to-run spread (two rounds or more): only
         then may a verdict read it."""
         return not (math.isnan(self.low) or math.isnan(self.high))
+
+
+#: Beyond these a ratio's interval bound is shown as a bound, not a figure (`Estimate.text`).
+SHOWN_RATIO = (0.01, 100.0)
+
+
+def _bound(x: float) -> str:
+    if x > SHOWN_RATIO[1]:
+        return f"over {SHOWN_RATIO[1]:.0f}"
+    if 0 < x < SHOWN_RATIO[0]:
+        return f"under {SHOWN_RATIO[0]:.2f}"
+    return f"{x:.2f}"
 
 
 def t_quantile(p: float, df: int) -> float:

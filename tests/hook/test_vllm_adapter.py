@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import metric
-from engine import THINK_END, THINK_START, build
+from vllm_scheduler_rig import THINK_END, THINK_START, build
 from vllm.v1.core.kv_cache_utils import FreeKVCacheBlockQueue
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 

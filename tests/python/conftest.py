@@ -4,7 +4,6 @@ mock upstream binary (recorded vLLM streams) or a real vLLM server."""
 import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -123,4 +122,3 @@ def stream_labels(stream):
     return labels, usage
 
 
-sys.path.insert(0, str(Path(__file__).parent))

@@ -13,7 +13,6 @@ import os
 import re
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,8 +22,7 @@ import requests
 
 from conftest import ROOT, binary, metric, start_proxy, stream_labels, wait_ready
 
-sys.path.insert(0, str(ROOT / "tests" / "vllm"))
-from tiny_family import write_family  # noqa: E402
+from tiny_family import write_family
 
 VLLM_PYTHON = os.environ.get("MERIDIAN_VLLM_PYTHON")
 CACHE = Path(os.environ.get("MERIDIAN_CACHE", Path.home() / ".cache" / "meridian"))
@@ -45,7 +43,7 @@ def free_port() -> int:
 def tiny_model() -> Path:
     out = CACHE / f"tiny-qwen3-{TINY_MODEL_VERSION}"
     if not (out / "meridian-ids.json").exists():
-        subprocess.run([VLLM_PYTHON, ROOT / "tests" / "vllm" / "make_tiny_model.py", out], check=True)
+        subprocess.run([VLLM_PYTHON, ROOT / "scripts" / "make_tiny_model.py", out], check=True)
     return out
 
 

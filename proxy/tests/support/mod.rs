@@ -18,7 +18,7 @@ use meridian_proxy::config::EndpointConfig;
 use meridian_proxy::config::MeridianConfig;
 use meridian_proxy::{AppState, Metrics, Server};
 
-/// The tiny recorded model's boundary ids (tests/vllm/make_tiny_model.py).
+/// The tiny recorded model's boundary ids (scripts/make_tiny_model.py).
 pub const TINY_FAMILY: &str = r#"
 name = "tiny"
 display_name = "Tiny Qwen3 (test model)"
@@ -31,7 +31,7 @@ start_ids = [465]
 end_ids = [466]
 [verification]
 status = "text_only"
-source = "built by tests/vllm/make_tiny_model.py"
+source = "built by scripts/make_tiny_model.py"
 "#;
 
 pub struct Rig {

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from realab import policies, slo  # noqa: E402
+from realab import policies, slo
 
 
 def request(i: int, scale: float) -> dict:
@@ -287,6 +285,18 @@ def test_rounds_added_to_a_kept_set_widen_its_pairs_and_are_never_measured_twice
     (tmp_path / "slower.json").write_text(json.dumps(slower))
     with pytest.raises(SystemExit, match="another capacity"):
         policies.add(tmp_path / "slower.json", page_dir / "1-set", "another capacity")
+
+
+def test_whom_each_engine_preempted_is_counted_over_the_sections_runs():
+    def run(config, rnd, preempted, answering, load=0.9):
+        return {"workload": "kv", "load": load, "round": rnd, "config": config,
+                "engine": {"preempted": preempted, "preempted_output": answering}}
+    data = {"runs": [run("stock", 0, 100, 3), run("stock", 1, 39, 0), run("hook", 0, 90, 0), run("hook", 1, 1200, 0),
+                     run("hook", 2, 5, 5, load=0.5), {"workload": "kv", "load": 0.9, "round": 0, "config": "proxy"}]}
+    line = " ".join(policies.preemption_lines(data, "kv", 0.9, ["proxy", "hook"]))
+    assert ("stock 139 in 2 runs, 3 of them answering; hook 1,290 in 2 runs, 0 of them answering." in line), line
+    quiet = {"runs": [run("stock", 0, 0, 0), run("hook", 0, 0, 0)]}
+    assert policies.preemption_lines(quiet, "kv", 0.9, ["hook"]) == []
 
 
 def test_runs_measured_before_they_named_their_work_are_placed_by_the_sets_history():

@@ -5,12 +5,10 @@ vLLM, py-spy and a quiet machine (scripts/bench-hook-profile.sh)."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from realab import profile  # noqa: E402
+from realab import profile
 
 ROOT = "WorkerProc.worker_busy_loop (vllm/v1/executor/multiproc_executor.py:800)"
 CORE = "EngineCoreProc.run_busy_loop (vllm/v1/engine/core.py:1555);EngineCore.step (vllm/v1/engine/core.py:674)"

@@ -7,14 +7,11 @@ from __future__ import annotations
 import math
 import random
 import statistics
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from realab.stats import (  # noqa: E402
+from realab.stats import (
     Capacity,
     Estimate,
     Harm,
@@ -143,6 +140,13 @@ def test_a_tail_is_quoted_only_when_five_requests_set_it():
     assert tail_for(500, wanted=0.95) == 0.95
     e = Estimate(1.0, 0.9, 1.1, 50, 1, 0.99, 50)
     assert not e.quotable and Estimate(1.0, 0.9, 1.1, 50, 1, 0.9, 50).quotable
+
+
+def test_an_interval_bound_past_a_hundredfold_reads_as_a_bound():
+    wide = Estimate(2.0, 0.004, 26_089_358.07, 180, 2, 0.95, 180)
+    assert wide.text() == "2.00 (under 0.01-over 100)"
+    assert Estimate(0.6, 0.52, 0.71, 50, 3, 0.5, 50).text() == "0.60 (0.52-0.71)"
+    assert Estimate(0.004, -0.002, 0.009, 50, 3, "share difference", 50).text() == "0.00 (-0.00-0.01)"
 
 
 def test_wilson_matches_the_formula():

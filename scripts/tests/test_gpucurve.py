@@ -8,19 +8,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from conftest import binary
+from binaries import binary
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
 
-from gpucurve.measure import TIMED, _shapes  # noqa: E402
-from gpucurve.report import predict  # noqa: E402
+from gpucurve.measure import TIMED, _shapes
+from gpucurve.report import predict
 
 VLLM_PYTHON = os.environ.get("MERIDIAN_VLLM_PYTHON")
 TERMS = ["fixed_s", "per_token_s", "per_decode_request_s", "per_context_token_s", "per_prefill_attention_s",
@@ -84,8 +82,10 @@ def test_a_mixed_step_computes_what_a_plain_float32_model_does():
     # Decodes over a cache and a prompt chunk after a prefix in one step: head-to-KV-head
     # mapping, the KV writes, rotary positions and the chunk's causal window all show in
     # the logits (gpucurve_reference.py writes the model out token by token).
+    # Run from scripts/, as the harness runs, so `gpucurve` imports as a package there.
     run = subprocess.run([VLLM_PYTHON, str(Path(__file__).with_name("gpucurve_reference.py"))],
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=300, cwd=ROOT / "scripts",
+                         env={**os.environ, "PYTHONPATH": str(ROOT / "scripts")})
     assert run.returncode == 0, run.stdout + run.stderr
 
 

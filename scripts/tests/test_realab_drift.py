@@ -7,15 +7,12 @@ from __future__ import annotations
 import gzip
 import json
 import random
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from realab import drift, machine, measure, policies, regime, slo  # noqa: E402
-from realab import stats as S  # noqa: E402
+from realab import drift, machine, measure, policies, regime, slo
+from realab import stats as S
 
 
 def trace(rng: random.Random, n: int, slow: float = 1.0) -> list[dict]:

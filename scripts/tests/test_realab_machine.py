@@ -7,13 +7,11 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from realab import machine, policies  # noqa: E402
+from realab import machine, policies
 
 
 def test_a_child_is_counted_under_its_role_with_the_cpu_it_took():

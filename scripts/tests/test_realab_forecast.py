@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import gzip
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-sys.path.insert(0, str(Path(__file__).parent))
 
-from realab import forecast as F  # noqa: E402
-from realab import stats as S  # noqa: E402
-from test_realab_policies import page_of, request, write_set  # noqa: E402
+from realab import forecast as F
+from realab import stats as S
+from test_realab_policies import page_of, request, write_set
 
 
 def test_the_forecast_keeps_chunks_and_load_fraction():

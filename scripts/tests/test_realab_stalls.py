@@ -4,12 +4,9 @@ the step that held it was one the policy had capped. Small hand-made traces pin 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from realab.measure import attribute_stalls  # noqa: E402
+from realab.measure import attribute_stalls
 
 
 def raw(token_times: list[float]) -> dict:

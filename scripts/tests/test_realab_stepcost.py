@@ -5,12 +5,10 @@ own difference."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from realab.stepcost import Load, headline, ratios, window_metrics, write_page  # noqa: E402
+from realab.stepcost import Load, headline, ratios, window_metrics, write_page
 
 
 def step(t: float, step_s: float, decode: int = 0, prefill: int = 0) -> dict:

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from realab import regime  # noqa: E402
+from realab import regime
 
 
 def step(t: float, prefill: int, decodes: int, ms: float, prefix: int = 0) -> str:

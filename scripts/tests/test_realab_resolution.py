@@ -4,13 +4,10 @@ round. These tests pin those judgements on small hand-made results."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from realab.report import round_note  # noqa: E402
-from realab.resolution import (  # noqa: E402
+from realab.report import round_note
+from realab.resolution import (
     Comparison,
     Effect,
     agreement_sentences,

@@ -5,13 +5,10 @@ that never thinks has no delimiter to take off."""
 
 from __future__ import annotations
 
-import sys
 import tomllib
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-from realab.measure import twin_workload  # noqa: E402
+from realab.measure import twin_workload
 
 
 def test_the_answer_loses_the_delimiter_vllm_counted_with_it():

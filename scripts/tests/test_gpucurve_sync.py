@@ -16,10 +16,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
 
-from gpucurve.sync import SHAPES, _loop  # noqa: E402
-from gpucurve.syncreport import HOST_WORK_MS, MODES, page  # noqa: E402
+from gpucurve.sync import SHAPES, _loop
+from gpucurve.syncreport import HOST_WORK_MS, MODES, page
 
 
 def _torch_python() -> str | None:

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import math
 import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-
-from gpucurve.model import TINY, Attention, Model, Step  # noqa: E402
+from gpucurve.model import TINY, Attention, Model, Step
 
 BOUND = 0.02  # bf16 through two layers against float32
 

@@ -7,17 +7,15 @@ import gzip
 import json
 import random
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import binary
+from binaries import binary
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
 
-from realab import candidates  # noqa: E402
+from realab import candidates
 
 RIG_PROFILE = ROOT / "docs/src/benchmarks/policies-real-engine/5-gpu-shaped-every-policy/twin/rig-profile.toml"
 

@@ -1,7 +1,9 @@
 """Every field of `meridian.toml`, read from its JSON Schema (`docs/src/meridian.schema.json`,
-generated from the config types in core/src/config/ and kept in step with them by
-core/tests/config_generated.rs), so a field added to the code without a default in
-meridian.toml fails a test.
+generated from the config types (core/src/config/ for the sections the hook reads too,
+proxy/src/config/ for the rest) and kept in step with them by
+proxy/tests/config_generated.rs), so a field added to the code without a default in
+meridian.toml fails a test. Shared by the book's tests and the chart's (tests/docs,
+tests/helm), so it lives in tests/support/, which pytest.ini puts on the path.
 
 Paths are dotted; `[]` marks an array of tables (`upstream.endpoints[].url`) and `*` the
 keys of a map (`budget.per_family.*`)."""

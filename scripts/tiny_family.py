@@ -24,6 +24,6 @@ start_ids = [{ids["<think>"]}]
 end_ids = [{ids["</think>"]}]
 [verification]
 status = "text_only"
-source = "tests/vllm/make_tiny_model.py"
+source = "scripts/make_tiny_model.py"
 """)
     return ids

@@ -125,6 +125,25 @@ def listener_address() -> str:
     return runtime().start_listener()  # idempotent: returns the bound address
 
 
+def test_the_plugin_holds_vllm_to_the_range_as_it_loads(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    import meridian_hook.runtime as rt
+    from meridian_hook import plugin
+
+    monkeypatch.delenv("MERIDIAN_HOOK_CONFIG", raising=False)
+    monkeypatch.setattr(vllm_adapter, "vllm_version", lambda: "0.40.1")
+    monkeypatch.setattr(rt, "in_engine_core", lambda: False)
+    plugin.register()  # the API server and the workers: nothing to check or open there
+    monkeypatch.setattr(rt, "in_engine_core", lambda: True)
+    with pytest.raises(vllm_adapter.UnsupportedVllm, match="vLLM 0.40.1 is outside the range"):
+        plugin.register()  # refused by default, before any scheduler or model exists
+    cfg = tmp_path / "meridian.toml"
+    cfg.write_text('[hook]\nlisten = "127.0.0.1:0"\non_unsupported_vllm = "disable"\n')
+    monkeypatch.setenv("MERIDIAN_HOOK_CONFIG", str(cfg))
+    monkeypatch.setattr(rt, "_runtime", None)
+    plugin.register()
+    assert metric("meridian_hook_disabled") == 1, "disabled and said so, the engine starting as stock vLLM"
+
+
 def test_refusal_is_the_default(tmp_path):
     from meridian_hook.config import load_config
 

@@ -241,7 +241,8 @@ def limits_lines(limits: dict[tuple, tuple[int, int]] | None, workload: str, loa
         runs = sorted((key[3], a, b) for key, (a, b) in limits.items()
                       if key[0] == config and key[1] == workload and key[2] == load and b)
         if runs:
-            parts.append(f"{config} " + ", ".join(f"{100 * a / b:.0f}%" if a else "none" for _, a, b in runs)
+            parts.append(f"{config} " + ", ".join("none" if not a else "under 1%" if a / b < 0.005 else
+                                                  f"{100 * a / b:.0f}%" for _, a, b in runs)
                          + f" (round{'s' if len(runs) > 1 else ''} {', '.join(str(r) for r, _, _ in runs)})")
     if not parts:
         return []

@@ -234,6 +234,8 @@ def test_how_often_the_hooks_limits_were_in_force_is_counted_run_by_run(tmp_path
     line = " ".join(policies.limits_lines(limits, "mix", 0.7, ["hook"], {"hook": "slo-driven"}))
     assert "hook none, 25% (rounds 0, 1)" in line and "scheduled exactly as stock" in line
     assert policies.limits_lines(limits, "mix", 0.9, ["hook"], {"hook": "slo-driven"}) == []
+    rare = {("hook", "mix", 0.9, 4): (1, 2167)}
+    assert "hook under 1% (round 4)" in " ".join(policies.limits_lines(rare, "mix", 0.9, ["hook"], {}))
 
 
 def test_the_shipped_defaults_engine_trace_is_kept_beside_the_named_policies(tmp_path: Path):

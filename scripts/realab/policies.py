@@ -471,8 +471,8 @@ def set_section(set_dir: Path, resamples: int, readme: list[str] | None = None) 
                     "proxies and load tester share." if bind else ""))
     shape = data.get("step_shape")
     stretch = None
-    by_run = None
-    limits = R.limited_steps(set_dir, data) if (set_dir / "steps").is_dir() else None
+    # Every run's steps read once, for the residuals, the pace scales and the limits.
+    by_run, limits = R.run_readings(set_dir, data) if (set_dir / "steps").is_dir() else (None, None)
     gpu_shaped = {w.get("rig", "cpu") for w in data["setup"]["workloads"]} == {"gpu"}
     if shape:
         measured = (f"a step computing a full prompt chunk ({shape.get('chunk_tokens', 1536):,} tokens or more) took "
@@ -491,7 +491,6 @@ def set_section(set_dir: Path, resamples: int, readme: list[str] | None = None) 
         unlike = R.differences(shape, gpu)
         if unlike:
             lines += ["Where this rig is not the H100 (beyond 25% either way): " + "; ".join(unlike) + ".", ""]
-        by_run = R.decode_ratios(set_dir, data)
         lines += R.residual_lines(R.step_residuals(set_dir, data, by_run), R.slow_runs(set_dir, data, by_run=by_run))
         lines += R.rerun_lines(data)
     # The harness records each workload's configs since it warms every engine up.

@@ -159,12 +159,12 @@ def run_trace(set_dir: Path, run: dict) -> Path | None:
     return path if path.exists() else None
 
 
-def run_steps(set_dir: Path, data: dict, configs=None):
+def run_steps(set_dir: Path, data: dict):
     """(run key, step) for every step inside a run's window of its own engine's trace
-    (`run_trace`), each trace read once; only the runs of `configs` when given."""
+    (`run_trace`), each trace read once."""
     by_trace: dict[Path, list[tuple]] = {}
     for r in data["runs"]:
-        trace = run_trace(set_dir, r) if r.get("window") and (configs is None or r["config"] in configs) else None
+        trace = run_trace(set_dir, r) if r.get("window") else None
         if trace is not None:
             by_trace.setdefault(trace, []).append((*r["window"], run_key(r)))
     for trace, windows in sorted(by_trace.items()):
@@ -176,19 +176,27 @@ def run_steps(set_dir: Path, data: dict, configs=None):
                     yield run, st
 
 
+def run_readings(set_dir: Path, data: dict) -> tuple[dict[tuple, list[float]] | None, dict[tuple, tuple[int, int]]]:
+    """What the page reads of each run's steps, in one pass over the kept traces:
+    `decode_ratios` (None without the twin's rig profile) and `limited_steps`."""
+    profile = set_dir / "twin" / "rig-profile.toml"
+    fitted = decode_step_fit(profile.read_text()) if profile.exists() else None
+    ratios: dict[tuple, list[float]] = {}
+    limited: dict[tuple, list[int]] = {}
+    for run, st in run_steps(set_dir, data):
+        if run[0] not in STOCK_ENGINE:
+            counts = limited.setdefault(run, [0, 0])
+            counts[0] += st.get("prefill_cap") is not None
+            counts[1] += 1
+        if fitted is not None and not st.get("prefill_tokens") and st.get("decode_reqs") and st.get("step_s"):
+            ratios.setdefault(run, []).append(st["step_s"] / fitted(st))
+    return (ratios if fitted is not None else None), {run: (a, b) for run, (a, b) in limited.items()}
+
+
 def decode_ratios(set_dir: Path, data: dict) -> dict[tuple, list[float]] | None:
     """{(config, workload, load, round): [measured over fitted, per decode-only step]} for
     every run whose engine's trace is kept; None without the twin's rig profile."""
-    profile = set_dir / "twin" / "rig-profile.toml"
-    fitted = decode_step_fit(profile.read_text()) if profile.exists() else None
-    if fitted is None:
-        return None
-    ratios: dict[tuple, list[float]] = {}
-    for run, st in run_steps(set_dir, data):
-        if st.get("prefill_tokens") or not st.get("decode_reqs") or not st.get("step_s"):
-            continue
-        ratios.setdefault(run, []).append(st["step_s"] / fitted(st))
-    return ratios
+    return run_readings(set_dir, data)[0]
 
 
 def limited_steps(set_dir: Path, data: dict) -> dict[tuple, tuple[int, int]]:
@@ -197,13 +205,7 @@ def limited_steps(set_dir: Path, data: dict) -> dict[tuple, tuple[int, int]]:
     (`prefill_cap` in the step trace; slo-driven applies output-first's only while the
     engine's smoothed step time is over its target, output-first always when a prompt
     waits beside answers)."""
-    hooked = {r["config"] for r in data["runs"] if r["config"] not in STOCK_ENGINE}
-    out: dict[tuple, list[int]] = {}
-    for run, st in run_steps(set_dir, data, hooked):
-        counts = out.setdefault(run, [0, 0])
-        counts[0] += st.get("prefill_cap") is not None
-        counts[1] += 1
-    return {run: (a, b) for run, (a, b) in out.items()}
+    return run_readings(set_dir, data)[1]
 
 
 def slow_runs(set_dir: Path, data: dict, margin: float = 1.1, by_run: dict | None = None) -> list[tuple[tuple, float, float]]:

@@ -82,9 +82,9 @@ def test_a_mixed_step_computes_what_a_plain_float32_model_does():
     # Decodes over a cache and a prompt chunk after a prefix in one step: head-to-KV-head
     # mapping, the KV writes, rotary positions and the chunk's causal window all show in
     # the logits (gpucurve_reference.py writes the model out token by token).
-    # Run from scripts/, as the harness runs, so `gpucurve` imports as a package there.
+    # A script run by its path sees its own folder, not scripts/, where `gpucurve` lives.
     run = subprocess.run([VLLM_PYTHON, str(Path(__file__).with_name("gpucurve_reference.py"))],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT / "scripts",
+                         capture_output=True, text=True, timeout=300,
                          env={**os.environ, "PYTHONPATH": str(ROOT / "scripts")})
     assert run.returncode == 0, run.stdout + run.stderr
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import requests
+from binaries import binary
 
 ROOT = Path(__file__).resolve().parents[2]
-BIN_DIR = Path(os.environ.get("MERIDIAN_BIN_DIR", ROOT / "target" / "debug"))
 FIXTURES = ROOT / "mock-upstream" / "fixtures"
 
 
@@ -48,13 +48,6 @@ class Process:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-
-
-def binary(name: str) -> Path:
-    path = BIN_DIR / name
-    if not path.exists():
-        pytest.fail(f"{path} is missing: build the workspace first (scripts/test.sh does)")
-    return path
 
 
 def start_proxy(upstream_url: str, extra_args=()) -> Process:

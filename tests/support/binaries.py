@@ -1,5 +1,6 @@
-"""The workspace's binaries the harness tests run (the twin, the load tester), from the
-build `scripts/test.sh` makes (`MERIDIAN_BIN_DIR`, else target/debug)."""
+"""The workspace's binaries tests run (the proxy, the mock upstream, the twin, the load
+tester), from the build `scripts/test.sh` makes (`MERIDIAN_BIN_DIR`, else target/debug):
+the product's tests and the benchmark harnesses' alike."""
 
 import os
 from pathlib import Path

@@ -21,7 +21,9 @@ configs run, stock first: stock, stock-again (the same stock engine measured aga
 REALAB_UNLOADED=1 (each round's requests also one at a time on the stock engine: the
 whole-request SLO's reference), REALAB_PROXY (`shipped`: the proxies as meridian.toml
 ships them; `admission`, the default: with admission and priorities on), REALAB_CAPACITY (the stock
-engine's capacity in req/s, measured earlier on the same rig: skips measuring it), REALAB_RIG
+engine's capacity in req/s, measured earlier on the same rig: skips measuring it; on another
+machine the runs then stand at another load, which the page reads from the curve probe,
+`speed.py`: by default each invocation measures the capacity of the machine it runs on), REALAB_RIG
 (`cpu`, the default: the CPU-shaped regime; `gpu`: the GPU-shaped one; `gpu-spin`: the
 GPU-shaped one as sets 5-6 ran it, vLLM's engine core spinning; see RIGS),
 REALAB_FIRST_ROUND (the first round's number, which is its seed; default 0: more rounds

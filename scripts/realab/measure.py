@@ -14,7 +14,7 @@ import tomllib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from . import curve, drift, machine, rig, slo
+from . import curve, drift, machine, rig, slo, speed
 
 
 @dataclass(frozen=True)
@@ -266,16 +266,23 @@ def measure(s: Setup, results: Path, log=print, append: bool = False) -> dict:
     raw = s.work / "runs"
     raw.mkdir(exist_ok=True)
     try:
-        # 1. The step-time curve, on the stock engine alone. The twin is calibrated on the
-        # first stock engine's trace: an appended run keeps that one's probe window.
+        # 1. The step-time curve, on the stock engine alone, in every invocation: the same
+        # probe on every machine says how fast this one is (`speed`). The twin is
+        # calibrated on the first stock engine's trace: an appended run keeps that one's
+        # probe window.
         url, engine = r.activate("stock")
         # (A run of references only has no runs for the twin to replay: no probe.)
-        if "curve_window" not in data and s.loads:
+        if s.loads:
             t0 = time.perf_counter()
             curve.probe(url, s.spec.served_name, vocab=467, max_batched=s.spec.max_num_batched_tokens)
             time.sleep(1.0)
-            data["curve_window"] = [t0, time.perf_counter()]
-            log(f"curve probed ({time.time() - started:.0f} s)")
+            window = [t0, time.perf_counter()]
+            data.setdefault("curve_window", window)
+            probe = speed.probe_of([x for x in curve.read_steps(engine_trace(s, "stock"))
+                                    if window[0] <= x["t"] <= window[1]])
+            data.setdefault("probes", {})[s.work.name] = {"window": window, **({} if probe is None else asdict(probe))}
+            log(f"curve probed ({time.time() - started:.0f} s): "
+                + ("no steps traced" if probe is None else f"{probe.step_s:.2f} s of steps"))
         # 2. Capacity of the stock engine, per workload: everything sent at once (or, with
         # REALAB_CAPACITY, the figure an earlier run of the same rig measured: on a slow
         # machine the capacity run alone can take ten minutes).
@@ -289,6 +296,8 @@ def measure(s: Setup, results: Path, log=print, append: bool = False) -> dict:
             out = loadtest(s, url, w, "inf", 1000, raw / f"capacity-{w.name}.json")
             summ = out["runs"][0]["summary"]
             data.setdefault("capacity", {})[w.name] = summ["request_throughput"]
+            # The machine that measured it: runs elsewhere stood at another load (`speed`).
+            data.setdefault("capacity_work", {})[w.name] = s.work.name
             log(f"capacity {w.name}: {summ['request_throughput']:.3f} req/s ({time.time() - started:.0f} s)")
         # 3. Each round's requests one at a time on the stock engine: every request's
         # own unloaded times, the reference of the whole-request SLO.
@@ -317,7 +326,7 @@ def measure(s: Setup, results: Path, log=print, append: bool = False) -> dict:
 
                     def measure_run(config: str) -> dict:
                         return run_once(s, r, w, load, rnd, config, cap, raw / run_file(w, load, rnd, config),
-                                        gauge, log)
+                                        gauge, log, basis=data.get("capacity_work", {}).get(w.name))
 
                     def discard(config: str, attempt: int) -> None:
                         first = raw / run_file(w, load, rnd, config)
@@ -392,9 +401,10 @@ def paced_round(order: list[str], measure_run, gauge: Gauge, discard, log=print)
 
 
 def run_once(s: Setup, r: Rig, w: Workload, load: float, rnd: int, config: str, cap: float, out_file: Path,
-             gauge: Gauge, log=print) -> dict:
+             gauge: Gauge, log=print, basis: str | None = None) -> dict:
     """One configuration's run of one round: the load test and what the engine, the
-    hook and the machine recorded meanwhile."""
+    hook and the machine recorded meanwhile. `basis`: the invocation that measured the
+    capacity `cap` (None: it was given), which `speed` reads the run's load by."""
     url, engine = r.activate(config)
     waited = drift.calm(s.calm_s) if s.calm_s > 0 else 0.0
     before = rig.scrape(engine.url + "/metrics")
@@ -414,7 +424,8 @@ def run_once(s: Setup, r: Rig, w: Workload, load: float, rnd: int, config: str, 
            # are monotonic-clock times, which restart with each boot, so another
            # invocation's trace may hold steps at the same times.
            "work": s.work.name,
-           "rate": cap * load, "window": [t0, t1], "summary": out["runs"][0]["summary"],
+           "rate": cap * load, "capacity": cap, "capacity_work": basis,
+           "window": [t0, t1], "summary": out["runs"][0]["summary"],
            "engine": step_window(steps),
            "drift": {**gauge.read(steps), "calm_wait_s": waited},
            "vllm_preemptions": delta(before, after, "vllm:num_preemptions_total"),

@@ -29,6 +29,7 @@ from . import forecast as F
 from . import machine
 from . import regime as R
 from . import slo
+from . import speed
 from . import stats as S
 from .measure import STOCK_AGAIN
 from .sets import WARMUP_SHARE, add, keep, read, references
@@ -69,7 +70,8 @@ _EFFECTS: dict[tuple, tuple] = {}
 
 
 def effects_of(raw_dir: Path, workload: str, load: float, runs: dict, config: str, resamples: int) -> tuple:
-    key = (raw_dir, workload, load, config, resamples)
+    # The rounds are part of the key: a load's rounds that stood at it are judged apart.
+    key = (raw_dir, workload, load, config, resamples, tuple(sorted(runs.get("stock", {}))))
     if key not in _EFFECTS:
         _EFFECTS[key] = effects(runs, config, resamples)
     return _EFFECTS[key]
@@ -95,10 +97,10 @@ def effects(runs: dict, config: str, resamples: int) -> tuple[dict[str, tuple], 
     return out, judged
 
 
-def throughput(data: dict, workload: str, load: float, config: str) -> list[float]:
-    """Token throughput over stock's, per round both ran."""
+def throughput(data: dict, workload: str, load: float, config: str, rounds: set[int] | None = None) -> list[float]:
+    """Token throughput over stock's, per round both ran (of `rounds`, when given)."""
     by = {(r["round"], r["config"]): r["summary"]["total_token_throughput"] for r in data["runs"]
-          if r["workload"] == workload and r["load"] == load}
+          if r["workload"] == workload and r["load"] == load and (rounds is None or r["round"] in rounds)}
     return [by[(rnd, config)] / by[(rnd, "stock")] for (rnd, c) in sorted(by) if c == config
             and (rnd, "stock") in by and by[(rnd, "stock")] > 0]
 
@@ -275,12 +277,20 @@ def preemption_lines(data: dict, workload: str, load: float, configs: list[str])
 
 def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: int, stretch=None,
             measured: tuple[dict, dict] | None = None, scales: dict[int, float] | None = None,
-            limits: dict[tuple, tuple[int, int]] | None = None) -> list[str]:
+            limits: dict[tuple, tuple[int, int]] | None = None, standing: dict | None = None,
+            at_load: bool = False) -> list[str]:
     """The page's section for one workload x load; `measured`: what `read` gives for it,
     when the caller has read it already; `scales`: {round: its reference's pace match}
     (`slo.pace_scales`), without which each reference judges as measured; `limits`:
-    `regime.limited_steps` for the set."""
+    `regime.limited_steps` for the set; `standing`: `speed.standings` for the set. With
+    `at_load`, only the rounds whose stock run stood at the load on its own machine
+    (`speed.off_load`), under their own heading and without the twin's columns (its
+    replays stand for every round)."""
     runs, unloaded = measured if measured is not None else read(raw_dir, workload, load)
+    off = speed.off_load(standing, workload, load) if standing and at_load else set()
+    if at_load:
+        runs = {c: {rnd: v for rnd, v in by_round.items() if rnd not in off} for c, by_round in runs.items()}
+        runs = {c: by_round for c, by_round in runs.items() if by_round}
     yardsticks = slo.judges(unloaded, references(raw_dir, workload)[1], scales or {})
     if "stock" not in runs:
         return []
@@ -291,7 +301,10 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
     configs = [c for c in data["setup"]["configs"] if c in runs and c != "stock"]
     rounds = len(runs["stock"])
     per_run = statistics.median(len(v) for v in runs["stock"].values())
-    lines = [f"### {workload}, {load * 100:.0f}% of stock capacity", "",
+    heading = (f"#### {workload}, {load * 100:.0f}%: only the rounds that stood at it (rounds "
+               f"{', '.join(str(x) for x in sorted(runs['stock']))})" if at_load
+               else f"### {workload}, {load * 100:.0f}% of stock capacity")
+    lines = [heading, "",
              f"{rounds} round(s), {per_run:.0f} requests a run counted (the first {WARMUP_SHARE:.0%} of each run "
              f"left out while the queue fills); ratios are each configuration over stock on the same requests, "
              f"with a 90% bootstrap interval over requests and rounds, widened for how few rounds there are "
@@ -299,6 +312,8 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
              + (" With a single round no interval can carry how one whole run differs from another (a burst "
                 "that queues many requests at once), so each ratio shows the interval within that one run "
                 "(\"one run: ...\") and no verdict reads it." if rounds < 2 else ""), ""]
+    if not at_load and standing:
+        lines += speed.load_line(standing, workload, load)
     uneven = [c for c in configs if sorted(runs[c]) != sorted(runs["stock"])]
     if uneven:
         lines += ["Rounds per configuration (a ratio pairs only the rounds both sides ran): "
@@ -313,7 +328,7 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
         for name, (p50, high, tail, n) in table.items():
             tail_text = f"p{round(100 * tail)} {_interval(high)}" if high is not None else "-"
             lines.append(f"| {config} | {name} | {_interval(p50)} | {tail_text} | {n} |")
-        thr = throughput(data, workload, load, config)
+        thr = throughput(data, workload, load, config, set(runs["stock"]))
         if thr:
             lines.append(f"| {config} | token throughput (per round; higher is better) | "
                          f"{' '.join(f'{x:.3f}' for x in thr)} | | |")
@@ -368,8 +383,10 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
                   + "; ".join(f"round {rnd}: {held(batch)}, factor {judge.start_factor:.1f}"
                               for rnd, (batch, judge) in scaled.items())
                   + ". An approximation of the H100's yardstick, not a measurement on it."]
-    lines += limits_lines(limits, workload, load, configs, policies)
-    lines += preemption_lines(data, workload, load, configs)
+    if not at_load:
+        # (Both sum over every round of the load: the full section says them.)
+        lines += limits_lines(limits, workload, load, configs, policies)
+        lines += preemption_lines(data, workload, load, configs)
     lines.append("")
     for config in configs:
         h = harms[config]
@@ -381,6 +398,8 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
     for config in (c for c in configs if policies.get(c) == "fcfs" or c == STOCK_AGAIN):
         lines += noise_floor(config, tables[config], len(set(runs.get(config, {})) & set(runs["stock"])))
     lines.append("")
+    if at_load:
+        return lines
     decode_ms = (data.get("step_shape") or {}).get("decode_ms")
     lines += F.section(raw_dir.parent, workload, load, tables, runs, decode_ms / 1000 if decode_ms else None)
     return lines
@@ -471,6 +490,7 @@ def set_section(set_dir: Path, resamples: int, readme: list[str] | None = None) 
                     "proxies and load tester share." if bind else ""))
     shape = data.get("step_shape")
     stretch = None
+    standing = speed.standings(set_dir, data) if (set_dir / "steps").is_dir() else {}
     # Every run's steps read once, for the residuals, the pace scales and the limits.
     by_run, limits = R.run_readings(set_dir, data) if (set_dir / "steps").is_dir() else (None, None)
     gpu_shaped = {w.get("rig", "cpu") for w in data["setup"]["workloads"]} == {"gpu"}
@@ -507,7 +527,18 @@ def set_section(set_dir: Path, resamples: int, readme: list[str] | None = None) 
     for w, cap in sorted(data.get("capacity", {}).items()):
         how = ("measured by an earlier run of the same rig and given to this one (`REALAB_CAPACITY`)"
                if data.get("capacity_given", {}).get(w) else "everything sent at once")
-        lines.append(f"Stock capacity, {w}: {cap:.3f} req/s ({how}).")
+        own = sorted({(r["capacity_work"], r["capacity"], r["round"]) for r in data["runs"]
+                      if r["workload"] == w and r.get("capacity_work") not in (None, speed.capacity_work(data, w))})
+        by_work: dict[tuple, list[int]] = {}
+        for work, rate, rnd in own:
+            by_work.setdefault((work, rate), []).append(rnd)
+        lines.append(f"Stock capacity, {w}: {cap:.3f} req/s ({how})"
+                     + ("; rounds added later measured their own machine's and were sent by it: "
+                        + "; ".join(f"round{'s' if len(r) > 1 else ''} {', '.join(map(str, sorted(r)))} "
+                                    f"{rate:.3f} req/s" for (_, rate), r in by_work.items()) if by_work else "")
+                     + ".")
+    if standing:
+        lines += ["", *speed.machine_lines(set_dir, data)]
     cpu = [r["cpu"]["other_cores"] for r in data["runs"] if r.get("cpu")]
     if cpu:
         lines.append(f"Other work on the machine during the runs: {max(cpu):.2f} cores at most.")
@@ -520,9 +551,15 @@ def set_section(set_dir: Path, resamples: int, readme: list[str] | None = None) 
         matched = slo.pace_scales(set_dir, w["name"], every, by_run)
         scales = {load: {rnd: x for (at, rnd), x in matched.items() if at == load} for load in w["loads"]}
         for load in w["loads"]:
-            lines += section(data, raw_dir, w["name"], load, resamples, stretch, by_load[load], scales[load], limits)
+            lines += section(data, raw_dir, w["name"], load, resamples, stretch, by_load[load], scales[load], limits,
+                             standing)
+            off = speed.off_load(standing, w["name"], load)
+            if off and len(set(by_load[load][0].get("stock", {})) - off) >= 2:
+                lines += section(data, raw_dir, w["name"], load, resamples, stretch, by_load[load], scales[load],
+                                 limits, standing, at_load=True)
         capacity = slo.capacity_lines(data, w["name"], by_load,
-                                      {load: slo.judges(every, off, scales[load]) for load in w["loads"]}, stretch)
+                                      {load: slo.judges(every, off, scales[load]) for load in w["loads"]}, stretch,
+                                      standing)
         lines += capacity
         if capacity and readme is not None and not data.get("superseded"):
             readme.append(f"- {w['name']}, capacity at the whole-request SLO"

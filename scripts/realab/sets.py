@@ -15,6 +15,7 @@ from pathlib import Path
 from . import forecast as F
 from . import regime as R
 from . import slo
+from . import speed
 from . import stats as S
 
 #: Requests at the start of each run left out of every figure: the queue is still
@@ -76,10 +77,13 @@ def add(results: Path, set_dir: Path, note: str) -> int:
         if old is None or any(old.get(k) != w.get(k) for k in _SAME_WORKLOAD):
             raise SystemExit(f"{results}: workload {w['name']} is not measured as in {set_dir}")
         for name, cap in new.get("capacity", {}).items():
-            # Later rounds are given the capacity as the log printed it (REALAB_CAPACITY,
-            # three decimals): the same rig's figure, rounded.
-            if abs(cap - kept["capacity"].get(name, cap)) > 0.0005 + 1e-9:
-                raise SystemExit(f"{results}: {name} at another capacity ({cap} vs {kept['capacity'][name]})")
+            # Rounds given a capacity (REALAB_CAPACITY) are given the set's, as the log
+            # printed it (three decimals); rounds that measured their own machine's (the
+            # default) stand at their load there, and each run records the capacity it was
+            # sent by (`speed` reads the older runs' loads from the curve probe).
+            if (new.get("capacity_given", {}).get(name)
+                    and abs(cap - kept["capacity"].get(name, cap)) > 0.0005 + 1e-9):
+                raise SystemExit(f"{results}: {name} given another capacity ({cap} vs {kept['capacity'][name]})")
     have = {(r["workload"], r["load"], r["round"], r["config"]) for r in kept["runs"]}
     again = [k for k in ((r["workload"], r["load"], r["round"], r["config"]) for r in new["runs"]) if k in have]
     if again:
@@ -89,6 +93,13 @@ def add(results: Path, set_dir: Path, note: str) -> int:
     for key in ("drift_reruns", "references"):
         if new.get(key):
             kept[key] = [*kept.get(key, []), *new[key]]
+    # Each invocation's curve probe (`speed`); the set's capacity stays the one it was
+    # first measured with, and the machine that measured it.
+    kept["probes"] = {**kept.get("probes", {}), **new.get("probes", {})}
+    for name in kept["capacity"]:
+        first = speed.capacity_work(kept, name)
+        if first is not None:
+            kept.setdefault("capacity_work", {})[name] = first
     for w in new["setup"]["workloads"]:
         # An addition may measure the set's rig at another load; the page gets a section
         # for it, and the set's first command keeps the loads it was measured at.

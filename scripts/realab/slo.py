@@ -179,37 +179,62 @@ def _ratio_ends(ratio: tuple[float, float, float]) -> str:
         f"at least {ratio[1]:.2f}, no upper end: stock's capacity may lie below the loads measured"
 
 
+def standing_groups(rounds: list[int], standing: dict | None, workload: str, load: float) -> list[tuple[float, list[int]]]:
+    """A load's rounds grouped by the load they stood at on their own machines
+    (`speed.standings`, to the nearest `STANDING_BIN`): [(that load, its rounds)]; every
+    round at the nominal load where no probe says otherwise."""
+    groups: dict[float, list[int]] = {}
+    for rnd in rounds:
+        s = (standing or {}).get((workload, load, rnd, "stock"))
+        at = load if s is None or s.load is None else round(s.load / STANDING_BIN) * STANDING_BIN
+        groups.setdefault(at, []).append(rnd)
+    return sorted(groups.items())
+
+
+#: Rounds whose stock runs stood within this of one another's load make one point of the
+#: capacity sweep.
+STANDING_BIN = 0.05
+
+
 def capacity_lines(data: dict, workload: str, by_load: dict[float, tuple[dict, dict]],
-                   judged: dict[float, dict[int, S.WholeRequestSlo]], stretch=None) -> list[str]:
+                   judged: dict[float, dict[int, S.WholeRequestSlo]], stretch=None,
+                   standing: dict | None = None) -> list[str]:
     """Capacity at the whole-request SLO (`stats.capacity_at_slo`: the load where the
     share meeting it first falls below 95%, linear between the loads measured) for each
     configuration measured at every load with unloaded references, and its ratio to
     stock's. `by_load`: {load: (runs, unloaded)} as `sets.read` gives them; `judged`:
     {load: `judges`}, as the page's sections judge. With `stretch`, the SLO's start is
-    H100-scaled as in those sections."""
+    H100-scaled as in those sections. With `standing` (`speed.standings`), each point is
+    a group of rounds at the load they stood at on their own machines, not the load they
+    were sent at: rounds added on a faster machine stood lower."""
     loads = sorted(by_load)
     if len(loads) < 2:
         return []
     cap = int(data["setup"]["engine"].get("max_num_seqs", 256))
     points: dict[str, list[S.LoadPoint]] = {}
+    sent: dict[float, list[tuple[float, list[int]]]] = {}
     for load in loads:
-        runs, unloaded = by_load[load]
-        if "stock" not in runs or not unloaded:
+        every, unloaded = by_load[load]
+        if "stock" not in every or not unloaded:
             return []
-        slo = ({rnd: judge for rnd, (_, judge) in scaled_slos(runs, judged[load], stretch, cap).items()}
+        slo = ({rnd: judge for rnd, (_, judge) in scaled_slos(every, judged[load], stretch, cap).items()}
                if stretch else judged[load])
-        whole = S.pair_requests(runs, S.whole_request_slo(unloaded, slo), keep_failed=True)
-        for config in runs:
-            share = S.share_of(whole, config)
-            if share is not None:
-                points.setdefault(config, []).append(
-                    S.LoadPoint(load, load * data["capacity"][workload], share))
-    measured = {c: S.capacity_at_slo(p) for c, p in points.items() if len(p) == len(loads)}
+        sent[load] = standing_groups(sorted(every["stock"]), standing, workload, load)
+        for at, rounds in sent[load]:
+            runs = {c: {r: v for r, v in by_round.items() if r in rounds} for c, by_round in every.items()}
+            whole = S.pair_requests(runs, S.whole_request_slo(unloaded, slo), keep_failed=True)
+            for config in runs:
+                share = S.share_of(whole, config) if runs[config] else None
+                if share is not None:
+                    points.setdefault(config, []).append(S.LoadPoint(at, at * data["capacity"][workload], share))
+    count = len(points.get("stock", []))
+    measured = {c: S.capacity_at_slo(p) for c, p in points.items() if len(p) == count}
     if "stock" not in measured:
         return []
 
     def text(c: S.Capacity, config: str) -> str:
-        shares = ", ".join(f"{100 * p.share.point:.0f}% at {100 * p.load:.0f}%" for p in points[config])
+        shares = ", ".join(f"{100 * p.share.point:.0f}% at {100 * p.load:.0f}%"
+                           for p in sorted(points[config], key=lambda p: p.load))
         if c.beyond == "below":
             return f"below the loads measured ({shares})"
         bound = "at least " if c.beyond == "above" else ""
@@ -217,9 +242,15 @@ def capacity_lines(data: dict, workload: str, by_load: dict[float, tuple[dict, d
         return (f"{bound}{100 * c.load:.0f}% of stock capacity, {c.rate:.2f} req/s (interval's ends: {low} to "
                 f"{100 * c.optimistic:.0f}%; {shares})")
     kind = "with the H100-scaled start" if stretch else "as stated"
+    moved = {load: groups for load, groups in sent.items() if [at for at, _ in groups] != [load]}
+    where = (f"the loads the rounds stood at on their own machines (`speed.standings`; sent at "
+             + "; ".join(f"{100 * load:.0f}%: " + ", ".join(f"round{'s' if len(r) > 1 else ''} {', '.join(map(str, r))} "
+                                                           f"at {100 * at:.0f}%" for at, r in groups)
+                         for load, groups in moved.items())
+             + "; the others at the load they were sent at)" if moved else
+             f"the loads measured ({', '.join(f'{100 * x:.0f}%' for x in loads)})")
     lines = ["", f"**Capacity at the whole-request SLO ({kind}; 95% of requests meeting it), {workload}**, from "
-             f"the loads measured ({', '.join(f'{100 * x:.0f}%' for x in loads)}; between them linear, so a "
-             "sweep this coarse places it roughly):", ""]
+             f"{where}; between them linear, so a sweep this coarse places it roughly:", ""]
     for config in ["stock", *(c for c in data["setup"]["configs"] if c in measured and c != "stock")]:
         ratio = S.capacity_ratio(measured[config], measured["stock"]) if config != "stock" else None
         judged_ratio = (f"; {ratio[0]:.2f}x stock's ({_ratio_ends(ratio)}); the target, at least "

@@ -13,13 +13,22 @@ stock engine before anything else: the same prompts and decode batches, in the s
 order, on the same engine limits. The time the engine's steps took over it, against the
 probe of the invocation that measured the capacity, is how much faster or slower the
 machine was; a run's load on its own machine is its rate over the capacity scaled by
-that. An invocation that measured its own capacity (the harness does by default since
-this module) needs no scaling: its runs stood at their load by construction."""
+that. A second reading comes from the engine's own steps during the measured runs: the median
+step of two shapes every run has (a full prompt chunk beside at most two decodes; a
+decode of one to three requests over a short context), against the same shapes on the
+capacity's machine. The two disagree by up to a third on some machines (the probe is a
+few seconds on a cold engine at the start, the runs' steps half an hour later and of
+whatever the load made), so the page shows both, places a run at their geometric mean,
+and sets a round apart from its load only where every reading puts it off.
+
+An invocation that measured its own capacity (the harness does by default since this
+module) needs no scaling: its runs stood at their load by construction."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,21 +111,96 @@ def capacity_work(data: dict, workload: str) -> str | None:
     return Path(data["work"][0]).name
 
 
+#: Fewest steps of a shape whose median says how fast an invocation's engine ran it.
+MIN_CHUNKS, MIN_DECODES = 10, 20
+#: Stock-engine configurations, whose runs are in the stock engine's trace.
+_STOCK = ("stock", "stock-again", "proxy")
+
+
+def in_run_steps(set_dir: Path, data: dict) -> dict[str, dict[str, float]]:
+    """{work: {shape: median step (s)}} over each invocation's stock engine's steps inside
+    its measured runs: `chunk`, a step whose prompt tokens fill three quarters of the
+    budget or more, beside at most two decodes, early in its prompt (context under one
+    budget); `decode`, a decode-only step of one to three requests over under 3,000
+    tokens of context. A shape with too few steps (`MIN_CHUNKS`, `MIN_DECODES`) is left
+    out."""
+    budget = int(data["setup"]["engine"].get("max_num_batched_tokens", 2048))
+    out: dict[str, dict[str, float]] = {}
+    for work in (Path(w).name for w in data.get("work", [])):
+        windows = [r["window"] for r in data["runs"]
+                   if r.get("work") == work and r["config"] in _STOCK and r.get("window")]
+        trace = set_dir / "steps" / f"stock-{work}.jsonl.gz"
+        if not windows or not trace.exists():
+            continue
+        chunks, decodes = [], []
+        with gzip.open(trace, "rt") as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                st = json.loads(line)
+                if not any(t0 <= st["t"] <= t1 for t0, t1 in windows):
+                    continue
+                if st["prefill_tokens"] >= 0.75 * budget and st["decode_reqs"] <= 2 and st["prefill_context"] < budget:
+                    chunks.append(st["step_s"])
+                elif not st["prefill_tokens"] and 1 <= st["decode_reqs"] <= 3 and st["decode_context"] < 3000:
+                    decodes.append(st["step_s"])
+        shapes = {}
+        if len(chunks) >= MIN_CHUNKS:
+            shapes["chunk"] = statistics.median(chunks)
+        if len(decodes) >= MIN_DECODES:
+            shapes["decode"] = statistics.median(decodes)
+        if shapes:
+            out[work] = shapes
+    return out
+
+
+def speeds_of(work: str | None, basis: str | None, found: dict[str, Probe],
+              steps: dict[str, dict[str, float]]) -> dict[str, float]:
+    """How much faster `work`'s machine ran than `basis`'s, by each reading that has both:
+    `probe` (the curve probe's step time), `steps` (the geometric mean over the shapes
+    both invocations' runs have, `in_run_steps`)."""
+    out: dict[str, float] = {}
+    if work in found and basis in found:
+        out["probe"] = found[basis].step_s / found[work].step_s
+    here, there = steps.get(work or "", {}), steps.get(basis or "", {})
+    common = [k for k in here if k in there]
+    if common:
+        out["steps"] = math.prod(there[k] / here[k] for k in common) ** (1 / len(common))
+    return out
+
+
 @dataclass(frozen=True)
 class Standing:
-    """Where one run stood: its nominal load, the machine's speed against the one that
-    measured the capacity it was sent by (probe time there over probe time here; above 1:
-    faster), and its load on its own machine (None where no probe says)."""
+    """Where one run stood: its nominal load, how much faster its machine ran than the
+    one that measured the capacity it was sent by (each reading, `speeds_of`; above 1:
+    faster), and its load on its own machine by each reading and at their geometric
+    mean (None where no reading says)."""
 
     nominal: float
-    speed: float | None
-    load: float | None
+    speeds: dict[str, float]
     own_capacity: bool
+
+    @property
+    def speed(self) -> float | None:
+        if self.own_capacity:
+            return 1.0
+        if not self.speeds:
+            return None
+        return math.prod(self.speeds.values()) ** (1 / len(self.speeds))
+
+    @property
+    def load(self) -> float | None:
+        return None if self.speed is None else self.nominal / self.speed
+
+    def loads(self) -> list[float]:
+        """Its load by each reading (its nominal one where it measured its own capacity)."""
+        return [self.nominal] if self.own_capacity else [self.nominal / x for x in self.speeds.values()]
 
 
 def standings(set_dir: Path, data: dict) -> dict[tuple, Standing]:
     """{(workload, load, round, config): Standing} for every run of the set."""
     found = probes(set_dir, data)
+    steps = in_run_steps(set_dir, data)
     out: dict[tuple, Standing] = {}
     for r in data["runs"]:
         key = (r["workload"], r["load"], r["round"], r["config"])
@@ -124,77 +208,90 @@ def standings(set_dir: Path, data: dict) -> dict[tuple, Standing]:
         # work that measured the capacity it was sent by.
         basis = r.get("capacity_work") or capacity_work(data, r["workload"])
         if basis is not None and basis == r.get("work"):
-            out[key] = Standing(r["load"], 1.0, r["load"], True)
+            out[key] = Standing(r["load"], {}, True)
             continue
-        here, there = found.get(r.get("work") or ""), found.get(basis or "")
-        if here is None or there is None:
-            out[key] = Standing(r["load"], None, None, False)
-            continue
-        speed = there.step_s / here.step_s
-        out[key] = Standing(r["load"], speed, r["load"] / speed, False)
+        out[key] = Standing(r["load"], speeds_of(r.get("work"), basis, found, steps), False)
     return out
 
 
 def off_load(standing: dict[tuple, Standing], workload: str, load: float,
              tolerance: float = LOAD_TOLERANCE) -> set[int]:
     """The rounds of a workload x load whose stock run stood more than `tolerance` off
-    the load (rounds with no probe to say are not listed)."""
+    the load by every reading (rounds no reading places are not listed)."""
     return {rnd for (w, at, rnd, config), s in standing.items()
             if w == workload and at == load and config == "stock" and s.load is not None
-            and abs(s.load / load - 1) > tolerance}
+            and all(abs(x / load - 1) > tolerance for x in s.loads())
+            and len({x > load for x in s.loads()}) == 1}
+
+
+_READING = {"probe": "probe", "steps": "runs' steps"}
+
+
+def _stood(s: Standing) -> str:
+    if s.load is None:
+        return "-"
+    if s.own_capacity:
+        return f"{100 * s.load:.0f}%"
+    readings = ", ".join(f"{v:.2f}x by the {_READING[k]}" for k, v in s.speeds.items())
+    return f"{100 * s.load:.0f}% (machine {readings})"
 
 
 def load_line(standing: dict[tuple, Standing], workload: str, load: float) -> list[str]:
     """The page's line under a load's heading: the load each round's stock run stood at
-    on its own machine, when any stood elsewhere."""
+    on its own machine, when any stood elsewhere or none can say."""
     rounds = sorted((rnd, s) for (w, at, rnd, config), s in standing.items()
                     if w == workload and at == load and config == "stock")
     if not rounds or all(s.own_capacity for _, s in rounds):
         return []
     off = off_load(standing, workload, load)
-    if not off and all(s.load is not None for _, s in rounds):
+    if not off and all(s.load is not None and abs(s.load / load - 1) <= LOAD_TOLERANCE for _, s in rounds):
         return []
-    each = ", ".join(f"round {rnd} {'-' if s.load is None else f'{100 * s.load:.0f}%'}"
-                     + ("" if s.own_capacity or s.speed is None else f" (machine {s.speed:.2f}x)")
-                     for rnd, s in rounds)
+    each = ", ".join(f"round {rnd} {_stood(s)}" for rnd, s in rounds)
     return [f"**The load each round really stood at** (its rate over the capacity of the machine it ran on: the "
-            f"capacity it was sent by, scaled by how fast its machine ran the curve probe against the machine that "
-            f"measured that capacity, `speed.standings`): {each}. "
+            f"capacity it was sent by, scaled by how much faster its machine ran than the one that measured it, by "
+            f"the curve probe and by the runs' own steps, `speed.standings`; the load at their geometric mean): "
+            f"{each}. "
             + (f"{len(off)} of {len(rounds)} rounds stood more than {100 * LOAD_TOLERANCE:.0f}% off "
-               f"{100 * load:.0f}%: the figures below pool them as measured, and the section after them judges "
-               "only the rounds that stood at the load." if off else ""), ""]
+               f"{100 * load:.0f}% by every reading: the figures below pool them as measured, and the section "
+               "after them judges only the rounds that did not." if off else ""), ""]
 
 
 def machine_lines(set_dir: Path, data: dict) -> list[str]:
-    """The page's table of the set's invocations: the rounds each measured, how long its
-    stock engine took over the curve probe, and that against the machine that measured
-    the capacity."""
+    """The page's table of the set's invocations: the rounds each measured and how fast
+    its machine ran, by the curve probe and by its runs' own steps (`in_run_steps`),
+    against the machine that measured the capacity (else the set's first invocation)."""
     found = probes(set_dir, data)
-    if len(found) < 2:
+    steps = in_run_steps(set_dir, data)
+    works = [Path(w).name for w in data.get("work", [])]
+    if len(set(found) | set(steps)) < 2:
         return []
     by_work: dict[str, set[int]] = {}
     for r in data["runs"]:
         if r.get("work"):
             by_work.setdefault(r["work"], set()).add(r["round"])
     bases = {capacity_work(data, w["name"]) for w in data["setup"]["workloads"]}
-    basis = next(iter(bases)) if len(bases) == 1 else None
-    ref = found.get(basis or "") or next(iter(found.values()))
-    against = "the machine that measured the capacity" if basis in found else "the set's first invocation"
-    lines = ["**Which machine each invocation ran on** (`speed.py`): the stock engine's steps over the curve "
-             "probe every invocation runs first (the same prompts and decode batches on the same engine limits), "
-             f"against {against}. Rounds sent by a capacity another machine measured stood at their load times "
-             "this ratio's inverse.", "",
-             "| invocation | rounds | probe steps (s) | of which prompt / decode (s) | speed against "
-             + ("the capacity's machine" if basis in found else "the first") + " |",
-             "|---|---|---:|---:|---:|"]
-    for work in (Path(w).name for w in data.get("work", [])):
-        p = found.get(work)
+    basis = next(iter(bases)) if len(bases) == 1 and None not in bases else None
+    ref = basis or works[0]
+    against = ("the machine that measured the capacity" if basis else
+               "the set's first invocation (the set's capacity was measured by a run outside it)")
+    lines = ["**Which machine each invocation ran on** (`speed.py`), against " + against + ": the stock engine's "
+             "steps over the curve probe every invocation runs first (the same prompts and decode batches on the same "
+             "engine limits), and the median step of two shapes inside its measured runs (a full prompt chunk beside "
+             "at most two decodes; a decode of one to three requests). Above 1: faster. A round sent by the capacity "
+             "of a machine slower than its own stood at a lower load than its name.", "",
+             "| invocation | rounds | probe steps (s) | speed by the probe | runs' chunk step (ms) | "
+             "runs' decode step (ms) | speed by the runs' steps |", "|---|---|---:|---:|---:|---:|---:|"]
+    readings: list[float] = []
+    for work in works:
         rounds = ", ".join(str(x) for x in sorted(by_work.get(work, ()))) or "references only"
-        if p is None:
-            lines.append(f"| {work} | {rounds} | no probe | | |")
-            continue
-        lines.append(f"| {work} | {rounds} | {p.step_s:.2f} | {p.prefill_s:.2f} / {p.decode_s:.2f} | "
-                     f"{ref.step_s / p.step_s:.2f}x |")
-    speeds = [ref.step_s / p.step_s for p in found.values()]
-    lines += ["", f"The machines differed by up to {max(speeds) / min(speeds):.2f}x in speed.", ""]
-    return lines
+        p, own = found.get(work), steps.get(work, {})
+        sp = speeds_of(work, ref, found, steps)
+        readings += list(sp.values())
+        cells = [f"{p.step_s:.2f}" if p else "no probe", f"{sp['probe']:.2f}x" if "probe" in sp else "-",
+                 f"{1000 * own['chunk']:.1f}" if "chunk" in own else "-",
+                 f"{1000 * own['decode']:.2f}" if "decode" in own else "-",
+                 f"{sp['steps']:.2f}x" if "steps" in sp else "-"]
+        lines.append(f"| {work} | {rounds} | " + " | ".join(cells) + " |")
+    if readings:
+        lines += ["", f"The machines differed by up to {max(readings) / min(readings):.2f}x in speed."]
+    return [*lines, ""]

@@ -31,13 +31,16 @@ def probe_steps(start: float, unit: float) -> list[dict]:
     return out
 
 
-def write_trace(set_dir: Path, work: str, unit: float | None, windows: list[tuple[float, float]]) -> None:
+def write_trace(set_dir: Path, work: str, unit: float | None, windows: list[tuple[float, float]],
+                run_unit: float | None = None) -> None:
     """A stock engine's kept trace: the curve probe at t=10 (its steps `unit` times the
-    first machine's; None: no probe, an invocation of references only), then a few
-    decode steps inside each run's window."""
+    first machine's; None: no probe, an invocation of references only), then inside each
+    run's window decode steps of two requests, `run_unit` (default: `unit`) times the
+    first machine's."""
     steps = probe_steps(10.0, unit) if unit is not None else [step(10.0, 0.02, 1, 0, 1), step(10.02, 0.02, 1, 0, 1)]
+    pace = run_unit if run_unit is not None else unit if unit is not None else 1.0
     for t0, _t1 in windows:
-        steps += [step(t0 + 0.1 * i, 0.01, 4, 0, 4) for i in range(5)]
+        steps += [step(t0 + 0.1 * i, 0.01 * pace, 2, 0, 2) for i in range(25)]
     (set_dir / "steps").mkdir(parents=True, exist_ok=True)
     with gzip.open(set_dir / "steps" / f"stock-{work}.jsonl.gz", "wt") as f:
         f.write("\n".join(json.dumps(s) for s in steps) + "\n")
@@ -78,7 +81,7 @@ def write_set(set_dir: Path, invocations: list[dict], n: int = 100) -> dict:
                 json.dump({"runs": [{"requests": [request(i, 0.9) for i in range(n)]}]}, f)
         if inv["load"] not in loads:
             loads.append(inv["load"])
-        write_trace(set_dir, inv["work"], inv["unit"], windows)
+        write_trace(set_dir, inv["work"], inv["unit"], windows, inv.get("run_unit"))
     data = {"label": "synthetic", "setup": {"configs": configs, "rounds": len(invocations[0]["rounds"]),
                                             "engine": {"model": "/m/bench", "max_num_seqs": 32,
                                                        "max_num_batched_tokens": 256, "omp_threads": 1},
@@ -111,21 +114,32 @@ def test_rounds_sent_by_another_machines_capacity_stood_at_their_load_over_the_s
         {"work": "b", "unit": 0.5, "load": 0.9, "rounds": [1], "scales": {"stock": 1.0}},
         # Twice as fast too, but it measured its own capacity: it stood at 90%.
         {"work": "c", "unit": 0.5, "load": 0.9, "rounds": [2], "scales": {"stock": 1.0}, "own": True},
-        # Slower, with no probe kept: nothing says where it stood.
-        {"work": "d", "unit": None, "load": 0.9, "rounds": [3], "scales": {"stock": 1.0}}])
+        # No probe kept, and its runs' steps as the first machine's: 90% by those alone.
+        {"work": "d", "unit": None, "load": 0.9, "rounds": [3], "scales": {"stock": 1.0}},
+        # Its probe says twice as fast, its runs' steps only 1.25x: it stood at 72% by
+        # one reading, 45% by the other, so at 57% (their geometric mean), off by both.
+        {"work": "e", "unit": 0.5, "run_unit": 0.8, "load": 0.9, "rounds": [4], "scales": {"stock": 1.0}},
+        # Faster by its probe, as the first by its runs: off by one reading only.
+        {"work": "f", "unit": 0.5, "run_unit": 1.0, "load": 0.9, "rounds": [5], "scales": {"stock": 1.0}}])
     st = speed.standings(tmp_path / "set", data)
-    assert st[("long", 0.9, 0, "stock")] == speed.Standing(0.9, 1.0, 0.9, True)
+    first = st[("long", 0.9, 0, "stock")]
+    assert first.own_capacity and first.speed == 1.0 and first.load == 0.9
     b = st[("long", 0.9, 1, "stock")]
-    assert b.speed == pytest.approx(2.0) and b.load == pytest.approx(0.45) and not b.own_capacity
+    assert b.speeds == pytest.approx({"probe": 2.0, "steps": 2.0}) and b.load == pytest.approx(0.45)
+    assert not b.own_capacity
     assert st[("long", 0.9, 2, "stock")].load == 0.9
-    assert st[("long", 0.9, 3, "stock")].load is None
-    assert speed.off_load(st, "long", 0.9) == {1}
+    assert st[("long", 0.9, 3, "stock")].speeds == pytest.approx({"steps": 1.0})
+    e = st[("long", 0.9, 4, "stock")]
+    assert e.speeds == pytest.approx({"probe": 2.0, "steps": 1.25}) and e.load == pytest.approx(0.9 / 2.5 ** 0.5)
+    assert speed.off_load(st, "long", 0.9) == {1, 4}, "round 5 is off by its probe only"
     (line, _) = speed.load_line(st, "long", 0.9)
-    assert "round 0 90%, round 1 45% (machine 2.00x), round 2 90%, round 3 -." in line
-    assert "1 of 4 rounds stood more than 12% off 90%" in line
+    assert ("round 0 90%, round 1 45% (machine 2.00x by the probe, 2.00x by the runs' steps), round 2 90%, "
+            "round 3 90% (machine 1.00x by the runs' steps), round 4 57%") in line
+    assert "2 of 6 rounds stood more than 12% off 90% by every reading" in line
     table = "\n".join(speed.machine_lines(tmp_path / "set", data))
-    assert "| a | 0 | 0.18 | 0.12 / 0.06 | 1.00x |" in table and "| b | 1 | 0.09 | 0.06 / 0.03 | 2.00x |" in table
-    assert "| d | 3 | no probe | | |" in table and "differed by up to 2.00x" in table
+    assert "| a | 0 | 0.18 | 1.00x | - | 10.00 | 1.00x |" in table
+    assert "| b | 1 | 0.09 | 2.00x | - | 5.00 | 2.00x |" in table
+    assert "| d | 3 | no probe | - | - | 10.00 | 1.00x |" in table and "differed by up to 2.00x" in table
 
 
 def test_a_load_is_judged_again_by_the_rounds_that_stood_at_it(tmp_path: Path):
@@ -137,7 +151,8 @@ def test_a_load_is_judged_again_by_the_rounds_that_stood_at_it(tmp_path: Path):
     policies.write(page_dir, page, resamples=200)
     text = page.read_text()
     assert "**Which machine each invocation ran on**" in text
-    assert "round 2 45% (machine 2.00x), round 3 45% (machine 2.00x)" in text
+    assert ("round 2 45% (machine 2.00x by the probe, 2.00x by the runs' steps), round 3 45% (machine 2.00x by the "
+            "probe, 2.00x by the runs' steps)") in text
     full, _, at_load = text.partition("#### long, 90%: only the rounds that stood at it (rounds 0, 1)")
     assert at_load, "the rounds at 90% judged apart"
     # Pooled, the two machines' effects meet in the middle; at 90% only the cost shows.

@@ -30,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 from . import regime as R
+from . import speed
 from . import stats as S
 
 #: The step budget the GPU-shaped rig stands for on the H100 (its chunk costs ~7 decode
@@ -90,6 +91,15 @@ def load_scales(measured: float | None, rig_twin: float, cards: dict[str, float]
     measured capacity the rig twin's own stands for it (its replay keeps the send times)."""
     reference = measured or rig_twin
     return reference / rig_twin, {slug: reference / cap for slug, cap in cards.items()}
+
+
+def machine_capacity(measured: float | None, standing) -> float | None:
+    """Stock's capacity on the machine a round ran on: the measured one scaled by how much
+    faster that machine ran than the one that measured it (`speed.Standing`; None or no
+    reading: the same machine)."""
+    if measured is None:
+        return None
+    return measured * (standing.speed if standing is not None and standing.speed else 1.0)
 
 
 def card_profile(gpu_dir: Path, budget: int = H100_BUDGET) -> str:
@@ -191,6 +201,7 @@ def forecast(set_dir: Path, sim: Path) -> dict:
     budget = int(data["setup"]["engine"].get("max_num_batched_tokens", 256))
     prompt_scale = H100_BUDGET / budget
     curves = set_dir.parent.parent / "gpu-step-curve"
+    standing = speed.standings(set_dir, data)
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
         rig = Twin(sim, calibrate(sim, set_dir, data, tmp), "rig", tmp)
@@ -212,10 +223,13 @@ def forecast(set_dir: Path, sim: Path) -> dict:
                 for rnd, stock in sorted(runs.get("stock", {}).items()):
                     cap_rig = rig.capacity(stock)
                     card_caps = {slug: twin.capacity(scaled(stock, prompt_scale, 1.0)) for slug, twin in cards.items()}
-                    rig_scale, card_scales = load_scales(measured_cap, cap_rig, card_caps)
+                    # A round sent by the capacity of a slower (or faster) machine than its
+                    # own stood at another load (`speed`): the twins replay it at that one.
+                    own = machine_capacity(measured_cap, standing.get((w["name"], load, rnd, "stock")))
+                    rig_scale, card_scales = load_scales(own, cap_rig, card_caps)
                     summary["rounds"][f"{w['name']}-{load:g}-{rnd}"] = {
-                        "rig_capacity": cap_rig, "measured_capacity": measured_cap, "rig_time_scale": rig_scale,
-                        "capacity": card_caps, "time_scale": card_scales}
+                        "rig_capacity": cap_rig, "measured_capacity": measured_cap, "machine_capacity": own,
+                        "rig_time_scale": rig_scale, "capacity": card_caps, "time_scale": card_scales}
                     on_rig = scaled(stock, 1.0, rig_scale)
                     on_card = {slug: scaled(stock, prompt_scale, card_scales[slug]) for slug in cards}
                     for config, by_round in runs.items():
@@ -286,7 +300,7 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
                f"`{fit['formula']}`" if "median_abs_pct_error" in fit else "")
              + "), replays each round's requests (the lengths the engine reported) under each configuration's "
              "policy, their send times rescaled so the load is the same fraction of the twin's capacity as the run's "
-             "was of stock's measured capacity"
+             "was of stock's measured capacity (on the run's own machine: `speed.standings`)"
              + (f" (twin {caps[0]['rig_capacity']:.3f} req/s against {caps[0]['measured_capacity']:.3f} measured: "
                 "replayed at the run's own send times, the twin would stand at a lower load, where queues are "
                 "shorter and every policy's effect smaller)" if caps and caps[0].get("measured_capacity") else "")

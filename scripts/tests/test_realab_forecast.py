@@ -89,6 +89,20 @@ def test_every_twin_replays_at_the_runs_load_fraction():
     assert F.load_scales(None, 0.45, {"h100": 3.0}) == (1.0, {"h100": 0.15}), "no measured capacity: the twin's"
 
 
+def test_a_round_on_a_faster_machine_replays_at_the_load_it_stood_at():
+    from realab import speed
+
+    # Sent at 90% of 0.3 req/s measured on a machine half as fast as its own: it stood at
+    # 45%, and the twin (0.45 req/s) must see 45% of its capacity, not 90%.
+    faster = speed.Standing(0.9, {"probe": 2.0}, False)
+    own = F.machine_capacity(0.3, faster)
+    assert own == pytest.approx(0.6)
+    rig, _ = F.load_scales(own, 0.45, {})
+    assert 0.9 * 0.3 / rig == pytest.approx(0.45 * 0.45)
+    assert F.machine_capacity(0.3, speed.Standing(0.9, {}, True)) == 0.3, "its own capacity: as measured"
+    assert F.machine_capacity(0.3, None) == 0.3 and F.machine_capacity(None, faster) is None
+
+
 def test_step_traces_are_kept_once(tmp_path: Path):
     work = tmp_path / "work"
     work.mkdir()

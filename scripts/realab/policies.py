@@ -126,28 +126,44 @@ def plain_effects(table: dict[str, tuple]) -> tuple[list[str], list[str]]:
 def summary_lines(page_dir: Path, resamples: int = 2000) -> list[str]:
     """One line per set, workload, load and configuration (sets marked `superseded` left
     out): its do-no-harm verdict, and every cost and gain whose interval says so (the
-    README's real-engine summary)."""
+    README's real-engine summary); where some of a load's rounds stood elsewhere on their
+    own machines (`speed.standings`), the loads they stood at, and a second line judging
+    only the rounds that stood at the load."""
     measured: dict[tuple[str, str, float, str], Path] = {}
+    standing: dict[str, dict] = {}
     for set_dir in sorted(p for p in page_dir.iterdir() if (p / "results.json").exists()):
         data = json.loads((set_dir / "results.json").read_text())
         if data.get("superseded"):
             continue
+        standing[set_dir.name] = speed.standings(set_dir, data) if (set_dir / "steps").is_dir() else {}
         for r in data["runs"]:
             if r["config"] != "stock":
                 measured[(set_dir.name, r["workload"], r["load"], r["config"])] = set_dir
     out = []
     for (_, workload, load, config), set_dir in sorted(measured.items()):
-        runs, _ = read(set_dir / "raw", workload, load)
-        if "stock" not in runs or config not in runs:
+        every, _ = read(set_dir / "raw", workload, load)
+        if "stock" not in every or config not in every:
             continue
-        table, judged = effects_of(set_dir / "raw", workload, load, runs, config, resamples)
-        costs, gains = plain_effects(table)
-        harm = S.do_no_harm(judged)
         policy = policies_of(json.loads((set_dir / "results.json").read_text())).get(config)
         name = f"`{config}`" + (f" (policy `{policy}`)" if policy and not config.endswith(policy) else "")
-        out.append(f"- {workload} at {load * 100:.0f}% load, {name} against stock (set `{set_dir.name}`): "
-                   f"do no harm: {harm.word}; costs: {'; '.join(costs) or 'none resolved'}; gains: "
-                   f"{'; '.join(gains) or 'none resolved'}.")
+        at = standing[set_dir.name]
+        stood = sorted(s.load for (w, x, _rnd, c), s in at.items()
+                       if w == workload and x == load and c == "stock" and s.load is not None)
+        off = speed.off_load(at, workload, load)
+        where = (f" (its rounds stood at {100 * stood[0]:.0f}-{100 * stood[-1]:.0f}% of their own machine's capacity)"
+                 if off and stood else "")
+        kept = set(every["stock"]) - off
+        views = [(f"at {load * 100:.0f}% load{where}", every)]
+        if off and len(kept & set(every[config])) >= 2:
+            views.append((f"at {load * 100:.0f}% load, only the rounds that stood at it ({', '.join(map(str, sorted(kept)))})",
+                          {c: {r: v for r, v in by.items() if r in kept} for c, by in every.items()}))
+        for label, runs in views:
+            table, judged = effects_of(set_dir / "raw", workload, load, runs, config, resamples)
+            costs, gains = plain_effects(table)
+            harm = S.do_no_harm(judged)
+            out.append(f"- {workload} {label}, {name} against stock (set `{set_dir.name}`): "
+                       f"do no harm: {harm.word}; costs: {'; '.join(costs) or 'none resolved'}; gains: "
+                       f"{'; '.join(gains) or 'none resolved'}.")
     return out
 
 

@@ -160,6 +160,12 @@ def test_a_load_is_judged_again_by_the_rounds_that_stood_at_it(tmp_path: Path):
     assert "do no harm (every metric's interval at or below 1.05): harm**, decided by TTFT p50" in at_load
     pooled = full.split("### long, 90% of stock capacity")[1]
     assert "do no harm (every metric's interval at or below 1.05): harm**" not in pooled
+    # The README's summary says where the rounds stood, and judges those at the load.
+    pooled_line, at_load_line = policies.summary_lines(page_dir, resamples=100)
+    assert pooled_line.startswith("- long at 90% load (its rounds stood at 45-90% of their own machine's capacity), "
+                                  "`hook-output-first` against stock (set `1-set`): do no harm: unresolved"), pooled_line
+    assert at_load_line.startswith("- long at 90% load, only the rounds that stood at it (0, 1), `hook-output-first` "
+                                   "against stock (set `1-set`): do no harm: harm; costs: TTFT p50 1.20x"), at_load_line
 
 
 def test_the_capacity_sweep_places_each_round_at_the_load_it_stood_at(tmp_path: Path):

@@ -280,8 +280,14 @@ def machine_lines(set_dir: Path, data: dict) -> list[str]:
              "at most two decodes; a decode of one to three requests). Above 1: faster. A round sent by the capacity "
              "of a machine slower than its own stood at a lower load than its name.", "",
              "| invocation | rounds | probe steps (s) | speed by the probe | runs' chunk step (ms) | "
-             "runs' decode step (ms) | speed by the runs' steps |", "|---|---|---:|---:|---:|---:|---:|"]
+             "runs' decode step (ms) | speed by the runs' steps | its own capacity against it |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
     readings: list[float] = []
+    # An invocation that measured its own capacity says how well each reading did.
+    own_capacity = {r["work"]: r["capacity"] for r in data["runs"]
+                    if r.get("capacity_work") and r.get("capacity_work") == r.get("work") and r.get("capacity")}
+    first_capacity = next(iter(data.get("capacity", {}).values()), None)
+    checks: list[str] = []
     for work in works:
         rounds = ", ".join(str(x) for x in sorted(by_work.get(work, ()))) or "references only"
         p, own = found.get(work), steps.get(work, {})
@@ -291,7 +297,17 @@ def machine_lines(set_dir: Path, data: dict) -> list[str]:
                  f"{1000 * own['chunk']:.1f}" if "chunk" in own else "-",
                  f"{1000 * own['decode']:.2f}" if "decode" in own else "-",
                  f"{sp['steps']:.2f}x" if "steps" in sp else "-"]
+        truth = own_capacity.get(work)
+        ratio = truth / first_capacity if truth and first_capacity and work != ref else None
+        cells.append(f"{ratio:.2f}x" if ratio else "-")
+        if ratio:
+            checks.append(f"{work}'s capacity was {ratio:.2f}x the first machine's, where the probe read "
+                          + (f"{sp['probe']:.2f}x" if "probe" in sp else "nothing")
+                          + " and its runs' steps " + (f"{sp['steps']:.2f}x" if "steps" in sp else "nothing"))
         lines.append(f"| {work} | {rounds} | " + " | ".join(cells) + " |")
     if readings:
         lines += ["", f"The machines differed by up to {max(readings) / min(readings):.2f}x in speed."]
+    if checks:
+        lines += ["", "Where an invocation measured its own capacity (the harness does since `speed.py`), the "
+                  "readings can be checked against it: " + "; ".join(checks) + "."]
     return [*lines, ""]

@@ -199,9 +199,14 @@ def test_an_addition_that_measured_its_own_capacity_is_kept_with_it(tmp_path: Pa
            "setup": {**kept["setup"], "first_round": 2},
            "probes": {"w": {"window": [1.0, 2.0], "step_s": 0.09}},
            "runs": [{"workload": "long", "load": 0.9, "round": rnd, "config": "stock", "work": "w",
+                     "window": [100.0 + 10 * rnd, 105.0 + 10 * rnd],
                      "capacity": 3.1, "capacity_work": "w", "summary": {"total_token_throughput": 1.0}}
                     for rnd in (2, 3)]}
     (work / "results.json").write_text(json.dumps(new))
+    # Its engine's trace, which `add` keeps: a probe 1.5x as fast, runs' steps 1.6x.
+    write_trace(work, "w", 1 / 1.5, [(120.0, 125.0), (130.0, 135.0)], run_unit=1 / 1.6)
+    with gzip.open(work / "steps" / "stock-w.jsonl.gz", "rt") as f:
+        (work / "stock-steps.jsonl").write_text(f.read())
     assert policies.add(work / "results.json", page_dir / "1-set", "rounds 2-3 on their own machine") == 2
     merged = json.loads((page_dir / "1-set" / "results.json").read_text())
     # The set keeps its capacity and the machine that measured it; the rounds, theirs.
@@ -211,3 +216,6 @@ def test_an_addition_that_measured_its_own_capacity_is_kept_with_it(tmp_path: Pa
     assert st[("long", 0.9, 2, "stock")].own_capacity and st[("long", 0.9, 0, "stock")].own_capacity
     text = "\n".join(policies.set_section(page_dir / "1-set", 100))
     assert "rounds added later measured their own machine's and were sent by it: rounds 2, 3 3.100 req/s" in text
+    # Its own capacity checks the readings the older rounds are placed by.
+    assert "| w | 2, 3 | 0.12 | 1.50x | - | 6.25 | 1.60x | 1.55x |" in text
+    assert "w's capacity was 1.55x the first machine's, where the probe read 1.50x and its runs' steps 1.60x" in text

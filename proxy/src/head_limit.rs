@@ -6,11 +6,11 @@
 //! parsed, copied upstream on every attempt and logged. This layer refuses it first, with
 //! a body an OpenAI client can show.
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::extract::Request;
+use axum::response::IntoResponse;
 
 use crate::error::ProxyError;
+use crate::layers::{Concern, Next, Responding};
 use crate::request_id::request_id;
 
 /// Bytes a header takes on the wire: name, value, `": "` and CRLF.
@@ -18,19 +18,35 @@ fn wire_size(name: &str, value: &[u8]) -> usize {
     name.len() + value.len() + 4
 }
 
-pub async fn limit_head(State(limit): State<usize>, req: Request, next: Next) -> Response {
-    // The request target as sent (path and query; an absolute-form target's scheme and
-    // authority too), measured without rendering the URI.
-    let uri = req.uri();
-    let target = uri.path_and_query().map_or(0, |p| p.as_str().len())
-        + uri.authority().map_or(0, |a| a.as_str().len())
-        + uri.scheme_str().map_or(0, |s| s.len() + 3);
-    let size: usize =
-        req.headers().iter().map(|(n, v)| wire_size(n.as_str(), v.as_bytes())).sum::<usize>() + target;
-    if size > limit {
-        let id = request_id(req.headers());
-        tracing::info!(request_id = ?id, size, limit, "request head too large");
-        return ProxyError::HeadersTooLarge { limit }.into_response();
+/// The layer ([`crate::layers`]): a head over `limit` bytes is refused before anything
+/// else reads it.
+#[derive(Clone, Copy, Debug)]
+pub struct LimitHead {
+    limit: usize,
+}
+
+impl LimitHead {
+    pub fn new(max_header_bytes: u64) -> Self {
+        LimitHead { limit: usize::try_from(max_header_bytes).unwrap_or(usize::MAX) }
     }
-    next.run(req).await
+}
+
+impl Concern for LimitHead {
+    fn around<S: Next>(&self, req: Request, mut next: S) -> Responding {
+        // The request target as sent (path and query; an absolute-form target's scheme
+        // and authority too), measured without rendering the URI.
+        let uri = req.uri();
+        let target = uri.path_and_query().map_or(0, |p| p.as_str().len())
+            + uri.authority().map_or(0, |a| a.as_str().len())
+            + uri.scheme_str().map_or(0, |s| s.len() + 3);
+        let size: usize =
+            req.headers().iter().map(|(n, v)| wire_size(n.as_str(), v.as_bytes())).sum::<usize>() + target;
+        let limit = self.limit;
+        if size > limit {
+            let id = request_id(req.headers());
+            tracing::info!(request_id = ?id, size, limit, "request head too large");
+            return Box::pin(std::future::ready(Ok(ProxyError::HeadersTooLarge { limit }.into_response())));
+        }
+        Box::pin(next.call(req))
+    }
 }

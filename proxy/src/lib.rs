@@ -10,7 +10,8 @@
 //! and [`telemetry`] exports what was measured; [`ending`] holds everything that ends a
 //! request's thinking early (budgets, entropy exits, the continuation), [`hook`] the
 //! policy channel to the engines' hooks, and [`streams`] lists every request open right
-//! now, for operators.
+//! now, for operators. What wraps a whole request (its ids, its outcome's count, the
+//! limits on its size) is a stack of tower layers, [`layers`].
 
 pub mod admission;
 pub mod body;
@@ -24,6 +25,7 @@ pub mod error;
 pub mod head_limit;
 pub mod headers;
 pub mod hook;
+pub mod layers;
 pub mod members;
 pub mod relay;
 pub mod request_id;

@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
-use axum::middleware::Next;
-use axum::response::Response;
+
+use crate::layers::{Concern, Next, Responding};
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -42,16 +42,23 @@ pub fn request_id(headers: &HeaderMap) -> HeaderValue {
         })
 }
 
-/// The layer that gives every request its `X-Request-Id`, once, before any handler:
-/// the client's when sane, else a fresh one, written back into the request's headers
-/// (so handlers, logs and the upstream all see the same id) and onto every response
-/// that does not carry one, errors included.
-pub async fn assign(mut req: Request, next: Next) -> Response {
-    let id = request_id(req.headers());
-    req.headers_mut().insert(REQUEST_ID, id.clone());
-    let mut resp = next.run(req).await;
-    resp.headers_mut().entry(REQUEST_ID).or_insert(id);
-    resp
+/// The layer ([`crate::layers`]) that gives every request its `X-Request-Id`, once,
+/// before any handler: the client's when sane, else a fresh one, written back into the
+/// request's headers (so handlers, logs and the upstream all see the same id) and onto
+/// every response that does not carry one, errors included.
+#[derive(Clone, Copy, Debug)]
+pub struct AssignIds;
+
+impl Concern for AssignIds {
+    fn around<S: Next>(&self, mut req: Request, mut next: S) -> Responding {
+        let id = request_id(req.headers());
+        req.headers_mut().insert(REQUEST_ID, id.clone());
+        Box::pin(async move {
+            let mut resp = next.call(req).await?;
+            resp.headers_mut().entry(REQUEST_ID).or_insert(id);
+            Ok(resp)
+        })
+    }
 }
 
 /// A fresh stream id: `mrd_<process nonce>_<sequence>`. The random nonce keeps ids of

@@ -26,18 +26,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/ready", get(routes::ready))
         .route("/metrics", get(routes::metrics))
         .fallback(routes::passthrough)
-        .layer(axum::middleware::from_fn_with_state(
-            state.config.server.max_body_bytes,
-            crate::body_limit::limit_body,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            usize::try_from(state.config.server.max_header_bytes).unwrap_or(usize::MAX),
-            crate::head_limit::limit_head,
-        ))
-        // Each request's outcome, counted once when its response is over.
-        .layer(axum::middleware::from_fn_with_state(state.metrics.clone(), crate::telemetry::outcomes::count))
-        // Outermost: every response, the head limit's refusals included, carries the id.
-        .layer(axum::middleware::from_fn(crate::request_id::assign))
+        // Ids, the outcome count, the head and body limits: `crate::layers`.
+        .layer(crate::layers::whole_request(&state))
         .with_state(state)
 }
 

@@ -10,15 +10,14 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::middleware::Next;
-use axum::response::Response;
+use axum::extract::Request;
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 
 use meridian_core::Outcome;
 
 use super::Metrics;
+use crate::layers::{Concern, Next, Responding};
 
 /// Where a request's route and outcome are written, shared by everything that handles it.
 #[derive(Clone, Debug, Default)]
@@ -68,16 +67,32 @@ impl OutcomeSlot {
     }
 }
 
-/// The layer: gives the request its [`OutcomeSlot`], and counts it when the response body
-/// ends or is dropped; a handler dropped before it answered (the client left) counts as
-/// `client_disconnected`.
-pub async fn count(State(metrics): State<Arc<Metrics>>, mut req: Request, next: Next) -> Response {
-    let outcome = OutcomeSlot::default();
-    req.extensions_mut().insert(outcome.clone());
-    let left_early = CountOnDrop { outcome: outcome.clone(), metrics: metrics.clone(), armed: true };
-    let resp = next.run(req).await;
-    left_early.disarm();
-    resp.map(|body| Body::new(Counted { inner: Some(body), outcome, metrics }))
+/// The layer ([`crate::layers`]): gives the request its [`OutcomeSlot`], and counts it
+/// when the response body ends or is dropped; a handler dropped before it answered (the
+/// client left) counts as `client_disconnected`.
+#[derive(Clone, Debug)]
+pub struct CountOutcomes {
+    metrics: Arc<Metrics>,
+}
+
+impl CountOutcomes {
+    pub fn new(metrics: Arc<Metrics>) -> Self {
+        CountOutcomes { metrics }
+    }
+}
+
+impl Concern for CountOutcomes {
+    fn around<S: Next>(&self, mut req: Request, mut next: S) -> Responding {
+        let outcome = OutcomeSlot::default();
+        req.extensions_mut().insert(outcome.clone());
+        let metrics = self.metrics.clone();
+        let left_early = CountOnDrop { outcome: outcome.clone(), metrics: metrics.clone(), armed: true };
+        Box::pin(async move {
+            let resp = next.call(req).await?;
+            left_early.disarm();
+            Ok(resp.map(|body| Body::new(Counted { inner: Some(body), outcome, metrics })))
+        })
+    }
 }
 
 struct CountOnDrop {

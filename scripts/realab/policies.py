@@ -150,8 +150,9 @@ def summary_lines(page_dir: Path, resamples: int = 2000) -> list[str]:
         stood = sorted(s.load for (w, x, _rnd, c), s in at.items()
                        if w == workload and x == load and c == "stock" and s.load is not None)
         off = speed.off_load(at, workload, load)
-        where = (f" (its rounds stood at {100 * stood[0]:.0f}-{100 * stood[-1]:.0f}% of their own machine's capacity)"
-                 if off and stood else "")
+        span = (f"{100 * stood[0]:.0f}%" if stood and round(100 * stood[0]) == round(100 * stood[-1])
+                else f"{100 * stood[0]:.0f}-{100 * stood[-1]:.0f}%" if stood else "")
+        where = f" (its rounds stood at {span} of their own machine's capacity)" if off and stood else ""
         kept = set(every["stock"]) - off
         views = [(f"at {load * 100:.0f}% load{where}", every)]
         if off and len(kept & set(every[config])) >= 2:

@@ -191,9 +191,10 @@ def standing_groups(rounds: list[int], standing: dict | None, workload: str, loa
     return sorted(groups.items())
 
 
-#: Rounds whose stock runs stood within this of one another's load make one point of the
-#: capacity sweep.
-STANDING_BIN = 0.05
+#: Rounds whose stock runs stood at the same load to this precision make one point of the
+#: capacity sweep (rounds of two sent loads that stood at one are two points, each with
+#: its own requests' share).
+STANDING_BIN = 0.01
 
 
 def capacity_lines(data: dict, workload: str, by_load: dict[float, tuple[dict, dict]],

@@ -1,7 +1,7 @@
 """How fast each invocation's machine ran, and so the load its runs really stood at.
 
-A run is sent at `load` x the stock engine's capacity, and the capacity is measured once
-per set, by the invocation that measured it (everything sent at once). Rounds added later
+A run is sent at `load` x the stock engine's capacity (everything sent at once), which
+until this module was measured once per set, by its first invocation. Rounds added later
 (`policies add`) ran on whatever machine the later session had, and were sent at the
 first invocation's rate (`REALAB_CAPACITY`): on a machine twice as fast, a run called
 "90%" stood at 45% of that machine's capacity, and pooling it with the rounds that stood
@@ -22,7 +22,10 @@ whatever the load made), so the page shows both, places a run at their geometric
 and sets a round apart from its load only where every reading puts it off.
 
 An invocation that measured its own capacity (the harness does by default since this
-module) needs no scaling: its runs stood at their load by construction."""
+module) needs no scaling: its runs stood at their load by construction, and it checks the
+readings (`machine_lines`): on the mix both matched the capacity's ratio, on long prompts
+both fell short of it (the capacity run's big batches over long contexts gained more
+from a faster machine than either reading's steps did)."""
 
 from __future__ import annotations
 

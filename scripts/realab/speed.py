@@ -24,8 +24,8 @@ and sets a round apart from its load only where every reading puts it off.
 An invocation that measured its own capacity (the harness does by default since this
 module) needs no scaling: its runs stood at their load by construction, and it checks the
 readings (`machine_lines`): on the mix both matched the capacity's ratio, on long prompts
-both fell short of it (the capacity run's big batches over long contexts gained more
-from a faster machine than either reading's steps did)."""
+both fell short of it (both read small steps; the capacity run's are big batches over
+long contexts, which a faster machine may speed up more: not measured apart)."""
 
 from __future__ import annotations
 

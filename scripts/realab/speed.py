@@ -29,6 +29,7 @@ long contexts, which a faster machine may speed up more: not measured apart)."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import math
@@ -126,35 +127,42 @@ def in_run_steps(set_dir: Path, data: dict) -> dict[str, dict[str, float]]:
     budget or more, beside at most two decodes, early in its prompt (context under one
     budget); `decode`, a decode-only step of one to three requests over under 3,000
     tokens of context. A shape with too few steps (`MIN_CHUNKS`, `MIN_DECODES`) is left
-    out."""
+    out. Each trace is read once however often the page asks (`_shapes_of`)."""
     budget = int(data["setup"]["engine"].get("max_num_batched_tokens", 2048))
     out: dict[str, dict[str, float]] = {}
     for work in (Path(w).name for w in data.get("work", [])):
-        windows = [r["window"] for r in data["runs"]
-                   if r.get("work") == work and r["config"] in _STOCK and r.get("window")]
+        windows = tuple(tuple(r["window"]) for r in data["runs"]
+                        if r.get("work") == work and r["config"] in _STOCK and r.get("window"))
         trace = set_dir / "steps" / f"stock-{work}.jsonl.gz"
         if not windows or not trace.exists():
             continue
-        chunks, decodes = [], []
-        with gzip.open(trace, "rt") as f:
-            for line in f:
-                if not line.strip():
-                    continue
-                st = json.loads(line)
-                if not any(t0 <= st["t"] <= t1 for t0, t1 in windows):
-                    continue
-                if st["prefill_tokens"] >= 0.75 * budget and st["decode_reqs"] <= 2 and st["prefill_context"] < budget:
-                    chunks.append(st["step_s"])
-                elif not st["prefill_tokens"] and 1 <= st["decode_reqs"] <= 3 and st["decode_context"] < 3000:
-                    decodes.append(st["step_s"])
-        shapes = {}
-        if len(chunks) >= MIN_CHUNKS:
-            shapes["chunk"] = statistics.median(chunks)
-        if len(decodes) >= MIN_DECODES:
-            shapes["decode"] = statistics.median(decodes)
+        stat = trace.stat()
+        shapes = _shapes_of(trace, stat.st_mtime_ns, stat.st_size, windows, budget)
         if shapes:
             out[work] = shapes
     return out
+
+
+@functools.cache
+def _shapes_of(trace: Path, _mtime_ns: int, _size: int, windows: tuple, budget: int) -> dict[str, float]:
+    chunks, decodes = [], []
+    with gzip.open(trace, "rt") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            st = json.loads(line)
+            if not any(t0 <= st["t"] <= t1 for t0, t1 in windows):
+                continue
+            if st["prefill_tokens"] >= 0.75 * budget and st["decode_reqs"] <= 2 and st["prefill_context"] < budget:
+                chunks.append(st["step_s"])
+            elif not st["prefill_tokens"] and 1 <= st["decode_reqs"] <= 3 and st["decode_context"] < 3000:
+                decodes.append(st["step_s"])
+    shapes = {}
+    if len(chunks) >= MIN_CHUNKS:
+        shapes["chunk"] = statistics.median(chunks)
+    if len(decodes) >= MIN_DECODES:
+        shapes["decode"] = statistics.median(decodes)
+    return shapes
 
 
 def speeds_of(work: str | None, basis: str | None, found: dict[str, Probe],

@@ -37,18 +37,19 @@ def script_token(i: int, produced: int) -> int:
 
 
 def timed_classes() -> tuple[type, type]:
-    """The stock scheduler and the hook's, each with vLLM's own `schedule()` timed inside
-    it: `Inner` sits between `MeridianScheduler` and `AsyncScheduler` in the method
-    resolution order, so the hook's `super().schedule()` lands in it. The hook's own
-    cost in a step is then the hooked `schedule()` minus the stock `schedule()` it
-    wraps, on the very same state. The stock engine runs `Inner` alone: its outer minus
-    inner time is what the timing itself costs."""
+    """The stock scheduler and the hook's, each with vLLM's own `schedule()` and
+    `update_from_output()` timed inside it: `Inner` sits between `MeridianScheduler` and
+    `AsyncScheduler` in the method resolution order, so the hook's `super()` calls land
+    in it. The hook's own cost in a step is then the hooked methods minus the stock ones
+    they wrap, on the very same state. The stock engine runs `Inner` alone: its outer
+    minus inner time is what the timing itself costs."""
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 
     from meridian_hook.scheduler import MeridianScheduler
 
     class Inner(AsyncScheduler):
         inner_cpu_ns = 0
+        inner_update_ns = 0
 
         def schedule(self, *args, **kwargs):  # type: ignore[no-untyped-def]
             c0 = time.thread_time_ns()
@@ -56,6 +57,13 @@ def timed_classes() -> tuple[type, type]:
                 return super().schedule(*args, **kwargs)
             finally:
                 self.inner_cpu_ns += time.thread_time_ns() - c0
+
+        def update_from_output(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            c0 = time.thread_time_ns()
+            try:
+                return super().update_from_output(*args, **kwargs)
+            finally:
+                self.inner_update_ns += time.thread_time_ns() - c0
 
     class TimedMeridian(MeridianScheduler, Inner):
         pass
@@ -80,15 +88,14 @@ class Driver:
             self.index[rid] = i
             self.engine.add(rid, prompt(i), arrival=1000.0 + i, max_tokens=total)
 
-    def step(self) -> tuple[int, int, int, frozenset[str]]:
-        """One engine step: `schedule()`, the model's tokens, `update_from_output()`.
-        Returns the CPU nanoseconds of `schedule()`, of vLLM's own `schedule()` inside
-        it (the same for the stock engine), their wall-clock nanoseconds, and who ran."""
+    def step(self) -> "Step":
+        """One engine step: `schedule()`, the model's tokens, `update_from_output()`."""
         from vllm.v1.outputs import ModelRunnerOutput
 
         sched = self.sched
         if hasattr(sched, "inner_cpu_ns"):
             sched.inner_cpu_ns = 0
+            sched.inner_update_ns = 0
         w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
         out = sched.schedule()
         cpu, wall = time.thread_time_ns() - c0, time.perf_counter_ns() - w0
@@ -101,20 +108,48 @@ class Driver:
             sampled.append([script_token(self.index[rid], len(req.output_token_ids))] if done_prompt else [])
         index = {r: i for i, r in enumerate(ids)}
         mro = ModelRunnerOutput(req_ids=ids, req_id_to_index=index, sampled_token_ids=sampled)
+        u0 = time.thread_time_ns()
         sched.update_from_output(out, mro)
-        return cpu, inner, wall, frozenset(ids)
+        update = time.thread_time_ns() - u0
+        update_inner = getattr(sched, "inner_update_ns", update)
+        return Step(cpu, inner, wall, update, update_inner, frozenset(ids))
+
+
+@dataclass
+class Step:
+    """One engine step's CPU nanoseconds: `schedule()` and vLLM's own `schedule()` inside
+    it (the same for the stock engine), its wall-clock nanoseconds, `update_from_output()`
+    and vLLM's own inside it; and who ran."""
+
+    sched: int
+    sched_inner: int
+    wall: int
+    update: int
+    update_inner: int
+    ran: frozenset[str]
+
+    @property
+    def added(self) -> int:
+        """The hook's own time in the step (or, on the stock engine, the timing's)."""
+        return self.sched - self.sched_inner + self.update - self.update_inner
+
+    @property
+    def update_added(self) -> int:
+        return self.update - self.update_inner
 
 
 @dataclass
 class SchedResult:
     n: int
-    stock: Spread  # CPU µs of the stock engine's schedule()
-    hooked: Spread  # CPU µs of the hooked engine's schedule()
-    added: Spread  # hooked schedule() minus the stock schedule() inside it, per step
+    # CPU µs per step of `schedule()` and `update_from_output()` together:
+    stock: Spread  # the stock engine's
+    hooked: Spread  # the hooked engine's
+    added: Spread  # the hooked methods minus the stock ones inside them
     added_mean: float
-    floor: Spread  # the stock engine's schedule() minus the AsyncScheduler.schedule() inside it
-    paired: Spread  # hooked engine's schedule() minus the stock engine's, step by step
-    wall_paired: Spread  # the same in wall-clock time
+    update_added: Spread  # the part of `added` in update_from_output()
+    floor: Spread  # the same outer-minus-inner on the stock engine: the timing itself
+    paired: Spread  # hooked engine's minus the stock engine's, step by step
+    wall_paired: Spread  # the same for `schedule()` alone in wall-clock time
     steps: int
     answering: int
     thinking: int
@@ -133,6 +168,7 @@ class SchedResult:
             Spread.of(pool("hooked")),
             Spread.of(pool("added")),
             statistics.fmean(pool("added")),
+            Spread.of(pool("update_added")),
             Spread.of(pool("floor")),
             Spread.of(pool("paired")),
             Spread.of(pool("wall_paired")),
@@ -149,9 +185,10 @@ class SchedRaw:
     """One round's per-step figures at one size (µs)."""
 
     n: int
-    stock: list[float]
+    stock: list[float]  # schedule() and update_from_output()
     hooked: list[float]
     added: list[float]
+    update_added: list[float]  # the part of `added` in update_from_output()
     floor: list[float]
     paired: list[float]
     wall_paired: list[float]
@@ -177,7 +214,7 @@ def bench_scheduler(n: int, steps: int, profile: bool) -> SchedRaw:
     assert answering + thinking == n, f"every request decodes after the warm-up: {phases}"
     prof = cProfile.Profile() if profile else None
 
-    def run_hooked() -> tuple[int, int, int, frozenset[str]]:
+    def run_hooked() -> Step:
         if prof is None:
             return hooked.step()
         prof.enable()
@@ -192,22 +229,23 @@ def bench_scheduler(n: int, steps: int, profile: bool) -> SchedRaw:
     floor: list[float] = []
     paired: list[float] = []
     wall_paired: list[float] = []
+    update_added: list[float] = []
     for k in range(steps):
         if k % 2 == 0:
-            sc, si, sw, ran_s = stock.step()
-            hc, hi, hw, ran_h = run_hooked()
+            s, h = stock.step(), run_hooked()
         else:
-            hc, hi, hw, ran_h = run_hooked()
-            sc, si, sw, ran_s = stock.step()
-        assert ran_s == ran_h and len(ran_s) == n, "both engines run the same requests each step"
-        stock_cpu.append(sc / 1000)
-        hooked_cpu.append(hc / 1000)
-        added.append((hc - hi) / 1000)
-        floor.append((sc - si) / 1000)
-        paired.append((hc - sc) / 1000)
-        wall_paired.append((hw - sw) / 1000)
+            h = run_hooked()
+            s = stock.step()
+        assert s.ran == h.ran and len(s.ran) == n, "both engines run the same requests each step"
+        stock_cpu.append((s.sched + s.update) / 1000)
+        hooked_cpu.append((h.sched + h.update) / 1000)
+        added.append(h.added / 1000)
+        update_added.append(h.update_added / 1000)
+        floor.append(s.added / 1000)
+        paired.append((h.sched + h.update - s.sched - s.update) / 1000)
+        wall_paired.append((h.wall - s.wall) / 1000)
     if prof is not None:
         out = io.StringIO()
         pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(20)
         print(f"cProfile of {steps} hooked steps at {n} running requests:\n{out.getvalue()}", file=sys.stderr)
-    return SchedRaw(n, stock_cpu, hooked_cpu, added, floor, paired, wall_paired, answering, thinking)
+    return SchedRaw(n, stock_cpu, hooked_cpu, added, update_added, floor, paired, wall_paired, answering, thinking)

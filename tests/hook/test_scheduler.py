@@ -8,6 +8,7 @@ from conftest import metric, tier
 from vllm_scheduler_rig import THINK_END, THINK_START, build
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 
+from meridian_hook import _native
 from meridian_hook.scheduler import MeridianScheduler
 
 PROMPT = [1] * 20 + [THINK_START]  # a chat template that opens the think block
@@ -31,6 +32,39 @@ def test_answering_request_moves_ahead_of_earlier_thinkers():
     assert metric("meridian_hook_reorders_total") > reorders
     assert e.scheduler._meridian.phase("answerer") == "output"
     assert e.scheduler._meridian.phase("thinker") == "think"
+
+
+@pytest.mark.usefixtures("output_first")
+def test_a_thought_is_seen_ending_as_vllm_records_the_token_and_counted_once():
+    """The hook reads a step's sampled tokens in ``update_from_output``, right where vLLM
+    appends them: the end of a thought is known before the next step is planned, and a
+    token is counted once whether that read or the next ``schedule()`` takes it."""
+    e = build(MeridianScheduler, num_blocks=64)
+    e.add("thinker", PROMPT, arrival=1.0)
+    e.add("answerer", PROMPT, arrival=2.0)
+    e.step({})
+    core = e.scheduler._meridian
+    e.step({"answerer": THINK_END})
+    assert core.phase("answerer") == "output", "known as soon as vLLM appended the token"
+    # A request admitted by the step just planned is unknown to that read; the next
+    # schedule() reads it, from its prompt on.
+    e.add("late", PROMPT, arrival=3.0)
+    generated = {"thinker": [7], "answerer": [7, THINK_END], "late": []}
+    for k in range(6):
+        e.step({"late": THINK_END} if k == 4 else {})
+        for rid, tokens in generated.items():
+            if rid != "late" or k >= 1:  # "late" samples from its first whole step on
+                tokens.append(THINK_END if (rid, k) == ("late", 4) else 7)
+    assert [core.phase(r) for r in generated] == ["think", "output", "output"]
+    # Each request's tokens as counted by the hook against the same tokens given once to
+    # a fresh core: with block size 1 an answering request's think-complete tier is its
+    # count of thinking tokens, so a token read twice would show.
+    fresh = _native.SchedulerCore("output-first", [THINK_START], [THINK_END])
+    for rid, tokens in generated.items():
+        fresh.track(rid, PROMPT)
+    fresh.plan([(rid, 0.0, 0, 0, tokens) for rid, tokens in generated.items()])
+    held = [(rid, 1000) for rid in generated]
+    assert core.account_kv(held, 1) == fresh.account_kv(held, 1)
 
 
 def test_by_default_the_hook_keeps_vllms_order_while_steps_are_fast():

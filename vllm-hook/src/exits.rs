@@ -97,8 +97,8 @@ pub struct ExitController {
     /// Model Runner V2, values still on their way to the host, oldest first: per step,
     /// the `(slot, epoch)` of each row whose fed token was counted unread, and of each
     /// thinking row whose entropy was asked for.
-    unread_tokens: VecDeque<Vec<(usize, u64)>>,
-    unread_entropies: VecDeque<Vec<(usize, u64)>>,
+    unread_tokens: VecDeque<Vec<late::Unread>>,
+    unread_entropies: VecDeque<Vec<late::Unread>>,
     next_epoch: u64,
     shared: Arc<Shared>,
 }
@@ -188,21 +188,6 @@ impl ExitController {
         let next = *self.markers.as_ref()?.end.get(slot.tracker.end_matched())?;
         Some((row, next))
     }
-}
-
-/// The oldest batch of `(slot, epoch)` still waiting for its values, checked against the
-/// number of values that arrived for it.
-fn oldest(queue: &mut VecDeque<Vec<(usize, u64)>>, values: usize, call: &str) -> PyResult<Vec<(usize, u64)>> {
-    let Some(batch) = queue.pop_front() else {
-        return Err(pyo3::exceptions::PyValueError::new_err(format!("{call}: no values are awaited")));
-    };
-    if batch.len() != values {
-        return Err(pyo3::exceptions::PyValueError::new_err(format!(
-            "{call}: {values} values for a batch of {} rows",
-            batch.len()
-        )));
-    }
-    Ok(batch)
 }
 
 #[pymethods]
@@ -374,88 +359,75 @@ impl ExitController {
     /// `thinking_rows` then says which rows think, as far as the values read tell.
     fn observe_rows(
         &mut self,
-        slots: Vec<usize>,
+        slots: Vec<i64>,
         seq_lens: Vec<i64>,
         prompt_lens: Vec<i64>,
         prefill_lens: Vec<i64>,
     ) -> Option<Vec<usize>> {
-        self.sampling.clear();
-        self.fresh.clear();
-        let mut unread = Vec::new();
-        for (row, (((slot_idx, seq_len), prompt_len), prefill_len)) in
-            slots.into_iter().zip(seq_lens).zip(prompt_lens).zip(prefill_lens).enumerate()
-        {
-            if seq_len < prefill_len {
-                continue;
-            }
-            self.sampling.push((row, slot_idx));
-            let generated = seq_len - prompt_len;
-            if let Some(slot) = self.slots.get_mut(&slot_idx) {
-                if seq_len > prefill_len && generated > slot.seen as i64 {
-                    slot.seen = usize::try_from(generated).unwrap_or(0);
-                    slot.unread = slot.unread.saturating_add(1);
-                    unread.push((slot_idx, slot.epoch));
-                    self.fresh.push(row);
-                }
-            }
-        }
-        if !unread.is_empty() {
-            self.unread_tokens.push_back(unread);
-        }
-        self.thinking_rows();
-        if self.sampling.is_empty() { None } else { Some(self.fresh.clone()) }
+        let rows = slots.into_iter().zip(seq_lens).zip(prompt_lens).zip(prefill_lens);
+        self.observe_columns(rows.map(|(((a, b), c), d)| [a, b, c, d]))?;
+        Some(self.fresh.clone())
+    }
+
+    /// `observe_rows` from the four columns packed as native-endian int64, one column
+    /// after the other (`np.stack(...).astype(np.int64).tobytes()`): a Python list would
+    /// cost an int object per row and column, a fifth of the hook's sampling step at 256
+    /// rows (`scripts/bench-hook.sh`), and this abi3 build has no buffer protocol. Returns
+    /// `None` when no row samples, else how many rows' fed tokens are new (their values:
+    /// `observe_late_fed`).
+    fn observe_batch(&mut self, columns: &[u8]) -> PyResult<Option<usize>> {
+        let [slots, seq_lens, prompt_lens, prefill_lens] = late::int64_columns::<4>(columns)?;
+        let rows = slots.zip(seq_lens).zip(prompt_lens).zip(prefill_lens);
+        Ok(self.observe_columns(rows.map(|(((a, b), c), d)| [a, b, c, d])).map(|_| self.fresh.len()))
     }
 
     /// The values of the oldest unread batch `observe_rows` counted: `tokens[k]` is the
     /// token fed to the k-th row it returned that step. Values for a slot that has since
     /// changed hands are dropped.
     fn observe_late(&mut self, tokens: Vec<u32>) -> PyResult<()> {
-        let batch = oldest(&mut self.unread_tokens, tokens.len(), "observe_late")?;
-        let Some(markers) = self.markers.as_ref() else { return Ok(()) };
-        for ((slot_idx, epoch), t) in batch.into_iter().zip(tokens) {
-            if let Some(slot) = self.slots.get_mut(&slot_idx).filter(|s| s.epoch == epoch) {
-                slot.unread = slot.unread.saturating_sub(1);
-                let _ = slot.take(markers, 1, |_| Ok(t));
-            }
-        }
+        let batch = late::oldest(&mut self.unread_tokens, tokens.len(), "observe_late")?;
+        self.land_tokens(batch.iter().map(|u| (u.slot, u.epoch)).zip(tokens));
+        Ok(())
+    }
+
+    /// `observe_late` from every row's fed token that step, as native-endian int64
+    /// (`tobytes()` of the host copy); the rows counted unread are picked here.
+    fn observe_late_fed(&mut self, fed: &[u8]) -> PyResult<()> {
+        let [fed] = late::int64_columns::<1>(fed)?;
+        let fed: Vec<i64> = fed.collect();
+        let batch = late::oldest_within(&mut self.unread_tokens, fed.len(), "observe_late_fed")?;
+        let tokens = batch.iter().map(|u| u32::try_from(fed[u.row]).unwrap_or(u32::MAX));
+        self.land_tokens(batch.iter().map(|u| (u.slot, u.epoch)).zip(tokens));
         Ok(())
     }
 
     /// The rows of the last `observe_rows` that are thinking, as far as the values read
     /// so far tell (call again after `observe_late`).
     fn thinking_rows(&mut self) -> Vec<usize> {
-        self.thinking.clear();
-        for &(row, slot_idx) in &self.sampling {
-            if self.slots.get(&slot_idx).is_some_and(|s| s.tracker.phase() == Phase::Think) {
-                self.thinking.push((row, slot_idx));
-            }
-        }
+        self.refresh_thinking();
         self.thinking.iter().map(|&(row, _)| row).collect()
     }
 
     /// Model Runner V2: the entropies of this step's thinking rows will arrive later
     /// (`entropies_arrived`); returns those rows, in the order the values must come.
     fn entropies_later(&mut self) -> Vec<usize> {
-        let batch: Vec<(usize, u64)> = self
-            .thinking
-            .iter()
-            .filter_map(|&(_, s)| self.slots.get(&s).map(|slot| (s, slot.epoch)))
-            .collect();
-        let rows =
-            self.thinking.iter().filter(|&&(_, s)| self.slots.contains_key(&s)).map(|&(r, _)| r).collect();
-        self.unread_entropies.push_back(batch);
-        rows
+        self.entropies_later_rows();
+        self.unread_entropies.back().map(|b| b.iter().map(|u| u.row).collect()).unwrap_or_default()
     }
 
     /// The entropies (nats) of the oldest batch `entropies_later` announced, in its order.
     fn entropies_arrived(&mut self, entropies: Vec<f64>) -> PyResult<()> {
-        let batch = oldest(&mut self.unread_entropies, entropies.len(), "entropies_arrived")?;
-        let shared = Arc::clone(&self.shared);
-        for ((slot_idx, epoch), h) in batch.into_iter().zip(entropies) {
-            if let Some(slot) = self.slots.get_mut(&slot_idx).filter(|s| s.epoch == epoch) {
-                Self::push_entropy(slot, h, &shared);
-            }
-        }
+        let batch = late::oldest(&mut self.unread_entropies, entropies.len(), "entropies_arrived")?;
+        self.land_entropies(batch.iter().map(|u| (u.slot, u.epoch)).zip(entropies));
+        Ok(())
+    }
+
+    /// `entropies_arrived` from every row's entropy that step, as native-endian float64
+    /// (`tobytes()`); the thinking rows announced are picked here.
+    fn entropies_arrived_all(&mut self, entropies: &[u8]) -> PyResult<()> {
+        let all = late::float64_column(entropies)?;
+        let batch = late::oldest_within(&mut self.unread_entropies, all.len(), "entropies_arrived_all")?;
+        self.land_entropies(batch.iter().map(|u| (u.slot, u.epoch)).zip(batch.iter().map(|u| all[u.row])));
         Ok(())
     }
 
@@ -529,5 +501,6 @@ impl ExitController {
     }
 }
 
+mod late;
 #[cfg(test)]
 mod tests;

@@ -59,6 +59,9 @@ class SchedulerCore:
         max_prefill_tokens, max_think_decodes, positions held out of the step or None,
         the step's token budget or None for vLLM's own: one token per decoding request
         plus the prefill cap, the prefilling requests ordered after the decoding ones)."""
+    def observe_outputs(self, running: list[Any]) -> None:
+        """After vLLM's ``update_from_output``: reads the new output tokens of the running
+        requests the last ``plan_running`` call read (the next call then skips them)."""
     def phase(self, request_id: str) -> str: ...
     def preempted(self, request_id: str) -> str:
         """Counts a preemption; returns the victim's KV tier."""
@@ -104,14 +107,23 @@ class ExitController:
     ) -> list[int] | None:
         """Model Runner V2: the batch by row; None when no row samples, else the rows whose
         fed token is new, counted now and unread until ``observe_late`` brings its value."""
+    def observe_batch(self, columns: bytes) -> int | None:
+        """``observe_rows`` from its four columns packed as native-endian int64, one after
+        the other; returns None when no row samples, else how many rows' fed tokens are
+        new (their values: ``observe_late_fed``)."""
     def observe_late(self, tokens: list[int]) -> None:
         """The fed tokens of the oldest unread batch (the rows ``observe_rows`` returned
         that step), in order; values for a slot that changed hands are dropped."""
+    def observe_late_fed(self, fed: bytes) -> None:
+        """``observe_late`` from every row's fed token that step (native-endian int64);
+        the rows counted unread are picked by the controller."""
     def thinking_rows(self) -> list[int]:
         """The rows of the last ``observe_rows`` that think, as far as the values read tell."""
     def entropies_later(self) -> list[int]:
         """This step's thinking rows, whose entropies ``entropies_arrived`` brings later."""
     def entropies_arrived(self, entropies: list[float]) -> None: ...
+    def entropies_arrived_all(self, entropies: bytes) -> None:
+        """``entropies_arrived`` from every row's entropy that step (native-endian float64)."""
     def epoch(self, slot: int) -> int | None:
         """Which occupant a slot holds (slots are reused)."""
     def set_seen(self, slot: int, seen: int) -> None: ...

@@ -120,6 +120,19 @@ class MeridianScheduler(AsyncScheduler):
                 present = set(map(id, self.running))
                 self.running.extend(r for r in held if id(r) not in present)
 
+    def update_from_output(self, *args: Any, **kwargs: Any) -> Any:
+        out = super().update_from_output(*args, **kwargs)
+        core = self._meridian
+        if core is not None:
+            # The step's tokens are read here, where vLLM has just appended them and its
+            # lists are in the CPU's cache; read in the next `schedule()`, after the
+            # forward pass, they were most of the hook's cost per step.
+            try:
+                core.observe_outputs(self.running)
+            except Exception:  # noqa: BLE001 - never crash the engine
+                self._meridian_rt.failed("scheduler")
+        return out
+
     def _meridian_apply_limits(
         self,
         prefill_cap: int | None,

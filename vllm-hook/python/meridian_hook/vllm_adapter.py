@@ -292,17 +292,20 @@ def evict_first(scheduler: Any, blocks: list[Any]) -> int:
 # ---- Model Runner V2's request state (the GPU default), for the logits processor ------
 
 
-def v2_rows(req_states: Any, ctx: Any) -> tuple[list[int], list[int], list[int], list[int]]:
-    """This step's rows as (slot, upper bound of its sequence length, prompt length,
-    tokens prefilled so far) lists, one entry per row."""
+def v2_columns(req_states: Any, ctx: Any) -> bytes:
+    """This step's rows as four columns of native-endian int64, one after the other
+    (slot, upper bound of its sequence length, prompt length, tokens prefilled so far),
+    as ``ExitController.observe_batch`` reads them."""
+    import numpy as np  # noqa: PLC0415 - vLLM's V2 state is numpy; V1 never gets here
+
     slots = ctx.idx_mapping_np
     n = len(slots)
-    return (
-        slots.tolist(),
-        ctx.seq_lens_upper_bound_np[:n].tolist(),
-        req_states.prompt_len.np[slots].tolist(),
-        req_states.prefill_len.np[slots].tolist(),
-    )
+    out = np.empty((4, n), dtype=np.int64)
+    out[0] = slots
+    out[1] = ctx.seq_lens_upper_bound_np[:n]
+    out[2] = req_states.prompt_len.np[slots]
+    out[3] = req_states.prefill_len.np[slots]
+    return out.tobytes()
 
 
 def v2_committed(req_states: Any, slot: int) -> tuple[int, Any]:

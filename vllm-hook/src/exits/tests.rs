@@ -200,3 +200,54 @@ fn late_entropies_drive_rpdi_like_prompt_ones() {
     assert!((30..34).contains(&n), "fires within a few steps of the rise; at {n}");
     assert_eq!(c.shared.counters.get(Counter::ExitRpdi), 1);
 }
+
+/// Native-endian int64 columns laid one after the other, as `v2_batch` packs them.
+fn packed(columns: &[&[i64]]) -> Vec<u8> {
+    columns.iter().flat_map(|c| c.iter().flat_map(|v| v.to_ne_bytes())).collect()
+}
+
+#[test]
+fn packed_columns_and_whole_row_values_read_as_the_lists_do() {
+    // Two controllers, the same three-row batch (slot 2 still prefilling, slots 4 and 7
+    // sampling), one fed by lists, the other by packed bytes and every row's values.
+    let (mut lists, mut bytes) = (controller("rpdi", Some(2)), controller("rpdi", Some(2)));
+    for c in [&mut lists, &mut bytes] {
+        c.add(2, vec![1, 2, 3], None, None);
+        c.add(4, vec![465], None, None);
+        c.add(7, vec![465], None, None);
+    }
+    for n in 0..3i64 {
+        let cols: [&[i64]; 4] = [&[2, 4, 7], &[1, 1 + n, 1 + n], &[3, 1, 1], &[3, 1, 1]];
+        let fresh = lists.observe_rows(cols[0].to_vec(), cols[1].to_vec(), cols[2].to_vec(), cols[3].to_vec());
+        let count = bytes.observe_batch(&packed(&cols)).unwrap();
+        assert_eq!(fresh.as_ref().map(Vec::len), count, "step {n}: the same rows counted");
+        if let Some(rows) = fresh.filter(|r| !r.is_empty()) {
+            assert_eq!(rows, vec![1, 2], "the prefilling row is never fresh");
+            lists.observe_late(vec![5, 5]).unwrap();
+            // Every row's fed token; the prefilling row's is garbage that must be ignored.
+            bytes.observe_late_fed(&packed(&[&[999, 5, 5]])).unwrap();
+        }
+        for c in [&mut lists, &mut bytes] {
+            c.thinking_rows();
+        }
+        assert_eq!(lists.entropies_later(), bytes.entropies_later());
+        lists.entropies_arrived(vec![0.5, 0.5]).unwrap();
+        let all: Vec<u8> = [9.0f64, 0.5, 0.5].iter().flat_map(|h| h.to_ne_bytes()).collect();
+        bytes.entropies_arrived_all(&all).unwrap();
+        assert_eq!(lists.decide(vec![]), bytes.decide(vec![]), "step {n}: the same decision");
+    }
+    assert_eq!(lists.think_tokens(4), Some(2));
+    assert_eq!(bytes.think_tokens(4), Some(2));
+    assert_eq!(bytes.shared.counters.get(Counter::ExitBudget), lists.shared.counters.get(Counter::ExitBudget));
+}
+
+#[test]
+fn packed_values_of_the_wrong_shape_are_errors() {
+    let mut c = controller("off", None);
+    c.add(4, vec![465], None, None);
+    assert!(c.observe_batch(&[0u8; 31]).is_err(), "not four int64 columns");
+    c.observe_batch(&packed(&[&[4], &[1], &[1], &[1]])).unwrap();
+    c.observe_batch(&packed(&[&[4], &[2], &[1], &[1]])).unwrap(); // token 1 fed: unread, row 0
+    assert!(c.observe_late_fed(&[]).is_err(), "row 0 was counted: its value must be there");
+    assert!(c.observe_late_fed(&packed(&[&[5]])).is_err(), "that batch was dropped with the error");
+}

@@ -414,6 +414,13 @@ impl SchedulerCore {
         Ok(((!identity).then_some(order), prefill_cap, think_cap, (!hold.is_empty()).then_some(hold), budget))
     }
 
+    /// After vLLM's `update_from_output` appended the step's sampled tokens: reads them
+    /// for the running requests the last `plan_running` call read, while they are still
+    /// in the CPU's cache, so the next call reads no Python object of those requests.
+    fn observe_outputs(&mut self, running: &Bound<'_, PyList>) -> PyResult<()> {
+        self.observe_outputs_of(running)
+    }
+
     fn knows(&self, request_id: &str) -> bool {
         self.by_id.contains_key(request_id)
     }

@@ -22,7 +22,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 
-use super::{SchedulerCore, feed, view_of};
+use super::{SchedulerCore, borrowed_item, feed, view_of};
 
 /// One of vLLM's `Request` objects and what stays put in it while the request runs.
 /// Holding a reference keeps its address from being reused by another object while
@@ -48,6 +48,8 @@ pub(crate) struct RequestObject {
     prefilled: bool,
     /// The `plan_running` call that last saw it in the running list.
     pub(super) last_plan: u64,
+    /// `observe_outputs` read its new output tokens after that call.
+    outputs_read: bool,
 }
 
 /// Hashes an object address (already unique; only spread it over the bits).
@@ -143,6 +145,7 @@ impl SchedulerCore {
             prompt_len,
             prefilled: false,
             last_plan: plan,
+            outputs_read: false,
         });
         self.by_object.insert(address, slot);
         Ok(slot)
@@ -178,12 +181,7 @@ impl SchedulerCore {
             Some(i) => i,
             None => self.learn(&req.to_owned(), address, plan)?,
         };
-        let entry = self.slot_mut(slot);
-        let seen = entry.seen;
-        // A request whose thought has ended counts every new token as output, whatever
-        // it is: only how many there are is read.
-        let answering = entry.tracker.as_ref().is_some_and(PhaseTracker::settled);
-        let object = entry.object.as_mut().expect("learnt above");
+        let object = self.slot_mut(slot).object.as_mut().expect("learnt above");
         object.last_plan = plan;
         let (arrival_s, priority) = (object.arrival_s, object.priority);
         let prefill_remaining = if object.prefilled {
@@ -200,8 +198,30 @@ impl SchedulerCore {
             object.prefilled = remaining == 0;
             remaining
         };
+        // Unless `observe_outputs` fed its tokens since the last call (vLLM appends them
+        // only in `update_from_output`).
+        if !std::mem::take(&mut object.outputs_read) {
+            self.read_outputs(slot, req, now, scratch)?;
+        }
+        Ok((slot, view_of(self.slot(slot), arrival_s, priority, prefill_remaining)))
+    }
+
+    /// Feeds the output tokens `req` (the request object of `slot`) generated since they
+    /// were last read to its tracker. A request whose thought has ended counts every new
+    /// token as output, whatever it is: only how many there are is read.
+    fn read_outputs(
+        &mut self,
+        slot: usize,
+        req: Borrowed<'_, '_, PyAny>,
+        now: f64,
+        scratch: &mut Vec<u32>,
+    ) -> PyResult<()> {
+        let py = req.py();
+        let entry = self.slot(slot);
+        let seen = entry.seen;
+        let answering = entry.tracker.as_ref().is_some_and(PhaseTracker::settled);
         scratch.clear();
-        let n = match object.output.as_ref() {
+        let n = match entry.object.as_ref().and_then(|o| o.output.as_ref()) {
             Some(list) => {
                 let list = list.bind(py);
                 let n = list.len();
@@ -233,6 +253,40 @@ impl SchedulerCore {
             feed(entry, markers, scratch.iter().copied(), now);
         }
         entry.seen = n;
-        Ok((slot, view_of(entry, arrival_s, priority, prefill_remaining)))
+        Ok(())
+    }
+
+    /// The slot of a request object the last `plan_running` call read, if `address` is
+    /// one (`hint`: the (address, slot) at its position in that call).
+    pub(super) fn planned_slot(&self, address: usize, hint: Option<(usize, usize)>) -> Option<usize> {
+        let known = match hint {
+            Some((a, i)) if a == address => Some(i),
+            _ => self.by_object.get(&address).copied(),
+        }?;
+        let object = self.slots[known].as_ref()?.object.as_ref()?;
+        (object.address == address && object.last_plan == self.plans).then_some(known)
+    }
+
+    /// After vLLM's `update_from_output`: reads the new output tokens of every running
+    /// request the last `plan_running` call read, while the lists vLLM has just appended
+    /// them to are still in the CPU's cache, and marks them read, so that the next
+    /// `plan_running` reads nothing of those requests' objects. Read cold at the next
+    /// step, after the forward pass, those lists are most of what the hook's step costs
+    /// at 256 running requests (`scripts/bench-hook.sh`). Requests it does not know yet
+    /// (admitted by the step just planned) are read by `plan_running` as before.
+    pub(super) fn observe_outputs_of(&mut self, running: &Bound<'_, PyList>) -> PyResult<()> {
+        let now = self.started.elapsed().as_secs_f64();
+        let mut scratch = Vec::new();
+        for i in 0..running.len() {
+            let req = borrowed_item(running, i)?;
+            let Some(slot) = self.planned_slot(req.as_ptr() as usize, self.last_running.get(i).copied()) else {
+                continue;
+            };
+            self.read_outputs(slot, req, now, &mut scratch)?;
+            if let Some(object) = self.slot_mut(slot).object.as_mut() {
+                object.outputs_read = true;
+            }
+        }
+        Ok(())
     }
 }

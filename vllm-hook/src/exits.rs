@@ -13,7 +13,7 @@
 //! be the end of thinking): the caller then waits for the reads, a rare device sync
 //! (about two per exit), and decides again.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use meridian_core::Phase;
@@ -80,7 +80,7 @@ impl Slot {
 pub struct ExitController {
     markers: Option<ThinkMarkers>,
     /// By batch slot, in slot order (rows are reported in that order).
-    slots: BTreeMap<usize, Slot>,
+    slots: slots::Slots,
     signal: ExitSignal,
     min_think_tokens: u32,
     rpdi: RpdiConfig,
@@ -125,7 +125,7 @@ impl ExitController {
         };
         Ok(ExitController {
             markers: ThinkMarkers::new(think_start, think_end),
-            slots: BTreeMap::new(),
+            slots: slots::Slots::default(),
             signal,
             min_think_tokens,
             rpdi,
@@ -223,13 +223,13 @@ impl ExitController {
 
     /// A request entered batch slot `slot` (slots are reused: all state is reset).
     #[pyo3(signature = (slot, prompt, request_id=None, budget=None))]
-    fn add(&mut self, slot: usize, prompt: Vec<u32>, request_id: Option<String>, budget: Option<u32>) {
-        let Some(markers) = self.markers.as_ref() else { return };
+    fn add(&mut self, slot: usize, prompt: Vec<u32>, request_id: Option<String>, budget: Option<u32>) -> PyResult<()> {
+        let Some(markers) = self.markers.as_ref() else { return Ok(()) };
         let rpdi = (self.signal == ExitSignal::Rpdi).then(|| Rpdi::new(self.rpdi));
         let tracker = PhaseTracker::new(markers, &prompt);
         let epoch = self.next_epoch;
         self.next_epoch += 1;
-        self.slots.insert(
+        let added = self.slots.insert(
             slot,
             Slot {
                 request_id,
@@ -245,6 +245,13 @@ impl ExitController {
                 unread: 0,
             },
         );
+        if !added {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "batch slot {slot} is past the {} the hook follows",
+                slots::MAX_SLOTS
+            )));
+        }
+        Ok(())
     }
 
     /// Which occupant a slot holds (for values read late: compare before applying them).
@@ -279,7 +286,7 @@ impl ExitController {
     /// A request moved from one slot to another (vLLM V1 condenses its batch).
     fn moved(&mut self, from: usize, to: usize) {
         if let Some(s) = self.slots.remove(&from) {
-            self.slots.insert(to, s);
+            self.slots.insert(to, s); // a batch index: below MAX_SLOTS, as `from` was
         }
     }
 
@@ -287,6 +294,7 @@ impl ExitController {
     fn swapped(&mut self, a: usize, b: usize) {
         let sa = self.slots.remove(&a);
         let sb = self.slots.remove(&b);
+        // Batch indices both, below MAX_SLOTS (each was filled, or a neighbour of one).
         if let Some(s) = sa {
             self.slots.insert(b, s);
         }
@@ -330,7 +338,7 @@ impl ExitController {
     fn observe_outputs(&mut self, py: Python<'_>, n_rows: usize) -> PyResult<Vec<usize>> {
         self.thinking.clear();
         let Some(markers) = self.markers.as_ref() else { return Ok(Vec::new()) };
-        for (&slot_idx, slot) in self.slots.range_mut(..n_rows) {
+        for (slot_idx, slot) in self.slots.below_mut(n_rows) {
             let Some(output) = slot.output.as_ref().map(|o| o.bind(py).clone()) else { continue };
             let seen = slot.seen;
             let n = if let Ok(list) = output.cast::<PyList>() {
@@ -502,5 +510,6 @@ impl ExitController {
 }
 
 mod late;
+mod slots;
 #[cfg(test)]
 mod tests;

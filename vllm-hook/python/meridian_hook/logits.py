@@ -149,7 +149,9 @@ class MeridianLogitsProcessor(*_bases):  # type: ignore[misc]
     def apply(self, logits: torch.Tensor, ctx: Any = None) -> torch.Tensor:
         if self._ctl is None:
             return logits
-        with self._rt.guard("logits_processor"):
+        # Runs every step: errors are caught inline (HookRuntime.failed) rather than
+        # through the `guard` context manager (a generator object per call).
+        try:
             if self._batch is not None:
                 if logits.shape[0] != len(ctx.idx_mapping_np):
                     # Speculative decoding gives a request several rows; not handled yet.
@@ -163,6 +165,8 @@ class MeridianLogitsProcessor(*_bases):  # type: ignore[misc]
                 # V1 keeps every token on the host: nothing is unread, never None.
                 forced = self._ctl.decide(hs) or []
             force(logits, forced)
+        except Exception:  # noqa: BLE001 - never crash the engine
+            self._rt.failed("logits_processor")
         return logits
 
     def _row_entropies(self, logits: torch.Tensor, rows: list[int]) -> list[float]:

@@ -17,7 +17,7 @@ fn directed(shared: &Arc<Shared>) -> ExitController {
 #[test]
 fn budget_forces_the_end_token_once_then_lets_the_answer_run() {
     let mut c = controller("off", None);
-    c.add(0, vec![465], None, Some(3));
+    c.add(0, vec![465], None, Some(3)).unwrap();
     c.observe(vec![(0, 0, vec![5, 5])]);
     assert!(c.decide(vec![]).unwrap().is_empty());
     c.observe(vec![(0, 0, vec![5])]);
@@ -32,7 +32,7 @@ fn budget_forces_the_end_token_once_then_lets_the_answer_run() {
 fn proxy_directive_ends_thinking_by_request_id() {
     let shared = Arc::new(Shared::default());
     let mut c = directed(&shared);
-    c.add(3, vec![465], Some("req-9".into()), None);
+    c.add(3, vec![465], Some("req-9".into()), None).unwrap();
     c.observe(vec![(1, 3, vec![5])]);
     assert!(c.decide(vec![]).unwrap().is_empty());
     shared.directives.lock().unwrap().apply(meridian_core::channel::Directive {
@@ -49,7 +49,7 @@ fn a_directive_arriving_after_a_lookup_still_counts() {
     use meridian_core::channel::{Action, Directive};
     let shared = Arc::new(Shared::default());
     let mut c = directed(&shared);
-    c.add(0, vec![465], Some("req-1".into()), None);
+    c.add(0, vec![465], Some("req-1".into()), None).unwrap();
     let apply = |id: &str, action| {
         shared.directives.lock().unwrap().apply(Directive { request_id: id.into(), action });
     };
@@ -64,7 +64,7 @@ fn a_directive_arriving_after_a_lookup_still_counts() {
 #[test]
 fn rpdi_fires_only_after_min_tokens_when_recent_entropy_rises() {
     let mut c = controller("rpdi", None);
-    c.add(0, vec![465], None, None);
+    c.add(0, vec![465], None, None).unwrap();
     for _ in 0..20 {
         c.observe(vec![(0, 0, vec![5])]);
         assert!(c.decide(vec![0.5]).unwrap().is_empty());
@@ -81,7 +81,7 @@ fn rpdi_fires_only_after_min_tokens_when_recent_entropy_rises() {
 #[test]
 fn a_forced_token_that_was_thrown_away_is_forced_again() {
     let mut c = controller("off", Some(1));
-    c.add(0, vec![465], None, None);
+    c.add(0, vec![465], None, None).unwrap();
     c.observe(vec![(0, 0, vec![5])]);
     assert_eq!(c.decide(vec![]).unwrap(), vec![(0, 466)]);
     c.observe(vec![(0, 0, vec![])]); // the engine discarded that sample
@@ -92,7 +92,7 @@ fn a_forced_token_that_was_thrown_away_is_forced_again() {
 #[test]
 fn replayed_tokens_restore_a_resumed_requests_phase() {
     let mut c = controller("off", Some(3));
-    c.add(0, vec![465], None, None);
+    c.add(0, vec![465], None, None).unwrap();
     c.replay(0, vec![5, 466, 9, 9]);
     assert_eq!(c.phase(0), Some("output"));
     assert!(c.observe(vec![(0, 0, vec![9])]).is_empty());
@@ -104,7 +104,7 @@ fn multi_token_delimiter_is_forced_token_by_token() {
     let mut c =
         ExitController::create(vec![1], vec![7, 8], "off", 0, RpdiConfig::default(), Some(1), Arc::default())
             .unwrap();
-    c.add(0, vec![1], None, None);
+    c.add(0, vec![1], None, None).unwrap();
     c.observe(vec![(0, 0, vec![5])]);
     assert_eq!(c.decide(vec![]).unwrap(), vec![(0, 7)]);
     c.observe(vec![(0, 0, vec![7])]);
@@ -121,7 +121,7 @@ fn step_v2(c: &mut ExitController, n: i64) -> Option<Vec<usize>> {
 #[test]
 fn late_tokens_keep_the_budget_exact_and_ask_for_a_read_only_at_the_exit() {
     let mut c = controller("off", None);
-    c.add(4, vec![465], None, Some(3));
+    c.add(4, vec![465], None, Some(3)).unwrap();
     assert_eq!(step_v2(&mut c, 0), Some(vec![]), "first sample: nothing fed yet");
     assert_eq!(c.decide(vec![]), Some(vec![]));
     for n in 1..3 {
@@ -149,7 +149,7 @@ fn late_tokens_keep_the_budget_exact_and_ask_for_a_read_only_at_the_exit() {
 #[test]
 fn a_natural_end_still_in_flight_is_not_forced_again() {
     let mut c = controller("off", Some(2));
-    c.add(4, vec![465], None, None);
+    c.add(4, vec![465], None, None).unwrap();
     step_v2(&mut c, 0);
     step_v2(&mut c, 1);
     c.observe_late(vec![5]).unwrap();
@@ -164,11 +164,11 @@ fn a_natural_end_still_in_flight_is_not_forced_again() {
 #[test]
 fn late_values_for_a_slot_that_changed_hands_are_dropped() {
     let mut c = controller("off", None);
-    c.add(4, vec![465], None, None);
+    c.add(4, vec![465], None, None).unwrap();
     step_v2(&mut c, 0);
     step_v2(&mut c, 1);
     c.remove(4);
-    c.add(4, vec![1, 2], None, None); // a new request without a thought in its prompt
+    c.add(4, vec![1, 2], None, None).unwrap(); // a new request without a thought in its prompt
     c.observe_late(vec![465]).unwrap(); // the old occupant's token: not the new one's
     assert_eq!(c.phase(4), Some("pending"));
     assert!(c.observe_late(vec![5]).is_err(), "nothing else is waiting");
@@ -177,7 +177,7 @@ fn late_values_for_a_slot_that_changed_hands_are_dropped() {
 #[test]
 fn late_entropies_drive_rpdi_like_prompt_ones() {
     let mut c = controller("rpdi", None);
-    c.add(4, vec![465], None, None);
+    c.add(4, vec![465], None, None).unwrap();
     let mut fired_at = None;
     for n in 0..40 {
         step_v2(&mut c, n);
@@ -212,9 +212,9 @@ fn packed_columns_and_whole_row_values_read_as_the_lists_do() {
     // sampling), one fed by lists, the other by packed bytes and every row's values.
     let (mut lists, mut bytes) = (controller("rpdi", Some(2)), controller("rpdi", Some(2)));
     for c in [&mut lists, &mut bytes] {
-        c.add(2, vec![1, 2, 3], None, None);
-        c.add(4, vec![465], None, None);
-        c.add(7, vec![465], None, None);
+        c.add(2, vec![1, 2, 3], None, None).unwrap();
+        c.add(4, vec![465], None, None).unwrap();
+        c.add(7, vec![465], None, None).unwrap();
     }
     for n in 0..3i64 {
         let cols: [&[i64]; 4] = [&[2, 4, 7], &[1, 1 + n, 1 + n], &[3, 1, 1], &[3, 1, 1]];
@@ -244,10 +244,19 @@ fn packed_columns_and_whole_row_values_read_as_the_lists_do() {
 #[test]
 fn packed_values_of_the_wrong_shape_are_errors() {
     let mut c = controller("off", None);
-    c.add(4, vec![465], None, None);
+    c.add(4, vec![465], None, None).unwrap();
     assert!(c.observe_batch(&[0u8; 31]).is_err(), "not four int64 columns");
     c.observe_batch(&packed(&[&[4], &[1], &[1], &[1]])).unwrap();
     c.observe_batch(&packed(&[&[4], &[2], &[1], &[1]])).unwrap(); // token 1 fed: unread, row 0
     assert!(c.observe_late_fed(&[]).is_err(), "row 0 was counted: its value must be there");
     assert!(c.observe_late_fed(&packed(&[&[5]])).is_err(), "that batch was dropped with the error");
+}
+
+#[test]
+fn a_slot_past_the_table_is_refused_not_allocated() {
+    let mut c = controller("off", None);
+    assert!(c.add(slots::MAX_SLOTS, vec![465], None, None).is_err());
+    assert_eq!(c.phase(slots::MAX_SLOTS), None);
+    c.add(slots::MAX_SLOTS - 1, vec![465], None, None).unwrap();
+    assert_eq!(c.phase(slots::MAX_SLOTS - 1), Some("think"));
 }

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from . import forecast as F
 from . import stats as S
-from .policies import PER_REQUEST
+from .effects import PER_REQUEST
 from .sets import without_warmup
 
 QUANTILES = (0.5, 0.99)

@@ -32,6 +32,7 @@ from pathlib import Path
 from . import regime as R
 from . import speed
 from . import stats as S
+from .effects import policies_of  # the page's own reading of configs
 
 #: The step budget the GPU-shaped rig stands for on the H100 (its chunk costs ~7 decode
 #: steps there, as the rig's 256-token chunk does here: `regime.py`).
@@ -192,8 +193,6 @@ def _write(path: Path, report: dict) -> None:
 
 def forecast(set_dir: Path, sim: Path) -> dict:
     """Writes `twin/rig/`, `twin/<card>/` and `twin/forecast.json` for the set."""
-    from .policies import policies_of  # the page's own reading of configs
-
     data = json.loads((set_dir / "results.json").read_text())
     policies = policies_of(data)
     raw = set_dir / "raw"

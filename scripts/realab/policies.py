@@ -26,19 +26,19 @@ import sys
 from pathlib import Path
 
 from . import forecast as F
+from . import readme
 from . import machine
 from . import regime as R
 from . import slo
 from . import speed
 from . import stats as S
+from .effects import PER_REQUEST, effects_of, plain_effects, policies_of, throughput
 from .measure import STOCK_AGAIN
 from .sets import WARMUP_SHARE, add, keep, read, references
 
 #: The hook policy `meridian.toml` shipped when a set was measured, for the sets that
 #: do not record it (all measured before ADR 0010 made it `slo-driven`).
 SHIPPED_BEFORE_0010 = "output-first"
-#: The metrics of the "do no harm" verdict and of the table, lower is better for each.
-PER_REQUEST = ["TTFT", "TTFO", "TTOT", "end-to-end", "largest answer gap", "answer ITL"]
 DESCRIBE = {
     "stock": "stock vLLM, clients straight to it",
     "proxy": "stock vLLM behind Meridian (no hook)",
@@ -62,124 +62,6 @@ def _interval(e: S.Estimate | None) -> str:
 
 def _share(s: S.Share | None) -> str:
     return "-" if s is None else f"{100 * s.point:.0f}% ({100 * s.low:.0f}-{100 * s.high:.0f})"
-
-
-#: Effects already bootstrapped, by (raw dir, workload, load, config, resamples): the page
-#: and the README summary read the same ones.
-_EFFECTS: dict[tuple, tuple] = {}
-
-
-def effects_of(raw_dir: Path, workload: str, load: float, runs: dict, config: str, resamples: int) -> tuple:
-    # The rounds are part of the key: a load's rounds that stood at it are judged apart.
-    key = (raw_dir, workload, load, config, resamples, tuple(sorted(runs.get("stock", {}))))
-    if key not in _EFFECTS:
-        _EFFECTS[key] = effects(runs, config, resamples)
-    return _EFFECTS[key]
-
-
-def effects(runs: dict, config: str, resamples: int) -> tuple[dict[str, tuple], dict[str, S.Estimate | None]]:
-    """Per metric: (p50 estimate, tail estimate); and the estimates the harm verdict reads."""
-    out: dict[str, tuple] = {}
-    judged: dict[str, S.Estimate | None] = {}
-    for name in PER_REQUEST:
-        pairs = S.pair_requests(runs, S.METRICS[name])
-        rounds = pairs.matched(config, "stock")
-        n = sum(len(r) for r in rounds)
-        tail = S.tail_for(n, 0.99)
-        # Per-token ITL: each bootstrap resample re-sorts every token; fewer resamples.
-        k = max(200, resamples // 5) if name == "answer ITL" else resamples
-        p50 = S.paired_ratio(pairs, 0.5, config, "stock", resamples=k)
-        high = S.paired_ratio(pairs, tail, config, "stock", resamples=k) if tail and tail > 0.5 else None
-        out[name] = (p50, high, tail, n)
-        judged[f"{name} p50"] = p50
-        if high is not None:
-            judged[f"{name} p{round(100 * tail)}"] = high
-    return out, judged
-
-
-def throughput(data: dict, workload: str, load: float, config: str, rounds: set[int] | None = None) -> list[float]:
-    """Token throughput over stock's, per round both ran (of `rounds`, when given)."""
-    by = {(r["round"], r["config"]): r["summary"]["total_token_throughput"] for r in data["runs"]
-          if r["workload"] == workload and r["load"] == load and (rounds is None or r["round"] in rounds)}
-    return [by[(rnd, config)] / by[(rnd, "stock")] for (rnd, c) in sorted(by) if c == config
-            and (rnd, "stock") in by and by[(rnd, "stock")] > 0]
-
-
-def plain_effects(table: dict[str, tuple]) -> tuple[list[str], list[str]]:
-    """(costs, gains): the metrics whose whole (run-aware) interval lies above 1.05 or
-    below 0.95."""
-    costs, gains = [], []
-    for name, (p50, high, tail, _n) in table.items():
-        for label, e in (("p50", p50), (f"p{round(100 * tail)}" if tail else "", high)):
-            if e is None:
-                continue
-            text = f"{name} {label} {e.point:.2f}x ({e.low:.2f}-{e.high:.2f})"
-            if not e.run_aware:  # one round: no interval that carries how runs differ
-                continue
-            if e.low > 1.05:
-                costs.append(text)
-            elif e.high < 0.95:
-                gains.append(text)
-    return costs, gains
-
-
-def summary_lines(page_dir: Path, resamples: int = 2000) -> list[str]:
-    """One line per set, workload, load and configuration (sets marked `superseded` left
-    out): its do-no-harm verdict, and every cost and gain whose interval says so (the
-    README's real-engine summary); where some of a load's rounds stood elsewhere on their
-    own machines (`speed.standings`), the loads they stood at, and a second line judging
-    only the rounds that stood at the load."""
-    measured: dict[tuple[str, str, float, str], Path] = {}
-    standing: dict[str, dict] = {}
-    for set_dir in sorted(p for p in page_dir.iterdir() if (p / "results.json").exists()):
-        data = json.loads((set_dir / "results.json").read_text())
-        if data.get("superseded"):
-            continue
-        standing[set_dir.name] = speed.standings(set_dir, data) if (set_dir / "steps").is_dir() else {}
-        for r in data["runs"]:
-            if r["config"] != "stock":
-                measured[(set_dir.name, r["workload"], r["load"], r["config"])] = set_dir
-    out = []
-    for (_, workload, load, config), set_dir in sorted(measured.items()):
-        every, _ = read(set_dir / "raw", workload, load)
-        if "stock" not in every or config not in every:
-            continue
-        policy = policies_of(json.loads((set_dir / "results.json").read_text())).get(config)
-        name = f"`{config}`" + (f" (policy `{policy}`)" if policy and not config.endswith(policy) else "")
-        at = standing[set_dir.name]
-        stood = sorted(s.load for (w, x, _rnd, c), s in at.items()
-                       if w == workload and x == load and c == "stock" and s.load is not None)
-        off = speed.off_load(at, workload, load)
-        span = (f"{100 * stood[0]:.0f}%" if stood and round(100 * stood[0]) == round(100 * stood[-1])
-                else f"{100 * stood[0]:.0f}-{100 * stood[-1]:.0f}%" if stood else "")
-        where = f" (its rounds stood at {span} of their own machine's capacity)" if off and stood else ""
-        kept = set(every["stock"]) - off
-        views = [(f"at {load * 100:.0f}% load{where}", every)]
-        if off and len(kept & set(every[config])) >= 2:
-            views.append((f"at {load * 100:.0f}% load, only the rounds that stood at it ({', '.join(map(str, sorted(kept)))})",
-                          {c: {r: v for r, v in by.items() if r in kept} for c, by in every.items()}))
-        for label, runs in views:
-            table, judged = effects_of(set_dir / "raw", workload, load, runs, config, resamples)
-            costs, gains = plain_effects(table)
-            harm = S.do_no_harm(judged)
-            out.append(f"- {workload} {label}, {name} against stock (set `{set_dir.name}`): "
-                       f"do no harm: {harm.word}; costs: {'; '.join(costs) or 'none resolved'}; gains: "
-                       f"{'; '.join(gains) or 'none resolved'}.")
-    return out
-
-
-README_START = "<!-- realab policies: generated by `python -m realab policies report`; do not edit -->"
-README_END = "<!-- end realab policies -->"
-
-
-def write_readme_block(readme: Path, lines: list[str]) -> None:
-    """Replaces the text between the README's markers with `lines`."""
-    text = readme.read_text()
-    start, end = text.find(README_START), text.find(README_END)
-    if start < 0 or end < start:
-        raise SystemExit(f"{readme}: no generated block ({README_START!r} ... {README_END!r})")
-    block = "\n".join([README_START, *lines, README_END])
-    readme.write_text(text[:start] + block + text[end + len(README_END):])
 
 
 def noise_floor(config: str, table: dict[str, tuple], paired_rounds: int) -> list[str]:
@@ -422,19 +304,6 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
     return lines
 
 
-def policies_of(data: dict) -> dict[str, str | None]:
-    """The hook policy of each config (runs measured before configs named their policy:
-    the workload's `hook_policy` for `hook`)."""
-    out: dict[str, str | None] = {}
-    fallback = {w["name"]: w.get("hook_policy") for w in data["setup"]["workloads"]}
-    for r in data["runs"]:
-        policy = r.get("policy")
-        if policy is None and r["config"] == "hook":
-            policy = fallback.get(r["workload"])
-        out[r["config"]] = policy
-    return out
-
-
 def write(page_dir: Path, out: Path, resamples: int = 2000) -> list[str]:
     """Writes the page; returns its capacity lines for the README's summary."""
     readme: list[str] = []
@@ -641,6 +510,6 @@ def main(argv: list[str]) -> None:
     elif argv[:1] == ["report"] and len(argv) in (3, 4):
         capacities = write(Path(argv[1]), Path(argv[2]))
         if len(argv) == 4:
-            write_readme_block(Path(argv[3]), summary_lines(Path(argv[1])) + capacities)
+            readme.write_readme_block(Path(argv[3]), readme.summary_lines(Path(argv[1])) + capacities)
     else:
         sys.exit(__doc__)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 
-from realab import policies, slo
+from realab import policies, readme, slo
 
 
 def request(i: int, scale: float) -> dict:
@@ -185,9 +185,9 @@ def test_capacity_at_the_whole_request_slo_is_read_across_the_loads_measured(tmp
     # The moonshot's verdict reads the ratio's interval: wholly below 1.5x, missed.
     assert fcfs.endswith("the target, at least 1.5x stock's: **missed**."), fcfs
     # The README's summary carries the same capacities, from the same computation.
-    (readme,) = policies.write(page_dir, tmp_path / "again.md", resamples=100)
-    assert readme.startswith("- long, capacity at the whole-request SLO (set `1-set`): stock: at least 90%")
-    assert fcfs[2:] in readme
+    (capacity,) = policies.write(page_dir, tmp_path / "again.md", resamples=100)
+    assert capacity.startswith("- long, capacity at the whole-request SLO (set `1-set`): stock: at least 90%")
+    assert fcfs[2:] in capacity
 
 
 def test_a_capacity_ratio_over_a_stock_capacity_below_the_sweep_has_no_upper_end():
@@ -203,16 +203,16 @@ def test_the_readme_summary_names_costs_and_gains_from_the_data(tmp_path: Path):
     write_set(tmp_path / "0-old", {"stock": 1.0, "hook-output-first": 0.5, "hook-fcfs": 1.0})
     old = json.loads((tmp_path / "0-old" / "results.json").read_text())
     (tmp_path / "0-old" / "results.json").write_text(json.dumps({**old, "superseded": True}))
-    lines = policies.summary_lines(tmp_path, resamples=100)
+    lines = readme.summary_lines(tmp_path, resamples=100)
     # The superseded set is left out: its fcfs row and its faster output-first alike.
     assert len(lines) == 1, lines
     assert "`hook-output-first` against stock (set `1-set`): do no harm: harm; costs: TTFT p50 1.20x (1.20-1.20)" in lines[0]
     assert "gains: none resolved." in lines[0]
-    readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n{policies.README_START}\nold\n{policies.README_END}\nafter\n")
-    policies.write_readme_block(readme, lines)
-    text = readme.read_text()
-    assert "old" not in text and "intro\n" in text and text.endswith(f"{policies.README_END}\nafter\n")
+    path = tmp_path / "README.md"
+    path.write_text(f"intro\n{readme.README_START}\nold\n{readme.README_END}\nafter\n")
+    readme.write_readme_block(path, lines)
+    text = path.read_text()
+    assert "old" not in text and "intro\n" in text and text.endswith(f"{readme.README_END}\nafter\n")
     assert "costs: TTFT p50 1.20x" in text
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from realab import policies, speed
+from realab import policies, readme, speed
 
 #: The probe's shapes (prompt chunks, then decodes), each step `unit` times these seconds.
 PROBE = [(256, 256, 0), (256, 256, 0), (64, 64, 0)] + [(k, 0, k) for k in (1, 1, 2, 2, 4, 4)]
@@ -161,7 +161,7 @@ def test_a_load_is_judged_again_by_the_rounds_that_stood_at_it(tmp_path: Path):
     pooled = full.split("### long, 90% of stock capacity")[1]
     assert "do no harm (every metric's interval at or below 1.05): harm**" not in pooled
     # The README's summary says where the rounds stood, and judges those at the load.
-    pooled_line, at_load_line = policies.summary_lines(page_dir, resamples=100)
+    pooled_line, at_load_line = readme.summary_lines(page_dir, resamples=100)
     assert pooled_line.startswith("- long at 90% load (its rounds stood at 45-90% of their own machine's capacity), "
                                   "`hook-output-first` against stock (set `1-set`): do no harm: unresolved"), pooled_line
     assert at_load_line.startswith("- long at 90% load, only the rounds that stood at it (0, 1), `hook-output-first` "

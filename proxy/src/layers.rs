@@ -1,5 +1,5 @@
 //! The concerns that wrap a whole request, as tower layers, in the order a request meets
-//! them ([`whole_request`]):
+//! them (stacked by `crate::server::whole_request`):
 //!
 //! 1. its ids ([`crate::request_id::AssignIds`]): every response, the refusals of the
 //!    layers below included, carries the `X-Request-Id` the request was given;
@@ -11,20 +11,17 @@
 //! Each concern is a [`Concern`]: what it does around the rest of the stack, written as
 //! one async step that may answer by itself or hand the request on. [`Wrap`] makes it a
 //! [`tower::Layer`], so the stack is a [`tower::ServiceBuilder`] the router takes whole,
-//! and each concern can be driven alone with any inner service (the tests below).
+//! and each concern can be driven alone with any inner service (the tests below). This
+//! module knows no concern: each imports it, and the server stacks them.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::extract::Request;
 use axum::response::Response;
-use tower::layer::util::{Identity, Stack};
-use tower::{Layer, Service, ServiceBuilder};
-
-use crate::state::AppState;
+use tower::{Layer, Service};
 
 /// What a [`Concern`] hands back: the response, once the rest of the stack (or the
 /// concern itself) has one. Boxed once per concern and request, as axum's own
@@ -88,33 +85,11 @@ where
     }
 }
 
-/// The layers every proxied request passes, outermost first (the list above).
-pub type WholeRequest = Stack<
-    Wrap<crate::body_limit::LimitBody>,
-    Stack<
-        Wrap<crate::head_limit::LimitHead>,
-        Stack<
-            Wrap<crate::telemetry::outcomes::CountOutcomes>,
-            Stack<Wrap<crate::request_id::AssignIds>, Identity>,
-        >,
-    >,
->;
-
-/// The stack of whole-request layers for `state`'s configuration.
-pub fn whole_request(state: &Arc<AppState>) -> ServiceBuilder<WholeRequest> {
-    let server = &state.config.server;
-    ServiceBuilder::new()
-        .layer(Wrap(crate::request_id::AssignIds))
-        .layer(Wrap(crate::telemetry::outcomes::CountOutcomes::new(state.metrics.clone())))
-        .layer(Wrap(crate::head_limit::LimitHead::new(server.max_header_bytes)))
-        .layer(Wrap(crate::body_limit::LimitBody::new(server.max_body_bytes)))
-}
-
 #[cfg(test)]
 mod tests {
     use axum::body::Body;
     use axum::http::{Request, StatusCode};
-    use tower::{ServiceExt, service_fn};
+    use tower::{ServiceBuilder, ServiceExt, service_fn};
 
     use super::*;
 

@@ -10,7 +10,10 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tower::ServiceBuilder;
+use tower::layer::util::{Identity, Stack};
 
+use crate::layers::Wrap;
 use crate::routes;
 use crate::state::AppState;
 use crate::upstream::HealthChecks;
@@ -27,8 +30,30 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(routes::metrics))
         .fallback(routes::passthrough)
         // Ids, the outcome count, the head and body limits: `crate::layers`.
-        .layer(crate::layers::whole_request(&state))
+        .layer(whole_request(&state))
         .with_state(state)
+}
+
+/// The layers every proxied request passes, outermost first (the list in `crate::layers`).
+pub type WholeRequest = Stack<
+    Wrap<crate::body_limit::LimitBody>,
+    Stack<
+        Wrap<crate::head_limit::LimitHead>,
+        Stack<
+            Wrap<crate::telemetry::outcomes::CountOutcomes>,
+            Stack<Wrap<crate::request_id::AssignIds>, Identity>,
+        >,
+    >,
+>;
+
+/// The stack of whole-request layers for `state`'s configuration.
+pub fn whole_request(state: &Arc<AppState>) -> ServiceBuilder<WholeRequest> {
+    let server = &state.config.server;
+    ServiceBuilder::new()
+        .layer(Wrap(crate::request_id::AssignIds))
+        .layer(Wrap(crate::telemetry::outcomes::CountOutcomes::new(state.metrics.clone())))
+        .layer(Wrap(crate::head_limit::LimitHead::new(server.max_header_bytes)))
+        .layer(Wrap(crate::body_limit::LimitBody::new(server.max_body_bytes)))
 }
 
 /// How long, after the shutdown grace, the streams it ended get to write their error

@@ -9,7 +9,6 @@
 //! the health loop) exceed `max_waiting` / `max_kv_usage`. The queue policy is plain code
 //! in [`queue`]; this module wires it to the pool, the clock and the metrics.
 
-pub mod engine_metrics;
 pub mod queue;
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -18,8 +17,9 @@ use std::time::{Duration, Instant};
 use crate::config::AdmissionConfig;
 use tokio::sync::oneshot;
 
-pub use engine_metrics::{EngineLoad, parse as parse_engine_metrics};
-pub use queue::{Class, ClassQueue, Ticket};
+pub use queue::{ClassQueue, Ticket};
+
+use crate::ctx::Class;
 
 use crate::error::ProxyError;
 use crate::telemetry::Metrics;

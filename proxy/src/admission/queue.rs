@@ -3,27 +3,7 @@
 
 use std::collections::BTreeMap;
 
-/// Admission classes, highest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Class {
-    /// Starts in the output phase (thinking disabled): a user is waiting for visible text.
-    Output,
-    Interactive,
-    /// Marked `"meridian": {"class": "batch"}`.
-    Batch,
-}
-
-impl Class {
-    pub const ALL: [Class; 3] = [Class::Output, Class::Interactive, Class::Batch];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Class::Output => "output",
-            Class::Interactive => "interactive",
-            Class::Batch => "batch",
-        }
-    }
-}
+use crate::ctx::Class;
 
 /// A waiter's place: class first, then arrival.
 pub type Ticket = (Class, u64);

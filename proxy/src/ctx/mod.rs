@@ -10,6 +10,7 @@
 //! token counts) is its [`Progress`], written in place as it streams; how it ended is
 //! recorded once, by [`Arrival::finish`] ([`finish`]).
 
+mod class;
 mod finish;
 mod progress;
 
@@ -22,10 +23,10 @@ use meridian_core::Phase;
 use meridian_core::models::ModelFamily;
 use meridian_core::stream::Dialect;
 
+pub use class::Class;
 pub use finish::End;
 pub use progress::{Ending, Progress, Stage, phase_slot};
 
-use crate::admission::Class;
 use crate::telemetry::outcomes::OutcomeSlot;
 
 /// The generation endpoints the proxy tracks.

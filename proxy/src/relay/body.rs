@@ -51,6 +51,7 @@ enum State {
 }
 
 pin_project_lite::pin_project! {
+    #[project = Projected]
     pub struct RelayBody {
         upstream: LegStream,
         #[pin]
@@ -112,9 +113,25 @@ impl RelayBody {
     }
 }
 
+/// What one turn of the relay comes to.
+enum Next {
+    /// These bytes go to the client.
+    Send(Bytes),
+    /// Nothing to send from this turn: turn again.
+    Again,
+    /// The stream ends with the API's error event for this.
+    Fail(ProxyError),
+    /// The stream ended whole.
+    Done,
+    /// Nothing to do until the upstream, the idle timer or the drain wakes the task.
+    Pending,
+}
+
 impl Stream for RelayBody {
     type Item = Result<Bytes, Infallible>;
 
+    /// Each turn either switches legs between events (the stage's word) or reads the
+    /// upstream once; what came of it is sent, ends the stream, or calls for another turn.
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let mut this = self.project();
         if *this.state == State::Done {
@@ -124,141 +141,132 @@ impl Stream for RelayBody {
             return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
         }
         loop {
-            // A switch between events (a continuation's cut on the thinking-time
-            // deadline or the EAT prober's word), unless the answer already ended (a
-            // model that stopped while thinking).
-            let relayed = Relayed {
-                observer: &mut *this.observer,
-                tail: &mut *this.tail,
-                saw_done: &mut *this.saw_done,
+            let next = match this.between_events(cx) {
+                Some(next) => next,
+                None => match this.upstream.as_mut().poll_next(cx) {
+                    Poll::Ready(Some(Ok(chunk))) => this.chunk(chunk),
+                    Poll::Ready(Some(Err(err))) => Next::Fail(err),
+                    Poll::Ready(None) => this.upstream_ended(),
+                    Poll::Pending => this.waiting(cx),
+                },
             };
-            if !relayed.answer_ended() {
-                if let Poll::Ready(flow) = this.stage.poll_between(cx, relayed) {
-                    if let Some(next) = flow.switch_to {
-                        // Dropping the current leg's response cancels it in the engine.
-                        *this.upstream = next;
-                        this.lines.take_partial();
-                    }
-                    if let Some(b) = flow.out {
-                        return Poll::Ready(Some(Ok(b)));
-                    }
-                    continue;
-                }
-            }
-            match this.upstream.as_mut().poll_next(cx) {
-                Poll::Ready(Some(Ok(chunk))) => {
-                    let at = Instant::now();
-                    this.metrics.count_chunk();
-                    let deadline = tokio::time::Instant::from_std(at) + *this.idle_timeout;
-                    this.idle.as_mut().reset(deadline);
-                    let mut out = match this.lines.push(&chunk) {
-                        Ok(Some(block)) => block,
-                        Ok(None) => continue,
-                        Err(e) => {
-                            let err =
-                                this.in_flight.broken(format!("sent {e} (upstream.max_response_bytes)"));
-                            return Poll::Ready(Some(Ok(close_with(
-                                this.tail,
-                                this.observer,
-                                this.state,
-                                err,
-                            ))));
-                        }
-                    };
-                    // Whole lines never end inside a UTF-8 sequence, so this checks
-                    // exactly the characters the client will decode. An engine never
-                    // sends invalid UTF-8 (vLLM sends U+FFFD for a partial character);
-                    // relaying it would fail the client's JSON decoder at a random spot.
-                    // The whole lines before the bad one still go out.
-                    if let Err(e) = std::str::from_utf8(&out) {
-                        let err = this.in_flight.broken(format!(
-                            "sent bytes that are not UTF-8 (at byte {} of a chunk)",
-                            e.valid_up_to()
-                        ));
-                        match memchr::memrchr(b'\n', &out[..e.valid_up_to()]) {
-                            Some(nl) => {
-                                out.truncate(nl + 1);
-                                *this.failing = Some(err);
-                            }
-                            None => {
-                                return Poll::Ready(Some(Ok(close_with(
-                                    this.tail,
-                                    this.observer,
-                                    this.state,
-                                    err,
-                                ))));
-                            }
-                        }
-                    }
-                    let relayed = Relayed {
-                        observer: &mut *this.observer,
-                        tail: &mut *this.tail,
-                        saw_done: &mut *this.saw_done,
-                    };
-                    let Flow { out, switch_to } = this.stage.block(out, at, relayed);
-                    if let Some(next) = switch_to {
-                        *this.upstream = next;
-                        this.lines.take_partial();
-                        // Bad bytes after the switch were dropped with the leg they came on.
-                        *this.failing = None;
-                    }
-                    if let Some(b) = out {
-                        return Poll::Ready(Some(Ok(b)));
-                    }
-                    // Every line was dropped: an error due goes out now, not later.
-                    match this.failing.take() {
-                        Some(err) => {
-                            return Poll::Ready(Some(Ok(close_with(
-                                this.tail,
-                                this.observer,
-                                this.state,
-                                err,
-                            ))));
-                        }
-                        None => continue,
-                    }
-                }
-                Poll::Ready(Some(Err(err))) => {
+            match next {
+                Next::Send(bytes) => return Poll::Ready(Some(Ok(bytes))),
+                Next::Again => continue,
+                Next::Fail(err) => {
                     return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
                 }
-                Poll::Ready(None) => {
-                    if this.lines.has_partial() {
-                        let err = this.in_flight.broken("ended the stream mid-line".into());
-                        return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
-                    }
-                    // A stream that just stops (a close-delimited body's clean close, a
-                    // chunked body properly ended) without `[DONE]` or a finish_reason for
-                    // every choice is cut short: its answer must not pass for whole.
-                    if !(*this.saw_done || this.observer.every_choice_finished()) {
-                        let upstream = this.in_flight.upstream().name.clone();
-                        tracing::warn!(parent: this.observer.span(), %upstream, "upstream ended a stream without [DONE] or finish_reason");
-                        let err = ProxyError::UpstreamTruncated { upstream };
-                        return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
-                    }
+                Next::Done => {
                     this.observer.complete();
                     *this.state = State::Done;
                     return Poll::Ready(None);
                 }
-                Poll::Pending => {
-                    if this.grace_over.as_mut().poll(cx).is_ready() {
-                        let upstream = &this.in_flight.upstream().name;
-                        tracing::info!(parent: this.observer.span(), %upstream, "ending a stream still open when the shutdown grace ran out");
-                        let err = ProxyError::ShuttingDown;
-                        return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
-                    }
-                    if this.idle.as_mut().poll(cx).is_ready() {
-                        let upstream = this.in_flight.upstream().name.clone();
-                        tracing::warn!(parent: this.observer.span(), %upstream, "upstream stream went silent");
-                        let err = ProxyError::UpstreamTimeout {
-                            upstream,
-                            after_s: this.idle_timeout.as_secs_f64(),
-                        };
-                        return Poll::Ready(Some(Ok(close_with(this.tail, this.observer, this.state, err))));
-                    }
-                    return Poll::Pending;
-                }
+                Next::Pending => return Poll::Pending,
             }
         }
+    }
+}
+
+impl Projected<'_> {
+    /// Reads the next leg in place of the current one; dropping the current leg's
+    /// response cancels it in the engine.
+    fn switch_to(&mut self, next: LegStream) {
+        *self.upstream = next;
+        self.lines.take_partial();
+    }
+
+    /// A switch between events (a continuation's cut on the thinking-time deadline or
+    /// the EAT prober's word), unless the answer already ended (a model that stopped
+    /// while thinking); `None` when the stage has nothing to say now.
+    fn between_events(&mut self, cx: &mut Context<'_>) -> Option<Next> {
+        let relayed = Relayed { observer: &mut *self.observer, tail: &mut *self.tail, saw_done: &mut *self.saw_done };
+        if relayed.answer_ended() {
+            return None;
+        }
+        let Poll::Ready(flow) = self.stage.poll_between(cx, relayed) else { return None };
+        if let Some(next) = flow.switch_to {
+            self.switch_to(next);
+        }
+        Some(flow.out.map_or(Next::Again, Next::Send))
+    }
+
+    /// A chunk from the upstream: its whole lines, checked and through the stage.
+    fn chunk(&mut self, chunk: Bytes) -> Next {
+        let at = Instant::now();
+        self.metrics.count_chunk();
+        let deadline = tokio::time::Instant::from_std(at) + *self.idle_timeout;
+        self.idle.as_mut().reset(deadline);
+        let mut out = match self.lines.push(&chunk) {
+            Ok(Some(block)) => block,
+            Ok(None) => return Next::Again,
+            Err(e) => return Next::Fail(self.in_flight.broken(format!("sent {e} (upstream.max_response_bytes)"))),
+        };
+        // Whole lines never end inside a UTF-8 sequence, so this checks exactly the
+        // characters the client will decode. An engine never sends invalid UTF-8 (vLLM
+        // sends U+FFFD for a partial character); relaying it would fail the client's JSON
+        // decoder at a random spot. The whole lines before the bad one still go out.
+        if let Err(e) = std::str::from_utf8(&out) {
+            let err = self.in_flight.broken(format!(
+                "sent bytes that are not UTF-8 (at byte {} of a chunk)",
+                e.valid_up_to()
+            ));
+            match memchr::memrchr(b'\n', &out[..e.valid_up_to()]) {
+                Some(nl) => {
+                    out.truncate(nl + 1);
+                    *self.failing = Some(err);
+                }
+                None => return Next::Fail(err),
+            }
+        }
+        let relayed = Relayed { observer: &mut *self.observer, tail: &mut *self.tail, saw_done: &mut *self.saw_done };
+        let Flow { out, switch_to } = self.stage.block(out, at, relayed);
+        if let Some(next) = switch_to {
+            self.switch_to(next);
+            // Bad bytes after the switch were dropped with the leg they came on.
+            *self.failing = None;
+        }
+        match (out, self.failing.take()) {
+            (Some(bytes), failing) => {
+                // The error due goes out on the next poll, after these lines.
+                *self.failing = failing;
+                Next::Send(bytes)
+            }
+            // Every line was dropped: an error due goes out now, not later.
+            (None, Some(err)) => Next::Fail(err),
+            (None, None) => Next::Again,
+        }
+    }
+
+    /// The upstream's stream ended: whole only with its terminator.
+    fn upstream_ended(&mut self) -> Next {
+        if self.lines.has_partial() {
+            return Next::Fail(self.in_flight.broken("ended the stream mid-line".into()));
+        }
+        // A stream that just stops (a close-delimited body's clean close, a chunked body
+        // properly ended) without `[DONE]` or a finish_reason for every choice is cut
+        // short: its answer must not pass for whole.
+        if !(*self.saw_done || self.observer.every_choice_finished()) {
+            let upstream = self.in_flight.upstream().name.clone();
+            tracing::warn!(parent: self.observer.span(), %upstream, "upstream ended a stream without [DONE] or finish_reason");
+            return Next::Fail(ProxyError::UpstreamTruncated { upstream });
+        }
+        Next::Done
+    }
+
+    /// Nothing from the upstream yet: unless the drain's grace or the idle timeout ran
+    /// out, wait.
+    fn waiting(&mut self, cx: &mut Context<'_>) -> Next {
+        if self.grace_over.as_mut().poll(cx).is_ready() {
+            let upstream = &self.in_flight.upstream().name;
+            tracing::info!(parent: self.observer.span(), %upstream, "ending a stream still open when the shutdown grace ran out");
+            return Next::Fail(ProxyError::ShuttingDown);
+        }
+        if self.idle.as_mut().poll(cx).is_ready() {
+            let upstream = self.in_flight.upstream().name.clone();
+            tracing::warn!(parent: self.observer.span(), %upstream, "upstream stream went silent");
+            return Next::Fail(ProxyError::UpstreamTimeout { upstream, after_s: self.idle_timeout.as_secs_f64() });
+        }
+        Next::Pending
     }
 }
 

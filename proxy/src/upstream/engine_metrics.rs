@@ -1,4 +1,5 @@
-//! The two engine gauges admission reads, from a vLLM server's Prometheus text.
+//! The two engine gauges admission reads, from a vLLM server's Prometheus text (scraped
+//! by the health checks beside each probe).
 //!
 //! Label sets vary between vLLM versions and deployments (`model_name`, `engine` for each
 //! data-parallel rank, …), so samples are combined over them: waiting requests add up;

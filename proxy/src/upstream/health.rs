@@ -5,7 +5,6 @@ use axum::http::HeaderValue;
 use serde_json::Value;
 
 use super::{Upstream, UpstreamPool};
-use crate::admission::parse_engine_metrics;
 use crate::hook::HookChannel;
 use crate::telemetry::Metrics;
 
@@ -111,7 +110,7 @@ impl HealthChecks {
     async fn scrape_engine(&self, u: &Upstream) {
         let req = self.client.get(format!("{}/metrics", u.base_url)).timeout(self.timeout());
         let text = async { req.send().await.ok()?.error_for_status().ok()?.text().await.ok() }.await;
-        let load = text.as_deref().map(parse_engine_metrics).unwrap_or_default();
+        let load = text.as_deref().map(super::engine_metrics::parse).unwrap_or_default();
         if text.is_none() {
             tracing::debug!(upstream = %u.name, "engine metrics scrape failed");
         }

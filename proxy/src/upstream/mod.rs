@@ -1,8 +1,10 @@
 //! The servers behind the proxy: who is healthy, who is least loaded, and the guard that
 //! counts a request as in flight for exactly as long as it lives.
 
+pub mod engine_metrics;
 mod health;
 mod pool;
 
+pub use engine_metrics::EngineLoad;
 pub use health::{HealthChecks, model_ids};
 pub use pool::{InFlight, NoPick, Upstream, UpstreamPool};

@@ -50,6 +50,7 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
 from meridian_hook import _native
+from meridian_hook import vllm_adapter as adapter
 from meridian_hook.runtime import think_markers
 from meridian_hook.scheduler import MeridianScheduler
 
@@ -73,40 +74,35 @@ class _StepTrace:
         atexit.register(self.close)
 
     def _victims(self, sched: Any, output: Any) -> tuple[int, int, int]:
-        ids = getattr(output, "preempted_req_ids", None) or ()
+        preempted, generated = adapter.preempted_tokens(sched, output)
         answering = thinking = 0
         start, end = self._markers
-        for rid in ids:
-            req = sched.requests.get(rid)
-            if req is None or not end or not len(req.output_token_ids):
-                continue  # phases unknown, or nothing generated yet
+        if not end:
+            return preempted, 0, 0  # phases unknown
+        for prompt, tokens in generated:
             # The phase rule the proxy and the hook follow (meridian-core's PhaseTracker).
-            phase = _native.phase_after(start, end, list(req.prompt_token_ids or ()), list(req.output_token_ids))
+            phase = _native.phase_after(start, end, prompt, tokens)
             if phase == "output":
                 answering += 1
             elif phase == "think":
                 thinking += 1
-        return len(ids), answering, thinking
+        return preempted, answering, thinking
 
     def scheduled(self, sched: Any, started: float, output: Any) -> None:
-        tokens = int(getattr(output, "total_num_scheduled_tokens", 0))
+        tokens = adapter.step_tokens(output)
         if tokens == 0:
             return
         prefill_tokens = prefill_reqs = decode_reqs = decode_context = prefill_context = 0
-        for rid, n in output.num_scheduled_tokens.items():
-            req = sched.requests.get(rid)
-            if req is None:
-                continue
-            # schedule() has already advanced num_computed_tokens by this step's tokens.
-            before = int(req.num_computed_tokens) - int(n)
-            if n == 1 and before >= int(req.num_prompt_tokens):
+        for n, before, prompt_len in adapter.step_rows(sched, output):
+            if n == 1 and before >= prompt_len:
                 decode_reqs += 1
                 decode_context += before
             else:
-                prefill_tokens += int(n)
+                prefill_tokens += n
                 prefill_reqs += 1
                 prefill_context += before
         preempted, preempted_output, preempted_think = self._victims(sched, output)
+        running, waiting = adapter.queue_lengths(sched)
         step = {
             "t": started,
             "sched_s": time.perf_counter() - started,
@@ -115,8 +111,8 @@ class _StepTrace:
             "decode_reqs": decode_reqs,
             "decode_context": decode_context,
             "prefill_context": prefill_context,
-            "running": len(sched.running),
-            "waiting": len(sched.waiting),
+            "running": running,
+            "waiting": waiting,
             "preempted": preempted,
             "preempted_output": preempted_output,
             "preempted_think": preempted_think,
@@ -135,7 +131,7 @@ class _StepTrace:
         self._file.write(json.dumps(step, separators=(",", ":")))
         self._file.write("\n")
         self._lines += 1
-        if self._lines % _FLUSH_EVERY == 0 or (not self._open and not sched.running and not sched.waiting):
+        if self._lines % _FLUSH_EVERY == 0 or (not self._open and adapter.queue_lengths(sched) == (0, 0)):
             self._file.flush()
 
     def close(self) -> None:

@@ -7,7 +7,8 @@ subclasses ``AsyncScheduler`` and overrides two private methods (``_preempt_requ
 ``_free_blocks``), narrows three of the scheduler's limits for one step, moves blocks in
 the KV block pool's free queue, reads the KV coordinator's block tables, tells vLLM's
 engine-core process by its name, and (in Rust, ``src/sched/objects.rs``) reads
-``Request._output_token_ids``. Any vLLM release may rename one of them. Without this
+``Request._output_token_ids``; the step trace (``steptrace.py``) reads each step's
+``SchedulerOutput`` through the functions here. Any vLLM release may rename one of them. Without this
 check a rename showed only as a caught error per step, or not at all (an override vLLM
 no longer calls), while the engine quietly ran stock and the proxy believed the hook
 acted.
@@ -193,7 +194,20 @@ def scheduler_problems(scheduler: Any, stock: type) -> list[str]:
             missing.append("Request._output_token_ids (or Request.output_token_ids)")
     except (ImportError, AttributeError):
         missing.append("vllm.v1.request.Request")
+    try:
+        output = importlib.import_module("vllm.v1.core.sched.output").SchedulerOutput
+        fields = getattr(output, "__dataclass_fields__", {})
+        # The step trace (steptrace.py) reads these from each step's output.
+        for name in STEP_OUTPUT_FIELDS:
+            if name not in fields:
+                missing.append(f"SchedulerOutput.{name}")
+    except (ImportError, AttributeError):
+        missing.append("vllm.v1.core.sched.output.SchedulerOutput")
     return missing
+
+
+#: What the step trace reads from each step's ``SchedulerOutput``.
+STEP_OUTPUT_FIELDS = ("num_scheduled_tokens", "total_num_scheduled_tokens", "preempted_req_ids")
 
 
 def problems(scheduler: Any = None, stock: type | None = None) -> list[str]:
@@ -287,6 +301,43 @@ def evict_first(scheduler: Any, blocks: list[Any]) -> int:
         queue.remove(b)
     queue.prepend_n(moved)
     return len(moved)
+
+
+# ---- what the step trace reads (it times steps and decides nothing: steptrace.py) ----
+
+
+def step_tokens(output: Any) -> int:
+    """The tokens a step computes, from its ``SchedulerOutput``."""
+    return int(getattr(output, "total_num_scheduled_tokens", 0))
+
+
+def step_rows(scheduler: Any, output: Any) -> list[tuple[int, int, int]]:
+    """Each request the step computes, as (tokens scheduled, tokens computed before the
+    step, prompt length). ``schedule()`` has already advanced ``num_computed_tokens`` by
+    the step's tokens."""
+    rows = []
+    for rid, n in output.num_scheduled_tokens.items():
+        req = scheduler.requests.get(rid)
+        if req is not None:
+            rows.append((int(n), int(req.num_computed_tokens) - int(n), int(req.num_prompt_tokens)))
+    return rows
+
+
+def preempted_tokens(scheduler: Any, output: Any) -> tuple[int, list[tuple[list[int], list[int]]]]:
+    """How many requests the step preempted, and the (prompt, output) tokens of those that
+    had generated any (for the phase rule)."""
+    ids = getattr(output, "preempted_req_ids", None) or ()
+    tokens = []
+    for rid in ids:
+        req = scheduler.requests.get(rid)
+        if req is not None and len(req.output_token_ids):
+            tokens.append((list(req.prompt_token_ids or ()), list(req.output_token_ids)))
+    return len(ids), tokens
+
+
+def queue_lengths(scheduler: Any) -> tuple[int, int]:
+    """(running, waiting) requests after the step was scheduled."""
+    return len(scheduler.running), len(scheduler.waiting)
 
 
 # ---- Model Runner V2's request state (the GPU default), for the logits processor ------

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use meridian_core::Phase;
 
-use crate::admission::Class;
+use crate::ctx::Class;
 use crate::body::{ClientClass, GenerationRequest};
 use crate::ctx::{Arrival, Progress, RequestCtx, unix_ms};
 use crate::state::AppState;

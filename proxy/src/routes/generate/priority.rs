@@ -3,7 +3,7 @@
 
 use axum::http::{HeaderMap, HeaderValue};
 
-use crate::admission::Class;
+use crate::ctx::Class;
 use crate::ctx::RequestCtx;
 use crate::headers::VLLM_PRIORITY;
 use crate::state::AppState;

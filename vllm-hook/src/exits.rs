@@ -95,8 +95,8 @@ pub struct ExitController {
     sampling: Vec<(usize, usize)>,
     fresh: Vec<usize>,
     /// Model Runner V2, values still on their way to the host, oldest first: per step,
-    /// the `(slot, epoch)` of each row whose fed token was counted unread, and of each
-    /// thinking row whose entropy was asked for.
+    /// the row, slot and occupant of each row whose fed token was counted unread, and of
+    /// each thinking row whose entropy was asked for.
     unread_tokens: VecDeque<Vec<late::Unread>>,
     unread_entropies: VecDeque<Vec<late::Unread>>,
     next_epoch: u64,

@@ -38,9 +38,14 @@ fn imports() -> BTreeMap<String, BTreeMap<String, String>> {
                 let mut rest = code;
                 while let Some(at) = rest.find("crate::") {
                     rest = &rest[at + "crate::".len()..];
-                    let name: String = rest.chars().take_while(|c| c.is_ascii_lowercase() || *c == '_').collect();
+                    let name: String =
+                        rest.chars().take_while(|c| c.is_ascii_lowercase() || *c == '_').collect();
                     if !name.is_empty() && name != top {
-                        graph.entry(top.clone()).or_default().entry(name).or_insert_with(|| format!("{rel}:{}", n + 1));
+                        graph
+                            .entry(top.clone())
+                            .or_default()
+                            .entry(name)
+                            .or_insert_with(|| format!("{rel}:{}", n + 1));
                     }
                 }
             }

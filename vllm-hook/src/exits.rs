@@ -223,7 +223,13 @@ impl ExitController {
 
     /// A request entered batch slot `slot` (slots are reused: all state is reset).
     #[pyo3(signature = (slot, prompt, request_id=None, budget=None))]
-    fn add(&mut self, slot: usize, prompt: Vec<u32>, request_id: Option<String>, budget: Option<u32>) -> PyResult<()> {
+    fn add(
+        &mut self,
+        slot: usize,
+        prompt: Vec<u32>,
+        request_id: Option<String>,
+        budget: Option<u32>,
+    ) -> PyResult<()> {
         let Some(markers) = self.markers.as_ref() else { return Ok(()) };
         let rpdi = (self.signal == ExitSignal::Rpdi).then(|| Rpdi::new(self.rpdi));
         let tracker = PhaseTracker::new(markers, &prompt);

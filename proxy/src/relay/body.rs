@@ -179,7 +179,8 @@ impl Projected<'_> {
     /// the EAT prober's word), unless the answer already ended (a model that stopped
     /// while thinking); `None` when the stage has nothing to say now.
     fn between_events(&mut self, cx: &mut Context<'_>) -> Option<Next> {
-        let relayed = Relayed { observer: &mut *self.observer, tail: &mut *self.tail, saw_done: &mut *self.saw_done };
+        let relayed =
+            Relayed { observer: &mut *self.observer, tail: &mut *self.tail, saw_done: &mut *self.saw_done };
         if relayed.answer_ended() {
             return None;
         }
@@ -199,17 +200,18 @@ impl Projected<'_> {
         let mut out = match self.lines.push(&chunk) {
             Ok(Some(block)) => block,
             Ok(None) => return Next::Again,
-            Err(e) => return Next::Fail(self.in_flight.broken(format!("sent {e} (upstream.max_response_bytes)"))),
+            Err(e) => {
+                return Next::Fail(self.in_flight.broken(format!("sent {e} (upstream.max_response_bytes)")));
+            }
         };
         // Whole lines never end inside a UTF-8 sequence, so this checks exactly the
         // characters the client will decode. An engine never sends invalid UTF-8 (vLLM
         // sends U+FFFD for a partial character); relaying it would fail the client's JSON
         // decoder at a random spot. The whole lines before the bad one still go out.
         if let Err(e) = std::str::from_utf8(&out) {
-            let err = self.in_flight.broken(format!(
-                "sent bytes that are not UTF-8 (at byte {} of a chunk)",
-                e.valid_up_to()
-            ));
+            let err = self
+                .in_flight
+                .broken(format!("sent bytes that are not UTF-8 (at byte {} of a chunk)", e.valid_up_to()));
             match memchr::memrchr(b'\n', &out[..e.valid_up_to()]) {
                 Some(nl) => {
                     out.truncate(nl + 1);
@@ -218,7 +220,8 @@ impl Projected<'_> {
                 None => return Next::Fail(err),
             }
         }
-        let relayed = Relayed { observer: &mut *self.observer, tail: &mut *self.tail, saw_done: &mut *self.saw_done };
+        let relayed =
+            Relayed { observer: &mut *self.observer, tail: &mut *self.tail, saw_done: &mut *self.saw_done };
         let Flow { out, switch_to } = self.stage.block(out, at, relayed);
         if let Some(next) = switch_to {
             self.switch_to(next);
@@ -264,7 +267,10 @@ impl Projected<'_> {
         if self.idle.as_mut().poll(cx).is_ready() {
             let upstream = self.in_flight.upstream().name.clone();
             tracing::warn!(parent: self.observer.span(), %upstream, "upstream stream went silent");
-            return Next::Fail(ProxyError::UpstreamTimeout { upstream, after_s: self.idle_timeout.as_secs_f64() });
+            return Next::Fail(ProxyError::UpstreamTimeout {
+                upstream,
+                after_s: self.idle_timeout.as_secs_f64(),
+            });
         }
         Next::Pending
     }

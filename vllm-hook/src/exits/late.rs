@@ -93,22 +93,37 @@ impl ExitController {
     }
 }
 
+/// The oldest batch still waiting for its values.
+fn pop(queue: &mut VecDeque<Vec<Unread>>, call: &str) -> PyResult<Vec<Unread>> {
+    queue.pop_front().ok_or_else(|| PyValueError::new_err(format!("{call}: no values are awaited")))
+}
+
 /// The oldest batch still waiting for its values, checked against the number of values
 /// that arrived for it (one per row counted).
 pub(super) fn oldest(queue: &mut VecDeque<Vec<Unread>>, values: usize, call: &str) -> PyResult<Vec<Unread>> {
-    let batch = queue.pop_front().ok_or_else(|| PyValueError::new_err(format!("{call}: no values are awaited")))?;
+    let batch = pop(queue, call)?;
     if batch.len() != values {
-        return Err(PyValueError::new_err(format!("{call}: {values} values for a batch of {} rows", batch.len())));
+        return Err(PyValueError::new_err(format!(
+            "{call}: {values} values for a batch of {} rows",
+            batch.len()
+        )));
     }
     Ok(batch)
 }
 
 /// The oldest batch still waiting for its values, checked against values given for
 /// every row of its step (`rows` of them).
-pub(super) fn oldest_within(queue: &mut VecDeque<Vec<Unread>>, rows: usize, call: &str) -> PyResult<Vec<Unread>> {
-    let batch = queue.pop_front().ok_or_else(|| PyValueError::new_err(format!("{call}: no values are awaited")))?;
+pub(super) fn oldest_within(
+    queue: &mut VecDeque<Vec<Unread>>,
+    rows: usize,
+    call: &str,
+) -> PyResult<Vec<Unread>> {
+    let batch = pop(queue, call)?;
     if let Some(u) = batch.iter().find(|u| u.row >= rows) {
-        return Err(PyValueError::new_err(format!("{call}: values for {rows} rows, but row {} was counted", u.row)));
+        return Err(PyValueError::new_err(format!(
+            "{call}: values for {rows} rows, but row {} was counted",
+            u.row
+        )));
     }
     Ok(batch)
 }

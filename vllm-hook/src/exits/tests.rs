@@ -218,7 +218,8 @@ fn packed_columns_and_whole_row_values_read_as_the_lists_do() {
     }
     for n in 0..3i64 {
         let cols: [&[i64]; 4] = [&[2, 4, 7], &[1, 1 + n, 1 + n], &[3, 1, 1], &[3, 1, 1]];
-        let fresh = lists.observe_rows(cols[0].to_vec(), cols[1].to_vec(), cols[2].to_vec(), cols[3].to_vec());
+        let fresh =
+            lists.observe_rows(cols[0].to_vec(), cols[1].to_vec(), cols[2].to_vec(), cols[3].to_vec());
         let count = bytes.observe_batch(&packed(&cols)).unwrap();
         assert_eq!(fresh.as_ref().map(Vec::len), count, "step {n}: the same rows counted");
         if let Some(rows) = fresh.filter(|r| !r.is_empty()) {
@@ -238,7 +239,10 @@ fn packed_columns_and_whole_row_values_read_as_the_lists_do() {
     }
     assert_eq!(lists.think_tokens(4), Some(2));
     assert_eq!(bytes.think_tokens(4), Some(2));
-    assert_eq!(bytes.shared.counters.get(Counter::ExitBudget), lists.shared.counters.get(Counter::ExitBudget));
+    assert_eq!(
+        bytes.shared.counters.get(Counter::ExitBudget),
+        lists.shared.counters.get(Counter::ExitBudget)
+    );
 }
 
 #[test]

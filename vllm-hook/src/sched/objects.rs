@@ -167,17 +167,7 @@ impl SchedulerCore {
         // A request object seen in the previous call's running list has not left it
         // since (vLLM changes a request's prompt or arrival time only while it waits),
         // so what `learn` read still holds; anything else is read afresh.
-        let known = match hint {
-            Some((a, i)) if a == address => Some(i),
-            _ => self.by_object.get(&address).copied(),
-        };
-        let continuing = known.filter(|&i| {
-            self.slots[i]
-                .as_ref()
-                .and_then(|t| t.object.as_ref())
-                .is_some_and(|o| o.address == address && o.last_plan + 1 == plan)
-        });
-        let slot = match continuing {
+        let slot = match self.planned_slot(address, hint, plan - 1) {
             Some(i) => i,
             None => self.learn(&req.to_owned(), address, plan)?,
         };
@@ -256,15 +246,20 @@ impl SchedulerCore {
         Ok(())
     }
 
-    /// The slot of a request object the last `plan_running` call read, if `address` is
-    /// one (`hint`: the (address, slot) at its position in that call).
-    pub(super) fn planned_slot(&self, address: usize, hint: Option<(usize, usize)>) -> Option<usize> {
+    /// The slot of a request object that `plan_running` call number `plan` read, if
+    /// `address` is one (`hint`: the (address, slot) at its position in that call).
+    pub(super) fn planned_slot(
+        &self,
+        address: usize,
+        hint: Option<(usize, usize)>,
+        plan: u64,
+    ) -> Option<usize> {
         let known = match hint {
             Some((a, i)) if a == address => Some(i),
             _ => self.by_object.get(&address).copied(),
         }?;
         let object = self.slots[known].as_ref()?.object.as_ref()?;
-        (object.address == address && object.last_plan == self.plans).then_some(known)
+        (object.address == address && object.last_plan == plan).then_some(known)
     }
 
     /// After vLLM's `update_from_output`: reads the new output tokens of every running
@@ -279,7 +274,9 @@ impl SchedulerCore {
         let mut scratch = Vec::new();
         for i in 0..running.len() {
             let req = borrowed_item(running, i)?;
-            let Some(slot) = self.planned_slot(req.as_ptr() as usize, self.last_running.get(i).copied()) else {
+            let Some(slot) =
+                self.planned_slot(req.as_ptr() as usize, self.last_running.get(i).copied(), self.plans)
+            else {
                 continue;
             };
             self.read_outputs(slot, req, now, &mut scratch)?;

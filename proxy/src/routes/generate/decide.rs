@@ -6,8 +6,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use meridian_core::Phase;
 
-use crate::ctx::Class;
 use crate::body::{ClientClass, GenerationRequest};
+use crate::ctx::Class;
 use crate::ctx::{Arrival, Progress, RequestCtx, unix_ms};
 use crate::state::AppState;
 

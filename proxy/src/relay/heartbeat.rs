@@ -15,6 +15,9 @@
 //! A comment goes out only at a line boundary (the relay forwards whole lines). Between
 //! events it is followed by a blank line; inside an open event it is one line, which SSE
 //! parsers skip without ending the event.
+//!
+//! The relay's last stage is the [`Heartbeat`]; before there is a response to relay, the
+//! same stage wraps the early response's stream ([`Heartbeats`]).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -28,8 +31,10 @@ use axum::response::Response;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use meridian_core::stream::Dialect;
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 
+use super::silence::Silence;
+use super::stage::{Flow, RelayStage, Relayed};
 use super::tail::Tail;
 
 const BETWEEN_EVENTS: &[u8] = b": keep-alive\n\n";
@@ -39,21 +44,59 @@ const INSIDE_AN_EVENT: &[u8] = b": keep-alive\n";
 /// into the error event; bodies here are the proxy's or an upstream's error JSON.
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
 
+/// The heartbeat stage: the relay's last, so it sees every byte the client gets.
+pub struct Heartbeat {
+    quiet: Silence,
+    tail: Tail,
+}
+
+impl Heartbeat {
+    pub fn new(every: Duration) -> Self {
+        Heartbeat { quiet: Silence::new(every), tail: Tail::default() }
+    }
+
+    /// These bytes went to the client: the silence starts again.
+    fn sent(&mut self, bytes: &[u8]) {
+        self.tail.push(bytes);
+        self.quiet.heard(Instant::now());
+    }
+
+    /// A comment, once the client has heard nothing for the interval.
+    fn poll_beat(&mut self, cx: &mut Context<'_>) -> Poll<Bytes> {
+        if self.quiet.poll_over(cx).is_pending() {
+            return Poll::Pending;
+        }
+        let beat = if self.tail.mid_event() { INSIDE_AN_EVENT } else { BETWEEN_EVENTS };
+        self.sent(beat);
+        Poll::Ready(Bytes::from_static(beat))
+    }
+}
+
+impl RelayStage for Heartbeat {
+    fn on_bytes(&mut self, bytes: Bytes, _at: std::time::Instant, _relayed: &mut Relayed<'_>) -> Flow {
+        self.sent(&bytes);
+        Flow::pass(bytes)
+    }
+
+    fn poll_turn(&mut self, cx: &mut Context<'_>, _relayed: &mut Relayed<'_>) -> Poll<Flow> {
+        self.poll_beat(cx).map(Flow::pass)
+    }
+}
+
 pin_project_lite::pin_project! {
-    /// `inner`, with a heartbeat after every `every` of silence.
+    /// `inner`, with a heartbeat after every `every` of silence: the heartbeat stage on
+    /// a stream the relay does not read (an answer still on its way, see
+    /// [`early_response`]).
     pub struct Heartbeats<S> {
         #[pin]
         inner: S,
-        #[pin]
-        quiet: Sleep,
-        every: Duration,
-        tail: Tail,
+        beat: Heartbeat,
     }
 }
 
 impl<S> Heartbeats<S> {
     pub fn new(inner: S, every: Duration) -> Self {
-        Heartbeats { inner, quiet: tokio::time::sleep(every), every, tail: Tail::default() }
+        Heartbeats { inner, beat: Heartbeat::new(every) }
     }
 }
 
@@ -61,23 +104,14 @@ impl<S: Stream<Item = Result<Bytes, Infallible>>> Stream for Heartbeats<S> {
     type Item = Result<Bytes, Infallible>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let mut this = self.project();
+        let this = self.project();
         match this.inner.poll_next(cx) {
             Poll::Ready(Some(Ok(bytes))) => {
-                this.tail.push(&bytes);
-                this.quiet.as_mut().reset(Instant::now() + *this.every);
+                this.beat.sent(&bytes);
                 Poll::Ready(Some(Ok(bytes)))
             }
             Poll::Ready(other) => Poll::Ready(other),
-            Poll::Pending => {
-                if this.quiet.as_mut().poll(cx).is_pending() {
-                    return Poll::Pending;
-                }
-                this.quiet.as_mut().reset(Instant::now() + *this.every);
-                let beat = if this.tail.mid_event() { INSIDE_AN_EVENT } else { BETWEEN_EVENTS };
-                this.tail.push(beat);
-                Poll::Ready(Some(Ok(Bytes::from_static(beat))))
-            }
+            Poll::Pending => this.beat.poll_beat(cx).map(|beat| Some(Ok(beat))),
         }
     }
 }

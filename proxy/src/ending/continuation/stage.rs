@@ -173,15 +173,12 @@ impl Continuation {
 /// makes due on a chunk ends the first leg right after it, and one due between events
 /// (the thinking-time deadline, the EAT prober's word) ends it there.
 impl RelayStage for Continuation {
-    fn block(&mut self, block: Bytes, at: Instant, mut relayed: Relayed<'_>) -> Flow {
+    fn on_bytes(&mut self, block: Bytes, at: Instant, relayed: &mut Relayed<'_>) -> Flow {
         let mut switch_to = None;
         for line in lines(&block) {
             match sse_line(line) {
                 SseLine::Data(payload) => {
                     let emit = self.chunk(payload, at, relayed.observer);
-                    if emit != Emit::Drop {
-                        relayed.saw_data();
-                    }
                     self.out.chunk(emit, line);
                     // Not once the first leg has ended (a model that stopped while thinking).
                     let cut = self.take_cut().filter(|_| !relayed.answer_ended());
@@ -191,35 +188,25 @@ impl RelayStage for Continuation {
                     }
                 }
                 SseLine::Done => {
-                    relayed.saw_data();
                     *relayed.saw_done = true;
                     self.out.other(line);
                 }
-                SseLine::Blank => {
-                    if self.out.other(line) {
-                        relayed.saw_blank();
-                    }
-                }
-                SseLine::Other => {
+                SseLine::Blank | SseLine::Other => {
                     self.out.other(line);
                 }
             }
         }
-        let out = self.out.take();
-        if let Some(b) = &out {
-            relayed.sent(b);
-        }
-        Flow { out, switch_to }
+        Flow { out: self.out.take(), switch_to, end: None }
     }
 
-    fn poll_between(&mut self, cx: &mut Context<'_>, mut relayed: Relayed<'_>) -> Poll<Flow> {
+    fn poll_turn(&mut self, cx: &mut Context<'_>, relayed: &mut Relayed<'_>) -> Poll<Flow> {
+        // A model that stopped while thinking has nothing left to cut.
+        if relayed.answer_ended() {
+            return Poll::Pending;
+        }
         let Poll::Ready(cut) = self.poll_cut(cx) else { return Poll::Pending };
         let Some(second) = self.cut(cut, relayed.observer) else { return Poll::Ready(Flow::default()) };
-        let out = self.out.take();
-        if let Some(b) = &out {
-            relayed.sent(b);
-        }
-        Poll::Ready(Flow { out, switch_to: Some(second) })
+        Poll::Ready(Flow { out: self.out.take(), switch_to: Some(second), end: None })
     }
 }
 
@@ -283,15 +270,14 @@ pub struct Spliced {
 }
 
 impl Spliced {
-    /// A line that is not a chunk: a blank line, a comment, `[DONE]`. Whether it goes to
-    /// the client (the blank line that ended a dropped chunk does not).
-    pub fn other(&mut self, line: &[u8]) -> bool {
+    /// A line that is not a chunk: a blank line, a comment, `[DONE]`. It goes to the
+    /// client, unless it is the blank line that ended a dropped chunk.
+    pub fn other(&mut self, line: &[u8]) {
         if line.is_empty() && std::mem::take(&mut self.skip_blank) {
-            return false;
+            return;
         }
         self.push_line(line);
         self.open_event = !line.is_empty();
-        true
     }
 
     /// A chunk's `data:` line, as the splicer decided.
@@ -335,7 +321,7 @@ mod tests {
     use super::*;
     use crate::ctx::RequestCtx;
     use crate::ending::continuation::{ClientAsked, Triggers};
-    use crate::relay::{Served, Tail};
+    use crate::relay::Served;
 
     /// A continuation whose first leg is cut after `budget` thinking tokens, and the
     /// relay's state it works on.
@@ -379,25 +365,25 @@ mod tests {
     #[tokio::test]
     async fn the_stage_switches_legs_on_the_chunk_that_spends_the_budget() {
         let (mut stage, mut observer) = continued(2);
-        let (mut tail, mut done) = (Tail::default(), false);
+        let mut done = false;
         let block = format!("{}{}{}", thought("a"), thought(" b"), thought(" c"));
-        let relayed = Relayed { observer: &mut observer, tail: &mut tail, saw_done: &mut done };
-        let flow = stage.block(Bytes::from(block), Instant::now(), relayed);
+        let mut relayed = Relayed { observer: &mut observer, saw_done: &mut done };
+        let flow = stage.on_bytes(Bytes::from(block), Instant::now(), &mut relayed);
         let out = String::from_utf8(flow.out.map(|b| b.to_vec()).unwrap_or_default()).unwrap_or_default();
         assert!(flow.switch_to.is_some(), "the budget of 2 was spent: the second leg takes over");
         assert!(out.contains("\"a\"") && out.contains("\" b\""), "what came before the cut goes out: {out}");
         assert!(!out.contains("\" c\""), "what the first leg sent after the cut is dropped: {out}");
-        assert!(!tail.mid_event(), "the client's last event was closed before the second leg");
+        assert!(out.ends_with("\n\n"), "the client's last event was closed before the second leg: {out:?}");
         assert_eq!(stage.setup.ctx.progress.ending(), Ending::Continued);
     }
 
     #[tokio::test]
     async fn a_block_within_the_budget_goes_out_as_the_client_asked_it() {
         let (mut stage, mut observer) = continued(100);
-        let (mut tail, mut done) = (Tail::default(), false);
+        let mut done = false;
         let block = thought("a");
-        let relayed = Relayed { observer: &mut observer, tail: &mut tail, saw_done: &mut done };
-        let flow = stage.block(Bytes::from(block.clone()), Instant::now(), relayed);
+        let mut relayed = Relayed { observer: &mut observer, saw_done: &mut done };
+        let flow = stage.on_bytes(Bytes::from(block.clone()), Instant::now(), &mut relayed);
         assert!(flow.switch_to.is_none());
         assert_eq!(flow.out.as_deref(), Some(block.as_bytes()), "nothing to take out: the same bytes");
     }

@@ -254,6 +254,13 @@ impl RequestObserver {
         self.outcome = outcome;
     }
 
+    /// How the response has ended so far (a client that goes away leaves it
+    /// `client_disconnected`).
+    #[cfg(test)]
+    pub(crate) fn outcome(&self) -> Outcome {
+        self.outcome
+    }
+
     /// The request's span, for log lines written about it while it streams.
     pub fn span(&self) -> &tracing::Span {
         self.ctx.span()

@@ -15,7 +15,9 @@ use crate::ctx::{RequestCtx, Stage};
 use crate::ending::plan::Prepared;
 use crate::error::ProxyError;
 use crate::headers::client_response_headers;
-use crate::relay::{Heartbeats, RelayBody, RequestObserver, Sent, Served, read_whole, require_json};
+use crate::relay::{
+    RelayBody, RelayStage, RequestObserver, Sent, Served, Tracked, read_whole, require_json, stages,
+};
 use crate::request_id::{REQUEST_ID, STREAM_ID};
 use crate::state::AppState;
 use crate::streams::Listed;
@@ -91,16 +93,16 @@ pub async fn respond(
         .boxed();
     let idle = Duration::from_secs_f64(state.config.upstream.idle_timeout_s);
     let max_line = usize::try_from(state.config.upstream.max_response_bytes).unwrap_or(usize::MAX);
-    let grace_over = state.drain.grace_over();
-    let mut relay =
-        RelayBody::new(stream, idle, observer, state.metrics.clone(), in_flight, grace_over, max_line);
-    if let Some(c) = continuation {
-        relay = relay.through(Box::new(c));
-    }
-    let body = match state.config.server.sse_heartbeat_s {
-        s if s > 0.0 => Body::from_stream(Heartbeats::new(relay, Duration::from_secs_f64(s))),
-        _ => Body::from_stream(relay),
+    let heartbeat =
+        Some(state.config.server.sse_heartbeat_s).filter(|s| *s > 0.0).map(Duration::from_secs_f64);
+    let tracking: Box<dyn RelayStage> = match continuation {
+        Some(c) => Box::new(c),
+        None => Box::new(Tracked),
     };
+    let stages = stages(tracking, max_line, &in_flight.upstream().name, heartbeat);
+    let grace_over = state.drain.grace_over();
+    let relay = RelayBody::new(stream, idle, observer, state.metrics.clone(), in_flight, grace_over, stages);
+    let body = Body::from_stream(relay);
     Ok(build(status, headers, body))
 }
 

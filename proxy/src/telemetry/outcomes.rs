@@ -6,7 +6,8 @@
 //! readiness, metrics) is not counted.
 
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use axum::body::Body;
@@ -20,50 +21,55 @@ use super::Metrics;
 use crate::layers::{Concern, Next, Responding};
 
 /// Where a request's route and outcome are written, shared by everything that handles it.
+/// Written and read without a lock: a route set once, an outcome in one atomic byte, and
+/// whether it was counted.
 #[derive(Clone, Debug, Default)]
-pub struct OutcomeSlot(Arc<Mutex<Slot>>);
+pub struct OutcomeSlot(Arc<Slot>);
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Slot {
-    route: Option<&'static str>,
-    outcome: Option<Outcome>,
-    counted: bool,
+    route: OnceLock<&'static str>,
+    /// The outcome's place in [`Outcome::ALL`], or [`UNSET`].
+    outcome: AtomicU8,
+    counted: AtomicBool,
+}
+
+const UNSET: u8 = u8::MAX;
+
+impl Default for Slot {
+    fn default() -> Self {
+        Slot { route: OnceLock::new(), outcome: AtomicU8::new(UNSET), counted: AtomicBool::new(false) }
+    }
+}
+
+fn code(outcome: Outcome) -> u8 {
+    Outcome::ALL.iter().position(|o| *o == outcome).map_or(UNSET, |i| i as u8)
 }
 
 impl OutcomeSlot {
-    /// The request is one the proxy counts, under this route.
+    /// The request is one the proxy counts, under this route (the first route named).
     pub fn route(&self, route: &'static str) {
-        self.with(|s| s.route = Some(route));
+        let _ = self.0.route.set(route);
     }
 
     /// How the request ended (the last word wins: a stream's end over its headers').
     pub fn set(&self, outcome: Outcome) {
-        self.with(|s| s.outcome = Some(outcome));
+        self.0.outcome.store(code(outcome), Ordering::Release);
     }
 
     /// How the request ended, unless something already said.
     pub fn set_if_unset(&self, outcome: Outcome) {
-        self.with(|s| {
-            s.outcome.get_or_insert(outcome);
-        });
-    }
-
-    fn with<T>(&self, f: impl FnOnce(&mut Slot) -> T) -> T {
-        // A poisoned lock only means a panic elsewhere mid-write: the slot is still usable.
-        f(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()))
+        let _ = self.0.outcome.compare_exchange(UNSET, code(outcome), Ordering::AcqRel, Ordering::Acquire);
     }
 
     /// Counts the request once: its outcome, else `unset`.
     fn count(&self, metrics: &Metrics, unset: Outcome) {
-        let (route, outcome) = self.with(|s| {
-            if std::mem::replace(&mut s.counted, true) {
-                return (None, None);
-            }
-            (s.route, s.outcome)
-        });
-        if let Some(route) = route {
-            metrics.count_request(route, outcome.unwrap_or(unset));
+        if self.0.counted.swap(true, Ordering::AcqRel) {
+            return;
         }
+        let Some(route) = self.0.route.get() else { return };
+        let said = Outcome::ALL.get(usize::from(self.0.outcome.load(Ordering::Acquire)));
+        metrics.count_request(route, said.copied().unwrap_or(unset));
     }
 }
 
@@ -161,5 +167,43 @@ impl Drop for Counted {
         drop(self.inner.take());
         // Dropped before its end: the client went away (unless something said otherwise).
         self.outcome.count(&self.metrics, Outcome::ClientDisconnected);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counted(metrics: &Metrics, route: &str, outcome: Outcome) -> usize {
+        let series =
+            format!("meridian_requests_total{{route=\"{route}\",outcome=\"{}\"}} 1", outcome.as_str());
+        metrics.render().lines().filter(|l| *l == series).count()
+    }
+
+    #[test]
+    fn a_request_is_counted_once_under_the_last_word_on_its_outcome() {
+        let metrics = Metrics::new();
+        let slot = OutcomeSlot::default();
+        slot.route("chat_completions");
+        slot.set_if_unset(Outcome::ClientDisconnected);
+        slot.set_if_unset(Outcome::Ok);
+        slot.set(Outcome::UpstreamTruncated);
+        slot.clone().count(&metrics, Outcome::Ok);
+        slot.count(&metrics, Outcome::ClientDisconnected);
+        assert_eq!(counted(&metrics, "chat_completions", Outcome::UpstreamTruncated), 1);
+        assert_eq!(counted(&metrics, "chat_completions", Outcome::ClientDisconnected), 0);
+    }
+
+    #[test]
+    fn an_unsaid_outcome_is_the_counters_and_an_unnamed_route_is_not_counted() {
+        let metrics = Metrics::new();
+        let slot = OutcomeSlot::default();
+        slot.route("models");
+        slot.count(&metrics, Outcome::ClientDisconnected);
+        assert_eq!(counted(&metrics, "models", Outcome::ClientDisconnected), 1);
+        let unrouted = OutcomeSlot::default();
+        unrouted.set(Outcome::BadRequest);
+        unrouted.count(&metrics, Outcome::Ok);
+        assert!(!metrics.render().contains("outcome=\"bad_request\"} 1"));
     }
 }

@@ -4,6 +4,7 @@
 //! there shows the sum. The exposition is written here rather than with a metrics
 //! library because the values are merged across processes, which those do not model.
 
+use meridian_core::kv::Tier;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
@@ -103,7 +104,8 @@ impl Default for Counters {
 }
 
 /// KV tiers, cheapest to lose first.
-pub const KV_TIERS: [&str; 3] = ["think-complete", "think-active", "output-critical"];
+pub const KV_TIERS: [&str; 3] =
+    [Tier::ThinkComplete.as_str(), Tier::ThinkActive.as_str(), Tier::OutputCritical.as_str()];
 
 fn key(s: &Sample) -> String {
     if s.labels.is_empty() { s.metric.to_owned() } else { format!("{}{{{}}}", s.metric, s.labels) }

@@ -210,8 +210,10 @@ class MeridianScheduler(AsyncScheduler):
         core = self._meridian
         if core is not None:
             with self._meridian_rt.guard("scheduler"):
-                if core.thought(request.request_id):
-                    first = request.num_prompt_tokens // int(self.cache_config.block_size)
+                first = core.first_dead_block(
+                    request.request_id, request.num_prompt_tokens, int(self.cache_config.block_size)
+                )
+                if first is not None:
                     tail = adapter.blocks_after(self, request, first)
         out = super()._free_blocks(request)
         if tail:

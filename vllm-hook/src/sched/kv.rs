@@ -3,6 +3,7 @@
 //! still needs (output-critical). Measured every few steps for the hook's metrics.
 
 use meridian_core::Phase;
+use meridian_core::kv::Tier;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -16,11 +17,11 @@ impl SchedulerCore {
         match tracked.and_then(|t| t.tracker.as_ref()).map(|t| (t.phase(), t.think_tokens())) {
             Some((Phase::Output, think)) => {
                 let thought = (u64::from(think) / block_size).min(blocks);
-                tiers[0] += thought;
-                tiers[2] += blocks - thought;
+                tiers[Tier::ThinkComplete as usize] += thought;
+                tiers[Tier::OutputCritical as usize] += blocks - thought;
             }
-            Some((Phase::Think, _)) => tiers[1] += blocks,
-            _ => tiers[2] += blocks,
+            Some((Phase::Think, _)) => tiers[Tier::ThinkActive as usize] += blocks,
+            _ => tiers[Tier::OutputCritical as usize] += blocks,
         }
     }
 

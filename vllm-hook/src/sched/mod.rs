@@ -16,6 +16,7 @@ use pyo3::types::{PyDict, PyList, PyString};
 use crate::channel::{Shared, directives_in};
 use crate::error::HookError;
 use crate::metrics::{Counter, KV_TIERS};
+use meridian_core::kv::Tier;
 use meridian_core::phase::{PhaseTracker, ThinkMarkers};
 
 mod kv;
@@ -451,8 +452,8 @@ impl SchedulerCore {
         let now = self.started.elapsed().as_secs_f64();
         self.policy.get_mut().unwrap_or_else(|p| p.into_inner()).on_preempted(now);
         let (counter, tier) = match self.phase_of(request_id) {
-            Phase::Output => (Counter::PreemptOutput, "output-critical"),
-            Phase::Think => (Counter::PreemptThink, "think-active"),
+            Phase::Output => (Counter::PreemptOutput, Tier::OutputCritical.as_str()),
+            Phase::Think => (Counter::PreemptThink, Tier::ThinkActive.as_str()),
             Phase::Pending => (Counter::PreemptPending, "pending"),
         };
         self.shared.counters.add(counter, 1);
@@ -478,10 +479,14 @@ impl SchedulerCore {
         self.tiers_of_running(py, &tables, block_size)
     }
 
-    /// Whether a request generated thinking tokens (its blocks from the end of the prompt
-    /// on hold a thought that chat templates drop from the next turn's history).
-    fn thought(&self, request_id: &str) -> bool {
-        self.get(request_id).and_then(|t| t.tracker.as_ref()).is_some_and(|t| t.think_tokens() > 0)
+    /// The first KV block of a finishing request that no later request can hit (it and
+    /// every block after it hold or chain over a thought, which chat templates drop from
+    /// the next turn's history), by core's one rule (`meridian_core::kv::first_dead_block`);
+    /// `None` when it did not think.
+    fn first_dead_block(&self, request_id: &str, prompt_tokens: u32, block_size: u32) -> Option<u32> {
+        let thought =
+            self.get(request_id).and_then(|t| t.tracker.as_ref()).is_some_and(|t| t.think_tokens() > 0);
+        meridian_core::kv::first_dead_block(prompt_tokens, block_size, thought)
     }
 
     /// Counts KV blocks moved to the front of the eviction queue (the think-complete tier).

@@ -1,0 +1,228 @@
+use proptest::prelude::*;
+
+use super::*;
+use crate::Phase;
+
+const BS: u32 = 4;
+
+/// The tokens of a conversation's first `blocks` blocks: conversations share none.
+fn tokens(conversation: u32, blocks: u32) -> Vec<u32> {
+    (0..blocks * BS).map(|i| conversation * 10_000 + i).collect()
+}
+
+/// Admits a request whose prompt is `prompt` and that will hold `total` blocks, and
+/// caches the prompt's full blocks, as vLLM does once they are computed.
+fn admit(pool: &mut KvPool, prompt: &[u32], total: u32) -> Option<(Held, Vec<BlockHash>)> {
+    let hashes = block_hashes(None, prompt, BS);
+    let held = pool.admit(&hashes, total, prompt.len() as u32)?;
+    for (i, h) in hashes.iter().enumerate() {
+        pool.cache(&held, i as u32, *h);
+    }
+    Some((held, hashes))
+}
+
+#[test]
+fn a_block_is_named_by_every_token_before_it() {
+    let a = block_hashes(None, &tokens(1, 3), BS);
+    let mut other = tokens(1, 3);
+    other[0] = 7;
+    let b = block_hashes(None, &other, BS);
+    assert_eq!(a.len(), 3);
+    assert!(
+        a.iter().zip(&b).all(|(x, y)| x != y),
+        "a change in the first block renames every block after it"
+    );
+    assert_eq!(block_hashes(None, &tokens(1, 3)[..10], BS).len(), 2, "a block not yet full has no name");
+    let tail = block_hashes(Some(a[0]), &tokens(1, 3)[4..], BS);
+    assert_eq!(tail, a[1..], "hashing on from a block's name gives the same chain");
+}
+
+#[test]
+fn a_request_hits_the_cached_blocks_of_its_prefix_and_counts_them_as_vllm_does() {
+    let mut pool = KvPool::new(8, BS, Eviction::Lru);
+    let (first, _) = admit(&mut pool, &tokens(1, 3), 4).unwrap();
+    pool.release(first, |_| Tier::OutputCritical);
+    let mut next = tokens(1, 2);
+    next.extend([99; 8]); // the same first two blocks, then new ones
+    let (second, _) = admit(&mut pool, &next, 5).unwrap();
+    assert_eq!(second.hit_blocks(), 2);
+    let c = pool.counters();
+    assert_eq!((c.queried_tokens, c.hit_tokens), (12 + 16, 8));
+    assert_eq!(pool.free(), 8 - 5);
+}
+
+#[test]
+fn a_request_the_pool_cannot_hold_changes_nothing() {
+    let mut pool = KvPool::new(4, BS, Eviction::ByTier);
+    let (held, _) = admit(&mut pool, &tokens(1, 2), 3).unwrap();
+    let before = (pool.free(), pool.counters(), pool.free_order());
+    assert!(pool.admit(&block_hashes(None, &tokens(2, 2), BS), 2, 8).is_none());
+    assert_eq!((pool.free(), pool.counters(), pool.free_order()), before);
+    pool.release(held, |_| Tier::OutputCritical);
+    assert_eq!(pool.free(), 4);
+}
+
+/// Two requests that thought and finished, A before B, then a request that needs two
+/// fresh blocks: which of A's prompt blocks survive for A's next turn.
+fn next_turn_hits(eviction: Eviction) -> u32 {
+    let mut pool = KvPool::new(6, BS, eviction);
+    for conversation in [1, 2] {
+        // Two prompt blocks, one block of thought (it and all after it can never be hit).
+        let (held, _) = admit(&mut pool, &tokens(conversation, 2), 3).unwrap();
+        let thought = block_hashes(None, &tokens(conversation + 100, 3), BS)[2];
+        pool.cache(&held, 2, thought);
+        let released = Released::Finished { thought: true };
+        pool.release(held, |i| tier_at_release(i, 2 * BS, BS, released));
+    }
+    let filler = admit(&mut pool, &tokens(3, 2), 2).unwrap();
+    let hits = pool.cached_prefix(&block_hashes(None, &tokens(1, 2), BS));
+    drop(filler);
+    hits
+}
+
+#[test]
+fn stock_lru_evicts_an_older_prompt_before_a_newer_dead_thought_and_by_tier_does_not() {
+    assert_eq!(next_turn_hits(Eviction::Lru), 1, "LRU took A's thought and then A's own prompt block");
+    assert_eq!(next_turn_hits(Eviction::ByTier), 2, "by tier, both dead thoughts went first");
+}
+
+#[test]
+fn the_dead_blocks_start_where_the_prompt_ends_and_only_after_a_thought() {
+    assert_eq!(
+        first_dead_block(10, 4, true),
+        Some(2),
+        "the block holding the prompt's end chains over the thought"
+    );
+    assert_eq!(first_dead_block(8, 4, true), Some(2), "a prompt that fills its blocks keeps them all");
+    assert_eq!(first_dead_block(10, 4, false), None);
+    let finished = Released::Finished { thought: true };
+    assert_eq!(tier_at_release(1, 10, 4, finished), Tier::OutputCritical);
+    assert_eq!(tier_at_release(2, 10, 4, finished), Tier::ThinkComplete);
+    assert_eq!(tier_at_release(0, 10, 4, Released::Preempted(Phase::Think)), Tier::ThinkActive);
+    assert_eq!(tier_at_release(5, 10, 4, Released::Preempted(Phase::Output)), Tier::OutputCritical);
+}
+
+/// One step of a random workload.
+#[derive(Debug, Clone)]
+enum Op {
+    /// A request of conversation `conversation` whose prompt is its first `prompt`
+    /// blocks (conversations share their first blocks), holding `extra` blocks more.
+    Admit { conversation: u32, prompt: u32, extra: u32 },
+    /// The `which`-th held request gives its blocks back.
+    Release { which: usize, released: Released },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let released = prop_oneof![
+        any::<bool>().prop_map(|thought| Released::Finished { thought }),
+        Just(Released::Preempted(Phase::Think)),
+        Just(Released::Preempted(Phase::Output)),
+    ];
+    prop_oneof![
+        (0u32..4, 1u32..5, 0u32..4).prop_map(|(conversation, prompt, extra)| Op::Admit {
+            conversation,
+            prompt,
+            extra
+        }),
+        (0usize..8, released).prop_map(|(which, released)| Op::Release { which, released }),
+    ]
+}
+
+/// The rule the pool must follow, kept the plain way: every free block with its place in
+/// eviction order, found by sorting.
+#[derive(Default)]
+struct Reference {
+    /// (block, queue, position) of each free block; lower sorts first.
+    free: Vec<(u32, usize, i64)>,
+    clock: i64,
+}
+
+impl Reference {
+    fn order(&self) -> Vec<u32> {
+        let mut f = self.free.clone();
+        f.sort_by_key(|&(_, q, pos)| (q, pos));
+        f.into_iter().map(|(id, _, _)| id).collect()
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn eviction_follows_the_tiers_and_the_pool_agrees_with_the_plain_rule(
+        ops in prop::collection::vec(op(), 1..80),
+        by_tier in any::<bool>(),
+    ) {
+        let eviction = if by_tier { Eviction::ByTier } else { Eviction::Lru };
+        let capacity = 12;
+        let mut pool = KvPool::new(capacity, BS, eviction);
+        let mut reference = Reference { free: (0..capacity).map(|id| (id, 0, i64::from(id))).collect(), clock: 100 };
+        let mut held: Vec<(Held, u32)> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Admit { conversation, prompt, extra } => {
+                    let evicted_before = pool.counters().evicted;
+                    let order_before = reference.order();
+                    let Some((h, _)) = admit(&mut pool, &tokens(conversation, prompt), prompt + extra) else {
+                        continue;
+                    };
+                    // The plain rule: the hit blocks leave the free list, and the fresh
+                    // ones are the first of what remains, in order.
+                    let (hits, fresh) = h.blocks.split_at(h.hit_blocks() as usize);
+                    let expected: Vec<u32> =
+                        order_before.iter().copied().filter(|id| !hits.contains(id)).take(fresh.len()).collect();
+                    prop_assert_eq!(fresh, &expected[..], "fresh blocks come from the front of the free queues");
+                    reference.free.retain(|(id, _, _)| !h.blocks.contains(id));
+                    // No output-critical block went while a lower tier still held one.
+                    let evicted = pool.counters().evicted;
+                    if by_tier && evicted[2] > evicted_before[2] {
+                        let left = pool.free_cached_by_tier();
+                        prop_assert_eq!((left[0], left[1]), (0, 0), "an output-critical block went first");
+                    }
+                    held.push((h, prompt * BS));
+                }
+                Op::Release { which, released } => {
+                    if held.is_empty() {
+                        continue;
+                    }
+                    let (h, prompt_tokens) = held.remove(which % held.len());
+                    let still_held: Vec<u32> = held.iter().flat_map(|(o, _)| o.blocks.clone()).collect();
+                    for (index, &id) in h.blocks.iter().enumerate().rev() {
+                        if still_held.contains(&id) || h.blocks[..index].contains(&id) {
+                            continue;
+                        }
+                        let cached = pool.blocks[id as usize].hash.is_some();
+                        let tier = tier_at_release(index as u32, prompt_tokens, BS, released) as usize;
+                        reference.clock += 1;
+                        let place = match (eviction, cached) {
+                            (Eviction::Lru, _) => (0, reference.clock),
+                            (Eviction::ByTier, false) => (0, -reference.clock),
+                            (Eviction::ByTier, true) => (tier, reference.clock),
+                        };
+                        reference.free.push((id, place.0, place.1));
+                    }
+                    pool.release(h, |i| tier_at_release(i, prompt_tokens, BS, released));
+                }
+            }
+            prop_assert_eq!(pool.free_order(), reference.order());
+            prop_assert_eq!(pool.free() as usize, reference.free.len());
+            let held_blocks: u32 = held.iter().map(|(h, _)| h.len()).sum::<u32>();
+            prop_assert!(held_blocks >= capacity - pool.free(), "every block held is counted once");
+            if by_tier {
+                // Read front to back, the free cached blocks' tiers never go down.
+                let tiers: Vec<Tier> = pool
+                    .free_order()
+                    .iter()
+                    .filter(|id| pool.blocks[**id as usize].hash.is_some())
+                    .map(|id| pool.blocks[*id as usize].tier)
+                    .collect();
+                prop_assert!(tiers.windows(2).all(|w| w[0] <= w[1]), "{:?}", tiers);
+            }
+            for conversation in 0..4 {
+                let hashes = block_hashes(None, &tokens(conversation, 4), BS);
+                let n = pool.cached_prefix(&hashes) as usize;
+                prop_assert!(hashes[..n].iter().all(|h| pool.holds(*h)));
+            }
+        }
+    }
+}

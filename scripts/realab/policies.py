@@ -510,6 +510,6 @@ def main(argv: list[str]) -> None:
     elif argv[:1] == ["report"] and len(argv) in (3, 4):
         capacities = write(Path(argv[1]), Path(argv[2]))
         if len(argv) == 4:
-            readme.write_readme_block(Path(argv[3]), readme.summary_lines(Path(argv[1])) + capacities)
+            readme.write_readme_block(Path(argv[3]), readme.readme_lines(Path(argv[1])) + capacities)
     else:
         sys.exit(__doc__)

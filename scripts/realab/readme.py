@@ -1,11 +1,16 @@
 """The README's real-engine summary, written from the page's data: for each kept set,
 workload, load and configuration (a set whose results.json says `"superseded": true`
 is left out), its do-no-harm verdict and every cost and gain whose interval says so;
-and the block between the README's markers that holds it (`policies report`)."""
+and the block between the README's markers that holds it (`policies report`). In the
+README (`readme_lines`), the shipped default comes first, and comparisons that resolve
+nothing are folded: the default's into one line per set and workload naming the loads,
+every other configuration's into one count, so that what was resolved, costs first,
+stands out."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import speed
@@ -14,12 +19,69 @@ from .effects import effects_of, plain_effects, policies_of
 from .sets import read
 
 
+@dataclass(frozen=True)
+class Summary:
+    """One comparison with stock: a configuration at one workload and load of one set."""
+
+    workload: str
+    label: str  # "at 90% load", with where its rounds stood
+    load: float
+    config: str
+    name: str  # the configuration as the README names it, with its policy
+    set_name: str
+    harm: str  # the do-no-harm verdict's word
+    costs: tuple[str, ...]
+    gains: tuple[str, ...]
+
+    def line(self) -> str:
+        return (f"- {self.workload} {self.label}, {self.name} against stock (set `{self.set_name}`): "
+                f"do no harm: {self.harm}; costs: {'; '.join(self.costs) or 'none resolved'}; gains: "
+                f"{'; '.join(self.gains) or 'none resolved'}.")
+
+    def resolves_nothing(self) -> bool:
+        return self.harm == "unresolved" and not self.costs and not self.gains
+
+
 def summary_lines(page_dir: Path, resamples: int = 2000) -> list[str]:
     """One line per set, workload, load and configuration (sets marked `superseded` left
-    out): its do-no-harm verdict, and every cost and gain whose interval says so (the
-    README's real-engine summary); where some of a load's rounds stood elsewhere on their
-    own machines (`speed.standings`), the loads they stood at, and a second line judging
-    only the rounds that stood at the load."""
+    out): its do-no-harm verdict, and every cost and gain whose interval says so; where
+    some of a load's rounds stood elsewhere on their own machines (`speed.standings`),
+    the loads they stood at, and a second line judging only the rounds that stood at the
+    load."""
+    return [s.line() for s in summaries(page_dir, resamples)]
+
+
+def readme_lines(page_dir: Path, resamples: int = 2000) -> list[str]:
+    """The README's summary: the shipped default's comparisons first, then the other
+    configurations'; a comparison that resolves nothing is folded (the default's into one
+    line per set and workload naming its loads, the others' into one count at the end)."""
+    every = summaries(page_dir, resamples)
+    default = [s for s in every if s.config == "hook"]
+    others = [s for s in every if s.config != "hook"]
+    out: list[str] = []
+    folded: dict[tuple[str, str, str], list[Summary]] = {}
+    for s in default:
+        if s.resolves_nothing():
+            folded.setdefault((s.set_name, s.workload, s.name), []).append(s)
+        else:
+            out.append(s.line())
+    for (set_name, workload, name), group in folded.items():
+        loads = sorted({s.load for s in group})
+        at = ", ".join(f"{100 * x:.0f}%" for x in loads)
+        views = "" if len(group) == len(loads) else " (all its rounds, and only those that stood at the load)"
+        out.append(f"- {workload} at {at} load{views}, {name} against stock (set `{set_name}`): "
+                   "do no harm: unresolved; no cost and no gain resolved.")
+    quiet = [s for s in others if s.resolves_nothing()]
+    out.extend(s.line() for s in others if not s.resolves_nothing())
+    if quiet:
+        configs = sorted({s.config for s in quiet})
+        out.append(f"- {len(quiet)} other comparisons ({', '.join(f'`{c}`' for c in configs)} at their workloads "
+                   "and loads) resolve neither a cost nor a gain; the page shows each.")
+    return out
+
+
+def summaries(page_dir: Path, resamples: int = 2000) -> list[Summary]:
+    """Each comparison of `summary_lines`, as a record."""
     measured: dict[tuple[str, str, float, str], Path] = {}
     standing: dict[str, dict] = {}
     for set_dir in sorted(p for p in page_dir.iterdir() if (p / "results.json").exists()):
@@ -30,7 +92,7 @@ def summary_lines(page_dir: Path, resamples: int = 2000) -> list[str]:
         for r in data["runs"]:
             if r["config"] != "stock":
                 measured[(set_dir.name, r["workload"], r["load"], r["config"])] = set_dir
-    out = []
+    out: list[Summary] = []
     for (_, workload, load, config), set_dir in sorted(measured.items()):
         every, _ = read(set_dir / "raw", workload, load)
         if "stock" not in every or config not in every:
@@ -53,9 +115,8 @@ def summary_lines(page_dir: Path, resamples: int = 2000) -> list[str]:
             table, judged = effects_of(set_dir / "raw", workload, load, runs, config, resamples)
             costs, gains = plain_effects(table)
             harm = S.do_no_harm(judged)
-            out.append(f"- {workload} {label}, {name} against stock (set `{set_dir.name}`): "
-                       f"do no harm: {harm.word}; costs: {'; '.join(costs) or 'none resolved'}; gains: "
-                       f"{'; '.join(gains) or 'none resolved'}.")
+            out.append(Summary(workload, label, load, config, name, set_dir.name, harm.word,
+                               tuple(costs), tuple(gains)))
     return out
 
 

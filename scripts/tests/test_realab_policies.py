@@ -216,6 +216,33 @@ def test_the_readme_summary_names_costs_and_gains_from_the_data(tmp_path: Path):
     assert "costs: TTFT p50 1.20x" in text
 
 
+def test_the_readme_puts_the_default_first_and_folds_what_resolves_nothing(monkeypatch):
+    def summary(config: str, load: float, harm: str = "unresolved", costs=(), gains=(), label=None):
+        name = "`hook` (policy `slo-driven`)" if config == "hook" else f"`{config}`"
+        return readme.Summary("mix", label or f"at {100 * load:.0f}% load", load, config, name, "7-set", harm,
+                              tuple(costs), tuple(gains))
+    records = [
+        summary("hook-output-first", 0.9, "harm", costs=("TTFT p50 2.30x (1.25-38.80)",)),
+        summary("hook-output-first", 0.5),
+        summary("proxy", 0.5),
+        summary("hook", 0.2),
+        summary("hook", 0.5),
+        summary("hook", 0.5, label="at 50% load, only the rounds that stood at it (9, 10)"),
+        summary("hook", 0.9, gains=("answer ITL p99 0.80x (0.76-0.88)",)),
+    ]
+    monkeypatch.setattr(readme, "summaries", lambda page_dir, resamples=2000: records)
+    lines = readme.readme_lines(Path("unused"))
+    assert lines[0].startswith("- mix at 90% load, `hook` (policy `slo-driven`) against stock") and "0.80x" in lines[0]
+    assert lines[1] == ("- mix at 20%, 50% load (all its rounds, and only those that stood at the load), `hook` "
+                        "(policy `slo-driven`) against stock (set `7-set`): do no harm: unresolved; no cost and no "
+                        "gain resolved.")
+    # A resolved cost of another configuration is never folded away.
+    assert "do no harm: harm; costs: TTFT p50 2.30x" in lines[2]
+    assert lines[3] == ("- 2 other comparisons (`hook-output-first`, `proxy` at their workloads and loads) resolve "
+                        "neither a cost nor a gain; the page shows each.")
+    assert len(lines) == 4
+
+
 def measured_rounds(work: Path, scales: dict[str, float], rounds: list[int], n: int = 100, load: float = 0.9,
                     unloaded: bool = True) -> Path:
     """A results file as `realab measure` writes it for `rounds` at `load` (raw runs in

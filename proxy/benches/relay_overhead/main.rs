@@ -9,8 +9,13 @@
 //!   scripts/bench-proxy.sh       (installs nginx, builds the release binaries, runs this)
 //!   scripts/bench-proxy.sh --only-cpu    (the CPU-per-event runs alone; writes nothing)
 //!   MERIDIAN_BASELINE_BIN=/path/to/old/meridian scripts/bench-proxy.sh --only-cpu
-//!                                (and an older build beside this one, before and after)
+//!                                (and an older build beside this one, before and after;
+//!                                with MERIDIAN_AB_PAGE=<page.md> and MERIDIAN_BASELINE_LABEL=<its
+//!                                commit>, the comparison is written there, a relative path
+//!                                taken from the repository's root; MERIDIAN_CPU_REPS sets the
+//!                                repetitions, 3 by default: see `ab`)
 
+mod ab;
 #[path = "../common/mod.rs"]
 mod common;
 mod hold;
@@ -123,7 +128,9 @@ async fn bench() {
         cpu_paths.insert(1, (b, spaced()));
         cpu_paths.insert(3, (c, load::Shape::budget(phases::CPU_INTERVAL_MS, phases::THINK_BUDGET)));
     }
-    phases::cpu_per_event(&client, &cpu_paths, 3, &mut reps).await;
+    // More repetitions (`MERIDIAN_CPU_REPS`) narrow a before-and-after comparison.
+    let cpu_reps = std::env::var("MERIDIAN_CPU_REPS").ok().and_then(|r| r.parse().ok()).unwrap_or(3);
+    phases::cpu_per_event(&client, &cpu_paths, cpu_reps, &mut reps).await;
     if via_baseline.is_some() {
         // Each repetition measured both within seconds of each other: their ratio is
         // steadier than either figure on a shared machine.
@@ -134,6 +141,16 @@ async fn bench() {
             let ratios: Vec<f64> =
                 reps.values(now).iter().zip(reps.values(before)).map(|(a, b)| a / b).collect();
             println!("{now} / baseline, per repetition: {}", stats::Spread::of(&ratios).show(3));
+        }
+        if let Some(page) = std::env::var_os("MERIDIAN_AB_PAGE") {
+            // A relative path is the repository's (cargo runs benches in the package's folder).
+            let page = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(page);
+            let older = std::env::var("MERIDIAN_BASELINE_LABEL").unwrap_or_else(|_| {
+                baseline_bin.as_ref().map(|b| b.to_string_lossy().into_owned()).unwrap_or_default()
+            });
+            let md = ab::page(&reps, &ab::this_build(), &older);
+            std::fs::write(&page, md).unwrap_or_else(|e| panic!("{}: {e}", page.to_string_lossy()));
+            println!("wrote {}", page.to_string_lossy());
         }
     }
     drop((bare_reqwest, bare_hyper, baseline, baseline_continued));

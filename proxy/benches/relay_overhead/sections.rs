@@ -13,7 +13,7 @@ impl Report {
         let _ = write!(
             md,
             "## Relay cost per event\n\n\
-             Open-loop at {rate} requests/s for {secs} s, 3 repetitions, one proxy at a time. The mock pauses \
+             Open-loop at {rate} requests/s for {secs} s, {reps} repetitions, one proxy at a time. The mock pauses \
              {gap} ms between events so each reaches the proxy on its own, as tokens from an engine do (back to \
              back, several would share one read and one write, and the cost per event would look smaller \
              than it is). CPU is user plus system time from `/proc/<pid>/stat` over the run, divided by the \
@@ -29,6 +29,7 @@ impl Report {
              |---|---:|---:|---:|---:|---:|---:|---:|\n",
             rate = 500,
             secs = 4,
+            reps = self.reps.values("cpu meridian").len(),
             gap = p::CPU_INTERVAL_MS,
             budget = THINK_BUDGET,
             cont = self.continued_requests,

@@ -174,10 +174,7 @@ impl KvPool {
             return false;
         }
         for _ in 0..n {
-            match self.take_fresh() {
-                Some(id) => held.blocks.push(id),
-                None => return false,
-            }
+            held.blocks.extend(self.take_fresh());
         }
         true
     }

@@ -39,8 +39,9 @@ pub fn stages(
     upstream: &str,
     heartbeat: Option<Duration>,
 ) -> Box<dyn RelayStage> {
-    let tracked = Then::new(Framing::new(max_line, upstream.to_owned()), tracking);
-    let ended = Then::new(tracked, Termination::new(upstream.to_owned()));
+    let upstream: Arc<str> = Arc::from(upstream);
+    let tracked = Then::new(Framing::new(max_line, upstream.clone()), tracking);
+    let ended = Then::new(tracked, Termination::new(upstream));
     match heartbeat {
         Some(every) => Box::new(Then::new(ended, Heartbeat::new(every))),
         None => Box::new(ended),
@@ -48,18 +49,28 @@ pub fn stages(
 }
 
 pin_project_lite::pin_project! {
-    #[project = Projected]
-    pub struct RelayBody {
+    /// What the body reads: the current leg, with the idle timeout and the drain's grace.
+    #[project = Reading]
+    struct Reader {
         upstream: LegStream,
         // The upstream's silence that ends the stream (`upstream.idle_timeout_s`).
         idle: Silence,
         // A drain's grace running out ends the stream (see `crate::drain`).
         #[pin]
         grace_over: WaitForCancellationFutureOwned,
-        observer: RequestObserver,
-        saw_done: bool,
         metrics: Arc<Metrics>,
         in_flight: InFlight,
+        // The request's span, for what is logged of the stream's end.
+        span: tracing::Span,
+    }
+}
+
+pin_project_lite::pin_project! {
+    pub struct RelayBody {
+        #[pin]
+        reader: Reader,
+        observer: RequestObserver,
+        saw_done: bool,
         stages: Box<dyn RelayStage>,
         done: bool,
     }
@@ -76,17 +87,10 @@ impl RelayBody {
         grace_over: WaitForCancellationFutureOwned,
         stages: Box<dyn RelayStage>,
     ) -> Self {
-        RelayBody {
-            upstream,
-            idle: Silence::new(idle_timeout),
-            grace_over,
-            observer,
-            saw_done: false,
-            metrics,
-            in_flight,
-            stages,
-            done: false,
-        }
+        let span = observer.span().clone();
+        let idle = Silence::new(idle_timeout);
+        let reader = Reader { upstream, idle, grace_over, metrics, in_flight, span };
+        RelayBody { reader, observer, saw_done: false, stages, done: false }
     }
 }
 
@@ -104,24 +108,16 @@ impl Stream for RelayBody {
     /// else the upstream is read once and what it sent goes down the stages; what comes
     /// out goes to the client, and a stage's end ends the stream after it.
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let mut this = self.project();
+        let this = self.project();
+        let mut reader = this.reader.project();
+        let mut relayed = Relayed { observer: this.observer, saw_done: this.saw_done };
         while !*this.done {
-            let turn = this
-                .stages
-                .poll_turn(cx, &mut Relayed { observer: &mut *this.observer, saw_done: &mut *this.saw_done });
-            let flow = match turn {
+            let flow = match this.stages.poll_turn(cx, &mut relayed) {
                 Poll::Ready(flow) => flow,
-                Poll::Pending => match this.read(cx) {
-                    Read::Chunk(chunk, at) => this.stages.on_bytes(
-                        chunk,
-                        at,
-                        &mut Relayed { observer: &mut *this.observer, saw_done: &mut *this.saw_done },
-                    ),
+                Poll::Pending => match reader.read(cx) {
+                    Read::Chunk(chunk, at) => this.stages.on_bytes(chunk, at, &mut relayed),
                     Read::End(end) => {
-                        let mut flow = this.stages.on_end(
-                            end,
-                            &mut Relayed { observer: &mut *this.observer, saw_done: &mut *this.saw_done },
-                        );
+                        let mut flow = this.stages.on_end(end, &mut relayed);
                         flow.end.get_or_insert(End::Closed);
                         flow
                     }
@@ -131,7 +127,7 @@ impl Stream for RelayBody {
             let Flow { out, switch_to, end } = flow;
             if let Some(next) = switch_to {
                 // Dropping the current leg's response cancels it in the engine.
-                *this.upstream = next;
+                *reader.upstream = next;
                 this.stages.switched();
             }
             *this.done = end.is_some();
@@ -143,7 +139,7 @@ impl Stream for RelayBody {
     }
 }
 
-impl Projected<'_> {
+impl Reading<'_> {
     /// One read of the upstream; while it has nothing, unless the drain's grace or the
     /// idle timeout ran out, wait.
     fn read(&mut self, cx: &mut Context<'_>) -> Read {
@@ -164,11 +160,11 @@ impl Projected<'_> {
     fn waiting(&mut self, cx: &mut Context<'_>) -> Option<ProxyError> {
         let upstream = &self.in_flight.upstream().name;
         if self.grace_over.as_mut().poll(cx).is_ready() {
-            tracing::info!(parent: self.observer.span(), %upstream, "ending a stream still open when the shutdown grace ran out");
+            tracing::info!(parent: &*self.span, %upstream, "ending a stream still open when the shutdown grace ran out");
             return Some(ProxyError::ShuttingDown);
         }
         if self.idle.poll_over(cx).is_ready() {
-            tracing::warn!(parent: self.observer.span(), %upstream, "upstream stream went silent");
+            tracing::warn!(parent: &*self.span, %upstream, "upstream stream went silent");
             let after_s = self.idle.length().as_secs_f64();
             return Some(ProxyError::UpstreamTimeout { upstream: upstream.clone(), after_s });
         }

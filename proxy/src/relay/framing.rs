@@ -8,29 +8,29 @@
 //! per network read, nothing is held and nothing is copied; a line split across reads is
 //! copied once.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 use meridian_core::stream::LineReader;
 
 use super::stage::{End, Flow, RelayStage, Relayed};
-use crate::error::ProxyError;
+use crate::upstream::broken_answer;
 
 pub struct Framing {
     lines: LineReader,
     /// The upstream's name, for the error that ends a stream it broke.
-    upstream: String,
+    upstream: Arc<str>,
 }
 
 impl Framing {
-    pub fn new(max_line: usize, upstream: String) -> Self {
+    pub fn new(max_line: usize, upstream: Arc<str>) -> Self {
         Framing { lines: LineReader::new(max_line), upstream }
     }
 
-    /// The error for an answer the upstream broke (`reason` completes "upstream X …").
+    /// The end of an answer the upstream broke (`reason` completes "upstream X …").
     fn broken(&self, reason: String) -> End {
-        tracing::warn!(upstream = %self.upstream, %reason, "upstream answer broken");
-        End::Broken(ProxyError::UpstreamFailed { upstream: self.upstream.clone(), reason })
+        End::Broken(broken_answer(&self.upstream, reason))
     }
 }
 
@@ -75,6 +75,7 @@ impl RelayStage for Framing {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ProxyError;
     use crate::relay::stage::tests::observer;
 
     fn framing() -> Framing {

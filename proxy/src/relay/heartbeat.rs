@@ -55,10 +55,10 @@ impl Heartbeat {
         Heartbeat { quiet: Silence::new(every), tail: Tail::default() }
     }
 
-    /// These bytes went to the client: the silence starts again.
-    fn sent(&mut self, bytes: &[u8]) {
+    /// These bytes went to the client at `at`: the silence starts again.
+    fn sent(&mut self, bytes: &[u8], at: Instant) {
         self.tail.push(bytes);
-        self.quiet.heard(Instant::now());
+        self.quiet.heard(at);
     }
 
     /// A comment, once the client has heard nothing for the interval.
@@ -67,14 +67,15 @@ impl Heartbeat {
             return Poll::Pending;
         }
         let beat = if self.tail.mid_event() { INSIDE_AN_EVENT } else { BETWEEN_EVENTS };
-        self.sent(beat);
+        self.sent(beat, Instant::now());
         Poll::Ready(Bytes::from_static(beat))
     }
 }
 
 impl RelayStage for Heartbeat {
-    fn on_bytes(&mut self, bytes: Bytes, _at: std::time::Instant, _relayed: &mut Relayed<'_>) -> Flow {
-        self.sent(&bytes);
+    fn on_bytes(&mut self, bytes: Bytes, at: std::time::Instant, _relayed: &mut Relayed<'_>) -> Flow {
+        // The read's own time: no clock read per chunk.
+        self.sent(&bytes, Instant::from_std(at));
         Flow::pass(bytes)
     }
 
@@ -107,7 +108,7 @@ impl<S: Stream<Item = Result<Bytes, Infallible>>> Stream for Heartbeats<S> {
         let this = self.project();
         match this.inner.poll_next(cx) {
             Poll::Ready(Some(Ok(bytes))) => {
-                this.beat.sent(&bytes);
+                this.beat.sent(&bytes, Instant::now());
                 Poll::Ready(Some(Ok(bytes)))
             }
             Poll::Ready(other) => Poll::Ready(other),

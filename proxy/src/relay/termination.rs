@@ -4,6 +4,7 @@
 //! stream ends with the API's error event (see [`crate::error::error_event`]), so SSE
 //! clients raise instead of waiting. It sets the request's outcome either way.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -16,11 +17,11 @@ pub struct Termination {
     /// Where the client's stream stands, to place an error event.
     tail: Tail,
     /// The upstream's name, for the error that ends a stream it cut short.
-    upstream: String,
+    upstream: Arc<str>,
 }
 
 impl Termination {
-    pub fn new(upstream: String) -> Self {
+    pub fn new(upstream: Arc<str>) -> Self {
         Termination { tail: Tail::default(), upstream }
     }
 
@@ -59,7 +60,7 @@ impl RelayStage for Termination {
             End::Whole if !relayed.answer_ended() => {
                 tracing::warn!(parent: relayed.observer.span(), upstream = %self.upstream,
                     "upstream ended a stream without [DONE] or finish_reason");
-                let err = ProxyError::UpstreamTruncated { upstream: self.upstream.clone() };
+                let err = ProxyError::UpstreamTruncated { upstream: self.upstream.to_string() };
                 self.close_with(err, relayed)
             }
             End::Whole => {

@@ -7,4 +7,4 @@ mod pool;
 
 pub use engine_metrics::EngineLoad;
 pub use health::{HealthChecks, model_ids};
-pub use pool::{InFlight, NoPick, Upstream, UpstreamPool};
+pub use pool::{InFlight, NoPick, Upstream, UpstreamPool, broken_answer};

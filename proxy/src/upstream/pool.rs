@@ -170,12 +170,17 @@ impl InFlight {
         &self.upstream
     }
 
-    /// The error for an answer this upstream broke (`reason` completes "upstream X …"),
-    /// logged once here.
+    /// The error for an answer this upstream broke (see [`broken_answer`]).
     pub fn broken(&self, reason: String) -> crate::error::ProxyError {
-        tracing::warn!(upstream = %self.upstream.name, %reason, "upstream answer broken");
-        crate::error::ProxyError::UpstreamFailed { upstream: self.upstream.name.clone(), reason }
+        broken_answer(&self.upstream.name, reason)
     }
+}
+
+/// The error for an answer `upstream` broke (`reason` completes "upstream X …"), logged
+/// once here.
+pub fn broken_answer(upstream: &str, reason: String) -> crate::error::ProxyError {
+    tracing::warn!(%upstream, %reason, "upstream answer broken");
+    crate::error::ProxyError::UpstreamFailed { upstream: upstream.to_owned(), reason }
 }
 
 impl Drop for InFlight {

@@ -17,9 +17,10 @@
 //!
 //! [`Eviction::Lru`] is stock vLLM: one queue, least recently freed first, whatever a
 //! block holds. [`Eviction::ByTier`] evicts the lowest tier first, least recently freed
-//! first within it ([`KvPool`]). Where a request's blocks stop being reachable is one
-//! rule, [`first_dead_block`], used by the twin's pool and by the hook, which moves those
-//! blocks to the front of vLLM's own free queue.
+//! first within it ([`KvPool`]). [`Eviction::DeadFirst`] is what the hook does inside
+//! vLLM: stock's queue with a finished request's think-complete blocks moved to its
+//! front. Where a request's blocks stop being reachable is one rule,
+//! [`first_dead_block`], used by the twin's pool and by the hook.
 
 mod pool;
 mod queue;

@@ -16,9 +16,15 @@ use super::{BlockHash, Tier};
 pub enum Eviction {
     /// Stock vLLM: the least recently freed, whatever it holds.
     Lru,
-    /// Meridian's: the lowest tier first, the least recently freed within it; a freed
-    /// block that holds nothing cacheable before any that does.
+    /// Meridian's tiers in full: the lowest tier first, the least recently freed within
+    /// it; a freed block that holds nothing cacheable before any that does.
     ByTier,
+    /// What the hook does inside vLLM today: stock's one queue, except that a finished
+    /// request's think-complete blocks go to its front, in block order (vLLM frees a
+    /// request's blocks to the back, then the hook moves those to the front with
+    /// `prepend_n`), so the thought finished last is evicted first. Think-active and
+    /// output-critical blocks stay in LRU order.
+    DeadFirst,
 }
 
 #[derive(Debug, Clone)]
@@ -73,7 +79,7 @@ pub struct KvPool {
     block_size: u32,
     eviction: Eviction,
     pub(super) blocks: Vec<Block>,
-    /// Free blocks by tier under [`Eviction::ByTier`]; all in the first under `Lru`.
+    /// Free blocks by tier under [`Eviction::ByTier`]; all in the first otherwise.
     queues: [FreeQueue; 3],
     cached: HashMap<BlockHash, SmallVec<[u32; 1]>>,
     counters: PrefixCounters,
@@ -202,6 +208,12 @@ impl KvPool {
             block.tier = if block.hash.is_some() { tier_of(index as u32) } else { Tier::ThinkComplete };
             match self.eviction {
                 Eviction::Lru => self.queues[0].push_back(id),
+                // Blocks come last first, so pushing each to the front leaves the first
+                // dead block at the very front, as `prepend_n` of them in order does.
+                Eviction::DeadFirst if block.hash.is_some() && block.tier == Tier::ThinkComplete => {
+                    self.queues[0].push_front(id)
+                }
+                Eviction::DeadFirst => self.queues[0].push_back(id),
                 Eviction::ByTier if block.hash.is_none() => self.queues[0].push_front(id),
                 Eviction::ByTier => self.queues[block.tier as usize].push_back(id),
             }

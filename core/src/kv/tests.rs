@@ -81,25 +81,31 @@ fn next_turn_hits(eviction: Eviction) -> u32 {
 }
 
 #[test]
-fn stock_lru_evicts_an_older_prompt_before_a_newer_dead_thought_and_by_tier_does_not() {
+fn stock_lru_evicts_an_older_prompt_before_a_newer_dead_thought_and_the_tiers_do_not() {
     assert_eq!(next_turn_hits(Eviction::Lru), 1, "LRU took A's thought and then A's own prompt block");
     assert_eq!(next_turn_hits(Eviction::ByTier), 2, "by tier, both dead thoughts went first");
+    assert_eq!(next_turn_hits(Eviction::DeadFirst), 2, "the hook's way, both dead thoughts went first");
 }
 
 #[test]
-fn the_dead_blocks_start_where_the_prompt_ends_and_only_after_a_thought() {
-    assert_eq!(
-        first_dead_block(10, 4, true),
-        Some(2),
-        "the block holding the prompt's end chains over the thought"
-    );
-    assert_eq!(first_dead_block(8, 4, true), Some(2), "a prompt that fills its blocks keeps them all");
-    assert_eq!(first_dead_block(10, 4, false), None);
-    let finished = Released::Finished { thought: true };
-    assert_eq!(tier_at_release(1, 10, 4, finished), Tier::OutputCritical);
-    assert_eq!(tier_at_release(2, 10, 4, finished), Tier::ThinkComplete);
-    assert_eq!(tier_at_release(0, 10, 4, Released::Preempted(Phase::Think)), Tier::ThinkActive);
-    assert_eq!(tier_at_release(5, 10, 4, Released::Preempted(Phase::Output)), Tier::OutputCritical);
+fn the_hooks_way_evicts_the_thought_finished_last_first_in_block_order() {
+    let mut pool = KvPool::new(6, BS, Eviction::DeadFirst);
+    let mut held = Vec::new();
+    for conversation in [1, 2] {
+        // One prompt block, then two blocks of thought.
+        let (h, _) = admit(&mut pool, &tokens(conversation, 1), 3).unwrap();
+        let thought = block_hashes(None, &tokens(conversation + 100, 3), BS);
+        pool.cache(&h, 1, thought[1]);
+        pool.cache(&h, 2, thought[2]);
+        held.push(h);
+    }
+    let (a, b) = (held[0].blocks.clone(), held[1].blocks.clone());
+    let released = Released::Finished { thought: true };
+    for h in held {
+        pool.release(h, |i| tier_at_release(i, BS, BS, released));
+    }
+    // B's thought (block order), A's thought, then the prompts as LRU left them.
+    assert_eq!(pool.free_order(), vec![b[1], b[2], a[1], a[2], a[0], b[0]]);
 }
 
 /// One step of a random workload.
@@ -151,9 +157,10 @@ proptest! {
     #[test]
     fn eviction_follows_the_tiers_and_the_pool_agrees_with_the_plain_rule(
         ops in prop::collection::vec(op(), 1..80),
-        by_tier in any::<bool>(),
+        mode in 0u8..3,
     ) {
-        let eviction = if by_tier { Eviction::ByTier } else { Eviction::Lru };
+        let eviction = [Eviction::Lru, Eviction::ByTier, Eviction::DeadFirst][mode as usize];
+        let by_tier = eviction == Eviction::ByTier;
         let capacity = 12;
         let mut pool = KvPool::new(capacity, BS, eviction);
         let mut reference = Reference { free: (0..capacity).map(|id| (id, 0, i64::from(id))).collect(), clock: 100 };
@@ -198,6 +205,8 @@ proptest! {
                             (Eviction::Lru, _) => (0, reference.clock),
                             (Eviction::ByTier, false) => (0, -reference.clock),
                             (Eviction::ByTier, true) => (tier, reference.clock),
+                            (Eviction::DeadFirst, true) if tier == 0 => (0, -reference.clock),
+                            (Eviction::DeadFirst, _) => (0, reference.clock),
                         };
                         reference.free.push((id, place.0, place.1));
                     }

@@ -138,6 +138,7 @@ pub fn run_arrivals(
                 answer_tokens: a.answer,
                 priority: 0,
                 think_budget: None,
+                ids: None,
             });
             if let Ok(seq) = submitted {
                 by_seq.insert(seq, records.len());

@@ -13,7 +13,6 @@ pub mod calibrate;
 pub mod cost;
 pub mod engine;
 pub mod experiment;
-pub mod kv;
 pub mod replay;
 pub mod server;
 pub mod workload;

@@ -19,6 +19,7 @@ fn req(id: &str, prompt: u32, think: u32, answer: u32) -> NewRequest {
         answer_tokens: answer,
         priority: 0,
         think_budget: None,
+        ids: None,
     }
 }
 

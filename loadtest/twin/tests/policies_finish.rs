@@ -72,6 +72,7 @@ fn run_to_completion(config: EngineConfig, policy: &str, arrivals: &[Arrival]) -
                     answer_tokens: a.answer,
                     priority: (next % 3) as i32,
                     think_budget: None,
+                    ids: None,
                 })
                 .map_err(|e| format!("request {next} refused: {e}"))?;
             // A thought followed by an answer closes with the delimiter token.
@@ -182,6 +183,7 @@ fn the_bound_catches_a_request_that_never_finishes() {
         answer_tokens: 2,
         priority: 0,
         think_budget: None,
+        ids: None,
     })
     .unwrap();
     // The engine keeps stepping (idle, its clock moving) rather than returning None with
@@ -238,6 +240,7 @@ fn an_engine_holding_only_paced_answers_idles_until_the_reader_catches_up() {
         answer_tokens: 3,
         priority: 0,
         think_budget: None,
+        ids: None,
     })
     .unwrap();
     let (mut steps, mut idle) = (0, 0);
@@ -263,6 +266,7 @@ fn paced_answers_wait_for_their_reader_exactly() {
         answer_tokens: 120,
         priority: 0,
         think_budget: None,
+        ids: None,
     })
     .unwrap();
     let mut think_end = None;

@@ -13,6 +13,14 @@
 //! its limits, nothing admissible) is an idle step: the clock moves on to when the policy
 //! lets a request run again, as vLLM's loop keeps asking its scheduler while real time
 //! passes. Time-based decisions (pacing, protection windows) lapse only if it does.
+//!
+//! The KV cache is `meridian_core::kv`'s pool. With the prefix cache on
+//! ([`EngineConfig::prefix_cache`], off by default as in every real-engine run so far), a
+//! request's full blocks are named by chained hashes of its tokens and cached once
+//! computed; a request taken from the waiting queue (new, or resumed after preemption)
+//! starts from the longest cached prefix of its tokens, as vLLM's `get_computed_blocks`
+//! does (at least its last token is computed again); freed blocks stay cached until the
+//! pool's eviction order gives their space away.
 
 mod request;
 
@@ -21,11 +29,12 @@ use std::collections::{HashMap, VecDeque};
 use meridian_core::Phase;
 use meridian_core::sched::SchedulingPolicy;
 
-pub use request::NewRequest;
+pub use meridian_core::kv::{Eviction, PrefixCounters};
+pub use request::{NewRequest, TokenIds};
 use request::{SimRequest, State};
 
 use crate::cost::{CostModel, Profile, StepShape};
-use crate::kv::BlockPool;
+use meridian_core::kv::{Held, KvPool, Released, tier_at_release};
 
 /// Engine limits and costs.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -35,6 +44,9 @@ pub struct EngineConfig {
     pub block_size: u32,
     pub max_num_seqs: u32,
     pub max_num_batched_tokens: u32,
+    /// vLLM's prefix caching, with the order its free blocks are evicted in (stock:
+    /// [`Eviction::Lru`]; the hook: [`Eviction::DeadFirst`]); `None`: off.
+    pub prefix_cache: Option<Eviction>,
 }
 
 impl From<&Profile> for EngineConfig {
@@ -45,6 +57,7 @@ impl From<&Profile> for EngineConfig {
             block_size: p.block_size,
             max_num_seqs: p.max_num_seqs,
             max_num_batched_tokens: p.max_num_batched_tokens,
+            prefix_cache: None,
         }
     }
 }
@@ -79,6 +92,9 @@ pub struct StepReport {
     pub scheduled: Vec<(u64, u32)>,
     pub tokens: Vec<Token>,
     pub preempted: Vec<u64>,
+    /// (seq, prompt and earlier tokens found in the prefix cache) for each request taken
+    /// from the waiting queue this step, when the prefix cache is on.
+    pub prefix_hits: Vec<(u64, u32)>,
 }
 
 /// Why a request was refused.
@@ -100,7 +116,7 @@ pub struct Engine {
     requests: HashMap<u64, SimRequest>,
     running: Vec<u64>,
     waiting: VecDeque<u64>,
-    pool: BlockPool,
+    pool: KvPool,
     preemptions: u64,
     output_critical_preemptions: u64,
     steps: u64,
@@ -118,7 +134,11 @@ impl Engine {
             requests: HashMap::new(),
             running: Vec::new(),
             waiting: VecDeque::new(),
-            pool: BlockPool::new(config.kv_blocks, config.block_size),
+            pool: KvPool::new(
+                config.kv_blocks,
+                config.block_size,
+                config.prefix_cache.unwrap_or(Eviction::Lru),
+            ),
             preemptions: 0,
             output_critical_preemptions: 0,
             steps: 0,
@@ -155,6 +175,12 @@ impl Engine {
 
     pub fn kv_usage(&self) -> f64 {
         self.pool.usage()
+    }
+
+    /// What the prefix cache did (tokens queried and hit, cached blocks evicted by tier);
+    /// all zero while it is off.
+    pub fn prefix_counters(&self) -> PrefixCounters {
+        if self.config.prefix_cache.is_some() { self.pool.counters() } else { PrefixCounters::default() }
     }
 
     pub fn preemptions(&self) -> u64 {
@@ -213,7 +239,10 @@ impl Engine {
                 answer_len: req.answer_tokens,
                 generated: 0,
                 computed: 0,
-                blocks: 0,
+                held: Held::default(),
+                ids: req.ids,
+                hashes: Vec::new(),
+                cached_blocks: 0,
                 state: State::Waiting,
                 think_ended_s: None,
                 queued_s: self.clock_s,
@@ -226,7 +255,8 @@ impl Engine {
     /// Drops a request (its client went away); frees its blocks.
     pub fn abort(&mut self, seq: u64) -> bool {
         let Some(r) = self.requests.remove(&seq) else { return false };
-        self.pool.give_back(r.blocks);
+        let released = Released::Finished { thought: r.generated.min(r.think_len) > 0 };
+        self.release(r.held, r.prompt, released);
         match r.state {
             State::Running => self.running.retain(|s| *s != seq),
             State::Waiting => self.waiting.retain(|s| *s != seq),
@@ -337,12 +367,10 @@ impl Engine {
     fn grow_or_preempt(&mut self, i: usize, n_new: u32, now: f64, report: &mut StepReport) -> bool {
         let seq = self.running[i];
         loop {
-            let r = &self.requests[&seq];
-            let need = self.pool.blocks_for(r.computed + n_new).saturating_sub(r.blocks);
-            if self.pool.try_take(need) {
-                if let Some(r) = self.requests.get_mut(&seq) {
-                    r.blocks += need;
-                }
+            // (`running` holds only requests the engine holds.)
+            let Some(r) = self.requests.get_mut(&seq) else { return true };
+            let need = self.pool.blocks_for(r.computed + n_new).saturating_sub(r.held.len());
+            if self.pool.grow(&mut r.held, need) {
                 return true;
             }
             // Victims come from the requests not yet scheduled this step, this one included.
@@ -365,10 +393,13 @@ impl Engine {
                 self.output_critical_preemptions += 1;
             }
             r.queued_s = now;
-            self.pool.give_back(r.blocks);
-            r.blocks = 0;
+            let held = std::mem::take(&mut r.held);
+            let released = Released::Preempted(r.phase());
+            let prompt = r.prompt;
             r.computed = 0;
+            r.cached_blocks = 0;
             r.state = State::Waiting;
+            self.release(held, prompt, released);
         }
         self.waiting.push_front(seq);
         self.preemptions += 1;
@@ -382,17 +413,32 @@ impl Engine {
             if *budget == 0 || *prefill_left == 0 || self.running.len() >= self.config.max_num_seqs as usize {
                 break;
             }
-            let r = &self.requests[&seq];
-            let n_new = (r.tokens_needed() - r.computed).min(*budget).min(*prefill_left);
-            let need = self.pool.blocks_for(r.computed + n_new).saturating_sub(r.blocks);
-            if !self.pool.try_take(need) {
+            let caching = self.config.prefix_cache.is_some();
+            let block_size = self.pool.block_size();
+            let Some(r) = self.requests.get_mut(&seq) else { break };
+            // A request taken from the waiting queue holds nothing; with the prefix cache
+            // on, the cached blocks of its tokens' prefix are computed already, short of
+            // its last token, which must be computed to sample the next.
+            let mut hits = 0;
+            if caching {
+                r.name_full_blocks(block_size);
+                let most = ((r.tokens_needed() - 1) / block_size).min(r.hashes.len() as u32);
+                hits = self.pool.cached_prefix(&r.hashes[..most as usize]);
+            }
+            let start = hits * block_size;
+            let n_new = (r.tokens_needed() - start).min(*budget).min(*prefill_left);
+            let blocks = self.pool.blocks_for(start + n_new);
+            let Some(held) = self.pool.admit(&r.hashes[..hits as usize], blocks, r.tokens_needed()) else {
                 break;
+            };
+            r.held = held;
+            r.computed = start;
+            r.cached_blocks = hits;
+            r.state = State::Running;
+            if caching {
+                report.prefix_hits.push((seq, start));
             }
             self.waiting.pop_front();
-            if let Some(r) = self.requests.get_mut(&seq) {
-                r.blocks += need;
-                r.state = State::Running;
-            }
             self.running.push(seq);
             report.scheduled.push((seq, n_new));
             *budget -= n_new;
@@ -418,9 +464,21 @@ impl Engine {
         report.duration_s = duration;
         let end = self.clock_s;
         let mut finished = Vec::new();
+        let caching = self.config.prefix_cache.is_some();
+        let block_size = self.pool.block_size();
         for &(seq, n) in &report.scheduled {
             let Some(r) = self.requests.get_mut(&seq) else { continue };
             r.computed += n;
+            if caching {
+                // Full blocks whose KV is now computed join the cache, as vLLM's
+                // `cache_blocks` adds them after each allocation.
+                r.name_full_blocks(block_size);
+                let full = (r.computed / block_size).min(r.hashes.len() as u32);
+                for index in r.cached_blocks..full {
+                    self.pool.cache(&r.held, index, r.hashes[index as usize]);
+                }
+                r.cached_blocks = r.cached_blocks.max(full);
+            }
             if r.computed < r.tokens_needed() {
                 continue; // a prefill chunk that did not reach the end of the prompt
             }
@@ -439,10 +497,16 @@ impl Engine {
         }
         for seq in finished {
             if let Some(r) = self.requests.remove(&seq) {
-                self.pool.give_back(r.blocks);
+                self.release(r.held, r.prompt, Released::Finished { thought: r.think_len > 0 });
             }
             self.running.retain(|s| *s != seq);
         }
         Some(report)
+    }
+
+    /// Gives a request's blocks back, each into its tier (`meridian_core::kv`'s rule).
+    fn release(&mut self, held: Held, prompt: u32, released: Released) {
+        let block_size = self.pool.block_size();
+        self.pool.release(held, |index| tier_at_release(index, prompt, block_size, released));
     }
 }

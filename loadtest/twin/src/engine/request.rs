@@ -1,9 +1,20 @@
+use std::sync::Arc;
+
 use meridian_core::Phase;
+use meridian_core::kv::{BlockHash, Held, block_hashes};
 use meridian_core::sched::RequestView;
+
+/// What a request's tokens are, for the prefix cache: its prompt's ids and its answer's.
+/// A thought's ids are its own (no later prompt holds them: chat templates drop it).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TokenIds {
+    pub prompt: Arc<[u32]>,
+    pub answer: Arc<[u32]>,
+}
 
 /// A request as the caller submits it. Lengths are in tokens; the think and answer
 /// lengths are what the model "would" generate, usually drawn from a workload.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct NewRequest {
     pub id: String,
     pub prompt_tokens: u32,
@@ -13,6 +24,9 @@ pub struct NewRequest {
     pub priority: i32,
     /// `thinking_token_budget`: thinking is cut (the end marker forced) at this many tokens.
     pub think_budget: Option<u32>,
+    /// Its tokens, where the prefix cache should see which prompts share a prefix;
+    /// without them every token is its own and nothing is ever a hit.
+    pub ids: Option<TokenIds>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,14 +56,51 @@ pub(crate) struct SimRequest {
     pub generated: u32,
     /// Tokens whose KV is computed (prompt and generated).
     pub computed: u32,
-    pub blocks: u32,
+    /// Its KV blocks, in order.
+    pub held: Held,
+    pub ids: Option<TokenIds>,
+    /// The names of its full blocks so far (prompt and generated), when the prefix cache is on.
+    pub hashes: Vec<BlockHash>,
+    /// How many of its first blocks are in the prefix cache.
+    pub cached_blocks: u32,
     pub state: State,
     pub think_ended_s: Option<f64>,
     /// When it last entered the waiting queue.
     pub queued_s: f64,
 }
 
+/// Marks ids the twin makes up, so that they meet no caller's.
+const MADE_UP: u32 = 1 << 31;
+
 impl SimRequest {
+    /// The id of the token at `position` (prompt, then generated): the caller's where it
+    /// gave them, else one made up from the request and the position.
+    fn token_at(&self, position: u32) -> u32 {
+        let made_up =
+            || MADE_UP | (self.seq as u32).wrapping_mul(0x9E37_79B9).wrapping_add(position) & !MADE_UP;
+        let ids = self.ids.as_ref();
+        if position < self.prompt {
+            return ids.and_then(|t| t.prompt.get(position as usize).copied()).unwrap_or_else(made_up);
+        }
+        let generated = position - self.prompt;
+        match generated.checked_sub(self.answer_starts()) {
+            Some(a) => ids.and_then(|t| t.answer.get(a as usize).copied()).unwrap_or_else(made_up),
+            None => made_up(),
+        }
+    }
+
+    /// Names every block its known tokens (prompt and generated so far) fill.
+    pub fn name_full_blocks(&mut self, block_size: u32) {
+        let block_size = block_size.max(1);
+        let mut block = Vec::with_capacity(block_size as usize);
+        while (self.hashes.len() as u32 + 1) * block_size <= self.tokens_needed() {
+            let start = self.hashes.len() as u32 * block_size;
+            block.clear();
+            block.extend((start..start + block_size).map(|p| self.token_at(p)));
+            self.hashes.extend(block_hashes(self.hashes.last().copied(), &block, block_size));
+        }
+    }
+
     /// Tokens that need KV before the next token can be sampled.
     pub fn tokens_needed(&self) -> u32 {
         self.prompt + self.generated

@@ -246,6 +246,7 @@ async fn generate(shared: Arc<Shared>, headers: HeaderMap, body: axum::body::Byt
             answer_tokens: answer,
             priority: req.priority,
             think_budget: budget,
+            ids: None,
         });
         let seq = match submitted {
             Ok(seq) => seq,

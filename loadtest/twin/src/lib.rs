@@ -10,6 +10,7 @@
 
 pub mod ab;
 pub mod calibrate;
+pub mod conversation;
 pub mod cost;
 pub mod engine;
 pub mod experiment;

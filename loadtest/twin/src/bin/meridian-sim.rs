@@ -82,6 +82,38 @@ enum Command {
         #[command(flatten)]
         engine: EngineArgs,
     },
+    /// Multi-turn conversations with the prefix cache on: stock's LRU eviction against
+    /// the hook's (a finished thought's blocks first), at each cache size and rate, the
+    /// same seeds on both; prints (and optionally writes) a markdown table. Each turn's
+    /// lengths come from the workload (its prompt is the new user message).
+    Conversations {
+        /// KV cache sizes, in blocks.
+        #[arg(long, value_delimiter = ',', default_value = "1000,2000,4000")]
+        kv_blocks: Vec<u32>,
+        /// Conversations started per second.
+        #[arg(long, value_delimiter = ',', default_value = "0.5,1")]
+        rates: Vec<f64>,
+        #[arg(long, default_value_t = 200)]
+        conversations: u32,
+        #[arg(long, default_value_t = 4)]
+        turns: u32,
+        #[arg(long, default_value_t = 512)]
+        system_tokens: u32,
+        /// Mean wait between an answer's end and the next message.
+        #[arg(long, default_value_t = 5.0)]
+        think_time_s: f64,
+        /// Seeds, each run under both eviction orders.
+        #[arg(long, default_value_t = 5)]
+        seeds: u64,
+        /// Scheduling policy, by name (the same for both sides).
+        #[arg(long, default_value = "fcfs")]
+        policy: String,
+        /// Write the table to this markdown file.
+        #[arg(long)]
+        report: Option<PathBuf>,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
     /// Compare scheduling policies on the same workload at loads relative to the stock
     /// engine's capacity; prints (and optionally writes) a markdown report.
     Ab {
@@ -246,6 +278,49 @@ async fn main() -> Result<(), String> {
                 &requests,
             );
             std::fs::write(&out, predicted.to_string()).map_err(|e| format!("{}: {e}", out.display()))?;
+        }
+        Command::Conversations {
+            kv_blocks,
+            rates,
+            conversations,
+            turns,
+            system_tokens,
+            think_time_s,
+            seeds,
+            policy,
+            report,
+            engine,
+        } => {
+            pick(&policy)?;
+            let spec = meridian_sim::conversation::ConversationSpec {
+                turn: engine.workload()?,
+                turns,
+                system_tokens,
+                think_time_s,
+            };
+            let seeds: Vec<u64> = (engine.seed..engine.seed + seeds.max(1)).collect();
+            let make = || pick(&policy).unwrap_or_else(|_| Box::new(meridian_core::sched::Fcfs));
+            let cells = meridian_sim::conversation::eviction_cells(
+                EngineConfig::from(&engine.profile()?),
+                &make,
+                &spec,
+                &kv_blocks,
+                &rates,
+                conversations,
+                &seeds,
+            );
+            let table = format!(
+                "Profile `{}`, policy `{policy}`, {conversations} conversations of {turns} turns, a \
+                 {system_tokens}-token system prompt, {think_time_s} s mean think time, seeds {}-{}:\n\n{}",
+                engine.profile,
+                seeds[0],
+                seeds[seeds.len() - 1],
+                meridian_sim::conversation::eviction_table(&cells)
+            );
+            println!("{table}");
+            if let Some(path) = report {
+                std::fs::write(&path, table).map_err(|e| format!("{}: {e}", path.display()))?;
+            }
         }
         Command::Run { request_rate, num_prompts, policy, engine } => {
             let res = experiment::run_poisson(

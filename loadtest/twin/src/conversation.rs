@@ -9,7 +9,7 @@
 //! history to hit) and their time to first token can be read per eviction order.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
 use meridian_core::kv::PrefixCounters;
@@ -70,20 +70,29 @@ impl ConversationResult {
         if all == 0 { 0.0 } else { hit as f64 / all as f64 }
     }
 
-    /// TTFTs of the turns after the first, sorted.
+    /// TTFTs of the turns after the first.
     pub fn later_turns_ttft(&self) -> Vec<f64> {
-        let mut v: Vec<f64> = self.turns.iter().filter(|t| t.turn > 0).filter_map(|t| t.ttft).collect();
-        v.sort_by(f64::total_cmp);
-        v
+        self.turns.iter().filter(|t| t.turn > 0).filter_map(|t| t.ttft).collect()
     }
 }
 
-/// A turn waiting to be sent.
+/// A conversation's next turn, waiting to be sent.
 struct Due {
-    conversation: u32,
     /// The history it is sent with (system prompt, earlier messages and answers).
     history: Vec<u32>,
     turn: u32,
+}
+
+/// A turn the engine holds.
+struct Sent {
+    /// Its record in the run's turns.
+    record: usize,
+    sent_s: f64,
+    /// Its prompt and answer: the next turn's history.
+    history: Vec<u32>,
+    /// The engine has looked its prompt up in the prefix cache (a resumption after
+    /// preemption looks again and finds its own blocks: only the first look counts).
+    looked_up: bool,
 }
 
 /// Fresh token ids, so that no two messages share a token by chance.
@@ -120,14 +129,12 @@ pub fn run_conversations(
     let mut t = 0.0;
     for c in 0..conversations {
         due.push(Reverse((secs_to_key(t), c)));
-        waiting.insert(c, Due { conversation: c, history: system.clone(), turn: 0 });
+        waiting.insert(c, Due { history: system.clone(), turn: 0 });
         t += starts.map_or(1.0 / rate.max(1e-9), |g| g.sample(&mut rng));
     }
 
     let mut turns: Vec<TurnRecord> = Vec::new();
-    // seq -> (record index, sent at, the turn's history with its answer, for the next turn)
-    let mut live: HashMap<u64, (usize, f64, Vec<u32>)> = HashMap::new();
-    let mut taken_up: HashSet<u64> = HashSet::new();
+    let mut live: HashMap<u64, Sent> = HashMap::new();
     let mut tokens_done = 0u64;
     loop {
         let next_due = due.peek().map(|Reverse((k, _))| key_to_secs(*k));
@@ -149,7 +156,7 @@ pub fn run_conversations(
             let answer: Vec<u32> = ids.take(shape.answer.max(1)).collect();
             let prompt_tokens = prompt.len() as u32;
             let submitted = engine.submit(NewRequest {
-                id: format!("{}-{}", d.conversation, d.turn),
+                id: format!("{c}-{}", d.turn),
                 prompt_tokens,
                 think_tokens: shape.think,
                 answer_tokens: answer.len() as u32,
@@ -164,9 +171,12 @@ pub fn run_conversations(
             if let Ok(seq) = submitted {
                 let mut next = prompt;
                 next.extend(&answer);
-                live.insert(seq, (turns.len(), engine.now(), next));
+                live.insert(
+                    seq,
+                    Sent { record: turns.len(), sent_s: engine.now(), history: next, looked_up: false },
+                );
                 turns.push(TurnRecord {
-                    conversation: d.conversation,
+                    conversation: c,
                     turn: d.turn,
                     prompt_tokens,
                     hit_tokens: 0,
@@ -178,18 +188,17 @@ pub fn run_conversations(
         let wake = due.peek().map_or(f64::INFINITY, |Reverse((k, _))| key_to_secs(*k));
         let Some(step) = engine.step_until(wake) else { continue };
         for (seq, hit) in step.prefix_hits {
-            // The first look-up only: a resumption after preemption finds its own blocks.
-            if taken_up.insert(seq)
-                && let Some((i, _, _)) = live.get(&seq)
+            if let Some(sent) = live.get_mut(&seq)
+                && !std::mem::replace(&mut sent.looked_up, true)
             {
-                turns[*i].hit_tokens = hit;
+                turns[sent.record].hit_tokens = hit;
             }
         }
         for tok in step.tokens {
-            let Some((i, sent, _)) = live.get(&tok.seq) else { continue };
-            let (i, since) = (*i, tok.at_s - *sent);
+            let Some(sent) = live.get(&tok.seq) else { continue };
+            let since = tok.at_s - sent.sent_s;
             tokens_done += 1;
-            let record = &mut turns[i];
+            let record = &mut turns[sent.record];
             if !tok.ends_thought && record.ttft.is_none() {
                 record.ttft = Some(since);
             }
@@ -197,11 +206,11 @@ pub fn run_conversations(
                 record.e2e = Some(since);
                 tokens_done += u64::from(record.prompt_tokens);
                 let (conversation, turn) = (record.conversation, record.turn + 1);
-                let Some((_, _, history)) = live.remove(&tok.seq) else { continue };
+                let Some(sent) = live.remove(&tok.seq) else { continue };
                 if turn < spec.turns {
                     let at = tok.at_s + pause.map_or(spec.think_time_s, |p| p.sample(&mut rng));
                     due.push(Reverse((secs_to_key(at), conversation)));
-                    waiting.insert(conversation, Due { conversation, history, turn });
+                    waiting.insert(conversation, Due { history: sent.history, turn });
                 }
             }
         }
@@ -254,8 +263,7 @@ pub fn eviction_cells(
             let run = |eviction, seed| {
                 let config = EngineConfig { kv_blocks, prefix_cache: Some(eviction), ..config };
                 let r = run_conversations(config, policy(), spec, rate, conversations, seed);
-                let ttft = r.later_turns_ttft();
-                let p95 = ttft.get((ttft.len() * 95 / 100).min(ttft.len().saturating_sub(1))).copied();
+                let p95 = crate::ab::percentile(&r.later_turns_ttft(), 95.0);
                 (r.later_turns_hit_rate(), p95.unwrap_or(f64::NAN), r.token_throughput)
             };
             out.push(EvictionCell {

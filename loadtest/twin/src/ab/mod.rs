@@ -82,12 +82,17 @@ pub struct Cell {
 
 /// The `p`th percentile in milliseconds of seconds `v`; `None` for no values.
 fn pct_ms(v: &[f64], p: f64) -> Option<f64> {
+    percentile(v, p).map(|s| s * 1000.0)
+}
+
+/// The `p`th percentile of `v` by nearest rank; `None` for no values.
+pub(crate) fn percentile(v: &[f64], p: f64) -> Option<f64> {
     if v.is_empty() {
         return None;
     }
     let mut v = v.to_vec();
     v.sort_by(|a, b| a.total_cmp(b));
-    Some(v[((p / 100.0 * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1] * 1000.0)
+    Some(v[((p / 100.0 * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1])
 }
 
 fn cell(policy: &str, load: f64, rate: f64, res: &ExperimentResult, slo: JointSlo) -> Cell {

@@ -409,12 +409,12 @@ impl Engine {
         let mut views: Vec<_> = self.waiting.iter().map(|s| self.requests[s].view()).collect();
         self.policy.order_waiting(&mut views, now);
         self.waiting = views.into_iter().map(|v| v.seq).collect();
+        let caching = self.config.prefix_cache.is_some();
+        let block_size = self.pool.block_size();
         while let Some(&seq) = self.waiting.front() {
             if *budget == 0 || *prefill_left == 0 || self.running.len() >= self.config.max_num_seqs as usize {
                 break;
             }
-            let caching = self.config.prefix_cache.is_some();
-            let block_size = self.pool.block_size();
             let Some(r) = self.requests.get_mut(&seq) else { break };
             // A request taken from the waiting queue holds nothing; with the prefix cache
             // on, the cached blocks of its tokens' prefix are computed already, short of

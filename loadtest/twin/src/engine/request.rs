@@ -92,7 +92,8 @@ impl SimRequest {
     /// Names every block its known tokens (prompt and generated so far) fill.
     pub fn name_full_blocks(&mut self, block_size: u32) {
         let block_size = block_size.max(1);
-        let mut block = Vec::with_capacity(block_size as usize);
+        // Most steps fill no block: nothing is allocated for them.
+        let mut block = Vec::new();
         while (self.hashes.len() as u32 + 1) * block_size <= self.tokens_needed() {
             let start = self.hashes.len() as u32 * block_size;
             block.clear();

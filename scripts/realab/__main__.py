@@ -8,6 +8,7 @@
     python -m realab policies keep|add|report ...  (every policy, paired: policies.py)
     python -m realab forecast SET_DIR SIM          (the twin beside a kept set, and its GPU forecasts)
     python -m realab candidates SET_DIR SIM POLICIES LOADS OUT_MD  (candidate policies on the twin first)
+    python -m realab prefix measure|report ...     (the prefix cache under conversations: prefix.py)
 
 `measure` starts the engines and proxies, measures, and writes RESULTS_JSON (every run's
 summary, the step traces' preemptions, the capacity, the setup); the step traces stay in
@@ -183,6 +184,19 @@ def main(argv: list[str]) -> None:
         from . import candidates
 
         candidates.main(argv[1:])
+    elif argv[0] == "prefix":
+        from . import prefix
+
+        def prefix_setup(root: Path, model: Path, plan) -> m.Setup:
+            work = Path(tempfile.mkdtemp(prefix="realab-prefix-"))
+            ids = write_family(model, work / "models", (SERVED,))
+            spec = engine_spec(model, None, RIGS["gpu"])
+            keep_off_engine_core(spec)
+            return m.Setup(root=root, work=work, spec=spec, think_end_id=ids["</think>"], models_dir=work / "models",
+                           workloads=[], loads=[], rounds=plan.rounds, slo_ttot_ms=250.0, slo_gap_ms=250.0,
+                           configs=plan.configs, first_round=plan.first_round, rig="gpu", calm_s=plan.calm_s)
+
+        prefix.main(argv[1:], prefix_setup)
     elif argv[0] == "stepcost":
         from . import stepcost
 

@@ -71,6 +71,15 @@ struct UsageView {
     completion_tokens: Option<u32>,
     #[serde(default)]
     completion_tokens_details: Option<DetailsView>,
+    /// vLLM sends it with `--enable-prompt-tokens-details`.
+    #[serde(default)]
+    prompt_tokens_details: Option<PromptDetailsView>,
+}
+
+#[derive(Deserialize)]
+struct PromptDetailsView {
+    #[serde(default)]
+    cached_tokens: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -115,6 +124,9 @@ pub struct Usage {
     pub reasoning_tokens: Option<u32>,
     /// The prompt as the server tokenized it (a load tester's own count is a guess).
     pub prompt_tokens: Option<u32>,
+    /// Of those, the tokens the server's prefix cache held when it took the request up
+    /// (vLLM reports them only when started with `--enable-prompt-tokens-details`).
+    pub cached_tokens: Option<u32>,
 }
 
 /// Parses one `data:` payload (or a whole non-streaming body). Returns `None` for
@@ -146,6 +158,7 @@ pub fn parse_payload<'p>(
             completion_tokens: u.completion_tokens?,
             reasoning_tokens: u.completion_tokens_details.and_then(|d| d.reasoning_tokens),
             prompt_tokens: u.prompt_tokens,
+            cached_tokens: u.prompt_tokens_details.and_then(|d| d.cached_tokens),
         })
     }))
 }
@@ -201,11 +214,22 @@ mod tests {
         );
         assert_eq!(
             u,
-            Some(Some(Usage { completion_tokens: 10, reasoning_tokens: Some(7), prompt_tokens: Some(3) }))
+            Some(Some(Usage { completion_tokens: 10, reasoning_tokens: Some(7), prompt_tokens: Some(3), cached_tokens: None }))
         );
         assert_eq!(first("not json").1, None);
         assert_eq!(first("[1,2]").1, None);
         assert_eq!(first(r#"{"choices":[{"delta":{"content":5}}]}"#).1, None);
+    }
+
+    #[test]
+    fn reads_the_prompt_tokens_the_prefix_cache_held() {
+        // vLLM 0.32 with --enable-prompt-tokens-details, on the final usage chunk.
+        let (_, u) = first(
+            r#"{"choices":[],"usage":{"prompt_tokens":300,"total_tokens":310,"completion_tokens":10,"prompt_tokens_details":{"cached_tokens":256}}}"#,
+        );
+        assert_eq!(u.flatten().and_then(|u| u.cached_tokens), Some(256));
+        let (_, u) = first(r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1,"prompt_tokens_details":null}}"#);
+        assert_eq!(u.flatten().map(|u| u.cached_tokens), Some(None), "details off: unknown, not zero");
     }
 
     #[test]

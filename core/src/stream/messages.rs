@@ -55,6 +55,9 @@ struct UsageView {
     input_tokens: Option<u32>,
     #[serde(default)]
     output_tokens: Option<u32>,
+    /// Anthropic's name for prompt tokens read from its cache.
+    #[serde(default)]
+    cache_read_input_tokens: Option<u32>,
 }
 
 impl UsageView {
@@ -63,6 +66,7 @@ impl UsageView {
             completion_tokens: self.output_tokens?,
             reasoning_tokens: None,
             prompt_tokens: self.input_tokens,
+            cached_tokens: self.cache_read_input_tokens,
         })
     }
 }
@@ -159,7 +163,7 @@ mod tests {
         assert!(c.is_empty(), "the stop reason is not the end of the stream");
         assert_eq!(
             u,
-            Some(Some(Usage { completion_tokens: 40, reasoning_tokens: None, prompt_tokens: Some(25) }))
+            Some(Some(Usage { completion_tokens: 40, reasoning_tokens: None, prompt_tokens: Some(25), cached_tokens: None }))
         );
         assert_eq!(read(r#"{"type":"message_stop"}"#).0, vec![(None, None, true)]);
         let (c, _) = read(r#"{"type":"error","error":{"type":"api_error","message":"boom"}}"#);
@@ -174,7 +178,7 @@ mod tests {
         assert_eq!(c, vec![(Some("hm".into()), Some("4".into()), true)]);
         assert_eq!(
             u,
-            Some(Some(Usage { completion_tokens: 9, reasoning_tokens: None, prompt_tokens: Some(3) }))
+            Some(Some(Usage { completion_tokens: 9, reasoning_tokens: None, prompt_tokens: Some(3), cached_tokens: None }))
         );
         assert_eq!(read(r#"{"no":"type"}"#).1, None);
     }

@@ -65,6 +65,14 @@ struct UsageView {
     output_tokens: Option<u32>,
     #[serde(default)]
     output_tokens_details: Option<Details>,
+    #[serde(default)]
+    input_tokens_details: Option<InputDetails>,
+}
+
+#[derive(Deserialize)]
+struct InputDetails {
+    #[serde(default)]
+    cached_tokens: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -79,6 +87,7 @@ impl UsageView {
             completion_tokens: self.output_tokens?,
             reasoning_tokens: self.output_tokens_details.and_then(|d| d.reasoning_tokens),
             prompt_tokens: self.input_tokens,
+            cached_tokens: self.input_tokens_details.and_then(|d| d.cached_tokens),
         })
     }
 }
@@ -194,7 +203,7 @@ mod tests {
         );
         assert_eq!(
             u,
-            Some(Some(Usage { completion_tokens: 24, reasoning_tokens: Some(15), prompt_tokens: Some(25) }))
+            Some(Some(Usage { completion_tokens: 24, reasoning_tokens: Some(15), prompt_tokens: Some(25), cached_tokens: None }))
         );
         let (c, _) = read(r#"{"type":"response.incomplete","response":{"usage":null}}"#);
         assert_eq!(c, vec![(None, None, true)]);
@@ -213,7 +222,7 @@ mod tests {
         assert_eq!(c, vec![(Some("hm".into()), Some("4".into()), true)]);
         assert_eq!(
             u,
-            Some(Some(Usage { completion_tokens: 9, reasoning_tokens: None, prompt_tokens: Some(3) }))
+            Some(Some(Usage { completion_tokens: 9, reasoning_tokens: None, prompt_tokens: Some(3), cached_tokens: None }))
         );
         assert_eq!(read("[]").1, None);
         assert_eq!(read(r#"{"type":7}"#).1, None);

@@ -26,6 +26,8 @@ pub struct Args {
     /// Model family for client-side phase detection (see models/); default: from the name.
     #[arg(long)]
     pub model_family: Option<String>,
+    /// Requests to send; with `--dataset-name conversations` or `agent`, conversations
+    /// (each `--turns` requests).
     #[arg(long, default_value_t = 100)]
     pub num_prompts: usize,
     /// Requests per second ("inf" sends everything at once).
@@ -62,6 +64,29 @@ pub struct Args {
     pub stall_threshold_ms: f64,
     #[arg(long)]
     pub sharegpt_output_len: Option<u32>,
+    /// Turns per conversation (`--dataset-name conversations` or `agent`); each turn's
+    /// new message and answer take the `--random-*` lengths.
+    #[arg(long, default_value_t = 4)]
+    pub turns: u32,
+    /// Tokens of the system prompt every conversation opens with (0: none).
+    #[arg(long, default_value_t = 512)]
+    pub system_prompt_len: u32,
+    /// Mean seconds (exponential) between an answer's end and the next message; an
+    /// agent's tool output comes back in a tenth of it.
+    #[arg(long, default_value_t = 5.0)]
+    pub think_time: f64,
+    /// Send each turn of a conversation a sampling `seed` (from --seed), so two servers
+    /// given the same plan generate the same answers and receive the same histories.
+    /// Off by default: vLLM's CPU build (0.32) fails a request with a seed ("CPU
+    /// Generator does not use offset"); `--extra-body '{"temperature": 0}'` pairs the
+    /// answers there instead.
+    #[arg(long)]
+    pub sample_seeds: bool,
+    /// Where the server's Prometheus page is, read before and after each run for vLLM's
+    /// prefix-cache counters (default: the base URL's /metrics; point it at vLLM itself
+    /// when a proxy stands in front).
+    #[arg(long)]
+    pub metrics_url: Option<String>,
     /// Ramp the rate linearly from --ramp-up-start-rps to --ramp-up-end-rps.
     #[arg(long, value_enum)]
     pub ramp_up_strategy: Option<RampStrategy>,
@@ -131,6 +156,18 @@ pub struct Args {
 pub enum DatasetName {
     Random,
     Sharegpt,
+    /// Multi-turn chats: each turn sends the history (answers without their thinking)
+    /// and a new message, `--think-time` after the last answer.
+    Conversations,
+    /// The same loop shaped like a tool-calling agent: tool outputs sent back within a
+    /// tenth of `--think-time`.
+    Agent,
+}
+
+impl DatasetName {
+    pub fn multi_turn(self) -> bool {
+        matches!(self, DatasetName::Conversations | DatasetName::Agent)
+    }
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]

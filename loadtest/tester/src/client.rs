@@ -49,6 +49,12 @@ impl Api {
         }
     }
 
+    /// Whether a multi-turn run can speak it: chat only, whose `messages` carry the
+    /// history and whose answers vLLM's reasoning parser splits from their thinking.
+    pub fn converses(self) -> bool {
+        self == Api::Chat
+    }
+
     /// Why a run's options cannot be sent on this API, if they cannot: vLLM reads its
     /// `thinking_token_budget` and `ignore_eos` on chat and completions only.
     pub fn refuses(self, think_budgets: bool, ignore_eos: bool) -> Option<String> {
@@ -84,8 +90,13 @@ pub struct Target {
 
 impl Target {
     fn body(&self, prompt: &Prompt) -> Value {
-        let (model, max) = (&self.model, prompt.max_tokens);
         let messages = json!([{"role": "user", "content": prompt.text}]);
+        self.body_with(messages, prompt)
+    }
+
+    /// The body for `prompt`, its messages given (the whole history on a later turn).
+    fn body_with(&self, messages: Value, prompt: &Prompt) -> Value {
+        let (model, max) = (&self.model, prompt.max_tokens);
         let mut body = match self.api {
             Api::Chat => json!({"model": model, "messages": messages, "max_tokens": max}),
             Api::Completions => json!({"model": model, "prompt": prompt.text, "max_tokens": max}),
@@ -117,24 +128,51 @@ impl Target {
 
     /// Sends `prompt` as request `index`; `sent_at` is its offset in the run.
     pub async fn send(&self, index: usize, sent_at: f64, prompt: &Prompt) -> RequestRecord {
-        let mut b = RecordBuilder::new(index, sent_at, self.family.clone(), self.api.dialect());
+        let builder = RecordBuilder::new(index, sent_at, self.family.clone(), self.api.dialect());
+        self.send_body(builder, &self.body(prompt), prompt.input_tokens).await.0
+    }
+
+    /// Sends one turn of a conversation: `history` its messages so far, the new one
+    /// last, sampled with `seed` when given. Returns the answer's text beside its record,
+    /// for the next turn. Only chat speaks in messages: the caller checks
+    /// (`Api::converses`).
+    pub async fn send_turn(
+        &self,
+        index: usize,
+        sent_at: f64,
+        history: &[Value],
+        prompt: &Prompt,
+        seed: Option<u64>,
+    ) -> (RequestRecord, String) {
+        let builder = RecordBuilder::new(index, sent_at, self.family.clone(), self.api.dialect()).keep_answer();
+        let mut body = self.body_with(Value::Array(history.to_vec()), prompt);
+        if let Some(seed) = seed {
+            body["seed"] = json!(seed);
+        }
+        // A guess, as for a synthetic prompt; the server's count from `usage` wins.
+        let chars: usize = history.iter().filter_map(|m| m["content"].as_str()).map(str::len).sum();
+        let estimate = u32::try_from(chars.div_ceil(4)).unwrap_or(u32::MAX);
+        self.send_body(builder, &body, estimate).await
+    }
+
+    async fn send_body(&self, mut b: RecordBuilder, body: &Value, estimated_prompt: u32) -> (RequestRecord, String) {
         let start = Instant::now();
-        let mut req = self.client.post(&self.url).json(&self.body(prompt));
+        let mut req = self.client.post(&self.url).json(body);
         if let Some(key) = &self.api_key {
             req = req.bearer_auth(key);
         }
         let resp = match req.send().await {
             Ok(r) => r,
-            Err(e) => return b.finish(start.elapsed().as_secs_f64(), Some(format!("request failed: {e}"))),
+            Err(e) => return b.finish_with_answer(start.elapsed().as_secs_f64(), Some(format!("request failed: {e}"))),
         };
         if !resp.status().is_success() {
             let status = resp.status();
             let text = resp.text().await.unwrap_or_default();
             b.answered_error(status.as_u16(), text.as_bytes());
             let detail: String = text.chars().take(300).collect();
-            return b.finish(start.elapsed().as_secs_f64(), Some(format!("HTTP {status}: {detail}")));
+            return b.finish_with_answer(start.elapsed().as_secs_f64(), Some(format!("HTTP {status}: {detail}")));
         }
-        let mut r = if self.stream {
+        let (mut r, answer) = if self.stream {
             let mut stream = resp.bytes_stream();
             let mut error = None;
             while let Some(chunk) = stream.next().await {
@@ -148,19 +186,19 @@ impl Target {
                     }
                 }
             }
-            b.finish(start.elapsed().as_secs_f64(), error)
+            b.finish_with_answer(start.elapsed().as_secs_f64(), error)
         } else {
             match resp.bytes().await {
                 Ok(body) => {
                     let at = start.elapsed().as_secs_f64();
                     b.on_body(at, &body);
-                    b.finish(at, None)
+                    b.finish_with_answer(at, None)
                 }
-                Err(e) => b.finish(start.elapsed().as_secs_f64(), Some(format!("body failed: {e}"))),
+                Err(e) => b.finish_with_answer(start.elapsed().as_secs_f64(), Some(format!("body failed: {e}"))),
             }
         };
         // The server's count (from `usage`) wins over the estimate.
-        r.prompt_tokens.get_or_insert(prompt.input_tokens);
-        r
+        r.prompt_tokens.get_or_insert(estimated_prompt);
+        (r, answer)
     }
 }

@@ -36,7 +36,7 @@ const WORDS: [&str; 24] = [
 ];
 
 /// A synthetic prompt of about `tokens` tokens (one word ~ one token).
-fn synthetic_text(rng: &mut StdRng, tokens: u32) -> String {
+pub(crate) fn synthetic_text(rng: &mut StdRng, tokens: u32) -> String {
     let mut s = String::with_capacity(tokens as usize * 6);
     for i in 0..tokens.max(1) {
         if i > 0 {

@@ -7,9 +7,11 @@
 pub mod args;
 pub mod arrivals;
 pub mod client;
+pub mod conversation;
 pub mod dataset;
 pub mod record;
 pub mod report;
 pub mod run;
+pub mod server_metrics;
 pub mod stats;
 pub mod whole_request;

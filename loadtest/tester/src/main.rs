@@ -5,10 +5,12 @@ use meridian_core::ModelRegistry;
 use meridian_loadtest::args::{Args, DatasetName};
 use meridian_loadtest::arrivals::{Rate, schedule};
 use meridian_loadtest::client::{Api, Target};
+use meridian_loadtest::conversation::{ConversationPlan, ConversationRun, ConversationShape, run_conversations};
 use meridian_loadtest::dataset::{self, Prompt};
 use meridian_loadtest::record::RequestRecord;
 use meridian_loadtest::report::{self, JSON_SCHEMA, JsonReport, JsonRun};
 use meridian_loadtest::run::{Plan, run};
+use meridian_loadtest::server_metrics::PrefixCacheCounters;
 use meridian_loadtest::stats::{RunSummary, Slo};
 use meridian_loadtest::whole_request::{Reference, WholeRequestSlo};
 
@@ -49,6 +51,36 @@ async fn first_model(client: &reqwest::Client, base: &str) -> Result<String, Str
         .as_str()
         .map(str::to_owned)
         .ok_or_else(|| format!("{base} lists no model; pass --model"))
+}
+
+/// What a run sends: single requests, or conversations of several turns.
+enum Workload {
+    Single(Vec<Prompt>),
+    Turns(ConversationPlan),
+}
+
+impl Workload {
+    /// How many arrivals the schedule needs: a request each, or a conversation each.
+    fn starts(&self) -> usize {
+        match self {
+            Workload::Single(p) => p.len(),
+            Workload::Turns(plan) => plan.conversations.len(),
+        }
+    }
+
+    fn requests(&self) -> usize {
+        match self {
+            Workload::Single(p) => p.len(),
+            Workload::Turns(plan) => plan.requests(),
+        }
+    }
+
+    fn think_budgets(&self) -> bool {
+        match self {
+            Workload::Single(p) => p.iter().any(|p| p.think_budget.is_some()),
+            Workload::Turns(plan) => plan.conversations.iter().flatten().any(|t| t.prompt.think_budget.is_some()),
+        }
+    }
 }
 
 struct Outcome {
@@ -96,31 +128,49 @@ async fn real_main(args: Args) -> Result<ExitCode, String> {
         Some(f) => Some(registry.get(f).cloned().ok_or_else(|| format!("--model-family: no family {f:?}"))?),
         None => registry.resolve(&model).cloned(),
     };
-    let prompts: Vec<Prompt> = match args.dataset_name {
-        DatasetName::Random => dataset::random(
-            args.num_prompts,
-            dataset::RandomLengths {
-                input: args.random_input_len,
-                output: args.random_output_len,
-                think: args.random_think_len,
-                range_ratio: args.random_range_ratio,
-            },
-            args.seed,
-        ),
+    let lengths = dataset::RandomLengths {
+        input: args.random_input_len,
+        output: args.random_output_len,
+        think: args.random_think_len,
+        range_ratio: args.random_range_ratio,
+    };
+    let workload = match args.dataset_name {
+        DatasetName::Random => Workload::Single(dataset::random(args.num_prompts, lengths, args.seed)),
         DatasetName::Sharegpt => {
             let path = args.dataset_path.as_ref().ok_or("--dataset-name sharegpt needs --dataset-path")?;
-            dataset::sharegpt(path, args.num_prompts, args.sharegpt_output_len, args.seed)
-                .map_err(|e| e.to_string())?
+            Workload::Single(
+                dataset::sharegpt(path, args.num_prompts, args.sharegpt_output_len, args.seed)
+                    .map_err(|e| e.to_string())?,
+            )
+        }
+        kind @ (DatasetName::Conversations | DatasetName::Agent) => {
+            if !(args.think_time.is_finite() && args.think_time >= 0.0) || args.turns == 0 {
+                return Err("--think-time must be a number of seconds, not negative, and --turns at least 1".into());
+            }
+            let waits = if kind == DatasetName::Agent { args.think_time / 10.0 } else { args.think_time };
+            let shape = ConversationShape {
+                turn: lengths,
+                turns: args.turns,
+                system_tokens: args.system_prompt_len,
+                think_time_s: waits,
+            };
+            Workload::Turns(ConversationPlan::new(args.num_prompts, shape, args.seed))
         }
     };
     if let Some((_, reference)) = &whole_request {
-        reference.check_size(prompts.len())?;
+        reference.check_size(workload.requests())?;
     }
     let api = Api::of_endpoint(&args.endpoint);
-    let think_budgets = prompts.iter().any(|p| p.think_budget.is_some());
-    if let Some(why) = api.refuses(think_budgets, args.ignore_eos) {
+    if let Some(why) = api.refuses(workload.think_budgets(), args.ignore_eos) {
         return Err(format!("--endpoint {}: {why}", args.endpoint));
     }
+    if args.dataset_name.multi_turn() && !api.converses() {
+        return Err(format!(
+            "--dataset-name {:?}: a conversation's history is sent as chat messages; use --endpoint /v1/chat/completions (got {})",
+            args.dataset_name, args.endpoint
+        ));
+    }
+    let metrics_url = args.metrics_url.clone().unwrap_or_else(|| format!("{base}/metrics"));
     let target = |url: &str| Target {
         client: client.clone(),
         url: format!("{}{}", url.trim_end_matches('/'), args.endpoint),
@@ -160,24 +210,41 @@ async fn real_main(args: Args) -> Result<ExitCode, String> {
             None => Rate::Unlimited,
             Some(r) => Rate::Constant(r),
         });
-        let offsets = schedule(prompts.len(), arrival, args.burstiness, args.seed);
+        let offsets = schedule(workload.starts(), arrival, args.burstiness, args.seed);
         let mut saturated = false;
         for (label, tgt) in &targets {
             let label = match rate {
                 Some(r) if rates.len() > 1 || args.sweep_to_saturation => format!("{label}@{r}"),
                 _ => label.clone(),
             };
-            let plan = Plan {
-                prompts: prompts.clone(),
-                offsets: offsets.clone(),
-                max_concurrency: args.max_concurrency,
-                duration_s: args.duration,
-                progress: !args.disable_tqdm,
-                label: label.clone(),
+            let before = PrefixCacheCounters::read(&client, &metrics_url).await;
+            let out = match &workload {
+                Workload::Single(prompts) => {
+                    let plan = Plan {
+                        prompts: prompts.clone(),
+                        offsets: offsets.clone(),
+                        max_concurrency: args.max_concurrency,
+                        duration_s: args.duration,
+                        progress: !args.disable_tqdm,
+                        label: label.clone(),
+                    };
+                    run(tgt, &plan).await
+                }
+                Workload::Turns(plan) => {
+                    let run = ConversationRun {
+                        plan: plan.clone(),
+                        offsets: offsets.clone(),
+                        max_concurrency: args.max_concurrency,
+                        duration_s: args.duration,
+                        sample_seeds: args.sample_seeds,
+                    };
+                    run_conversations(tgt, &run).await
+                }
             };
-            let out = run(tgt, &plan).await;
+            let after = PrefixCacheCounters::read(&client, &metrics_url).await;
             let mut summary =
                 RunSummary::of(&label, rate, &out.records, out.duration_s, &slos, args.stall_threshold_ms);
+            summary.prefix_cache = before.zip(after).map(|(b, a)| a.since(&b));
             if let Some((slo, reference)) = &whole_request {
                 summary.judge_whole_request(&out.records, *slo, reference);
             }

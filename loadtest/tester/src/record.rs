@@ -45,6 +45,16 @@ pub struct RequestRecord {
     /// Counted by the client, one per token-carrying chunk (or per token id).
     pub client_think_tokens: u32,
     pub client_output_tokens: u32,
+    /// Prompt tokens the server's prefix cache held when it took the request up (vLLM's
+    /// `usage.prompt_tokens_details.cached_tokens`, sent with
+    /// `--enable-prompt-tokens-details`); `None` when the server did not say.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cached_tokens: Option<u32>,
+    /// In a multi-turn run: which conversation, and which of its turns (0 first).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
 }
 
 impl RequestRecord {
@@ -81,6 +91,9 @@ pub struct RecordBuilder {
     stream_error: Option<String>,
     /// How the request failed, when the server said (an error status or event).
     failure: Option<Outcome>,
+    /// The answer's text as the server sent it in `content`, kept only for a
+    /// conversation's next turn (`keep_answer`): nothing is copied otherwise.
+    answer: Option<String>,
 }
 
 impl RecordBuilder {
@@ -94,7 +107,16 @@ impl RecordBuilder {
             usage: None,
             stream_error: None,
             failure: None,
+            answer: None,
         }
+    }
+
+    /// Keeps the answer's text (the `content` deltas, which a reasoning parser keeps
+    /// apart from the thinking, as a chat client builds its history from
+    /// `message.content`), for `finish_with_answer`.
+    pub fn keep_answer(mut self) -> Self {
+        self.answer = Some(String::new());
+        self
     }
 
     /// The server answered with an error `status`, `body` its error object (if JSON).
@@ -138,6 +160,9 @@ impl RecordBuilder {
         if !has_token {
             return;
         }
+        if let (Some(answer), Some(text)) = (self.answer.as_mut(), content) {
+            answer.push_str(text);
+        }
         let before = (self.router.think_tokens(), self.router.output_tokens());
         let events = self.router.observe(Delta { reasoning, content, token_ids: ids });
         let gaps = self.timeline.tokens(at, Arrived::read(&self.router, before, &events));
@@ -149,6 +174,12 @@ impl RecordBuilder {
     /// A whole non-streaming body arrived at `at`.
     pub fn on_body(&mut self, at: f64, body: &[u8]) {
         self.on_payload(at, body);
+    }
+
+    /// As `finish`, with the answer's text (empty unless `keep_answer` was asked).
+    pub fn finish_with_answer(mut self, at: f64, error: Option<String>) -> (RequestRecord, String) {
+        let answer = self.answer.take().unwrap_or_default();
+        (self.finish(at, error), answer)
     }
 
     /// The response ended at `at` (ok) or failed.
@@ -164,6 +195,7 @@ impl RecordBuilder {
             r.usage_think_tokens = Some(think);
             r.usage_output_tokens = Some(u.completion_tokens.saturating_sub(think));
             r.prompt_tokens = u.prompt_tokens;
+            r.cached_tokens = u.cached_tokens;
         }
         let t = &self.timeline;
         (r.ttft, r.ttfo, r.think_to_output) = (t.ttft(), t.ttfo(), t.ttot());

@@ -6,6 +6,7 @@ use meridian_core::Outcome;
 use serde::{Serialize, Serializer};
 
 use crate::record::RequestRecord;
+use crate::server_metrics::PrefixCacheReading;
 use crate::whole_request::{Reference, SloShare, WholeRequestSlo, answer_only};
 
 /// Mean and percentiles of one metric, in milliseconds. A metric no request reached
@@ -17,6 +18,9 @@ pub struct Summary {
     pub mean_ms: f64,
     pub p50_ms: f64,
     pub p90_ms: f64,
+    /// Where too few requests set a p99 (fewer than 500 give it from under 5), p95 is the
+    /// tail to quote.
+    pub p95_ms: f64,
     pub p99_ms: f64,
     pub max_ms: f64,
 }
@@ -37,6 +41,7 @@ struct Figures {
     mean_ms: f64,
     p50_ms: f64,
     p90_ms: f64,
+    p95_ms: f64,
     p99_ms: f64,
     max_ms: f64,
 }
@@ -51,6 +56,7 @@ impl Serialize for Summary {
             mean_ms: self.mean_ms,
             p50_ms: self.p50_ms,
             p90_ms: self.p90_ms,
+            p95_ms: self.p95_ms,
             p99_ms: self.p99_ms,
             max_ms: self.max_ms,
         }
@@ -75,6 +81,7 @@ impl Summary {
             mean_ms: v.iter().sum::<f64>() / v.len() as f64,
             p50_ms: percentile(&v, 50.0),
             p90_ms: percentile(&v, 90.0),
+            p95_ms: percentile(&v, 95.0),
             p99_ms: percentile(&v, 99.0),
             max_ms: *v.last().unwrap_or(&0.0),
         }
@@ -185,6 +192,62 @@ pub struct RunSummary {
     /// `meridian_requests_total{outcome}`.
     pub failed_by_outcome: BTreeMap<Outcome, usize>,
     pub first_errors: Vec<String>,
+    /// A multi-turn run's figures by turn (empty otherwise): turn 0 first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub turns: Vec<TurnSummary>,
+    /// Every turn after the first pooled: the turns with a history to find in the cache.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub later_turns: Option<TurnSummary>,
+    /// The server's own prefix-cache counters over the run (vLLM's
+    /// `prefix_cache_queries`/`_hits`, in tokens), when its `/metrics` has them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefix_cache: Option<PrefixCacheReading>,
+}
+
+/// One turn position of a multi-turn run (or several pooled), over its conversations.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TurnSummary {
+    /// The turn (0 first); `None` for the later turns pooled.
+    pub turn: Option<u32>,
+    pub requests: usize,
+    pub completed: usize,
+    pub ttft: Summary,
+    pub e2el: Summary,
+    /// The server's prompt tokens over the completed requests.
+    pub prompt_tokens: u64,
+    /// Of those, the tokens its prefix cache held, and their share: `None` unless the
+    /// server reported cached tokens for every one of them.
+    pub cached_tokens: Option<u64>,
+    pub hit_rate: Option<f64>,
+}
+
+impl TurnSummary {
+    fn of(turn: Option<u32>, records: &[&RequestRecord]) -> Self {
+        let ok: Vec<&&RequestRecord> = records.iter().filter(|r| r.ok).collect();
+        let prompt_tokens: u64 = ok.iter().map(|r| u64::from(r.prompt_tokens.unwrap_or(0))).sum();
+        let cached: Option<u64> = ok.iter().map(|r| r.cached_tokens.map(u64::from)).sum();
+        let cached = cached.filter(|_| !ok.is_empty());
+        TurnSummary {
+            turn,
+            requests: records.len(),
+            completed: ok.len(),
+            ttft: Summary::of(ok.iter().filter_map(|r| r.ttft)),
+            e2el: Summary::of(ok.iter().filter_map(|r| r.e2e)),
+            prompt_tokens,
+            cached_tokens: cached,
+            hit_rate: cached.filter(|_| prompt_tokens > 0).map(|c| c as f64 / prompt_tokens as f64),
+        }
+    }
+
+    /// By turn, and the later turns pooled; nothing for a run that was not multi-turn.
+    pub fn of_run(records: &[RequestRecord]) -> (Vec<TurnSummary>, Option<TurnSummary>) {
+        let Some(last) = records.iter().filter_map(|r| r.turn).max() else { return (Vec::new(), None) };
+        let turns = (0..=last)
+            .map(|k| TurnSummary::of(Some(k), &records.iter().filter(|r| r.turn == Some(k)).collect::<Vec<_>>()))
+            .collect();
+        let later: Vec<&RequestRecord> = records.iter().filter(|r| r.turn.is_some_and(|k| k > 0)).collect();
+        (turns, (!later.is_empty()).then(|| TurnSummary::of(None, &later)))
+    }
 }
 
 impl RunSummary {
@@ -204,6 +267,7 @@ impl RunSummary {
         let good = ok.iter().filter(|r| slos.iter().all(|s| s.met_by(r))).count();
         let gaps: Vec<f64> = ok.iter().filter_map(|r| r.max_output_gap).collect();
         let stalled = gaps.iter().filter(|g| **g * 1000.0 > stall_threshold_ms).count();
+        let (turns, later_turns) = TurnSummary::of_run(records);
         RunSummary {
             label: label.to_owned(),
             offered_rate,
@@ -236,6 +300,9 @@ impl RunSummary {
                 by
             }),
             first_errors: records.iter().filter_map(|r| r.error.clone()).take(5).collect(),
+            turns,
+            later_turns,
+            prefix_cache: None,
         }
     }
 }
@@ -316,6 +383,45 @@ mod tests {
         assert_eq!(s.answer_gap.p50_ms, 400.0);
         assert_eq!(s.stalled_answers, Some(1.0));
         assert_eq!(s.goodput, 0.0, "no answer meets a 250 ms gap SLO");
+    }
+
+    #[test]
+    fn a_multi_turn_run_is_summed_by_turn() {
+        let turn = |conversation: u32, turn: u32, prompt: u32, cached: Option<u32>, ttft: f64| RequestRecord {
+            ok: true,
+            ttft: Some(ttft),
+            e2e: Some(1.0),
+            prompt_tokens: Some(prompt),
+            cached_tokens: cached,
+            conversation: Some(conversation),
+            turn: Some(turn),
+            ..Default::default()
+        };
+        let recs = vec![
+            turn(0, 0, 100, Some(0), 0.1),
+            turn(0, 1, 200, Some(96), 0.2),
+            turn(1, 0, 100, Some(0), 0.3),
+            turn(1, 1, 200, Some(160), 0.4),
+            turn(1, 2, 300, Some(288), 0.5),
+        ];
+        let s = RunSummary::of("x", None, &recs, 1.0, &[], 250.0);
+        assert_eq!(s.turns.len(), 3);
+        assert_eq!((s.turns[0].requests, s.turns[0].hit_rate), (2, Some(0.0)));
+        assert_eq!((s.turns[1].prompt_tokens, s.turns[1].cached_tokens), (400, Some(256)));
+        assert_eq!(s.turns[1].ttft.p50_ms, 200.0);
+        let later = s.later_turns.as_ref().unwrap();
+        assert_eq!((later.turn, later.requests), (None, 3));
+        assert!((later.hit_rate.unwrap() - 544.0 / 700.0).abs() < 1e-12);
+        assert_eq!(later.ttft.p95_ms, 500.0);
+        // A server that did not say what it cached: no rate, rather than a zero.
+        let mut blind = recs.clone();
+        blind[3].cached_tokens = None;
+        let s = RunSummary::of("x", None, &blind, 1.0, &[], 250.0);
+        assert_eq!((s.turns[1].cached_tokens, s.turns[1].hit_rate), (None, None));
+        assert_eq!(s.turns[0].hit_rate, Some(0.0));
+        let single = RunSummary::of("x", None, &[RequestRecord { ok: true, ..Default::default() }], 1.0, &[], 250.0);
+        let json = serde_json::to_value(&single).unwrap();
+        assert!(json.get("turns").is_none() && json.get("later_turns").is_none(), "{json}");
     }
 
     #[test]

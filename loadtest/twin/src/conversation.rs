@@ -277,13 +277,41 @@ pub fn eviction_cells(
     out
 }
 
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+impl EvictionCell {
+    /// The median over seeds of each paired ratio, the hook's order over LRU: later
+    /// turns' hit rate, their p95 TTFT, token throughput.
+    pub fn median_ratios(&self) -> (f64, f64, f64) {
+        let ratio = |pick: fn(&(f64, f64, f64)) -> f64| {
+            median(self.dead_first.iter().zip(&self.lru).map(|(d, l)| pick(d) / pick(l)).collect())
+        };
+        (ratio(|x| x.0), ratio(|x| x.1), ratio(|x| x.2))
+    }
+
+    /// The cell as JSON, for a harness that sets the twin beside a measurement.
+    pub fn to_json(&self) -> serde_json::Value {
+        let (hit, p95, tput) = self.median_ratios();
+        let med = |side: &[(f64, f64, f64)], pick: fn(&(f64, f64, f64)) -> f64| median(side.iter().map(pick).collect());
+        serde_json::json!({
+            "kv_blocks": self.kv_blocks,
+            "rate": self.rate,
+            "seeds": self.lru.len(),
+            "lru_hit_rate": med(&self.lru, |x| x.0),
+            "dead_first_hit_rate": med(&self.dead_first, |x| x.0),
+            "hit_rate_ratio": hit,
+            "p95_ttft_ratio": p95,
+            "throughput_ratio": tput,
+        })
+    }
+}
+
 /// The cells as a markdown table: medians over seeds, and each paired ratio (the hook's
 /// order over LRU, seed by seed) as its median with the seeds' range.
 pub fn eviction_table(cells: &[EvictionCell]) -> String {
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-    };
     let ratio = |c: &EvictionCell, pick: fn(&(f64, f64, f64)) -> f64| {
         let r: Vec<f64> = c.dead_first.iter().zip(&c.lru).map(|(d, l)| pick(d) / pick(l)).collect();
         let (lo, hi) = r.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| (a.min(*x), b.max(*x)));

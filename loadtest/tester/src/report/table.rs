@@ -1,4 +1,4 @@
-use crate::stats::{RunSummary, Summary};
+use crate::stats::{RunSummary, Summary, TurnSummary};
 use crate::whole_request::SloShare;
 
 /// Runs side by side, one column each.
@@ -50,6 +50,30 @@ pub fn table(runs: &[&RunSummary]) -> String {
             Some(w) => share(&w.share),
             None => "n/a".into(),
         });
+    }
+    if runs.iter().any(|r| r.prefix_cache.is_some()) {
+        row("server prefix cache (hits / queried tokens)", &|r| match &r.prefix_cache {
+            Some(p) => match p.hit_rate {
+                Some(rate) => format!("{:.1}% ({:.0} / {:.0})", rate * 100.0, p.hits, p.queries),
+                None => "nothing looked up".into(),
+            },
+            None => "n/a".into(),
+        });
+    }
+    let turns = runs.iter().map(|r| r.turns.len()).max().unwrap_or(0);
+    let turn_rows = |s: Option<&TurnSummary>| match s {
+        Some(t) if t.ttft.measured() => {
+            let hit = t.hit_rate.map_or("hit n/a".into(), |h| format!("hit {:.1}%", h * 100.0));
+            format!("{:.0} / {:.0} ms, {hit} ({})", t.ttft.p50_ms, t.ttft.p95_ms, t.completed)
+        }
+        Some(t) => format!("no answer ({} sent)", t.requests),
+        None => "n/a".into(),
+    };
+    for k in 0..turns {
+        row(&format!("turn {}: TTFT p50 / p95, cached share (ok)", k + 1), &|r| turn_rows(r.turns.get(k)));
+    }
+    if turns > 1 {
+        row("turns 2+: TTFT p50 / p95, cached share (ok)", &|r| turn_rows(r.later_turns.as_ref()));
     }
     let name_w = rows.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
     let col_w: Vec<usize> = (0..runs.len())

@@ -111,6 +111,9 @@ enum Command {
         /// Write the table to this markdown file.
         #[arg(long)]
         report: Option<PathBuf>,
+        /// Write each cell (the medians and the median paired ratios) as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
         #[command(flatten)]
         engine: EngineArgs,
     },
@@ -289,6 +292,7 @@ async fn main() -> Result<(), String> {
             seeds,
             policy,
             report,
+            json,
             engine,
         } => {
             pick(&policy)?;
@@ -320,6 +324,11 @@ async fn main() -> Result<(), String> {
             println!("{table}");
             if let Some(path) = report {
                 std::fs::write(&path, table).map_err(|e| format!("{}: {e}", path.display()))?;
+            }
+            if let Some(path) = json {
+                let cells: Vec<serde_json::Value> = cells.iter().map(|c| c.to_json()).collect();
+                std::fs::write(&path, serde_json::Value::Array(cells).to_string())
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
             }
         }
         Command::Run { request_rate, num_prompts, policy, engine } => {

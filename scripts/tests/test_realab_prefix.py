@@ -1,0 +1,92 @@
+"""The prefix-cache measurement's statistics (scripts/realab/prefix.py): runs paired by
+conversation, the later turns' hit-rate ratio as a ratio of the two sides' hit rates
+(not a mean of per-turn ratios), tails of later turns only, verdicts only with rounds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from realab import prefix
+from realab import stats as S
+
+
+def turns(conversations: int, hit: float, ttft_s: float, prompt: int = 400) -> list[dict]:
+    """Three turns per conversation; later turns cached `hit` of their prompt, took
+    `ttft_s` (plus a little per conversation); first turns hit nothing and took 9 s."""
+    out = []
+    for c in range(conversations):
+        for k in range(3):
+            later = k > 0
+            out.append({"index": c * 3 + k, "ok": True, "conversation": c, "turn": k,
+                        "prompt_tokens": prompt, "cached_tokens": round(hit * prompt) if later else 0,
+                        "ttft": (ttft_s + 0.001 * c) if later else 9.0, "e2e": 2.0})
+    return out
+
+
+def write_run(raw, blocks, rnd, config, requests_):
+    path = raw / prefix.run_file(blocks, rnd, config)
+    path.write_text(json.dumps({"runs": [{"requests": requests_}]}))
+
+
+def test_hit_rate_and_ttft_ratios_pair_by_conversation(tmp_path):
+    for rnd in (0, 1, 2):
+        write_run(tmp_path, 48, rnd, "stock", turns(40, 0.25, 1.0))
+        write_run(tmp_path, 48, rnd, "hook-fcfs", turns(40, 0.5, 0.5))
+    eff = prefix.effects(tmp_path, 48, "hook-fcfs", resamples=200)
+    assert eff["hit rate"].point == pytest.approx(2.0)
+    assert eff["hit rate"].run_aware, "three rounds: an interval a verdict may read"
+    assert S.verdict(eff["hit rate"], 1.5, "higher") == S.MET
+    # First turns (9 s each) are not later turns: the tail is the later turns' own.
+    # Nearest rank of 240 later turns (six per conversation): the 228th, conversation 37.
+    assert eff["p95 TTFT"].point == pytest.approx((0.5 + 0.037) / (1.0 + 0.037), rel=1e-9)
+    assert S.verdict(eff["p95 TTFT"], 0.7, "lower") == S.MET
+    assert eff["mean turn time (all turns)"].point == pytest.approx(1.0)
+
+
+def test_a_single_round_resolves_nothing(tmp_path):
+    write_run(tmp_path, 96, 0, "stock", turns(40, 0.25, 1.0))
+    write_run(tmp_path, 96, 0, "hook-fcfs", turns(40, 0.5, 0.5))
+    eff = prefix.effects(tmp_path, 96, "hook-fcfs", resamples=200)
+    assert eff["hit rate"].point == pytest.approx(2.0)
+    assert not eff["hit rate"].run_aware
+    assert "one run" in eff["hit rate"].text()
+
+
+def test_a_hit_rate_is_a_ratio_of_sums(tmp_path):
+    # Short turns that hit much and long ones that hit little: the rate is tokens over
+    # tokens, so the long turns weigh by their length.
+    reqs = turns(20, 0.9, 1.0, prompt=100) + [
+        {**r, "index": r["index"] + 1000, "conversation": r["conversation"] + 100}
+        for r in turns(20, 0.0, 1.0, prompt=900)]
+    write_run(tmp_path, 48, 0, "stock", reqs)
+    write_run(tmp_path, 48, 0, "hook-fcfs", reqs)
+    hits = prefix.pairs_of(tmp_path, 48, ["stock"], lambda r: (float(r["cached_tokens"]), float(r["prompt_tokens"])))
+    pooled = [v for conv in hits.values["stock"][0].values() for v in conv]
+    assert prefix.hit_rate_of(pooled) == pytest.approx(40 * 90 / (40 * 100 + 40 * 900))
+
+
+def test_round_interval_needs_two_rounds():
+    assert prefix.round_interval([1.0]) is None
+    mid, low, high = prefix.round_interval([0.98, 1.0, 1.02])
+    assert low < mid < high and mid == pytest.approx(1.0, abs=1e-3)
+
+
+def test_the_twin_workload_matches_the_testers_lengths():
+    shape = prefix.Shape(message=100, think=200, answer=40, range_ratio=0.25)
+    text = shape.twin_workload(tokens_per_word=2.0)
+    assert 'prompt = { kind = "uniform", min = 150, max = 250 }' in text, "words into tokens"
+    assert 'think = { kind = "uniform", min = 150, max = 250 }' in text
+    args = shape.tester_args(7)
+    assert args[args.index("--num-prompts") + 1] == "7" and "conversations" in args
+
+
+def test_the_engine_turns_the_prefix_cache_on():
+    base = prefix.m.rig.EngineSpec(python="p", model="m", served_name="s", dtype="float32", max_model_len=8192,
+                                   max_num_seqs=32, max_num_batched_tokens=256, kv_cache_gib=2, omp_threads=1,
+                                   extra=["--block-size", "128", "--no-enable-prefix-caching"])
+    spec = prefix.engine_spec(base, 48)
+    assert "--no-enable-prefix-caching" not in spec.extra
+    assert spec.extra[-2:] == ["--num-gpu-blocks-override", "48"]
+    assert "--enable-prompt-tokens-details" in spec.extra and spec.max_model_len == prefix.MAX_MODEL_LEN

@@ -111,10 +111,11 @@ class Plan:
 
 
 def engine_spec(base: m.rig.EngineSpec, blocks: int) -> m.rig.EngineSpec:
-    """The rig's engine with the prefix cache on, `blocks` of KV cache, and each
-    request's cached tokens reported in its usage."""
+    """The rig's engine with the prefix cache on, `blocks` of KV cache, each request's
+    cached tokens reported in its usage, and vLLM's stats on (its prefix-cache counters
+    are read around each run)."""
     extra = [a for a in base.extra if a != "--no-enable-prefix-caching"]
-    return dataclasses.replace(base, max_model_len=MAX_MODEL_LEN, extra=[
+    return dataclasses.replace(base, max_model_len=MAX_MODEL_LEN, log_stats=True, extra=[
         *extra, "--enable-prefix-caching", "--enable-prompt-tokens-details", "--num-gpu-blocks-override", str(blocks)])
 
 
@@ -135,10 +136,12 @@ def run_file(blocks: int, rnd: int, config: str) -> str:
 
 def loadtest(s: m.Setup, url: str, metrics_url: str, plan: Plan, rate: float, seed: int, out: Path,
              conversations: int | None = None) -> dict:
-    # Greedy: both engines given the same history generate the same answer, so the next
-    # turn's history is the same on both sides too (vLLM's CPU build cannot take a
-    # per-request sampling seed). The thought ends at its budget, never by itself.
-    extra = json.dumps({"logit_bias": {str(s.think_end_id): -100}, "temperature": 0})
+    # The engine's own sampling: vLLM's CPU build cannot take a per-request seed, and
+    # greedy decoding makes the qwen3 reasoning parser see no thought (the whole output
+    # lands in `content`, so thinking would enter the next turn's history). The two sides
+    # are paired by shape (the same messages, thought and answer lengths, arrival times),
+    # not by the answers' words. The thought ends at its budget, never by itself.
+    extra = json.dumps({"logit_bias": {str(s.think_end_id): -100}})
     cmd = [str(s.root / "target" / "release" / "meridian-loadtest"), "--base-url", url,
            "--model", s.spec.served_name, "--model-family", "qwen3", "--request-rate", f"{rate:.6f}",
            "--seed", str(seed), "--ignore-eos", "--extra-body", extra, "--metrics-url", metrics_url,

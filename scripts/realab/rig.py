@@ -99,6 +99,10 @@ class EngineSpec:
     # spinning: on a 2-core rig the spin takes the core the API server, proxies and load
     # tester share (see engine_site/sitecustomize.py).
     engine_core_polls: bool = False
+    # vLLM's periodic stats (and with them its Prometheus counters for the prefix cache
+    # and preemptions): off for the A/Bs, whose engines should spend nothing on logging;
+    # on where a run reads those counters.
+    log_stats: bool = False
 
     def argv(self, port: int, scheduler_cls: str, more: list[str]) -> list[str]:
         return [self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model),
@@ -106,7 +110,8 @@ class EngineSpec:
                 "--reasoning-parser", "qwen3", "--dtype", self.dtype,
                 "--max-model-len", str(self.max_model_len), "--max-num-seqs", str(self.max_num_seqs),
                 "--max-num-batched-tokens", str(self.max_num_batched_tokens),
-                "--scheduler-cls", scheduler_cls, "--disable-log-stats", *self.extra, *more]
+                "--scheduler-cls", scheduler_cls, *([] if self.log_stats else ["--disable-log-stats"]),
+                *self.extra, *more]
 
     def env(self) -> dict[str, str]:
         env = {"VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib), "OMP_NUM_THREADS": str(self.omp_threads)}

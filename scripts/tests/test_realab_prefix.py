@@ -90,3 +90,6 @@ def test_the_engine_turns_the_prefix_cache_on():
     assert "--no-enable-prefix-caching" not in spec.extra
     assert spec.extra[-2:] == ["--num-gpu-blocks-override", "48"]
     assert "--enable-prompt-tokens-details" in spec.extra and spec.max_model_len == prefix.MAX_MODEL_LEN
+    # vLLM's prefix-cache counters exist only with its stats on; the A/B rigs keep them off.
+    assert "--disable-log-stats" in base.argv(8000, "S", [])
+    assert "--disable-log-stats" not in spec.argv(8000, "S", [])

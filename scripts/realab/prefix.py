@@ -12,9 +12,10 @@ the hook reordering nothing, so eviction is all that differs; behind Meridian, a
 product runs) with prefix caching on and per-request cached-token counts
 (`--enable-prompt-tokens-details`), empties each engine's prefix cache before each run
 (vLLM's `/reset_prefix_cache`, dev mode), and drives the same conversations, same seed a
-round, at each cache size with meridian-loadtest `--dataset-name conversations`. Each
-turn's request carries a sampling seed, so both engines generate the same answers and
-send the same histories. `report` pairs the runs by conversation (a cluster bootstrap:
+round, at each cache size with meridian-loadtest `--dataset-name conversations`. The
+engines sample as they would in production (vLLM's CPU build takes no per-request seed), so
+the two sides share each turn's message, lengths and arrival time, not the answers' words:
+each history is as long on both sides, not the same text. `report` pairs the runs by conversation (a cluster bootstrap:
 conversations resampled within rounds, rounds resampled, widened for the rounds' count
 as every real-engine interval is) and, given the twin's binary, puts its prediction for
 the same conversations on the rig's fitted profile beside each measured effect.
@@ -119,6 +120,11 @@ def engine_spec(base: m.rig.EngineSpec, blocks: int) -> m.rig.EngineSpec:
         *extra, "--enable-prefix-caching", "--enable-prompt-tokens-details", "--num-gpu-blocks-override", str(blocks)])
 
 
+def described(spec: m.rig.EngineSpec) -> dict[str, str]:
+    """An engine spec as the results record it (its Python interpreter left out)."""
+    return {k: str(v) for k, v in dataclasses.asdict(spec).items() if k != "python"}
+
+
 def reset_prefix_cache(engine: rig.Proc) -> None:
     """Empties the engine's prefix cache (it must be idle: vLLM refuses while blocks are
     held, so retry briefly while the last run's requests drain)."""
@@ -156,7 +162,9 @@ def measure(s: m.Setup, plan: Plan, results: Path, log=print) -> dict:
     data: dict = {"setup": {"shape": dataclasses.asdict(plan.shape), "rate": plan.rate,
                             "conversations": plan.conversations, "blocks": plan.blocks, "rounds": plan.rounds,
                             "first_round": plan.first_round, "configs": plan.configs,
-                            "engine": {k: str(v) for k, v in dataclasses.asdict(s.spec).items() if k != "python"}},
+                            # Each cache size's engine as it was started (the rig's base engine
+                            # with the prefix cache on: `engine_spec`).
+                            "engines": {str(b): described(engine_spec(s.spec, b)) for b in plan.blocks}},
                   "runs": [], "work": str(s.work)}
     raw = s.work / "runs"
     raw.mkdir(parents=True, exist_ok=True)
@@ -178,24 +186,32 @@ def measure(s: m.Setup, plan: Plan, results: Path, log=print) -> dict:
                     url, engine = r.activate(config)
                     reset_prefix_cache(engine)
                     waited = drift.calm(plan.calm_s) if plan.calm_s > 0 else 0.0
+                    # The hook serves its own counters on its channel port.
+                    hook_metrics = f"http://127.0.0.1:{r.hook_port}/metrics" if m.policy_of(config) else None
                     before = rig.scrape(engine.url + "/metrics")
+                    hook_before = rig.scrape(hook_metrics) if hook_metrics else {}
                     cpu0 = machine.sample()
                     t0 = time.perf_counter()
                     out = loadtest(s, url, engine.url + "/metrics", plan, plan.rate, rnd,
                                    raw / run_file(blocks, rnd, config))
                     t1 = time.perf_counter()
                     after = rig.scrape(engine.url + "/metrics")
+                    hook_after = rig.scrape(hook_metrics) if hook_metrics else {}
                     summ = out["runs"][0]["summary"]
                     run = {"blocks": blocks, "round": rnd, "config": config, "policy": m.policy_of(config),
                            "window": [t0, t1], "calm_wait_s": waited, "summary": summ,
                            "vllm_preemptions": m.delta(before, after, "vllm:num_preemptions_total"),
+                           # The hook's count of finished thoughts' blocks it moved to the
+                           # front of the free queue (None on stock: no such counter).
+                           "demoted_blocks": m.delta(hook_before, hook_after,
+                                                     "meridian_hook_kv_demoted_blocks_total"),
                            "cpu": machine.between(cpu0, machine.sample())}
                     data["runs"].append(run)
                     later = summ.get("later_turns") or {}
                     log(f"blocks {blocks} round {rnd} {config}: later turns hit "
                         f"{later.get('hit_rate')}, TTFT p95 {(later.get('ttft') or {}).get('p95_ms')} ms, "
                         f"vLLM hit rate {(summ.get('prefix_cache') or {}).get('hit_rate')}, "
-                        f"preemptions {run['vllm_preemptions']}")
+                        f"preemptions {run['vllm_preemptions']}, blocks demoted {run['demoted_blocks']}")
                     results.write_text(json.dumps(data, indent=1))
         finally:
             r.stop()
@@ -304,6 +320,42 @@ def tokens_per_word(raw: Path, shape: Shape) -> float:
     return statistics.median(counts) / (shape.system + shape.message)
 
 
+def hit_ceiling(raw: Path, blocks: int, config: str, block_size: int = 128) -> tuple[float, float] | None:
+    """(the later turns' hit rate, the most any eviction order could give them), pooled
+    over the config's runs at this cache size. A later turn's longest cacheable prefix is
+    the previous turn's prompt in whole blocks: every block after it chains over that
+    turn's thought, which the next prompt does not carry. None without later turns."""
+    cached = ceiling = prompt = 0
+    for f in raw.glob(f"prefix-{blocks}-*-{config}.json*"):
+        turns: dict[tuple[int, int], dict] = {(r["conversation"], r["turn"]): r for r in S.read_requests(f)
+                                              if r.get("ok") and r.get("conversation") is not None}
+        for (conv, k), r in turns.items():
+            prev = turns.get((conv, k - 1))
+            if k == 0 or prev is None or r.get("cached_tokens") is None or not r.get("prompt_tokens"):
+                continue
+            cached += r["cached_tokens"]
+            prompt += r["prompt_tokens"]
+            ceiling += min(r["prompt_tokens"] - 1, prev["prompt_tokens"] // block_size * block_size)
+    return (cached / prompt, ceiling / prompt) if prompt else None
+
+
+def observed_turn(raw: Path, shape: Shape) -> Shape:
+    """The turn's shape with the thought and answer lengths the stock engine produced
+    (medians of its usage over every turn; the answer's count less the delimiter, which
+    vLLM counts with it and the twin keeps apart). A thinking budget ends a thought at
+    the engine's count, not the tester's ask, and the answer takes the rest of
+    max_tokens: the twin must see the lengths the engine ran, or its dead blocks differ.
+    The shape as asked when no stock run reported usage."""
+    import statistics
+
+    reqs = [r for f in raw.glob("prefix-*-*-stock.json*") for r in S.read_requests(f) if r.get("ok")]
+    think = [r["usage_think_tokens"] for r in reqs if r.get("usage_think_tokens") is not None]
+    answer = [r["usage_output_tokens"] - 1 for r in reqs if r.get("usage_output_tokens")]
+    if not think or not answer:
+        return shape
+    return dataclasses.replace(shape, think=round(statistics.median(think)), answer=round(statistics.median(answer)))
+
+
 def twin_prediction(sim: Path, profile: Path, shape: Shape, blocks: int, rate: float, conversations: int,
                     per_word: float = TOKENS_PER_WORD, seeds: int = 5) -> dict | None:
     """The twin's forecast of the same conversations on the rig's fitted profile: its
@@ -334,10 +386,13 @@ def report(results: Path, raw: Path, out_md: Path, sim: Path | None = None, prof
         runs = [r for r in data["runs"] if r["blocks"] == blocks]
         if not runs:
             continue
+        # Runs measured before the harness read the hook's counter have none to show.
+        demoted = any(r.get("demoted_blocks") is not None for r in runs)
         lines += [f"### {blocks} blocks ({blocks * 128:,} tokens) of KV cache", ""]
         lines += ["| configuration | rounds | later turns' hit rate | vLLM's own hit rate (every look-up) | "
-                  "later turns' TTFT p50 / p95 (ms) | preemptions | total tokens/s |",
-                  "|---|---:|---:|---:|---:|---:|---:|"]
+                  "later turns' TTFT p50 / p95 (ms) | preemptions | total tokens/s |"
+                  + (" thought blocks the hook evicted first |" if demoted else ""),
+                  "|---|---:|---:|---:|---:|---:|---:|" + ("---:|" if demoted else "")]
         for config in setup["configs"]:
             mine = [r for r in runs if r["config"] == config]
             if not mine:
@@ -356,12 +411,29 @@ def report(results: Path, raw: Path, out_md: Path, sim: Path | None = None, prof
             lines.append(f"| `{config}` | {len(mine)} | {each(hit, lambda x: f'{x:.1%}')} | "
                          f"{each(own, lambda x: f'{x:.1%}')} | "
                          f"{each(list(zip(p50, p95)), lambda t: f'{t[0]:.0f} / {t[1]:.0f}')} | "
-                         f"{each(pre, lambda x: f'{x:.0f}')} | {each(tps, lambda x: f'{x:.0f}')} |")
+                         f"{each(pre, lambda x: f'{x:.0f}')} | {each(tps, lambda x: f'{x:.0f}')} |"
+                         + (f" {each([r.get('demoted_blocks') for r in mine], lambda x: f'{x:.0f}')} |"
+                            if demoted else ""))
         lines.append("")
+        held = {c: hit_ceiling(raw, blocks, c) for c in setup["configs"]}
+        if all(held.values()):
+            lines += ["Turns 2 and later could hit at most "
+                      + " / ".join(f"{v[1]:.1%}" for v in held.values())
+                      + f" ({' / '.join(held)}) of their prompt tokens under any eviction order (the previous "
+                      "turn's prompt in whole blocks: every block after it chains over that turn's thought); "
+                      "of that ceiling, " + ", ".join(f"`{c}` held {v[0] / v[1]:.0%}" for c, v in held.items())
+                      + f". At most {max(v[1] for v in held.values()) / held['stock'][0]:.2f}x stock's hit rate "
+                      "was there to gain."
+                      if "stock" in held else "", ""]
         twin = None
         if sim is not None and profile is not None:
-            twin = twin_prediction(sim, profile, shape, blocks, setup["rate"], setup["conversations"],
-                                   tokens_per_word(raw, shape))
+            turn = observed_turn(raw, shape)
+            per_word = tokens_per_word(raw, shape)
+            twin = twin_prediction(sim, profile, turn, blocks, setup["rate"], setup["conversations"], per_word)
+            lines += [f"The twin was given the turns the engine produced: messages of {shape.message} words "
+                      f"({per_word:.2f} tokens a word, from the first turns' prompts), thoughts of {turn.think} "
+                      f"and answers of {turn.answer} tokens (the stock runs' medians; asked for {shape.think} "
+                      f"and {shape.answer}), each within +-{shape.range_ratio:.0%}.", ""]
         for config in setup["configs"][1:]:
             eff = effects(raw, blocks, config)
             tput = throughput_ratios(data, blocks, config)

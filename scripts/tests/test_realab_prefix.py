@@ -93,3 +93,44 @@ def test_the_engine_turns_the_prefix_cache_on():
     # vLLM's prefix-cache counters exist only with its stats on; the A/B rigs keep them off.
     assert "--disable-log-stats" in base.argv(8000, "S", [])
     assert "--disable-log-stats" not in spec.argv(8000, "S", [])
+    # The results record each size's engine as started, not the base the A/B rigs use.
+    recorded = prefix.described(spec)
+    assert "python" not in recorded and "--enable-prefix-caching" in recorded["extra"]
+    assert "--no-enable-prefix-caching" not in recorded["extra"] and recorded["log_stats"] == "True"
+
+
+def test_the_report_shows_the_blocks_the_hook_evicted_first_when_counted(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    summary = {"later_turns": {"hit_rate": 0.5, "ttft": {"p50_ms": 80, "p95_ms": 200}},
+               "prefix_cache": {"hit_rate": 0.5}, "total_token_throughput": 600}
+    runs = []
+    for rnd in (0, 1):
+        for config, hit, demoted in (("stock", 0.25, None), ("hook-fcfs", 0.5, 40 + rnd)):
+            write_run(raw, 24, rnd, config, turns(10, hit, 0.5))
+            runs.append({"blocks": 24, "round": rnd, "config": config, "summary": summary,
+                         "vllm_preemptions": 0, "demoted_blocks": demoted})
+    setup = {"shape": {}, "rate": 0.15, "conversations": 10, "blocks": [24], "configs": ["stock", "hook-fcfs"]}
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"setup": setup, "runs": runs}))
+    text = prefix.report(results, raw, tmp_path / "out.md")
+    assert "| thought blocks the hook evicted first |" in text.splitlines()[2]
+    assert text.splitlines()[5].endswith("| 40, 41 |"), "the hook's runs: its counter's delta per run"
+    assert text.splitlines()[4].endswith("| - |"), "stock has no such counter"
+    # Runs measured before the counter was read: no column at all.
+    for r in runs:
+        r["demoted_blocks"] = None
+    results.write_text(json.dumps({"setup": setup, "runs": runs}))
+    assert "evicted first" not in prefix.report(results, raw, tmp_path / "out.md")
+
+
+def test_the_ceiling_is_the_previous_prompt_in_whole_blocks(tmp_path):
+    # Turn 0: 300 tokens (2 whole blocks of 128 = 256 cacheable for turn 1); turn 1: 500
+    # tokens, 200 of them hit; turn 2: 700 tokens (500 // 128 = 3 blocks = 384), 300 hit.
+    reqs = [{"ok": True, "conversation": 0, "turn": 0, "prompt_tokens": 300, "cached_tokens": 0},
+            {"ok": True, "conversation": 0, "turn": 1, "prompt_tokens": 500, "cached_tokens": 200},
+            {"ok": True, "conversation": 0, "turn": 2, "prompt_tokens": 700, "cached_tokens": 300}]
+    write_run(tmp_path, 24, 0, "stock", reqs)
+    hit, ceiling = prefix.hit_ceiling(tmp_path, 24, "stock")
+    assert hit == pytest.approx(500 / 1200) and ceiling == pytest.approx((256 + 384) / 1200)
+    assert prefix.hit_ceiling(tmp_path, 48, "stock") is None

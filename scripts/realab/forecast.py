@@ -269,13 +269,16 @@ def bar(forecast: float, residual: float) -> tuple[float, float]:
 
 
 def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple], runs: dict,
-            decode_s: float | None, resamples: int = 200) -> list[str]:
+            decode_s: float | None, resamples: int = 200,
+            limits: dict[tuple, tuple[int, int]] | None = None) -> list[str]:
     """The page's lines for one workload x load: per configuration and metric, the
     measured paired ratio, the twin's on the rig (the same requests), whether they
     agree, and each card's forecast with the rig's residual as its error bar. `measured`
     is the page's own {config: {metric: (p50, tail estimate, tail, n)}}, `runs` the
     measured requests it read them from, `decode_s` the rig's decode step of one request
-    (the set's step shape), below which a TTOT is delivery's doing (`delivery_lines`)."""
+    (the set's step shape), below which a TTOT is delivery's doing (`delivery_lines`);
+    `limits`: the measured runs' capped steps (`regime.limited_steps`), set beside the
+    twin's (`capping_lines`)."""
     from .sets import read
 
     twin_dir = set_dir / "twin"
@@ -360,9 +363,56 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
               + (f"; it misses {'; '.join(misses)}." if misses else ".")
               + " A configuration whose rig effects the twin misses more often than it meets has no credible "
               "GPU forecast yet: its bracket says how far off the twin was, not where the GPU will be.", ""]
+    lines += capping_lines(limits or {}, twin_capped(twin_dir / "rig", workload, load), workload, load)
     if decode_s:
         lines += delivery_lines(runs, rig_runs, decode_s)
     return lines
+
+
+def twin_capped(rig_dir: Path, workload: str, load: float) -> dict[str, dict[int, tuple[int, int]]]:
+    """{config: {round: (steps the twin ran under its policy's prefill cap, steps)}} from
+    the replays in `rig_dir` (files named as the measured runs); replays written before
+    the twin counted them are left out."""
+    prefix = f"{workload}-{load:g}-"
+    out: dict = {}
+    for f in sorted(rig_dir.glob(f"{prefix}*.json.gz")):
+        rnd, _, config = f.name[len(prefix):].split(".json")[0].partition("-")
+        if not rnd.isdigit() or not config:
+            continue
+        with gzip.open(f, "rt") as fh:
+            head = json.load(fh)
+        if "prefill_capped_steps" in head and head.get("steps"):
+            out.setdefault(config, {})[int(rnd)] = (int(head["prefill_capped_steps"]), int(head["steps"]))
+    return out
+
+
+def capping_lines(measured: dict[tuple, tuple[int, int]], twin: dict[str, dict[int, tuple[int, int]]],
+                  workload: str, load: float) -> list[str]:
+    """How often each policy capped a step's prompt tokens, in the engine and in the twin
+    on the same requests, pooled over the rounds both have: a policy that switches on the
+    engine's step time (slo-driven) acts only as often as its steps run slow, so a twin
+    whose steps run faster than the engine's protects less often and predicts smaller
+    effects, costs included."""
+    parts = []
+    for config, by_round in twin.items():
+        mine = {key[3]: v for key, v in measured.items()
+                if key[0] == config and key[1] == workload and key[2] == load and v[1]}
+        both = sorted(set(mine) & set(by_round))
+        if not both:
+            continue
+        m_capped, m_steps = (sum(mine[r][i] for r in both) for i in (0, 1))
+        t_capped, t_steps = (sum(by_round[r][i] for r in both) for i in (0, 1))
+        if not m_capped and not t_capped:
+            continue
+        parts.append(f"{config} {m_capped / m_steps:.1%} measured, {t_capped / t_steps:.1%} in the twin "
+                     f"({len(both)} round{'s' if len(both) > 1 else ''})")
+    if not parts:
+        return []
+    return ["**How often the policy protected, engine and twin.** Steps run under the policy's prefill cap, "
+            "pooled over the rounds both sides have (the engine's step traces; the twin's replays of the same "
+            "requests): " + "; ".join(parts) + ". A policy that caps only while steps run slow (slo-driven) "
+            "acts as often as its engine's steps are slow: where the twin caps less often than the engine "
+            "did, it under-predicts what capping costs (the starts it delays) as well as what it gains.", ""]
 
 
 def late_thought_shares(runs: dict[str, dict[int, list[dict]]], floor_s: float) -> dict[str, tuple[float, int]]:

@@ -300,7 +300,8 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
     if at_load:
         return lines
     decode_ms = (data.get("step_shape") or {}).get("decode_ms")
-    lines += F.section(raw_dir.parent, workload, load, tables, runs, decode_ms / 1000 if decode_ms else None)
+    lines += F.section(raw_dir.parent, workload, load, tables, runs, decode_ms / 1000 if decode_ms else None,
+                       limits=limits)
     return lines
 
 

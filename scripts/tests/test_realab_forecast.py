@@ -131,3 +131,25 @@ def test_a_think_to_answer_gap_shorter_than_a_step_is_called_delivery():
     assert "stock 25.0% of 4; hook-output-first 50.0% of 4; hook-fcfs 0.0% of 2; in the twin at most 0.0%" in text
     assert "more often than with stock in 1 of 2 other configurations (hook-output-first)" in text
     assert F.delivery_lines({}, twin, 0.015) == []
+
+
+def test_how_often_the_policy_capped_is_set_beside_the_twins_count(tmp_path: Path):
+    # Replays carry the twin's count of capped steps; the engine's come from its step
+    # traces (`regime.limited_steps`: (config, workload, load, round) -> (capped, steps)).
+    rig = tmp_path / "rig"
+    rig.mkdir()
+    for rnd, capped in ((0, 10), (1, 30)):
+        F._write(rig / f"long-0.9-{rnd}-hook.json.gz", {"steps": 1000, "prefill_capped_steps": capped, "runs": []})
+        F._write(rig / f"long-0.9-{rnd}-stock.json.gz", {"steps": 900, "prefill_capped_steps": 0, "runs": []})
+    # A replay written before the twin counted is left out, not read as none capped.
+    F._write(rig / "long-0.9-2-hook.json.gz", {"steps": 1000, "runs": []})
+    twin = F.twin_capped(rig, "long", 0.9)
+    assert twin == {"hook": {0: (10, 1000), 1: (30, 1000)}, "stock": {0: (0, 900), 1: (0, 900)}}
+    measured = {("hook", "long", 0.9, 0): (100, 1000), ("hook", "long", 0.9, 1): (200, 1000),
+                ("hook", "long", 0.9, 2): (500, 1000), ("hook", "mix", 0.9, 0): (999, 1000)}
+    text = " ".join(F.capping_lines(measured, twin, "long", 0.9))
+    # Pooled over rounds 0 and 1 only (round 2 has no counted replay): 300 of 2,000
+    # measured, 40 of 2,000 in the twin; stock capped nothing on either side.
+    assert "hook 15.0% measured, 2.0% in the twin (2 rounds)" in text
+    assert "stock" not in text.split("requests): ")[1].split(".")[0]
+    assert F.capping_lines(measured, {}, "long", 0.9) == []

@@ -214,7 +214,12 @@ mod tests {
         );
         assert_eq!(
             u,
-            Some(Some(Usage { completion_tokens: 10, reasoning_tokens: Some(7), prompt_tokens: Some(3), cached_tokens: None }))
+            Some(Some(Usage {
+                completion_tokens: 10,
+                reasoning_tokens: Some(7),
+                prompt_tokens: Some(3),
+                cached_tokens: None
+            }))
         );
         assert_eq!(first("not json").1, None);
         assert_eq!(first("[1,2]").1, None);
@@ -228,7 +233,9 @@ mod tests {
             r#"{"choices":[],"usage":{"prompt_tokens":300,"total_tokens":310,"completion_tokens":10,"prompt_tokens_details":{"cached_tokens":256}}}"#,
         );
         assert_eq!(u.flatten().and_then(|u| u.cached_tokens), Some(256));
-        let (_, u) = first(r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1,"prompt_tokens_details":null}}"#);
+        let (_, u) = first(
+            r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1,"prompt_tokens_details":null}}"#,
+        );
         assert_eq!(u.flatten().map(|u| u.cached_tokens), Some(None), "details off: unknown, not zero");
     }
 

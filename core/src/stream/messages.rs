@@ -163,7 +163,12 @@ mod tests {
         assert!(c.is_empty(), "the stop reason is not the end of the stream");
         assert_eq!(
             u,
-            Some(Some(Usage { completion_tokens: 40, reasoning_tokens: None, prompt_tokens: Some(25), cached_tokens: None }))
+            Some(Some(Usage {
+                completion_tokens: 40,
+                reasoning_tokens: None,
+                prompt_tokens: Some(25),
+                cached_tokens: None
+            }))
         );
         assert_eq!(read(r#"{"type":"message_stop"}"#).0, vec![(None, None, true)]);
         let (c, _) = read(r#"{"type":"error","error":{"type":"api_error","message":"boom"}}"#);
@@ -178,7 +183,12 @@ mod tests {
         assert_eq!(c, vec![(Some("hm".into()), Some("4".into()), true)]);
         assert_eq!(
             u,
-            Some(Some(Usage { completion_tokens: 9, reasoning_tokens: None, prompt_tokens: Some(3), cached_tokens: None }))
+            Some(Some(Usage {
+                completion_tokens: 9,
+                reasoning_tokens: None,
+                prompt_tokens: Some(3),
+                cached_tokens: None
+            }))
         );
         assert_eq!(read(r#"{"no":"type"}"#).1, None);
     }

@@ -203,7 +203,12 @@ mod tests {
         );
         assert_eq!(
             u,
-            Some(Some(Usage { completion_tokens: 24, reasoning_tokens: Some(15), prompt_tokens: Some(25), cached_tokens: None }))
+            Some(Some(Usage {
+                completion_tokens: 24,
+                reasoning_tokens: Some(15),
+                prompt_tokens: Some(25),
+                cached_tokens: None
+            }))
         );
         let (c, _) = read(r#"{"type":"response.incomplete","response":{"usage":null}}"#);
         assert_eq!(c, vec![(None, None, true)]);
@@ -222,7 +227,12 @@ mod tests {
         assert_eq!(c, vec![(Some("hm".into()), Some("4".into()), true)]);
         assert_eq!(
             u,
-            Some(Some(Usage { completion_tokens: 9, reasoning_tokens: None, prompt_tokens: Some(3), cached_tokens: None }))
+            Some(Some(Usage {
+                completion_tokens: 9,
+                reasoning_tokens: None,
+                prompt_tokens: Some(3),
+                cached_tokens: None
+            }))
         );
         assert_eq!(read("[]").1, None);
         assert_eq!(read(r#"{"type":7}"#).1, None);

@@ -144,7 +144,8 @@ impl Target {
         prompt: &Prompt,
         seed: Option<u64>,
     ) -> (RequestRecord, String) {
-        let builder = RecordBuilder::new(index, sent_at, self.family.clone(), self.api.dialect()).keep_answer();
+        let builder =
+            RecordBuilder::new(index, sent_at, self.family.clone(), self.api.dialect()).keep_answer();
         let mut body = self.body_with(Value::Array(history.to_vec()), prompt);
         if let Some(seed) = seed {
             body["seed"] = json!(seed);
@@ -155,7 +156,12 @@ impl Target {
         self.send_body(builder, &body, estimate).await
     }
 
-    async fn send_body(&self, mut b: RecordBuilder, body: &Value, estimated_prompt: u32) -> (RequestRecord, String) {
+    async fn send_body(
+        &self,
+        mut b: RecordBuilder,
+        body: &Value,
+        estimated_prompt: u32,
+    ) -> (RequestRecord, String) {
         let start = Instant::now();
         let mut req = self.client.post(&self.url).json(body);
         if let Some(key) = &self.api_key {
@@ -163,14 +169,18 @@ impl Target {
         }
         let resp = match req.send().await {
             Ok(r) => r,
-            Err(e) => return b.finish_with_answer(start.elapsed().as_secs_f64(), Some(format!("request failed: {e}"))),
+            Err(e) => {
+                return b
+                    .finish_with_answer(start.elapsed().as_secs_f64(), Some(format!("request failed: {e}")));
+            }
         };
         if !resp.status().is_success() {
             let status = resp.status();
             let text = resp.text().await.unwrap_or_default();
             b.answered_error(status.as_u16(), text.as_bytes());
             let detail: String = text.chars().take(300).collect();
-            return b.finish_with_answer(start.elapsed().as_secs_f64(), Some(format!("HTTP {status}: {detail}")));
+            return b
+                .finish_with_answer(start.elapsed().as_secs_f64(), Some(format!("HTTP {status}: {detail}")));
         }
         let (mut r, answer) = if self.stream {
             let mut stream = resp.bytes_stream();
@@ -194,7 +204,9 @@ impl Target {
                     b.on_body(at, &body);
                     b.finish_with_answer(at, None)
                 }
-                Err(e) => b.finish_with_answer(start.elapsed().as_secs_f64(), Some(format!("body failed: {e}"))),
+                Err(e) => {
+                    b.finish_with_answer(start.elapsed().as_secs_f64(), Some(format!("body failed: {e}")))
+                }
             }
         };
         // The server's count (from `usage`) wins over the estimate.

@@ -59,7 +59,8 @@ impl ConversationPlan {
     pub fn new(n: usize, shape: ConversationShape, seed: u64) -> Self {
         let turns = shape.turns.max(1) as usize;
         let mut rng = StdRng::seed_from_u64(seed ^ 0xC0_4E55);
-        let system = (shape.system_tokens > 0).then(|| Arc::from(synthetic_text(&mut rng, shape.system_tokens)));
+        let system =
+            (shape.system_tokens > 0).then(|| Arc::from(synthetic_text(&mut rng, shape.system_tokens)));
         let pause = Exp::new(1.0 / shape.think_time_s.max(1e-9)).ok();
         let messages = random(n * turns, shape.turn, seed);
         let conversations = messages
@@ -71,7 +72,11 @@ impl ConversationPlan {
                     .enumerate()
                     .map(|(k, prompt)| UserTurn {
                         prompt: prompt.clone(),
-                        wait_s: if k == 0 { 0.0 } else { pause.map_or(shape.think_time_s, |p| p.sample(&mut rng)) },
+                        wait_s: if k == 0 {
+                            0.0
+                        } else {
+                            pause.map_or(shape.think_time_s, |p| p.sample(&mut rng))
+                        },
                         sampling_seed: seed.wrapping_mul(1_000_003).wrapping_add((c * turns + k) as u64),
                     })
                     .collect()
@@ -131,8 +136,15 @@ pub async fn run_conversations(target: &Target, run: &ConversationRun) -> RunOut
                 let permit = limit.acquire().await;
                 let sent_at = start.elapsed().as_secs_f64();
                 let index = c * turns + k;
-                let (mut record, answer) =
-                    target.send_turn(index, sent_at, &history, &turn.prompt, sample_seeds.then_some(turn.sampling_seed)).await;
+                let (mut record, answer) = target
+                    .send_turn(
+                        index,
+                        sent_at,
+                        &history,
+                        &turn.prompt,
+                        sample_seeds.then_some(turn.sampling_seed),
+                    )
+                    .await;
                 drop(permit);
                 record.conversation = Some(c as u32);
                 record.turn = Some(k as u32);

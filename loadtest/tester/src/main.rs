@@ -5,7 +5,9 @@ use meridian_core::ModelRegistry;
 use meridian_loadtest::args::{Args, DatasetName};
 use meridian_loadtest::arrivals::{Rate, schedule};
 use meridian_loadtest::client::{Api, Target};
-use meridian_loadtest::conversation::{ConversationPlan, ConversationRun, ConversationShape, run_conversations};
+use meridian_loadtest::conversation::{
+    ConversationPlan, ConversationRun, ConversationShape, run_conversations,
+};
 use meridian_loadtest::dataset::{self, Prompt};
 use meridian_loadtest::record::RequestRecord;
 use meridian_loadtest::report::{self, JSON_SCHEMA, JsonReport, JsonRun};
@@ -78,7 +80,9 @@ impl Workload {
     fn think_budgets(&self) -> bool {
         match self {
             Workload::Single(p) => p.iter().any(|p| p.think_budget.is_some()),
-            Workload::Turns(plan) => plan.conversations.iter().flatten().any(|t| t.prompt.think_budget.is_some()),
+            Workload::Turns(plan) => {
+                plan.conversations.iter().flatten().any(|t| t.prompt.think_budget.is_some())
+            }
         }
     }
 }
@@ -145,7 +149,9 @@ async fn real_main(args: Args) -> Result<ExitCode, String> {
         }
         kind @ (DatasetName::Conversations | DatasetName::Agent) => {
             if !(args.think_time.is_finite() && args.think_time >= 0.0) || args.turns == 0 {
-                return Err("--think-time must be a number of seconds, not negative, and --turns at least 1".into());
+                return Err(
+                    "--think-time must be a number of seconds, not negative, and --turns at least 1".into()
+                );
             }
             let waits = if kind == DatasetName::Agent { args.think_time / 10.0 } else { args.think_time };
             let shape = ConversationShape {

@@ -101,6 +101,9 @@ vllm:external_prefix_cache_hits_total{engine=\"0\",model_name=\"bench\"} 9.0
         assert_eq!(PrefixCacheCounters::parse(""), None);
         let one = "vllm:prefix_cache_queries_total 10\n";
         assert_eq!(PrefixCacheCounters::parse(one), None, "both counters or neither");
-        assert_eq!(PrefixCacheCounters::parse("vllm:prefix_cache_queries_total x\nvllm:prefix_cache_hits_total 1\n"), None);
+        assert_eq!(
+            PrefixCacheCounters::parse("vllm:prefix_cache_queries_total x\nvllm:prefix_cache_hits_total 1\n"),
+            None
+        );
     }
 }

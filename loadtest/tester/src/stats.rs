@@ -243,7 +243,9 @@ impl TurnSummary {
     pub fn of_run(records: &[RequestRecord]) -> (Vec<TurnSummary>, Option<TurnSummary>) {
         let Some(last) = records.iter().filter_map(|r| r.turn).max() else { return (Vec::new(), None) };
         let turns = (0..=last)
-            .map(|k| TurnSummary::of(Some(k), &records.iter().filter(|r| r.turn == Some(k)).collect::<Vec<_>>()))
+            .map(|k| {
+                TurnSummary::of(Some(k), &records.iter().filter(|r| r.turn == Some(k)).collect::<Vec<_>>())
+            })
             .collect();
         let later: Vec<&RequestRecord> = records.iter().filter(|r| r.turn.is_some_and(|k| k > 0)).collect();
         (turns, (!later.is_empty()).then(|| TurnSummary::of(None, &later)))
@@ -387,16 +389,17 @@ mod tests {
 
     #[test]
     fn a_multi_turn_run_is_summed_by_turn() {
-        let turn = |conversation: u32, turn: u32, prompt: u32, cached: Option<u32>, ttft: f64| RequestRecord {
-            ok: true,
-            ttft: Some(ttft),
-            e2e: Some(1.0),
-            prompt_tokens: Some(prompt),
-            cached_tokens: cached,
-            conversation: Some(conversation),
-            turn: Some(turn),
-            ..Default::default()
-        };
+        let turn =
+            |conversation: u32, turn: u32, prompt: u32, cached: Option<u32>, ttft: f64| RequestRecord {
+                ok: true,
+                ttft: Some(ttft),
+                e2e: Some(1.0),
+                prompt_tokens: Some(prompt),
+                cached_tokens: cached,
+                conversation: Some(conversation),
+                turn: Some(turn),
+                ..Default::default()
+            };
         let recs = vec![
             turn(0, 0, 100, Some(0), 0.1),
             turn(0, 1, 200, Some(96), 0.2),
@@ -419,7 +422,8 @@ mod tests {
         let s = RunSummary::of("x", None, &blind, 1.0, &[], 250.0);
         assert_eq!((s.turns[1].cached_tokens, s.turns[1].hit_rate), (None, None));
         assert_eq!(s.turns[0].hit_rate, Some(0.0));
-        let single = RunSummary::of("x", None, &[RequestRecord { ok: true, ..Default::default() }], 1.0, &[], 250.0);
+        let single =
+            RunSummary::of("x", None, &[RequestRecord { ok: true, ..Default::default() }], 1.0, &[], 250.0);
         let json = serde_json::to_value(&single).unwrap();
         assert!(json.get("turns").is_none() && json.get("later_turns").is_none(), "{json}");
     }

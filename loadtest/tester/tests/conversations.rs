@@ -88,7 +88,10 @@ async fn each_turn_sends_the_history_without_the_thinking() {
             assert_eq!(m["role"], role, "{body}");
             if role == "assistant" {
                 assert_eq!(m["content"], answer.as_str(), "the answer as the server sent it");
-                assert!(!m["content"].as_str().unwrap().contains(thought.trim()), "no thinking in the history");
+                assert!(
+                    !m["content"].as_str().unwrap().contains(thought.trim()),
+                    "no thinking in the history"
+                );
             }
         }
         assert!(body["seed"].is_u64(), "{body}");

@@ -295,7 +295,9 @@ impl EvictionCell {
     /// The cell as JSON, for a harness that sets the twin beside a measurement.
     pub fn to_json(&self) -> serde_json::Value {
         let (hit, p95, tput) = self.median_ratios();
-        let med = |side: &[(f64, f64, f64)], pick: fn(&(f64, f64, f64)) -> f64| median(side.iter().map(pick).collect());
+        let med = |side: &[(f64, f64, f64)], pick: fn(&(f64, f64, f64)) -> f64| {
+            median(side.iter().map(pick).collect())
+        };
         serde_json::json!({
             "kv_blocks": self.kv_blocks,
             "rate": self.rate,

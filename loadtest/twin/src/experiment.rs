@@ -58,6 +58,8 @@ pub struct ExperimentResult {
     pub preemptions: u64,
     /// Preemptions of requests that were answering.
     pub output_critical_preemptions: u64,
+    /// Steps run under a policy's prefill cap (`Engine::prefill_capped_steps`).
+    pub prefill_capped_steps: u64,
     /// Wall-clock seconds the simulation took.
     pub wall_s: f64,
 }
@@ -196,6 +198,7 @@ pub fn run_arrivals(
         steps: engine.steps(),
         preemptions: engine.preemptions(),
         output_critical_preemptions: engine.output_critical_preemptions(),
+        prefill_capped_steps: engine.prefill_capped_steps(),
         wall_s: started.elapsed().as_secs_f64(),
     }
 }

@@ -101,6 +101,7 @@ fn report(policy: &str, requests: &[Replayed], res: &ExperimentResult) -> Value 
         "steps": res.steps,
         "preemptions": res.preemptions,
         "output_critical_preemptions": res.output_critical_preemptions,
+        "prefill_capped_steps": res.prefill_capped_steps,
         "total_token_throughput": res.total_token_throughput(),
         "runs": [{"requests": out}],
     })
@@ -161,6 +162,19 @@ mod tests {
             .collect();
         assert_eq!(indices, vec![0, 2]);
         assert_eq!(out["policy"], "output-first");
+    }
+
+    #[test]
+    fn the_replay_counts_the_steps_a_policy_capped_prefill_in() {
+        // One request answers for 20 steps while a second one's prompt arrives: output-
+        // first caps prefill in the steps someone answers; vLLM's order never does.
+        let reqs = requests_of(&report_of(&[(0, 0.0, 4, 1, 21), (1, 0.2, 30, 2, 3)])).expect("a report");
+        let stock = replay(tiny(), Box::new(Fcfs), &reqs);
+        assert_eq!(stock["prefill_capped_steps"], 0);
+        let hooked = replay(tiny(), policy_by_name("output-first").expect("policy"), &reqs);
+        let capped = hooked["prefill_capped_steps"].as_u64().expect("a count");
+        let steps = hooked["steps"].as_u64().expect("a count");
+        assert!(capped >= 10 && capped <= steps, "{capped} of {steps} steps capped");
     }
 
     #[test]

@@ -316,6 +316,7 @@ mod tests {
             steps: 1,
             preemptions: 0,
             output_critical_preemptions: 0,
+            prefill_capped_steps: 0,
             wall_s: 0.0,
         }
     }

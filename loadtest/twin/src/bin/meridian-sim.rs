@@ -17,14 +17,18 @@ struct Cli {
     command: Command,
 }
 
+const DEFAULT_PROFILE: &str = "h100-qwen3-8b";
+
 /// What every subcommand needs to build an engine.
 #[derive(clap::Args)]
 struct EngineArgs {
-    /// Cost-model profile from loadtest/twin/profiles.toml (or from --profile-file).
-    #[arg(long, default_value = "h100-qwen3-8b")]
-    profile: String,
+    /// Cost-model profile from loadtest/twin/profiles.toml (default h100-qwen3-8b), or
+    /// one of --profile-file's.
+    #[arg(long)]
+    profile: Option<String>,
     /// A TOML file of `[[profile]]` tables, e.g. written by `calibrate --profile-out`;
-    /// --profile names one of them (the first when --profile is not given).
+    /// --profile names one of them (the first when --profile is not given; a name the
+    /// file lacks is an error, not a silent fallback).
     #[arg(long)]
     profile_file: Option<PathBuf>,
     /// Workload seed.
@@ -38,11 +42,27 @@ struct EngineArgs {
 impl EngineArgs {
     fn profile(&self) -> Result<meridian_sim::Profile, String> {
         let Some(path) = &self.profile_file else {
-            return meridian_sim::profile(&self.profile).map_err(|e| e.to_string());
+            return meridian_sim::profile(self.profile.as_deref().unwrap_or(DEFAULT_PROFILE))
+                .map_err(|e| e.to_string());
         };
         let all = meridian_sim::cost::profiles_from_file(path)?;
-        let named = all.iter().find(|p| p.name == self.profile).cloned();
-        named.or_else(|| all.into_iter().next()).ok_or_else(|| format!("{}: no [[profile]]", path.display()))
+        let Some(name) = &self.profile else {
+            return all.into_iter().next().ok_or_else(|| format!("{}: no [[profile]]", path.display()));
+        };
+        let names: Vec<&str> = all.iter().map(|p| p.name.as_str()).collect();
+        let listed = names.join(", ");
+        all.iter()
+            .find(|p| &p.name == name)
+            .cloned()
+            .ok_or_else(|| format!("{}: no [[profile]] named {name:?} (it has: {listed})", path.display()))
+    }
+
+    /// The flags that select this profile, for a command line a report prints.
+    fn profile_flags(&self, resolved: &meridian_sim::Profile) -> String {
+        match &self.profile_file {
+            Some(path) => format!("--profile-file {} --profile {}", path.display(), resolved.name),
+            None => format!("--profile {}", resolved.name),
+        }
     }
 
     fn workload(&self) -> Result<WorkloadSpec, String> {
@@ -304,8 +324,9 @@ async fn main() -> Result<(), String> {
             };
             let seeds: Vec<u64> = (engine.seed..engine.seed + seeds.max(1)).collect();
             let make = || pick(&policy).unwrap_or_else(|_| Box::new(meridian_core::sched::Fcfs));
+            let profile = engine.profile()?;
             let cells = meridian_sim::conversation::eviction_cells(
-                EngineConfig::from(&engine.profile()?),
+                EngineConfig::from(&profile),
                 &make,
                 &spec,
                 &kv_blocks,
@@ -316,7 +337,7 @@ async fn main() -> Result<(), String> {
             let table = format!(
                 "Profile `{}`, policy `{policy}`, {conversations} conversations of {turns} turns, a \
                  {system_tokens}-token system prompt, {think_time_s} s mean think time, seeds {}-{}:\n\n{}",
-                engine.profile,
+                profile.name,
                 seeds[0],
                 seeds[seeds.len() - 1],
                 meridian_sim::conversation::eviction_table(&cells)
@@ -332,8 +353,9 @@ async fn main() -> Result<(), String> {
             }
         }
         Command::Run { request_rate, num_prompts, policy, engine } => {
+            let profile = engine.profile()?;
             let res = experiment::run_poisson(
-                EngineConfig::from(&engine.profile()?),
+                EngineConfig::from(&profile),
                 pick(&policy)?,
                 engine.workload()?,
                 request_rate,
@@ -348,7 +370,7 @@ async fn main() -> Result<(), String> {
                 res.records.iter().flat_map(|r| r.output_itl.iter().map(|s| s * 1000.0)).collect();
             println!(
                 "profile {}, policy {policy}, {num_prompts} requests at {request_rate} req/s, seed {}",
-                engine.profile, engine.seed
+                profile.name, engine.seed
             );
             println!("TTFT (ms)               {}", ms(|r| r.ttft));
             println!("TTFO (ms)               {}", ms(|r| r.ttfo));
@@ -387,14 +409,15 @@ async fn main() -> Result<(), String> {
             plots,
             engine,
         } => {
-            let (profile, seed) = (&engine.profile, engine.seed);
+            let resolved = engine.profile()?;
+            let (profile, flags, seed) = (&resolved.name, engine.profile_flags(&resolved), engine.seed);
             let slo = ab::JointSlo {
                 ttot_ms: slo_ttot_ms,
                 answer_gap_ms: slo_answer_gap_ms,
                 mean_output_itl_ms: slo_output_itl_ms,
             };
             let (cap, cells) = ab::compare(
-                EngineConfig::from(&engine.profile()?),
+                EngineConfig::from(&resolved),
                 engine.workload()?,
                 &policies,
                 &loads,
@@ -410,7 +433,7 @@ async fn main() -> Result<(), String> {
                 std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
             }
             let mut md = format!(
-                "### {profile}\n\n`meridian-sim ab --profile {profile} --policies {} --loads {} --num-prompts {num_prompts} --seed {seed}{}`\n\n{}\n",
+                "### {profile}\n\n`meridian-sim ab {flags} --policies {} --loads {} --num-prompts {num_prompts} --seed {seed}{}`\n\n{}\n",
                 policies.join(","),
                 loads.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(","),
                 engine.workload.as_ref().map(|w| format!(" --workload {}", w.display())).unwrap_or_default(),

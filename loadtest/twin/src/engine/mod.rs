@@ -119,6 +119,10 @@ pub struct Engine {
     pool: KvPool,
     preemptions: u64,
     output_critical_preemptions: u64,
+    /// Steps that ran with a prefill cap from the policy in force (whether or not a
+    /// prompt was there to cap): the step trace's `prefill_cap`, which the rig's pages
+    /// count per run, so twin and engine can be compared on how often a policy protected.
+    prefill_capped_steps: u64,
     steps: u64,
 }
 
@@ -141,6 +145,7 @@ impl Engine {
             ),
             preemptions: 0,
             output_critical_preemptions: 0,
+            prefill_capped_steps: 0,
             steps: 0,
         }
     }
@@ -191,6 +196,11 @@ impl Engine {
     /// sees as a stall mid-answer. Meridian's target for it is zero.
     pub fn output_critical_preemptions(&self) -> u64 {
         self.output_critical_preemptions
+    }
+
+    /// Steps (idle ones aside) run under a policy's prefill cap.
+    pub fn prefill_capped_steps(&self) -> u64 {
+        self.prefill_capped_steps
     }
 
     /// Steps that computed something (idle steps are not counted).
@@ -338,6 +348,9 @@ impl Engine {
         }
         if report.scheduled.is_empty() {
             return Some(self.idle(report, resume_s, wake_s));
+        }
+        if limits.max_prefill_tokens.is_some() {
+            self.prefill_capped_steps += 1;
         }
         self.finish_step(report)
     }

@@ -377,6 +377,57 @@ def twin_prediction(sim: Path, profile: Path, shape: Shape, blocks: int, rate: f
         return json.loads(out.read_text())[0]
 
 
+#: Each configuration's eviction order in the twin.
+EVICTION = {"stock": "lru", "hook-fcfs": "dead-first"}
+
+
+def trace_hits(sim: Path, profile: Path, run: Path, blocks: int, eviction: str, system_tokens: int) -> dict | None:
+    """`meridian-sim trace-hits` on one measured run: its own turns (lengths, and the
+    client's wait before each) through the twin's prefix cache; the later turns' hit
+    rate on each side and the share of later turns within one block of vLLM's count."""
+    import gzip
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = Path(tmp) / "run.json", Path(tmp) / "hits.json"
+        opener = gzip.open if run.suffix == ".gz" else open
+        with opener(run, "rt") as f:
+            src.write_text(f.read())
+        cmd = [str(sim), "trace-hits", str(src), "--kv-blocks", str(blocks), "--system-tokens", str(system_tokens),
+               "--eviction", eviction, "--out", str(out), "--profile-file", str(profile)]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0 or not out.exists():
+            print(f"twin: {' '.join(cmd)} failed: {done.stderr[-500:]}", file=sys.stderr)
+            return None
+        return json.loads(out.read_text())["later_turns"]
+
+
+def trace_lines(sim: Path, profile: Path, raw: Path, blocks: int, configs: list[str], system_tokens: int) -> list[str]:
+    """The twin's cache against vLLM's, run by run, on the recorded conversations."""
+    parts = []
+    for config in configs:
+        eviction = EVICTION.get(config)
+        if eviction is None:
+            continue
+        got = []
+        for f in sorted(raw.glob(f"prefix-{blocks}-*-{config}.json*")):
+            r = trace_hits(sim, profile, f, blocks, eviction, system_tokens)
+            if r and r.get("measured_hit_rate") is not None and r.get("within_one_block") is not None:
+                got.append(r)
+        if got:
+            parts.append(f"`{config}` ({eviction}): later turns' hit rate "
+                         + ", ".join(f"{r['twin_hit_rate']:.1%} against {r['measured_hit_rate']:.1%}" for r in got)
+                         + "; later turns within one block of vLLM's count "
+                         + ", ".join(f"{r['within_one_block']:.0%}" for r in got))
+    if not parts:
+        return []
+    return ["**The twin's cache against vLLM's, turn by turn** (`meridian-sim trace-hits`: each run's own "
+            "turns, with the lengths the engine reported and the client's wait before each, replayed "
+            "through the twin's prefix cache; each later turn's prompt is the previous one's tokens and then "
+            "fresh ones, so the twin sees the prefixes vLLM's block hashes see), run by run, twin against "
+            "measured: " + "; ".join(parts) + ".", ""]
+
+
 def report(results: Path, raw: Path, out_md: Path, sim: Path | None = None, profile: Path | None = None) -> str:
     data = json.loads(results.read_text())
     setup = data["setup"]
@@ -434,6 +485,7 @@ def report(results: Path, raw: Path, out_md: Path, sim: Path | None = None, prof
                       f"({per_word:.2f} tokens a word, from the first turns' prompts), thoughts of {turn.think} "
                       f"and answers of {turn.answer} tokens (the stock runs' medians; asked for {shape.think} "
                       f"and {shape.answer}), each within +-{shape.range_ratio:.0%}.", ""]
+            lines += trace_lines(sim, profile, raw, blocks, setup["configs"], round(shape.system * per_word))
         for config in setup["configs"][1:]:
             eff = effects(raw, blocks, config)
             tput = throughput_ratios(data, blocks, config)

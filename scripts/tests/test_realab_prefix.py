@@ -134,3 +134,29 @@ def test_the_ceiling_is_the_previous_prompt_in_whole_blocks(tmp_path):
     hit, ceiling = prefix.hit_ceiling(tmp_path, 24, "stock")
     assert hit == pytest.approx(500 / 1200) and ceiling == pytest.approx((256 + 384) / 1200)
     assert prefix.hit_ceiling(tmp_path, 48, "stock") is None
+
+
+def test_the_twins_cache_is_set_beside_vllms_turn_by_turn(tmp_path):
+    from binaries import binary
+
+    # A 4-token-block profile; one conversation whose second turn vLLM reported 20 of 40
+    # prompt tokens cached (the first turn's 22 tokens in whole blocks), a third turn
+    # reported at 16 where the twin, uncrowded, finds its whole previous prompt (40).
+    profile = tmp_path / "profile.toml"
+    profile.write_text(
+        '[[profile]]\nname = "t"\ngpu = "t"\nmodel = "t"\nfixed_s = 0.01\nper_token_s = 0.001\n'
+        'per_context_token_s = 0.0001\nper_decode_request_s = 0.0\nper_prefill_attention_s = 0.0\n'
+        'weight_read_tokens = 0\nkv_blocks = 64\nblock_size = 4\nmax_num_seqs = 8\nmax_num_batched_tokens = 32\n'
+        'derivation = "test"\n')
+    raw = tmp_path / "raw"
+    raw.mkdir()
+
+    def turn(index, k, sent, prompt, cached):
+        return {"index": index, "conversation": 0, "turn": k, "sent_at": sent, "ok": True, "e2e": 1.0,
+                "prompt_tokens": prompt, "usage_think_tokens": 8, "usage_output_tokens": 5, "cached_tokens": cached}
+    write_run(raw, 24, 0, "stock", [turn(0, 0, 0.0, 22, 0), turn(1, 1, 5.0, 40, 20), turn(2, 2, 10.0, 60, 16)])
+    text = " ".join(prefix.trace_lines(binary("meridian-sim"), profile, raw, 24, ["stock", "hook-fcfs"], 8))
+    # Later turns: twin 20 + 40 of 100 prompt tokens, vLLM 20 + 16; one of the two within a block.
+    assert "`stock` (lru): later turns' hit rate 60.0% against 36.0%" in text
+    assert "within one block of vLLM's count 50%" in text
+    assert "hook-fcfs" not in text, "no runs of it: nothing to say"

@@ -8,6 +8,8 @@
 //! engine took it up, so the hit rate of turns after the first (the only ones with a
 //! history to hit) and their time to first token can be read per eviction order.
 
+pub mod trace;
+
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;

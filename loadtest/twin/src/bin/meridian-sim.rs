@@ -19,6 +19,12 @@ struct Cli {
 
 const DEFAULT_PROFILE: &str = "h100-qwen3-8b";
 
+/// A load tester's JSON report.
+fn read_report(path: &std::path::Path) -> Result<serde_json::Value, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
 /// What every subcommand needs to build an engine.
 #[derive(clap::Args)]
 struct EngineArgs {
@@ -134,6 +140,30 @@ enum Command {
         /// Write each cell (the medians and the median paired ratios) as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
+    /// Replay a recorded multi-turn run (a `meridian-loadtest --dataset-name
+    /// conversations` report: each turn's lengths and the client's wait before it)
+    /// through the twin's prefix cache, and set each turn's cached tokens beside the
+    /// ones vLLM reported; writes JSON (per turn, and the later turns pooled).
+    TraceHits {
+        /// The load tester's report (its JSON).
+        report: PathBuf,
+        /// KV cache size, in blocks (the profile's block size).
+        #[arg(long)]
+        kv_blocks: u32,
+        /// Tokens of the system prompt every conversation opens with.
+        #[arg(long)]
+        system_tokens: u32,
+        /// The eviction order: `lru` (stock vLLM) or `dead-first` (the hook's).
+        #[arg(long, default_value = "lru")]
+        eviction: String,
+        /// Scheduling policy, by name.
+        #[arg(long, default_value = "fcfs")]
+        policy: String,
+        #[arg(long)]
+        out: PathBuf,
         #[command(flatten)]
         engine: EngineArgs,
     },
@@ -290,9 +320,7 @@ async fn main() -> Result<(), String> {
             tokio::signal::ctrl_c().await.map_err(|e| e.to_string())?;
         }
         Command::Replay { report, policy, out, engine } => {
-            let text = std::fs::read_to_string(&report).map_err(|e| format!("{}: {e}", report.display()))?;
-            let parsed: serde_json::Value =
-                serde_json::from_str(&text).map_err(|e| format!("{}: {e}", report.display()))?;
+            let parsed = read_report(&report)?;
             let requests = meridian_sim::replay::requests_of(&parsed)
                 .map_err(|e| format!("{}: {e}", report.display()))?;
             let predicted = meridian_sim::replay::replay(
@@ -351,6 +379,24 @@ async fn main() -> Result<(), String> {
                 std::fs::write(&path, serde_json::Value::Array(cells).to_string())
                     .map_err(|e| format!("{}: {e}", path.display()))?;
             }
+        }
+        Command::TraceHits { report, kv_blocks, system_tokens, eviction, policy, out, engine } => {
+            use meridian_sim::conversation::trace;
+            use meridian_sim::engine::Eviction;
+            let eviction = match eviction.as_str() {
+                "lru" => Eviction::Lru,
+                "dead-first" => Eviction::DeadFirst,
+                other => return Err(format!("--eviction {other:?}: expected lru or dead-first")),
+            };
+            let parsed = read_report(&report)?;
+            let turns = trace::turns_of(&parsed).map_err(|e| format!("{}: {e}", report.display()))?;
+            let profile = engine.profile()?;
+            let block_size = profile.block_size;
+            let config =
+                EngineConfig { kv_blocks, prefix_cache: Some(eviction), ..EngineConfig::from(&profile) };
+            let hits = trace::replay_turns(config, pick(&policy)?, &turns, system_tokens);
+            let text = trace::hits_json(&hits, block_size).to_string();
+            std::fs::write(&out, text).map_err(|e| format!("{}: {e}", out.display()))?;
         }
         Command::Run { request_rate, num_prompts, policy, engine } => {
             let profile = engine.profile()?;

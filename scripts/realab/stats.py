@@ -320,6 +320,30 @@ def paired_ratio(pairs: Paired, q: float | str, num: str, den: str, *, resamples
     return _estimate(pairs, num, den, stat, q, resamples, seed, confidence)
 
 
+def round_ratios(pairs: Paired, q: float, num: str, den: str) -> list[float]:
+    """Each round's own q-quantile ratio, num over den, on the requests both reached (the
+    values of a per-token metric pooled within the round)."""
+    out = []
+    for matched in pairs.matched(num, den):
+        a = sorted(x for va, _ in matched for x in va)
+        b = sorted(x for _, vb in matched for x in vb)
+        if a and b:
+            r = _ratio(nearest_rank(a, q), nearest_rank(b, q))
+            if r is not None and math.isfinite(r):
+                out.append(r)
+    return out
+
+
+def beyond_every_round(pooled: float, per_round: list[float], margin: float = 1.05) -> bool:
+    """Whether a ratio of quantiles pooled over rounds lies beyond every round's own (by
+    more than `margin`): the pooled quantile fell between clusters of rounds that stood
+    at different loads (one side's median in its fast rounds' values, the other's in its
+    slow rounds'), so the pooled figure says something no round does."""
+    if len(per_round) < 2 or not math.isfinite(pooled):
+        return False
+    return pooled > margin * max(per_round) or pooled * margin < min(per_round)
+
+
 # --- Verdicts ----------------------------------------------------------------------------
 
 

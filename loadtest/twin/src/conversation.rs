@@ -8,6 +8,7 @@
 //! engine took it up, so the hit rate of turns after the first (the only ones with a
 //! history to hit) and their time to first token can be read per eviction order.
 
+mod in_flight;
 pub mod trace;
 
 use std::cmp::Reverse;
@@ -22,6 +23,7 @@ use rand_distr::{Distribution, Exp};
 
 use crate::engine::{Engine, EngineConfig, NewRequest, TokenIds};
 use crate::workload::{Workload, WorkloadSpec};
+use in_flight::{InFlight, TurnEvent};
 
 /// The shape of the conversations.
 #[derive(Debug, Clone)]
@@ -85,18 +87,6 @@ struct Due {
     turn: u32,
 }
 
-/// A turn the engine holds.
-struct Sent {
-    /// Its record in the run's turns.
-    record: usize,
-    sent_s: f64,
-    /// Its prompt and answer: the next turn's history.
-    history: Vec<u32>,
-    /// The engine has looked its prompt up in the prefix cache (a resumption after
-    /// preemption looks again and finds its own blocks: only the first look counts).
-    looked_up: bool,
-}
-
 /// Fresh token ids, so that no two messages share a token by chance.
 struct Ids(u32);
 
@@ -136,7 +126,8 @@ pub fn run_conversations(
     }
 
     let mut turns: Vec<TurnRecord> = Vec::new();
-    let mut live: HashMap<u64, Sent> = HashMap::new();
+    // Each held turn keeps its prompt and answer: the next turn's history.
+    let mut live: InFlight<Vec<u32>> = InFlight::new();
     let mut tokens_done = 0u64;
     loop {
         let next_due = due.peek().map(|Reverse((k, _))| key_to_secs(*k));
@@ -173,10 +164,7 @@ pub fn run_conversations(
             if let Ok(seq) = submitted {
                 let mut next = prompt;
                 next.extend(&answer);
-                live.insert(
-                    seq,
-                    Sent { record: turns.len(), sent_s: engine.now(), history: next, looked_up: false },
-                );
+                live.insert(seq, turns.len(), engine.now(), next);
                 turns.push(TurnRecord {
                     conversation: c,
                     turn: d.turn,
@@ -189,33 +177,26 @@ pub fn run_conversations(
         }
         let wake = due.peek().map_or(f64::INFINITY, |Reverse((k, _))| key_to_secs(*k));
         let Some(step) = engine.step_until(wake) else { continue };
-        for (seq, hit) in step.prefix_hits {
-            if let Some(sent) = live.get_mut(&seq)
-                && !std::mem::replace(&mut sent.looked_up, true)
-            {
-                turns[sent.record].hit_tokens = hit;
-            }
-        }
-        for tok in step.tokens {
-            let Some(sent) = live.get(&tok.seq) else { continue };
-            let since = tok.at_s - sent.sent_s;
-            tokens_done += 1;
-            let record = &mut turns[sent.record];
-            if !tok.ends_thought && record.ttft.is_none() {
-                record.ttft = Some(since);
-            }
-            if tok.last {
-                record.e2e = Some(since);
-                tokens_done += u64::from(record.prompt_tokens);
-                let (conversation, turn) = (record.conversation, record.turn + 1);
-                let Some(sent) = live.remove(&tok.seq) else { continue };
-                if turn < spec.turns {
-                    let at = tok.at_s + pause.map_or(spec.think_time_s, |p| p.sample(&mut rng));
-                    due.push(Reverse((secs_to_key(at), conversation)));
-                    waiting.insert(conversation, Due { history: sent.history, turn });
+        live.observe(step, |event| match event {
+            TurnEvent::Cached { record, cached } => turns[record].hit_tokens = cached,
+            TurnEvent::Token { record, since_s, visible } => {
+                tokens_done += 1;
+                if visible && turns[record].ttft.is_none() {
+                    turns[record].ttft = Some(since_s);
                 }
             }
-        }
+            TurnEvent::Done { record, since_s, at_s, then: history } => {
+                let record = &mut turns[record];
+                record.e2e = Some(since_s);
+                tokens_done += u64::from(record.prompt_tokens);
+                let (conversation, turn) = (record.conversation, record.turn + 1);
+                if turn < spec.turns {
+                    let at = at_s + pause.map_or(spec.think_time_s, |p| p.sample(&mut rng));
+                    due.push(Reverse((secs_to_key(at), conversation)));
+                    waiting.insert(conversation, Due { history, turn });
+                }
+            }
+        });
     }
     let makespan_s = engine.now();
     ConversationResult {

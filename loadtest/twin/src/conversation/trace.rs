@@ -18,6 +18,8 @@ use std::sync::Arc;
 use meridian_core::sched::SchedulingPolicy;
 use serde_json::{Value, json};
 
+use super::in_flight::{InFlight, TurnEvent};
+use super::{key_to_secs as secs, secs_to_key as key};
 use crate::engine::{Engine, EngineConfig, NewRequest, TokenIds};
 
 /// One turn of a recorded run.
@@ -164,7 +166,8 @@ pub fn replay_turns(
         }
     }
     let mut hits: Vec<TraceHit> = Vec::new();
-    let mut live: HashMap<u64, Live> = HashMap::new();
+    // Each held turn keeps its conversation and its place in that conversation's turns.
+    let mut live: InFlight<(u32, usize)> = InFlight::new();
     loop {
         if !engine.has_work() {
             match due.peek() {
@@ -195,16 +198,7 @@ pub fn replay_turns(
             });
             if let Ok(seq) = submitted {
                 previous.insert(c, prompt);
-                live.insert(
-                    seq,
-                    Live {
-                        record: hits.len(),
-                        sent_s: engine.now(),
-                        conversation: c,
-                        position: pos,
-                        looked_up: false,
-                    },
-                );
+                live.insert(seq, hits.len(), engine.now(), (c, pos));
                 hits.push(TraceHit {
                     index: t.index,
                     conversation: c,
@@ -218,51 +212,22 @@ pub fn replay_turns(
         }
         let wake = due.peek().map_or(f64::INFINITY, |Reverse((k, _, _))| secs(*k));
         let Some(step) = engine.step_until(wake) else { continue };
-        for (seq, hit) in step.prefix_hits {
-            // A resumption after preemption looks again and finds its own blocks: only
-            // the first look is the turn's hit, as vLLM reports it.
-            if let Some(l) = live.get_mut(&seq)
-                && !std::mem::replace(&mut l.looked_up, true)
-            {
-                hits[l.record].twin_cached = hit;
-            }
-        }
-        for tok in step.tokens {
-            let Some(l) = live.get(&tok.seq) else { continue };
-            if !tok.ends_thought && hits[l.record].twin_ttft_s.is_none() {
-                hits[l.record].twin_ttft_s = Some(tok.at_s - l.sent_s);
-            }
-            if tok.last {
-                let (c, next) = (l.conversation, l.position + 1);
-                live.remove(&tok.seq);
-                if let Some(t) = by_conversation.get(&c).and_then(|ts| ts.get(next)) {
-                    due.push(Reverse((key(tok.at_s + t.wait_s), c, next)));
+        live.observe(step, |event| match event {
+            TurnEvent::Cached { record, cached } => hits[record].twin_cached = cached,
+            TurnEvent::Token { record, since_s, visible } => {
+                if visible && hits[record].twin_ttft_s.is_none() {
+                    hits[record].twin_ttft_s = Some(since_s);
                 }
             }
-        }
+            TurnEvent::Done { at_s, then: (c, pos), .. } => {
+                if let Some(t) = by_conversation.get(&c).and_then(|ts| ts.get(pos + 1)) {
+                    due.push(Reverse((key(at_s + t.wait_s), c, pos + 1)));
+                }
+            }
+        });
     }
     hits.sort_by_key(|h| (h.conversation, h.turn));
     hits
-}
-
-/// A turn the engine holds.
-struct Live {
-    /// Its place in the replay's hits.
-    record: usize,
-    sent_s: f64,
-    conversation: u32,
-    /// Its place in its conversation's turns.
-    position: usize,
-    /// The engine has looked its prompt up in the prefix cache.
-    looked_up: bool,
-}
-
-fn key(s: f64) -> u64 {
-    (s.max(0.0) * 1e9) as u64
-}
-
-fn secs(k: u64) -> f64 {
-    k as f64 / 1e9
 }
 
 /// The replay beside the measurement: per turn, and for the later turns pooled, the

@@ -373,9 +373,10 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
     agreed, judged = (sum(col) for col in zip(*per_config.values())) if per_config else (0, 0)
     if pooled_off:
         lines += ["", "(†) A ratio pooled over every round that lies beyond each round's own (by more than 5%): "
-                  "the rounds stood at different loads, so one side's quantile fell among its fast rounds' values "
-                  "and the other's among its slow rounds', and the pooled figure says what no round does; read "
-                  "the rounds' range instead: " + "; ".join(pooled_off) + "."]
+                  "the rounds' values differ by more than the effect (they stood at different loads, or ran on "
+                  "machines of different speed), so one side's pooled quantile can fall among its fast rounds' "
+                  "values and the other's among its slow rounds', and the pooled figure says what no round does; "
+                  "read the rounds' range instead: " + "; ".join(pooled_off) + "."]
     lines += ["", f"The twin agrees with {agreed} of the {judged} effects the measurement resolves"
               + (f" (by configuration: {', '.join(f'{c} {a} of {n}' for c, (a, n) in per_config.items())})"
                  if per_config else "")
@@ -412,7 +413,7 @@ def capping_lines(measured: dict[tuple, tuple[int, int]], twin: dict[str, dict[i
     engine's step time (slo-driven) acts only as often as its steps run slow, so a twin
     whose steps run faster than the engine's protects less often and predicts smaller
     effects, costs included."""
-    parts = []
+    parts, more, fewer = [], [], []
     for config, by_round in twin.items():
         mine = {key[3]: v for key, v in measured.items()
                 if key[0] == config and key[1] == workload and key[2] == load and v[1]}
@@ -423,15 +424,29 @@ def capping_lines(measured: dict[tuple, tuple[int, int]], twin: dict[str, dict[i
         t_capped, t_steps = (sum(by_round[r][i] for r in both) for i in (0, 1))
         if not m_capped and not t_capped:
             continue
-        parts.append(f"{config} {m_capped / m_steps:.1%} measured, {t_capped / t_steps:.1%} in the twin "
+        m_share, t_share = m_capped / m_steps, t_capped / t_steps
+        parts.append(f"{config} {m_share:.1%} measured, {t_share:.1%} in the twin "
                      f"({len(both)} round{'s' if len(both) > 1 else ''})")
+        # Within a tenth of each other the two protect about as often; beyond it, say which way.
+        if t_share > 1.1 * m_share:
+            more.append(config)
+        elif t_share < m_share / 1.1:
+            fewer.append(config)
     if not parts:
         return []
+    verdict = []
+    if more:
+        verdict.append(f"the twin caps more often than the engine did for {', '.join(more)}, so there it "
+                       "over-predicts what capping costs (the starts it delays) as well as what it gains")
+    if fewer:
+        verdict.append(f"the twin caps less often than the engine did for {', '.join(fewer)}, so there it "
+                       "under-predicts what capping costs (the starts it delays) as well as what it gains")
+    if not verdict:
+        verdict.append("the twin caps about as often as the engine did (within a tenth) for every policy")
     return ["**How often the policy protected, engine and twin.** Steps run under the policy's prefill cap, "
             "pooled over the rounds both sides have (the engine's step traces; the twin's replays of the same "
             "requests): " + "; ".join(parts) + ". A policy that caps only while steps run slow (slo-driven) "
-            "acts as often as its engine's steps are slow: where the twin caps less often than the engine "
-            "did, it under-predicts what capping costs (the starts it delays) as well as what it gains.", ""]
+            "acts as often as its engine's steps are slow: " + "; ".join(verdict) + ".", ""]
 
 
 def late_thought_shares(runs: dict[str, dict[int, list[dict]]], floor_s: float) -> dict[str, tuple[float, int]]:

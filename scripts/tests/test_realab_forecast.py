@@ -152,6 +152,18 @@ def test_how_often_the_policy_capped_is_set_beside_the_twins_count(tmp_path: Pat
     # measured, 40 of 2,000 in the twin; stock capped nothing on either side.
     assert "hook 15.0% measured, 2.0% in the twin (2 rounds)" in text
     assert "stock" not in text.split("requests): ")[1].split(".")[0]
+    # The twin capped far less often, and the page says which way it errs.
+    assert "the twin caps less often than the engine did for hook" in text
+    assert "more often" not in text
+    # The other way round: the twin capping more often over-predicts, and says so.
+    busy = {"hook": {0: (400, 1000), 1: (400, 1000)}}
+    text = " ".join(F.capping_lines(measured, busy, "long", 0.9))
+    assert "the twin caps more often than the engine did for hook" in text
+    assert "over-predicts" in text and "under-predicts" not in text
+    # Within a tenth of each other: neither direction is claimed.
+    even = {"hook": {0: (140, 1000), 1: (160, 1000)}}
+    text = " ".join(F.capping_lines(measured, even, "long", 0.9))
+    assert "about as often" in text and "predicts" not in text
     assert F.capping_lines(measured, {}, "long", 0.9) == []
 
 

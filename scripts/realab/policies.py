@@ -31,6 +31,7 @@ from . import machine
 from . import regime as R
 from . import slo
 from . import speed
+from . import shares as SH
 from . import stats as S
 from .effects import PER_REQUEST, effects_of, plain_effects, policies_of, throughput
 from .measure import STOCK_AGAIN
@@ -60,7 +61,7 @@ def _interval(e: S.Estimate | None) -> str:
     return "-" if e is None else e.text()
 
 
-def _share(s: S.Share | None) -> str:
+def _share(s: SH.Share | None) -> str:
     return "-" if s is None else f"{100 * s.point:.0f}% ({100 * s.low:.0f}-{100 * s.high:.0f})"
 
 
@@ -244,10 +245,10 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
     lines += ["| configuration | answers with a stall over 250 ms | answer-only SLO met | whole-request SLO met |"
               + (" whole-request SLO met, H100-scaled start |" if scaled else ""),
               "|---|---:|---:|---:|" + ("---:|" if scaled else "")]
-    stall = S.pair_requests(runs, S.stalled(0.25))
-    answer = S.pair_requests(runs, S.answer_only_slo(), keep_failed=True)
-    whole = S.pair_requests(runs, S.whole_request_slo(unloaded, yardsticks), keep_failed=True) if yardsticks else None
-    whole_h100 = (S.pair_requests(runs, S.whole_request_slo(unloaded, {rnd: judge for rnd, (_, judge) in scaled.items()}),
+    stall = S.pair_requests(runs, SH.stalled(0.25))
+    answer = S.pair_requests(runs, SH.answer_only_slo(), keep_failed=True)
+    whole = S.pair_requests(runs, SH.whole_request_slo(unloaded, yardsticks), keep_failed=True) if yardsticks else None
+    whole_h100 = (S.pair_requests(runs, SH.whole_request_slo(unloaded, {rnd: judge for rnd, (_, judge) in scaled.items()}),
                                   keep_failed=True) if scaled else None)
 
     def cell(pairs: S.Paired | None, config: str) -> str:
@@ -255,21 +256,21 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
         # those rounds: rounds differ by more than configurations do.
         if pairs is None:
             return "no unloaded reference"
-        own = S.share_of(pairs, config)
+        own = SH.share_of(pairs, config)
         rounds = set(pairs.values.get(config, {}))
         if config == "stock" or own is None or rounds == set(pairs.values.get("stock", {})):
             return _share(own)
-        stock = S.share_of(pairs, "stock", rounds=rounds)
+        stock = SH.share_of(pairs, "stock", rounds=rounds)
         return _share(own) + ("" if stock is None else f"; stock {100 * stock.point:.0f}% on those rounds")
     for config in ["stock", *configs]:
         lines.append(f"| {config} | {cell(stall, config)} | {cell(answer, config)} | {cell(whole, config)} |"
                      + (f" {cell(whole_h100, config)} |" if scaled else ""))
     lines += ["", "Shares: Wilson 90% intervals over the counted requests, widened where the rounds differ by "
-              "more than their requests show (`stats.clustered_wilson`: a run's requests share its machine's "
+              "more than their requests show (`shares.clustered_wilson`: a run's requests share its machine's "
               "pace, so they are not independent draws). The answer-only SLO: think-to-answer "
               "gap and largest answer gap each within 250 ms. The whole-request SLO adds the start: TTFT and "
               "TTFO each within 2x the same request's own time on the idle engine plus 250 ms "
-              "(`stats.WholeRequestSlo`)."
+              "(`shares.WholeRequestSlo`)."
               + (" Only the rounds with an unloaded reference count for it." if yardsticks and
                  not set(runs["stock"]) <= set(unloaded) else "")
               + reference_note(raw_dir, workload, set(runs["stock"]), scales)]

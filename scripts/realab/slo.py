@@ -16,6 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from . import regime as R
+from . import shares as SH
 from . import stats as S
 
 #: A reference whose median time per output token lies more than this share off the
@@ -138,11 +139,11 @@ def pace_scales(set_dir: Path, workload: str, unloaded: dict[int, list[dict]],
 
 
 def judges(unloaded: dict[int, list[dict]], off: dict[int, float],
-           scales: dict[int, float]) -> dict[int, S.WholeRequestSlo]:
+           scales: dict[int, float]) -> dict[int, SH.WholeRequestSlo]:
     """{round: the whole-request SLO its requests are judged by}: the reference matched to
     its round's pace where both are known (`scales`); else the reference as measured,
     unless it ran off its set's pace (`off`), when the round is not judged at all."""
-    return {rnd: S.WholeRequestSlo(reference_scale=scales[rnd]) if rnd in scales else S.WholeRequestSlo()
+    return {rnd: SH.WholeRequestSlo(reference_scale=scales[rnd]) if rnd in scales else SH.WholeRequestSlo()
             for rnd in sorted(unloaded) if rnd in scales or rnd not in off}
 
 
@@ -158,8 +159,8 @@ def held_batch(requests: list[dict], cap: int) -> float | None:
     return min(float(cap), sum(r["e2e"] for r in done) / span) if span > 0 else None
 
 
-def scaled_slos(runs: dict, judged: dict[int, S.WholeRequestSlo], stretch,
-                cap: int) -> dict[int, tuple[float, S.WholeRequestSlo]]:
+def scaled_slos(runs: dict, judged: dict[int, SH.WholeRequestSlo], stretch,
+                cap: int) -> dict[int, tuple[float, SH.WholeRequestSlo]]:
     """{round: (batch stock held, its whole-request SLO with the start factor stretched
     for that batch)} for the rounds `judged` (`judges`) that stock ran
     (`regime.shared_step_stretch`)."""
@@ -174,7 +175,7 @@ def scaled_slos(runs: dict, judged: dict[int, S.WholeRequestSlo], stretch,
 
 def _ratio_ends(ratio: tuple[float, float, float]) -> str:
     """A capacity ratio's interval; unbounded above when stock's own conservative end lies
-    below the loads measured (`stats.capacity_ratio`)."""
+    below the loads measured (`shares.capacity_ratio`)."""
     return f"{ratio[1]:.2f}-{ratio[2]:.2f}" if math.isfinite(ratio[2]) else \
         f"at least {ratio[1]:.2f}, no upper end: stock's capacity may lie below the loads measured"
 
@@ -198,9 +199,9 @@ STANDING_BIN = 0.01
 
 
 def capacity_lines(data: dict, workload: str, by_load: dict[float, tuple[dict, dict]],
-                   judged: dict[float, dict[int, S.WholeRequestSlo]], stretch=None,
+                   judged: dict[float, dict[int, SH.WholeRequestSlo]], stretch=None,
                    standing: dict | None = None) -> list[str]:
-    """Capacity at the whole-request SLO (`stats.capacity_at_slo`: the load where the
+    """Capacity at the whole-request SLO (`shares.capacity_at_slo`: the load where the
     share meeting it first falls below 95%, linear between the loads measured) for each
     configuration measured at every load with unloaded references, and its ratio to
     stock's. `by_load`: {load: (runs, unloaded)} as `sets.read` gives them; `judged`:
@@ -212,7 +213,7 @@ def capacity_lines(data: dict, workload: str, by_load: dict[float, tuple[dict, d
     if len(loads) < 2:
         return []
     cap = int(data["setup"]["engine"].get("max_num_seqs", 256))
-    points: dict[str, list[S.LoadPoint]] = {}
+    points: dict[str, list[SH.LoadPoint]] = {}
     sent: dict[float, list[tuple[float, list[int]]]] = {}
     for load in loads:
         every, unloaded = by_load[load]
@@ -223,17 +224,17 @@ def capacity_lines(data: dict, workload: str, by_load: dict[float, tuple[dict, d
         sent[load] = standing_groups(sorted(every["stock"]), standing, workload, load)
         for at, rounds in sent[load]:
             runs = {c: {r: v for r, v in by_round.items() if r in rounds} for c, by_round in every.items()}
-            whole = S.pair_requests(runs, S.whole_request_slo(unloaded, slo), keep_failed=True)
+            whole = S.pair_requests(runs, SH.whole_request_slo(unloaded, slo), keep_failed=True)
             for config in runs:
-                share = S.share_of(whole, config) if runs[config] else None
+                share = SH.share_of(whole, config) if runs[config] else None
                 if share is not None:
-                    points.setdefault(config, []).append(S.LoadPoint(at, at * data["capacity"][workload], share))
+                    points.setdefault(config, []).append(SH.LoadPoint(at, at * data["capacity"][workload], share))
     count = len(points.get("stock", []))
-    measured = {c: S.capacity_at_slo(p) for c, p in points.items() if len(p) == count}
+    measured = {c: SH.capacity_at_slo(p) for c, p in points.items() if len(p) == count}
     if "stock" not in measured:
         return []
 
-    def text(c: S.Capacity, config: str) -> str:
+    def text(c: SH.Capacity, config: str) -> str:
         shares = ", ".join(f"{100 * p.share.point:.0f}% at {100 * p.load:.0f}%"
                            for p in sorted(points[config], key=lambda p: p.load))
         if c.beyond == "below":
@@ -253,7 +254,7 @@ def capacity_lines(data: dict, workload: str, by_load: dict[float, tuple[dict, d
     lines = ["", f"**Capacity at the whole-request SLO ({kind}; 95% of requests meeting it), {workload}**, from "
              f"{where}; between them linear, so a sweep this coarse places it roughly:", ""]
     for config in ["stock", *(c for c in data["setup"]["configs"] if c in measured and c != "stock")]:
-        ratio = S.capacity_ratio(measured[config], measured["stock"]) if config != "stock" else None
+        ratio = SH.capacity_ratio(measured[config], measured["stock"]) if config != "stock" else None
         judged_ratio = (f"; {ratio[0]:.2f}x stock's ({_ratio_ends(ratio)}); the target, at least "
                         f"{CAPACITY_TARGET}x stock's: **{S.verdict(SimpleNamespace(low=ratio[1], high=ratio[2]), CAPACITY_TARGET, 'higher')}**"
                         if ratio else "")

@@ -12,7 +12,7 @@ import pytest
 
 
 from realab import drift, machine, measure, policies, regime, slo
-from realab import stats as S
+from realab import shares as SH
 
 
 def trace(rng: random.Random, n: int, slow: float = 1.0) -> list[dict]:
@@ -224,8 +224,8 @@ def test_a_round_is_judged_against_its_reference_at_the_pace_the_round_ran():
     # and meets the SLO when the round ran 1.3x slower than its reference.
     alone = {"index": 0, "ok": True, "ttft": 1.0, "ttfo": 2.0}
     loaded = {"index": 0, "ok": True, "ttft": 2.6, "ttfo": 2.0, "think_to_output": 0.01, "max_output_gap": 0.01}
-    assert not S.WholeRequestSlo().met(loaded, alone)
-    assert S.WholeRequestSlo(reference_scale=1.3).met(loaded, alone)
+    assert not SH.WholeRequestSlo().met(loaded, alone)
+    assert SH.WholeRequestSlo(reference_scale=1.3).met(loaded, alone)
 
 
 def test_a_runs_factor_is_read_against_its_own_loads_usual_pace():

@@ -11,17 +11,23 @@ import statistics
 import pytest
 
 
-from realab.stats import (
-    Capacity,
-    Estimate,
-    Harm,
-    LoadPoint,
-    WholeRequestSlo,
-    answer_itl,
+from realab.shares import (
     answer_only_slo,
+    Capacity,
     capacity_at_slo,
     capacity_ratio,
     clustered_wilson,
+    LoadPoint,
+    share_of,
+    stalled,
+    whole_request_slo,
+    WholeRequestSlo,
+    wilson,
+)
+from realab.stats import (
+    Estimate,
+    Harm,
+    answer_itl,
     do_no_harm,
     nearest_rank,
     pair_requests,
@@ -30,14 +36,10 @@ from realab.stats import (
     quotable,
     read_runs,
     run_spread_factor,
-    share_of,
-    stalled,
     t_quantile,
     tail_for,
     ttot,
     verdict,
-    whole_request_slo,
-    wilson,
 )
 
 FAST = 300  # resamples: enough for the interval's width to be stable, quick in a test
@@ -273,7 +275,7 @@ def test_a_paired_share_difference_sees_an_slo_gain_on_the_same_requests():
 
 
 def point(load, share, low, high):
-    from realab.stats import Share
+    from realab.shares import Share
     return LoadPoint(load, 10 * load, Share(share, low, high, 0, 100))
 
 

@@ -10,7 +10,7 @@
 //! no reader notices. With the answer limits beside them, a scheduler cannot pass by
 //! moving delay from the answer into the start, nor the other way round. The reference
 //! is a run of the same workload and seed one request at a time (`--max-concurrency 1
-//! --save-result`), read back with `--slo-reference`. `scripts/realab/stats.py`
+//! --save-result`), read back with `--slo-reference`. `scripts/realab/shares.py`
 //! (`WholeRequestSlo`) judges the real-engine A/B by the same rule.
 
 use std::collections::HashMap;

@@ -109,6 +109,66 @@ def test_v1_rpdi_exit_on_rising_entropy(tmp_path, monkeypatch: pytest.MonkeyPatc
     assert forced == {0: THINK_END}
 
 
+def rpdi_exit_step(lp: MeridianLogitsProcessor) -> int | None:
+    """The step at which `lp` forces the end of a thought that is confident for 40 steps
+    and then unsure (uniform logits)."""
+    out: list[int] = []
+    lp.update_state(BatchUpdate(batch_size=1, removed=[], added=[(0, params(), PROMPT, out)], moved=[]))
+    peaked = torch.full((1, VOCAB), -30.0)
+    peaked[0, 5] = 0.0  # entropy ~0
+    for step in range(48):
+        logits = peaked.clone() if step < 40 else torch.zeros(1, VOCAB)
+        if forced_rows(lp.apply(logits)):
+            return step
+        out.append(5)
+    return None
+
+
+def test_v1_on_a_gpu_reads_entropies_a_step_late_and_still_exits(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    # On a GPU the V1 runner's processor is built with the batch's device: its entropies
+    # go to the controller a step late (never waiting for the device); the logits here
+    # stay on the CPU, where a late read lands at the next step.
+    cfg = tmp_path / "meridian.toml"
+    cfg.write_text('[exit]\nsignal = "rpdi"\nmin_think_tokens = 8\nrpdi_window = 8\nrpdi_lambda = 1.5\n')
+    monkeypatch.setenv("MERIDIAN_HOOK_CONFIG", str(cfg))
+    at_once = rpdi_exit_step(v1_processor())
+    before = metric("meridian_hook_entropy_rows_total")
+    late = MeridianLogitsProcessor(CONFIG, torch.device("cuda"), False)
+    assert late._late is not None, "a processor on a GPU reads its entropies late"
+    late_step = rpdi_exit_step(late)
+    assert at_once is not None and late_step == at_once + 1, (at_once, late_step)
+    assert metric("meridian_hook_entropy_rows_total") > before, "the late entropies reached the signal"
+
+
+def test_v1_on_a_gpu_budgets_act_in_their_own_step_and_a_moved_requests_late_value_is_dropped(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+):
+    cfg = tmp_path / "meridian.toml"
+    cfg.write_text('[exit]\nsignal = "rpdi"\nmin_think_tokens = 8\nrpdi_window = 8\nrpdi_lambda = 1.5\n')
+    monkeypatch.setenv("MERIDIAN_HOOK_CONFIG", str(cfg))
+    lp = MeridianLogitsProcessor(CONFIG, torch.device("cuda"), False)
+    out0: list[int] = []
+    out1: list[int] = []
+    lp.update_state(
+        BatchUpdate(batch_size=2, removed=[], added=[(0, params(meridian_think_budget=3), PROMPT, out0), (1, params(), PROMPT, out1)], moved=[])
+    )
+    for step in range(3):
+        assert forced_rows(lp.apply(torch.zeros(2, VOCAB))) == {}, f"step {step}"
+        out0.append(5)
+        out1.append(5)
+    # The budget needs no entropy: it ends the thought in its own step.
+    assert forced_rows(lp.apply(torch.zeros(2, VOCAB))) == {0: THINK_END}
+    out0.append(THINK_END)
+    out1.append(5)
+    # Row 1's request moves to row 3 while its last entropy is in flight: the value for
+    # its old slot is dropped, and the batch goes on without an error.
+    lp.update_state(BatchUpdate(batch_size=4, removed=[0], added=[], moved=[(1, 3, MoveDirectionality.UNIDIRECTIONAL)]))
+    before = metric('meridian_hook_errors_total{site="logits_processor"}')
+    out1.append(5)
+    assert forced_rows(lp.apply(torch.zeros(4, VOCAB))) == {}
+    assert metric('meridian_hook_errors_total{site="logits_processor"}') == before
+
+
 class FakeV2State:
     """The parts of Model Runner V2's request state the processor reads, on CPU."""
 

@@ -5,7 +5,9 @@ tokens, computes the entropy of thinking rows when the ``[exit]`` signal needs i
 forces the end-of-thinking token for rows that must stop: told to by the proxy (policy
 channel), past their think budget, or past the entropy threshold. Under Model Runner V2
 the step's work lives in :mod:`meridian_hook.v2_batch`, which reads the device's tokens
-a step late rather than wait for the GPU.
+a step late rather than wait for the GPU. The V1 runner keeps tokens on the host; on a
+GPU its one device read, the thinking rows' entropies, also arrives a step late
+(:class:`meridian_hook.late_reads.LateEntropies`), so no step waits for the device.
 
 Per-request arguments arrive as ``vllm_xargs`` in the request body (vLLM's
 ``SamplingParams.extra_args``): ``meridian_request_id`` (the proxy's ``X-Request-Id``,
@@ -28,6 +30,7 @@ except ImportError:  # pragma: no cover - older vLLM: V1 only
     V2LogitsProcessor = None  # type: ignore[assignment,misc]
 
 from meridian_hook import _native
+from meridian_hook.late_reads import LateEntropies
 from meridian_hook.probe import entropies
 from meridian_hook.v2_batch import V2Batch, force
 from meridian_hook.runtime import in_engine_core, runtime, think_markers
@@ -61,8 +64,12 @@ class MeridianLogitsProcessor(*_bases):  # type: ignore[misc]
         # V1: (vllm_config, device, is_pin_memory); V2: (vllm_config, req_states).
         self._v2 = len(args) == 1
         self._req_states = args[0] if self._v2 else None
+        # V1's batch lives on `device`; off the host its entropies are read late.
+        device = None if self._v2 or not args else args[0]
+        pin = bool(args[1]) if not self._v2 and len(args) > 1 else True
         self._ctl: _native.ExitController | None = None
         self._batch: V2Batch | None = None
+        self._late: LateEntropies | None = None
         self._entropy = False
         try:
             self._rt = runtime()
@@ -92,6 +99,8 @@ class MeridianLogitsProcessor(*_bases):  # type: ignore[misc]
             self._entropy = cfg.hook.entropy and x.signal == "rpdi"
             if self._v2:
                 self._batch = V2Batch(self._ctl, self._req_states, self._entropy)
+            elif self._entropy and getattr(device, "type", "cpu") != "cpu":
+                self._late = LateEntropies(self._ctl, pin)
         if not in_engine_core():
             with self._rt.guard("sync"):
                 self._rt.start_follower()
@@ -158,10 +167,16 @@ class MeridianLogitsProcessor(*_bases):  # type: ignore[misc]
                     return logits
                 forced = self._batch.step(logits, ctx)
             else:
+                late = self._late
+                if late is not None and late.pending():
+                    late.land()
                 thinking = self._ctl.observe_outputs(logits.shape[0])
                 hs: list[float] = []
                 if thinking and self._entropy:
-                    hs = self._row_entropies(logits, thinking)
+                    if late is not None:
+                        late.queue(logits)
+                    else:
+                        hs = self._row_entropies(logits, thinking)
                 # V1 keeps every token on the host: nothing is unread, never None.
                 forced = self._ctl.decide(hs) or []
             force(logits, forced)

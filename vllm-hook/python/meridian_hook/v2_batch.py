@@ -8,9 +8,9 @@ finished the step's forward, so vLLM's host work for the next step no longer ove
 the GPU's (``docs/src/benchmarks/hook-gpu-sync.md``: up to 1.3x longer steps). So this
 never waits in an ordinary step: each step queues non-blocking copies of what it needs
 (a new request's prompt, the fed tokens, the thinking rows' entropies) into pinned host
-memory behind a CUDA event, and hands them to the controller at a later step, once the
-event says they have landed (``ExitController.observe_late``). Counts are exact at once;
-a token's value arrives late. Only a step where some row's exit hinges on a value still
+memory behind a CUDA event (:mod:`meridian_hook.late_reads`), and hands them to the
+controller at a later step, once the event says they have landed
+(``ExitController.observe_late``). Counts are exact at once; a token's value arrives late. Only a step where some row's exit hinges on a value still
 in flight waits (``decide`` answers ``None``): the step that decides an exit and the one
 after it, about two waits per thought ended, none in a step that ends nothing.
 """
@@ -22,6 +22,7 @@ from typing import Any
 
 from meridian_hook import _native
 from meridian_hook import vllm_adapter as adapter
+from meridian_hook.late_reads import cuda_event, host_copy
 from meridian_hook.probe import entropies_tensor
 
 
@@ -34,18 +35,6 @@ def force(logits: Any, forced: list[tuple[int, int]]) -> None:
         line = logits[row]
         line.fill_(float("-inf"))
         line.narrow(0, token, 1).fill_(0.0)
-
-
-def _host_copy(t: Any) -> Any:
-    """A host copy of ``t`` that lands when the current stream reaches this point (on the
-    host already: a plain copy)."""
-    import torch  # noqa: PLC0415
-
-    if t.device.type == "cpu":
-        return t.clone()
-    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-    host.copy_(t, non_blocking=True)
-    return host
 
 
 def _int64_bytes(t: Any) -> bytes:
@@ -100,21 +89,17 @@ class V2Batch:
                 epoch = ctl.epoch(slot)
                 if epoch is not None:
                     plen, tokens = adapter.v2_committed(self._rs, slot)
-                    reads.prompts.append((slot, epoch, plen, _host_copy(tokens)))
+                    reads.prompts.append((slot, epoch, plen, host_copy(tokens)))
         fresh = ctl.observe_batch(adapter.v2_columns(self._rs, ctx))
         if fresh:
-            reads.fed = _host_copy(adapter.v2_fed_ids(ctx))
+            reads.fed = host_copy(adapter.v2_fed_ids(ctx))
         if fresh is not None and self._entropy and ctl.thinking_rows():
             # Every row's entropy, not only the thinking rows': picking rows on the
             # device would need their indices there first, a copy that can wait.
-            reads.entropies = _host_copy(entropies_tensor(logits, 1.0))
+            reads.entropies = host_copy(entropies_tensor(logits, 1.0))
             ctl.entropies_later()
         if not reads.empty():
-            if logits.device.type == "cuda":
-                import torch  # noqa: PLC0415
-
-                reads.event = torch.cuda.Event()
-                reads.event.record()
+            reads.event = cuda_event(logits)
             self._reads.append(reads)
         if fresh is None:
             return []

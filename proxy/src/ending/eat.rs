@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::EndThinking;
+use super::continuation::Delimiters;
 use crate::ctx::RequestCtx;
 use crate::relay::watch::{Event, Watcher};
 use crate::telemetry::Metrics;
@@ -21,9 +22,8 @@ pub struct ProbeTarget {
     /// `X-Request-Id` the root of their ids (for logs), its stream id what a forced exit
     /// names at the hook.
     pub ctx: Arc<RequestCtx>,
-    /// The delimiters that close a thought for this model, as text.
-    pub think_open: String,
-    pub think_close: String,
+    /// The text tags that open and close a thought for this model.
+    pub delimiters: Delimiters,
     /// How to end thinking.
     pub end: EndThinking,
     pub metrics: Arc<Metrics>,
@@ -89,7 +89,7 @@ impl Watcher for EatFeed {
 fn probe_body(original: &Value, target: &ProbeTarget, reasoning: &str) -> Option<Value> {
     let mut body = original.as_object()?.clone();
     let messages = body.get_mut("messages")?.as_array_mut()?;
-    let prefill = format!("{}\n{}\n{}\n\n", target.think_open, reasoning.trim(), target.think_close);
+    let prefill = format!("{}\n{}\n{}\n\n", target.delimiters.open, reasoning.trim(), target.delimiters.close);
     messages.push(json!({"role": "assistant", "content": prefill}));
     for key in [
         "stream",

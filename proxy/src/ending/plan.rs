@@ -19,7 +19,7 @@ use bytes::Bytes;
 use meridian_core::Phase;
 use meridian_core::stream::Dialect;
 
-use super::continuation::{self, Continuation, ContinuationPlan};
+use super::continuation::{self, Continuation, ContinuationPlan, Delimiters};
 use super::{DeadlineWatch, EatFeed, EatProber, EndThinking, ForgetAtEnd, ProbeTarget, ThinkDeadline};
 use crate::body::{GenerationRequest, hook_body, upstream_body};
 use crate::ctx::{Ending, RequestCtx, Route};
@@ -212,14 +212,14 @@ fn eat_prober(
     if ctx.route() != Route::ChatCompletions {
         return None;
     }
-    let tags = ctx.family.as_ref()?.file.tags.as_ref()?;
+    // A probe reopens the thought in its prompt, so it needs the start tag as well.
+    let delimiters = Delimiters::of(ctx.family.as_ref()?).filter(|d| !d.open.is_empty())?;
     let target = ProbeTarget {
         client: state.client.clone(),
         base_url: upstream.base_url.clone(),
         auth: state.upstream_auth.clone(),
         ctx: ctx.clone(),
-        think_open: tags.start.first()?.clone(),
-        think_close: tags.end.first()?.clone(),
+        delimiters,
         end,
         metrics: state.metrics.clone(),
     };

@@ -135,7 +135,10 @@ impl Server {
             metrics: state.metrics.clone(),
             hook: state.hook.clone(),
             auth: state.upstream_auth.clone(),
-            engine_metrics: state.admission.enabled() && state.admission.limits().reads_engine_metrics(),
+            // Admission's engine limits read the gauges; so does load-aware routing, whose
+            // choice only exists with more than one engine.
+            engine_metrics: (state.admission.enabled() && state.admission.limits().reads_engine_metrics())
+                || (u.endpoints.len() > 1 && u.routing.reads_kv_usage()),
         }
         .spawn()
         .await;

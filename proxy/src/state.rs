@@ -67,7 +67,7 @@ impl AppState {
             }
             None => None,
         };
-        let pool = Arc::new(UpstreamPool::new(&u.endpoints));
+        let pool = Arc::new(UpstreamPool::new(&u.endpoints, u.routing.policy(u.affinity_load_bound)));
         for up in pool.all() {
             metrics.set_upstream_healthy(&up.name, true);
             metrics.set_upstream_in_flight(&up.name, 0);

@@ -213,3 +213,64 @@ async fn among_servers_of_a_model_the_one_with_fewest_answering_streams_wins() {
     assert_eq!(receive(rig.chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[])).await.status, 200);
     assert_eq!(rig.mocks[x].requests().len(), 2);
 }
+
+/// The upstream that received each generation request, by its `x-session-id`.
+fn sessions_received(mocks: &[&MockUpstream]) -> Vec<(String, usize)> {
+    let mut out = Vec::new();
+    for (i, m) in mocks.iter().enumerate() {
+        for r in m.requests().iter().filter(|r| r.path == "/v1/chat/completions") {
+            out.push((r.header("x-session-id").unwrap_or("-").to_owned(), i));
+        }
+    }
+    out.sort();
+    out
+}
+
+async fn chat_in(proxy: &Server, session: Option<&str>) -> Received {
+    let body =
+        serde_json::json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+    let mut req = client().post(format!("http://{}/v1/chat/completions", proxy.local_addr)).json(&body);
+    if let Some(s) = session {
+        req = req.header("x-session-id", s);
+    }
+    receive(req).await
+}
+
+#[tokio::test]
+async fn under_prefix_affinity_every_turn_of_a_session_reaches_one_engine() {
+    let (a, b, c) = (mock(&["m"]).await, mock(&["m"]).await, mock(&["m"]).await);
+    let p =
+        proxy(&[&a, &b, &c], |cfg| cfg.upstream.routing = meridian_core::route::RoutingKind::PrefixAffinity)
+            .await;
+    assert_eq!(p.state.pool.routing(), "prefix-affinity");
+    let sessions: Vec<String> = (0..8).map(|s| format!("chat-{s}")).collect();
+    for turn in 0..3 {
+        for s in &sessions {
+            let got = chat_in(&p, Some(s)).await;
+            assert_eq!(got.status, 200, "{s} turn {turn}: {}", got.text());
+        }
+    }
+    let seen = sessions_received(&[&a, &b, &c]);
+    assert_eq!(seen.len(), 24);
+    let mut home = std::collections::BTreeMap::new();
+    for (session, engine) in &seen {
+        let first = *home.entry(session.clone()).or_insert(*engine);
+        assert_eq!(first, *engine, "{session} reached engines {first} and {engine}");
+    }
+    let engines: std::collections::BTreeSet<_> = home.values().collect();
+    assert!(engines.len() >= 2, "8 sessions on one engine: {home:?}");
+}
+
+#[tokio::test]
+async fn round_robin_takes_each_engine_in_turn() {
+    let (a, b) = (mock(&["m"]).await, mock(&["m"]).await);
+    let p =
+        proxy(&[&a, &b], |cfg| cfg.upstream.routing = meridian_core::route::RoutingKind::RoundRobin).await;
+    assert_eq!(p.state.pool.routing(), "round-robin");
+    for _ in 0..6 {
+        assert_eq!(chat_in(&p, None).await.status, 200);
+    }
+    let seen = sessions_received(&[&a, &b]);
+    assert_eq!(seen.iter().filter(|(_, e)| *e == 0).count(), 3);
+    assert_eq!(seen.iter().filter(|(_, e)| *e == 1).count(), 3);
+}

@@ -92,6 +92,13 @@ impl RoutingKind {
         }
     }
 
+    /// The policy weighs the engines' KV usage (so the proxy should read their
+    /// `/metrics`): every policy but round robin, prefix affinity for requests without a
+    /// key.
+    pub fn reads_kv_usage(self) -> bool {
+        self != RoutingKind::RoundRobin
+    }
+
     /// The policy itself; `load_bound` is prefix affinity's (see [`PrefixAffinity::new`]).
     pub fn policy(self, load_bound: f64) -> Box<dyn RoutingPolicy> {
         match self {

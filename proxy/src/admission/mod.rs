@@ -66,6 +66,8 @@ enum Refused {
 
 struct Waiter {
     model: String,
+    /// The request's affinity key (`upstream.affinity_header`), for the routing policy.
+    affinity: Option<String>,
     tx: oneshot::Sender<Result<InFlight, Refused>>,
 }
 
@@ -103,8 +105,8 @@ impl Admission {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn pick(&self, model: &str) -> Result<InFlight, NoPick> {
-        self.pool.pick_where(Some(model), &[], &self.metrics, |u| !self.limits.saturated(u))
+    fn pick(&self, model: &str, affinity: Option<&str>) -> Result<InFlight, NoPick> {
+        self.pool.pick_where(Some(model), affinity, &[], &self.metrics, |u| !self.limits.saturated(u))
     }
 
     fn publish(&self, q: &ClassQueue<Waiter>) {
@@ -117,14 +119,19 @@ impl Admission {
     /// in-flight guard on it. Fails with 503 after `queue_timeout_s`, at once when the
     /// queue is full, and like an unqueued request when no upstream can serve the model.
     /// A caller that goes away (its future is dropped) leaves the queue.
-    pub async fn admit(self: &Arc<Self>, model: &str, class: Class) -> Result<InFlight, ProxyError> {
+    pub async fn admit(
+        self: &Arc<Self>,
+        model: &str,
+        affinity: Option<&str>,
+        class: Class,
+    ) -> Result<InFlight, ProxyError> {
         let started = Instant::now();
         let (tx, rx) = oneshot::channel();
         let (ticket, evicted) = {
             let mut q = self.lock();
             // Nobody ahead: straight through when there is room.
             if q.is_empty() {
-                match self.pick(model) {
+                match self.pick(model, affinity) {
                     Ok(guard) => {
                         self.metrics.record_admission(class.as_str(), Duration::ZERO);
                         return Ok(guard);
@@ -133,7 +140,8 @@ impl Admission {
                     Err(e) => return Err(no_pick_error(e, model)),
                 }
             }
-            let pushed = q.push(class, Waiter { model: model.to_owned(), tx });
+            let pushed =
+                q.push(class, Waiter { model: model.to_owned(), affinity: affinity.map(str::to_owned), tx });
             self.publish(&q);
             match pushed {
                 Ok(queued) => queued,
@@ -198,7 +206,7 @@ impl Admission {
                 if full.contains(&w.model) {
                     return None;
                 }
-                match self.pick(&w.model) {
+                match self.pick(&w.model, w.affinity.as_deref()) {
                     Ok(guard) => Some(Ok(guard)),
                     Err(NoPick::Saturated) => {
                         full.push(w.model.clone());

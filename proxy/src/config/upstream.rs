@@ -4,6 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use meridian_core::config::{Checker, is_host_port};
+use meridian_core::route::RoutingKind;
 
 /// The pool of OpenAI-compatible servers behind the proxy.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq)]
@@ -60,6 +61,25 @@ pub struct UpstreamConfig {
     /// one success brings it back. Raise it if a busy engine's `/health` is occasionally slow.
     #[schemars(range(min = 1, max = 100))]
     pub unhealthy_after: u32,
+    /// Which engine a new request goes to, among the healthy ones serving its model:
+    /// `phase-aware` (fewest answering streams, then the emptiest KV cache, then fewest in
+    /// flight), `prefix-affinity` (requests carrying the same `affinity_header` to the same
+    /// engine, whose prefix cache holds their conversation, within `affinity_load_bound`;
+    /// the rest by phase-aware load), `power-of-two` (the less loaded of two engines drawn
+    /// at random: no herding when several proxy replicas read the same loads) or
+    /// `round-robin`.
+    pub routing: RoutingKind,
+    /// The request header whose value is a request's affinity key under `prefix-affinity`
+    /// (a session, conversation or agent-run id the client sends with every turn).
+    /// Requests without it are routed by load.
+    #[schemars(length(min = 1), extend("x-range" = "an HTTP header name"))]
+    pub affinity_header: String,
+    /// Under `prefix-affinity`, how far past the mean requests in flight a key's engine may
+    /// go before the key's next request spills to its next engine: 1.25 lets an engine carry
+    /// a quarter more than the mean. 1 balances strictly and keeps little affinity; a large
+    /// value keeps every key home however hot it runs.
+    #[schemars(range(min = 1.0, max = 10.0))]
+    pub affinity_load_bound: f64,
 }
 
 impl Default for UpstreamConfig {
@@ -77,6 +97,9 @@ impl Default for UpstreamConfig {
             health_path: "/health".into(),
             health_interval_s: 5.0,
             unhealthy_after: 2,
+            routing: RoutingKind::PhaseAware,
+            affinity_header: "x-session-id".into(),
+            affinity_load_bound: 1.25,
         }
     }
 }
@@ -156,6 +179,18 @@ impl UpstreamConfig {
             );
         }
         c.range_u32("upstream.unhealthy_after", self.unhealthy_after, 1, 100);
+        if axum::http::HeaderName::from_bytes(self.affinity_header.as_bytes()).is_err() {
+            c.fail(
+                "upstream.affinity_header",
+                format!("must be an HTTP header name; got {:?}", self.affinity_header),
+            );
+        }
+        if !(1.0..=10.0).contains(&self.affinity_load_bound) {
+            c.fail(
+                "upstream.affinity_load_bound",
+                format!("must be between 1 and 10; got {}", self.affinity_load_bound),
+            );
+        }
         if !self.health_path.starts_with('/') {
             c.fail("upstream.health_path", format!("must start with '/'; got {:?}", self.health_path));
         }

@@ -114,6 +114,9 @@ pub struct RequestCtx {
     pub class: Class,
     /// The client asked for a streamed answer.
     pub streaming: bool,
+    /// Its affinity key (`upstream.affinity_header`), which routing may keep on one
+    /// engine (`upstream.routing = "prefix-affinity"`).
+    pub affinity_key: Option<String>,
     /// Wall-clock start, for operators (`started` is monotonic).
     pub started_unix_ms: u64,
     pub progress: Progress,
@@ -145,6 +148,7 @@ impl RequestCtx {
             client_priority: false,
             class: Class::Interactive,
             streaming: true,
+            affinity_key: None,
             progress: Progress::default(),
         }
     }

@@ -89,7 +89,8 @@ impl Watcher for EatFeed {
 fn probe_body(original: &Value, target: &ProbeTarget, reasoning: &str) -> Option<Value> {
     let mut body = original.as_object()?.clone();
     let messages = body.get_mut("messages")?.as_array_mut()?;
-    let prefill = format!("{}\n{}\n{}\n\n", target.delimiters.open, reasoning.trim(), target.delimiters.close);
+    let prefill =
+        format!("{}\n{}\n{}\n\n", target.delimiters.open, reasoning.trim(), target.delimiters.close);
     messages.push(json!({"role": "assistant", "content": prefill}));
     for key in [
         "stream",

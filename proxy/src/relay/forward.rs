@@ -29,6 +29,8 @@ pub struct UpstreamRequest<'a> {
     pub request_id: &'a HeaderValue,
     /// The requested model: only upstreams serving it are chosen (`None`: any upstream).
     pub model: Option<&'a str>,
+    /// The request's affinity key, for the routing policy (`upstream.affinity_header`).
+    pub affinity: Option<&'a str>,
     /// The upstream of the first attempt, already chosen (by admission control).
     pub first: Option<InFlight>,
     /// The request's span, parent of each attempt's (`Span::none()`: untraced).
@@ -57,7 +59,7 @@ pub async fn send_with_retries(state: &AppState, mut req: UpstreamRequest<'_>) -
     for attempt in 0..cfg.max_attempts {
         let picked = match req.first.take() {
             Some(g) => Ok(g),
-            None => state.pool.pick(req.model, &tried, &state.metrics),
+            None => state.pool.pick(req.model, req.affinity, &tried, &state.metrics),
         };
         let guard = match picked {
             Ok(g) => g,

@@ -43,6 +43,7 @@ pub async fn passthrough(State(state): State<Arc<AppState>>, req: Request) -> Re
                 hook_body: None,
                 request_id: &id,
                 model: None,
+                affinity: None,
                 first: None,
                 // Untracked routes have no request span: the client's trace context
                 // passes through as it came.

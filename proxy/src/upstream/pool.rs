@@ -5,6 +5,7 @@ use tokio::sync::Notify;
 
 use crate::config::EndpointConfig;
 use meridian_core::Phase;
+use meridian_core::route::{EngineView, RouteRequest, RoutingPolicy};
 
 use crate::telemetry::Metrics;
 
@@ -53,6 +54,17 @@ impl Upstream {
             engine_waiting: AtomicU64::new(f64::NAN.to_bits()),
             engine_kv_usage: AtomicU64::new(f64::NAN.to_bits()),
             output_streams: AtomicUsize::new(0),
+        }
+    }
+
+    /// What the routing policy reads of this upstream.
+    pub fn view(&self) -> EngineView<'_> {
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        EngineView {
+            name: &self.name,
+            answering: count(self.output_streams()),
+            in_flight: count(self.in_flight()),
+            kv_usage: self.engine_load().1,
         }
     }
 
@@ -204,22 +216,27 @@ pub enum NoPick {
     Saturated,
 }
 
-/// All upstreams, with least-loaded choice among the healthy ones.
+/// All upstreams, and the routing policy that picks among the healthy ones.
 #[derive(Debug)]
 pub struct UpstreamPool {
     upstreams: Vec<Arc<Upstream>>,
-    rotation: AtomicUsize,
+    routing: Box<dyn RoutingPolicy>,
     /// Signalled when capacity may have freed up: a request ended, a health round ran.
     released: Arc<Notify>,
 }
 
 impl UpstreamPool {
-    pub fn new(endpoints: &[EndpointConfig]) -> Self {
+    pub fn new(endpoints: &[EndpointConfig], routing: Box<dyn RoutingPolicy>) -> Self {
         UpstreamPool {
             upstreams: endpoints.iter().map(|e| Arc::new(Upstream::new(e))).collect(),
-            rotation: AtomicUsize::new(0),
+            routing,
             released: Arc::new(Notify::new()),
         }
+    }
+
+    /// The routing policy's name (`upstream.routing`).
+    pub fn routing(&self) -> &'static str {
+        self.routing.name()
     }
 
     /// Wakes whoever waits for capacity (admission control).
@@ -241,18 +258,19 @@ impl UpstreamPool {
     }
 
     /// Among the healthy upstreams that serve `model` (any upstream when `model` is
-    /// `None`), skipping `tried`: the one with the fewest streams in the output phase
-    /// (the latency-sensitive ones: a new request's prefill and thinking slow their
-    /// answers least there), then the fewest requests in flight. An upstream whose model
-    /// list is not known yet may serve anything. Ties go round-robin so equal servers
-    /// share the load.
+    /// `None`), skipping `tried`: the one the routing policy picks for a request with this
+    /// `affinity` key (by default the fewest answering streams, the latency-sensitive
+    /// ones, then the emptiest KV cache, then the fewest in flight; see
+    /// `meridian_core::route`). An upstream whose model list is not known yet may serve
+    /// anything.
     pub fn pick(
         &self,
         model: Option<&str>,
+        affinity: Option<&str>,
         tried: &[Arc<Upstream>],
         metrics: &Arc<Metrics>,
     ) -> Result<InFlight, NoPick> {
-        self.pick_where(model, tried, metrics, |_| true)
+        self.pick_where(model, affinity, tried, metrics, |_| true)
     }
 
     /// [`pick`](Self::pick) among the upstreams that also satisfy `ok`; when `ok` rules
@@ -260,28 +278,28 @@ impl UpstreamPool {
     pub fn pick_where(
         &self,
         model: Option<&str>,
+        affinity: Option<&str>,
         tried: &[Arc<Upstream>],
         metrics: &Arc<Metrics>,
         ok: impl Fn(&Upstream) -> bool,
     ) -> Result<InFlight, NoPick> {
-        let n = self.upstreams.len();
-        if n == 0 {
+        if self.upstreams.is_empty() {
             return Err(NoPick::NoHealthy);
         }
         let may_serve = |u: &Upstream| model.is_none_or(|m| u.serves(m) != Some(false));
-        let start = self.rotation.fetch_add(1, Ordering::Relaxed) % n;
-        let candidates = (0..n)
-            .map(|i| &self.upstreams[(start + i) % n])
-            .filter(|u| u.is_healthy() && !tried.iter().any(|t| Arc::ptr_eq(t, u)) && may_serve(u));
         let mut any_candidate = false;
-        let mut chosen: Option<&Arc<Upstream>> = None;
-        for u in candidates {
-            any_candidate = true;
-            let load = |u: &Upstream| (u.output_streams(), u.in_flight());
-            if ok(u) && chosen.is_none_or(|c| load(u) < load(c)) {
-                chosen = Some(u);
+        // Two short lists per request (not per chunk): the pool is a handful of engines.
+        let mut open: Vec<&Arc<Upstream>> = Vec::new();
+        for u in &self.upstreams {
+            if u.is_healthy() && !tried.iter().any(|t| Arc::ptr_eq(t, u)) && may_serve(u) {
+                any_candidate = true;
+                if ok(u) {
+                    open.push(u);
+                }
             }
         }
+        let views: Vec<EngineView<'_>> = open.iter().map(|u| u.view()).collect();
+        let chosen = self.routing.choose(&RouteRequest { affinity_key: affinity }, &views).map(|i| open[i]);
         let Some(chosen) = chosen.cloned() else {
             if any_candidate {
                 return Err(NoPick::Saturated);
@@ -334,7 +352,7 @@ mod tests {
                 models: l.map(|l| l.iter().map(|s| (*s).to_owned()).collect()),
             })
             .collect();
-        UpstreamPool::new(&eps)
+        UpstreamPool::new(&eps, meridian_core::route::RoutingKind::PhaseAware.policy(1.25))
     }
 
     #[test]
@@ -342,20 +360,20 @@ mod tests {
         let m = Arc::new(Metrics::new());
         let p = with_models(&[Some(&["a"]), Some(&["b", "c"]), None]);
         for _ in 0..4 {
-            let g = p.pick(Some("a"), &[], &m).unwrap();
+            let g = p.pick(Some("a"), None, &[], &m).unwrap();
             assert_ne!(g.upstream().name, "u1:8000", "u1 does not serve a");
         }
         // The unknown upstream (u2) is eligible for anything; with it out, "z" has no home.
-        assert_eq!(p.pick(Some("z"), &[], &m).unwrap().upstream().name, "u2:8000");
+        assert_eq!(p.pick(Some("z"), None, &[], &m).unwrap().upstream().name, "u2:8000");
         p.all()[2].set_discovered_models(vec!["d".into()]);
-        assert_eq!(p.pick(Some("z"), &[], &m).unwrap_err(), NoPick::ModelNotServed);
-        assert_eq!(p.pick(Some("c"), &[], &m).unwrap().upstream().name, "u1:8000");
+        assert_eq!(p.pick(Some("z"), None, &[], &m).unwrap_err(), NoPick::ModelNotServed);
+        assert_eq!(p.pick(Some("c"), None, &[], &m).unwrap().upstream().name, "u1:8000");
         // Configured lists ignore discovery.
         assert!(!p.all()[0].set_discovered_models(vec!["x".into()]));
         assert_eq!(p.all()[0].serves("a"), Some(true));
         // The model's only server down: 503, not 404.
         p.all()[1].record_failure(1, &m, "test");
-        assert_eq!(p.pick(Some("c"), &[], &m).unwrap_err(), NoPick::NoHealthy);
+        assert_eq!(p.pick(Some("c"), None, &[], &m).unwrap_err(), NoPick::NoHealthy);
         assert_eq!(p.known_models(), (vec!["a".into(), "b".into(), "c".into(), "d".into()], true));
     }
 
@@ -365,18 +383,18 @@ mod tests {
         let p = pool(2);
         let (u0, u1) = (p.all()[0].clone(), p.all()[1].clone());
         // u0: one request, thinking; u1: one request, answering.
-        let _a = p.pick(None, &[], &m).unwrap();
-        let _b = p.pick(None, &[], &m).unwrap();
+        let _a = p.pick(None, None, &[], &m).unwrap();
+        let _b = p.pick(None, None, &[], &m).unwrap();
         u1.move_stream(Some(Phase::Think), Some(Phase::Output));
-        assert_eq!(p.pick(None, &[], &m).unwrap().upstream().name, "u0:8000");
+        assert_eq!(p.pick(None, None, &[], &m).unwrap().upstream().name, "u0:8000");
         // Two thinking on u0 against one answering on u1: still u0.
-        let _c = p.pick(None, &[], &m).unwrap();
+        let _c = p.pick(None, None, &[], &m).unwrap();
         assert_eq!(u0.in_flight(), 2);
-        assert_eq!(p.pick(None, &[], &m).unwrap().upstream().name, "u0:8000");
+        assert_eq!(p.pick(None, None, &[], &m).unwrap().upstream().name, "u0:8000");
         // The answer ends: least in flight decides again.
         u1.move_stream(Some(Phase::Output), None);
         assert_eq!(u1.output_streams(), 0);
-        assert_eq!(p.pick(None, &[], &m).unwrap().upstream().name, "u1:8000");
+        assert_eq!(p.pick(None, None, &[], &m).unwrap().upstream().name, "u1:8000");
         u1.move_stream(Some(Phase::Output), None);
         assert_eq!(u1.output_streams(), 0, "never below zero");
     }
@@ -390,23 +408,23 @@ mod tests {
                 models: None,
             })
             .collect();
-        UpstreamPool::new(&eps)
+        UpstreamPool::new(&eps, meridian_core::route::RoutingKind::PhaseAware.policy(1.25))
     }
 
     #[test]
     fn picks_least_loaded_and_releases_on_drop() {
         let m = Arc::new(Metrics::new());
         let p = pool(3);
-        let a = p.pick(None, &[], &m).unwrap();
-        let b = p.pick(None, &[], &m).unwrap();
-        let c = p.pick(None, &[], &m).unwrap();
+        let a = p.pick(None, None, &[], &m).unwrap();
+        let b = p.pick(None, None, &[], &m).unwrap();
+        let c = p.pick(None, None, &[], &m).unwrap();
         let names: std::collections::BTreeSet<_> =
             [&a, &b, &c].iter().map(|g| g.upstream().name.clone()).collect();
         assert_eq!(names.len(), 3, "each upstream gets one");
         let freed = b.upstream().clone();
         drop(b);
         assert_eq!(freed.in_flight(), 0);
-        assert!(Arc::ptr_eq(p.pick(None, &[], &m).unwrap().upstream(), &freed));
+        assert!(Arc::ptr_eq(p.pick(None, None, &[], &m).unwrap().upstream(), &freed));
     }
 
     #[test]
@@ -415,11 +433,11 @@ mod tests {
         let p = pool(2);
         p.all()[0].record_failure(1, &m, "test");
         for _ in 0..4 {
-            assert_eq!(p.pick(None, &[], &m).unwrap().upstream().name, "u1:8000");
+            assert_eq!(p.pick(None, None, &[], &m).unwrap().upstream().name, "u1:8000");
         }
-        assert!(p.pick(None, &[p.all()[1].clone()], &m).is_err());
+        assert!(p.pick(None, None, &[p.all()[1].clone()], &m).is_err());
         p.all()[0].record_success(&m);
         assert!(p.any_healthy());
-        assert_eq!(p.pick(None, &[p.all()[1].clone()], &m).unwrap().upstream().name, "u0:8000");
+        assert_eq!(p.pick(None, None, &[p.all()[1].clone()], &m).unwrap().upstream().name, "u0:8000");
     }
 }

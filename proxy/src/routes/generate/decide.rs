@@ -1,8 +1,9 @@
 //! A generation request's context decided from its body, once: its model family, think
-//! budgets and admission class (see `crate::ctx`).
+//! budgets, admission class and affinity key (see `crate::ctx`).
 
 use std::sync::Arc;
 
+use axum::http::HeaderMap;
 use bytes::Bytes;
 use meridian_core::Phase;
 
@@ -11,10 +12,11 @@ use crate::ctx::Class;
 use crate::ctx::{Arrival, Progress, RequestCtx, unix_ms};
 use crate::state::AppState;
 
-/// The request's context, from its arrival and its body parsed once.
+/// The request's context, from its arrival, its headers and its body parsed once.
 pub fn context(
     state: &AppState,
     arrival: Arrival,
+    headers: &HeaderMap,
     body: &Bytes,
     request: &GenerationRequest<'_>,
 ) -> Arc<RequestCtx> {
@@ -39,6 +41,7 @@ pub fn context(
         client_priority: request.client_priority,
         class: admission_class(request),
         streaming: request.stream,
+        affinity_key: affinity_key(headers, &state.config.upstream.affinity_header),
         progress: Progress::default(),
     })
 }
@@ -51,5 +54,40 @@ fn admission_class(req: &GenerationRequest<'_>) -> Class {
         Class::Batch
     } else {
         Class::Interactive
+    }
+}
+
+/// The key routing may keep on one engine: the `header`'s value, when it is present,
+/// printable and not blank (a longer one is cut to 256 bytes: a key only has to tell
+/// conversations apart).
+fn affinity_key(headers: &HeaderMap, header: &str) -> Option<String> {
+    let value = headers.get(header)?.to_str().ok()?.trim();
+    if value.is_empty() {
+        return None;
+    }
+    let mut end = value.len().min(256);
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    Some(value[..end].to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::{HeaderMap, HeaderValue};
+
+    use super::affinity_key;
+
+    #[test]
+    fn the_affinity_key_is_the_headers_trimmed_value_when_it_has_one() {
+        let mut h = HeaderMap::new();
+        assert_eq!(affinity_key(&h, "x-session-id"), None);
+        h.insert("x-session-id", HeaderValue::from_static("  chat-7 "));
+        assert_eq!(affinity_key(&h, "x-session-id").as_deref(), Some("chat-7"));
+        assert_eq!(affinity_key(&h, "x-conversation"), None, "another header");
+        h.insert("x-session-id", HeaderValue::from_static("   "));
+        assert_eq!(affinity_key(&h, "x-session-id"), None, "blank");
+        h.insert("x-session-id", HeaderValue::from_str(&"k".repeat(1000)).unwrap());
+        assert_eq!(affinity_key(&h, "x-session-id").map(|k| k.len()), Some(256));
     }
 }

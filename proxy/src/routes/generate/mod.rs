@@ -151,7 +151,7 @@ async fn serve(
     let (parts, body) = req.into_parts();
     let body = read_body(body, &state.config.server).await?;
     let request = GenerationRequest::parse(&body, arrival.route.dialect())?;
-    let ctx = decide::context(state, arrival, &body, &request);
+    let ctx = decide::context(state, arrival, &parts.headers, &body, &request);
     streamed.store(ctx.streaming, Ordering::Release);
     spans::name_request(ctx.span(), ctx.route().as_str(), &ctx.model);
     let mut prepared = Prepared::new(state, &ctx, &body, &request)?;
@@ -177,6 +177,7 @@ async fn serve(
             hook_body: prepared.hook_body.take(),
             request_id: &ctx.arrival.request_id,
             model: Some(&ctx.model),
+            affinity: ctx.affinity_key.as_deref(),
             first,
             span: ctx.span().clone(),
         },
@@ -188,7 +189,11 @@ async fn serve(
 /// Waits for the request's turn at an upstream of its model (admission control on).
 async fn admit(state: &AppState, ctx: &RequestCtx) -> Result<crate::upstream::InFlight, ProxyError> {
     let waiting = spans::admission_span(ctx.span(), ctx.class.as_str());
-    let admitted = state.admission.admit(&ctx.model, ctx.class).instrument(waiting.clone()).await;
+    let admitted = state
+        .admission
+        .admit(&ctx.model, ctx.affinity_key.as_deref(), ctx.class)
+        .instrument(waiting.clone())
+        .await;
     let outcome = admitted.as_ref().map_or_else(|e| e.outcome().as_str(), |_| "admitted");
     waiting.record("meridian.outcome", outcome);
     if admitted.is_err() {

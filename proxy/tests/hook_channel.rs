@@ -44,6 +44,7 @@ async fn start_fake_hook() -> (String, FakeHook) {
                     policy: "output-first".into(),
                     entropy: false,
                     can_end_thinking: true,
+                    engine: None,
                 }))
             }),
         )

@@ -7,6 +7,7 @@ import pytest
 from conftest import metric, tier
 from vllm_scheduler_rig import THINK_END, THINK_START, build
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.request import RequestStatus
 
 from meridian_hook import _native
 from meridian_hook.scheduler import MeridianScheduler
@@ -478,3 +479,50 @@ def test_output_first_never_paces_answers():
     for _ in range(5):
         out = e.step({})
     assert set(out.num_scheduled_tokens) == {"thinker", "answerer"}
+
+
+def engine_gauges() -> tuple[float, float, float, float]:
+    """The hook's count of the engine's requests: running prefilling, thinking,
+    answering, and waiting."""
+    running = 'meridian_hook_requests{state="running",phase="%s"}'
+    return (
+        metric(running % "prefilling"),
+        metric(running % "thinking"),
+        metric(running % "answering"),
+        metric('meridian_hook_requests{state="waiting"}'),
+    )
+
+
+@pytest.mark.usefixtures("output_first")
+def test_the_hook_publishes_the_engines_requests_by_phase_as_vllm_holds_them():
+    e = build(MeridianScheduler, num_blocks=64, max_num_seqs=3)
+    e.add("thinker", PROMPT, arrival=1.0)
+    e.add("answerer", PROMPT, arrival=2.0)
+    e.add("long", [1] * 600 + [THINK_START], arrival=3.0)  # three chunks of 256
+    e.add("queued", PROMPT, arrival=4.0)  # past max_num_seqs: waits
+    e.step({"answerer": THINK_END})
+    # Admitted by the step just planned: prefilling, as far as the hook has read them.
+    assert engine_gauges() == (3, 0, 0, 1)
+    e.step({})
+    sched = e.scheduler
+    assert len(sched.running) == 3 and len(sched.waiting) == 1
+    assert engine_gauges() == (1, 1, 1, 1), "long prefilling, one thinking, one answering, one waiting"
+    # The answerer finishes: the queued request takes its place, admitted as it goes in.
+    sched.finish_requests("answerer", RequestStatus.FINISHED_ABORTED)
+    e.step({})
+    e.step({})
+    assert len(sched.waiting) == 0
+    prefilling, thinking, answering, waiting = engine_gauges()
+    assert (prefilling + thinking + answering, waiting) == (len(sched.running), 0)
+    assert answering == 0, "nobody answers now"
+    # Three busy steps planned: two intervals between them smoothed into the step time.
+    assert 0 < metric("meridian_hook_step_seconds") < 1
+    # The engine drains: every gauge reads zero, and the cache is free again.
+    sched.finish_requests([r.request_id for r in sched.running], RequestStatus.FINISHED_ABORTED)
+    e.step({})
+    assert engine_gauges() == (0, 0, 0, 0)
+    assert metric("meridian_hook_kv_free_blocks") == adapter_free_blocks(sched)
+
+
+def adapter_free_blocks(scheduler) -> float:
+    return float(scheduler.kv_cache_manager.block_pool.get_num_free_blocks())

@@ -45,7 +45,9 @@ def hooked_vllm(tiny_model, tmp_path_factory):  # noqa: F811
     args = ["--max-model-len", "256", "--block-size", str(BLOCK), "--num-gpu-blocks-override", str(NUM_BLOCKS),
             "--scheduler-cls", "meridian_hook.scheduler.MeridianScheduler",
             "--logits-processors", "meridian_hook.logits:MeridianLogitsProcessor"]
-    env = {"MERIDIAN_HOOK_CONFIG": str(cfg), "MERIDIAN_HOOK_TOKEN": TOKEN}
+    # Dev mode serves vLLM's /pause and /resume, which hold the engine still while the
+    # hook's count is set beside vLLM's own.
+    env = {"MERIDIAN_HOOK_CONFIG": str(cfg), "MERIDIAN_HOOK_TOKEN": TOKEN, "VLLM_SERVER_DEV_MODE": "1"}
     with running_vllm(tiny_model, log, args, env) as url:
         yield url, f"127.0.0.1:{hook_port}", log
 
@@ -147,6 +149,66 @@ def test_hook_is_loaded_and_speaks_the_channel_protocol(hooked_vllm):
     assert future.status_code == 400 and "protocol" in future.text
     requests.post(f"{url}/v1/completions", json={"model": "tiny-qwen3", "prompt": "hi", "max_tokens": 3}, timeout=60)
     assert hook_metric(hook, "meridian_hook_schedule_steps_total") > 0, "the scheduler class runs every step"
+
+
+def hook_hello(hook: str) -> dict:
+    return requests.get(
+        f"http://{hook}/meridian/v1/hello",
+        headers={"authorization": f"Bearer {TOKEN}", "meridian-protocol": "1"},
+        timeout=5,
+    ).json()
+
+
+def test_the_hooks_count_of_the_engines_requests_agrees_with_vllms_own(hooked_vllm, tiny_model):  # noqa: F811
+    """Three thinking streams straight to vLLM, more than its 12 KV blocks hold: with the
+    engine paused mid-way (vLLM's /pause?mode=keep, requests kept where they are), the
+    requests the hook counts running and waiting, in its hello and its /metrics, are the
+    ones vLLM's own gauges count; once they are done, both count none."""
+    url, hook, log = hooked_vllm
+    ids = json.loads((tiny_model / "meridian-ids.json").read_text())
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0)
+    going = [threading.Event() for _ in range(3)]
+    done = []
+
+    def stream(k: int) -> None:
+        chunks = 0
+        for _ in chat(client, ids, max_tokens=200, request_id=f"count-{k}", seed=10 + k):
+            chunks += 1
+            if chunks == 5:
+                going[k].set()
+        done.append(k)
+
+    threads = [threading.Thread(target=stream, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        assert all(g.wait(60) for g in going), f"the streams did not start\n{log.read_text()[-3000:]}"
+        assert requests.post(f"{url}/pause", params={"mode": "keep"}, timeout=30).status_code == 200
+        time.sleep(0.5)
+        vllm = requests.get(f"{url}/metrics", timeout=5).text
+        running, waiting = metric(vllm, "vllm:num_requests_running"), metric(vllm, "vllm:num_requests_waiting")
+        engine = hook_hello(hook)["engine"]
+        assert running is not None and waiting is not None
+        assert running + waiting == 3, (running, waiting)
+        assert engine["prefilling"] + engine["thinking"] + engine["answering"] == running, (engine, running)
+        assert engine["waiting"] == waiting, (engine, waiting)
+        assert engine["answering"] == 0, "nobody may end its thought here"
+        assert hook_metric(hook, 'meridian_hook_requests{state="waiting"}') == waiting
+        assert engine["kv_free_blocks"] is not None and engine["steps"] > 0
+    finally:
+        requests.post(f"{url}/resume", timeout=30)
+        for t in threads:
+            t.join(120)
+    assert sorted(done) == [0, 1, 2]
+    deadline = time.time() + 10
+    while True:
+        engine = hook_hello(hook)["engine"]
+        vllm = requests.get(f"{url}/metrics", timeout=5).text
+        idle = (engine["prefilling"], engine["thinking"], engine["answering"], engine["waiting"]) == (0, 0, 0, 0)
+        if idle and metric(vllm, "vllm:num_requests_running") == 0:
+            break
+        assert time.time() < deadline, f"the counts never went to zero: {engine}"
+        time.sleep(0.2)
 
 
 def test_think_budget_through_the_hook_switches_the_stream(proxy_with_hook, hooked_vllm):

@@ -90,6 +90,33 @@ pub struct Counters {
     remote: Mutex<BTreeMap<String, BTreeMap<String, u64>>>,
     kv_blocks: [AtomicU64; 3],
     disabled: AtomicBool,
+    engine: EngineGauges,
+}
+
+/// What the scheduler last saw of the engine (it runs in the listening process, so these
+/// are never summed across processes): single atomics, so a reader may see one field a
+/// step newer than another, never a torn value.
+struct EngineGauges {
+    /// Running requests: prefilling, thinking, answering.
+    running: [AtomicU64; 3],
+    waiting: AtomicU64,
+    /// `u64::MAX` until counted.
+    kv_free: AtomicU64,
+    /// Smoothed step time in seconds, as f64 bits; NaN until two busy steps.
+    step_s: AtomicU64,
+    steps: AtomicU64,
+}
+
+impl Default for EngineGauges {
+    fn default() -> Self {
+        EngineGauges {
+            running: Default::default(),
+            waiting: AtomicU64::new(0),
+            kv_free: AtomicU64::new(u64::MAX),
+            step_s: AtomicU64::new(f64::NAN.to_bits()),
+            steps: AtomicU64::new(0),
+        }
+    }
 }
 
 impl Default for Counters {
@@ -99,9 +126,13 @@ impl Default for Counters {
             remote: Mutex::new(BTreeMap::new()),
             kv_blocks: Default::default(),
             disabled: AtomicBool::new(false),
+            engine: EngineGauges::default(),
         }
     }
 }
+
+/// The running phases the engine gauges count, in `EngineGauges::running`'s order.
+const RUNNING_PHASES: [&str; 3] = ["prefilling", "thinking", "answering"];
 
 /// KV tiers, cheapest to lose first.
 pub const KV_TIERS: [&str; 3] =
@@ -127,6 +158,53 @@ impl Counters {
         for (slot, b) in self.kv_blocks.iter().zip(blocks) {
             slot.store(b, Ordering::Relaxed);
         }
+    }
+
+    /// The running requests by phase (prefilling, thinking, answering), as of the step
+    /// the scheduler just finished.
+    pub fn set_running(&self, by_phase: [u64; 3]) {
+        for (slot, n) in self.engine.running.iter().zip(by_phase) {
+            slot.store(n, Ordering::Relaxed);
+        }
+    }
+
+    /// The waiting queue's length.
+    pub fn set_waiting(&self, waiting: u64) {
+        self.engine.waiting.store(waiting, Ordering::Relaxed);
+    }
+
+    /// The KV cache's free blocks.
+    pub fn set_kv_free_blocks(&self, free: u64) {
+        self.engine.kv_free.store(free, Ordering::Relaxed);
+    }
+
+    /// The smoothed step time (`None`: not measured yet) and the steps scheduled so far.
+    pub fn set_steps(&self, step_s: Option<f64>, steps: u64) {
+        self.engine.step_s.store(step_s.unwrap_or(f64::NAN).to_bits(), Ordering::Relaxed);
+        self.engine.steps.store(steps, Ordering::Relaxed);
+    }
+
+    /// The engine as the hook last saw it, for the hello reply (`None` before the
+    /// scheduler's first step: a logits-processor-only process, or an idle engine).
+    pub fn engine_state(&self) -> Option<meridian_core::channel::EngineState> {
+        let e = &self.engine;
+        let steps = e.steps.load(Ordering::Relaxed);
+        if steps == 0 {
+            return None;
+        }
+        let count = |a: &AtomicU64| u32::try_from(a.load(Ordering::Relaxed)).unwrap_or(u32::MAX);
+        let kv_free = e.kv_free.load(Ordering::Relaxed);
+        let step_s = f64::from_bits(e.step_s.load(Ordering::Relaxed));
+        Some(meridian_core::channel::EngineState {
+            prefilling: count(&e.running[0]),
+            thinking: count(&e.running[1]),
+            answering: count(&e.running[2]),
+            waiting: count(&e.waiting),
+            kv_free_blocks: (kv_free != u64::MAX).then_some(kv_free),
+            kv_blocks: std::array::from_fn(|i| self.kv_blocks[i].load(Ordering::Relaxed)),
+            step_s: (!step_s.is_nan()).then_some(step_s),
+            steps,
+        })
     }
 
     /// Whether the hook runs disabled (see `Shared::disabled`).
@@ -173,6 +251,37 @@ impl Counters {
         for (tier, b) in KV_TIERS.iter().zip(&self.kv_blocks) {
             let _ = writeln!(out, "meridian_hook_kv_blocks{{tier=\"{tier}\"}} {}", b.load(Ordering::Relaxed));
         }
+        let e = &self.engine;
+        let _ = writeln!(
+            out,
+            "# HELP meridian_hook_requests Requests in the engine as its scheduler last saw them: running by phase, and waiting.\n# TYPE meridian_hook_requests gauge"
+        );
+        for (phase, n) in RUNNING_PHASES.iter().zip(&e.running) {
+            let _ = writeln!(
+                out,
+                "meridian_hook_requests{{state=\"running\",phase=\"{phase}\"}} {}",
+                n.load(Ordering::Relaxed)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "meridian_hook_requests{{state=\"waiting\"}} {}",
+            e.waiting.load(Ordering::Relaxed)
+        );
+        let kv_free = e.kv_free.load(Ordering::Relaxed);
+        if kv_free != u64::MAX {
+            let _ = writeln!(
+                out,
+                "# HELP meridian_hook_kv_free_blocks Free KV cache blocks.\n# TYPE meridian_hook_kv_free_blocks gauge\nmeridian_hook_kv_free_blocks {kv_free}"
+            );
+        }
+        let step_s = f64::from_bits(e.step_s.load(Ordering::Relaxed));
+        if !step_s.is_nan() {
+            let _ = writeln!(
+                out,
+                "# HELP meridian_hook_step_seconds The engine's step time, smoothed over recent busy steps.\n# TYPE meridian_hook_step_seconds gauge\nmeridian_hook_step_seconds {step_s}"
+            );
+        }
         let disabled = "meridian_hook_disabled";
         let _ = writeln!(
             out,
@@ -194,6 +303,29 @@ mod tests {
         assert!(c.render().contains("\nmeridian_hook_disabled 0\n"));
         c.set_disabled(true);
         assert!(c.render().contains("# TYPE meridian_hook_disabled gauge\nmeridian_hook_disabled 1\n"));
+    }
+
+    #[test]
+    fn the_engine_gauges_read_what_the_scheduler_last_saw() {
+        let c = Counters::default();
+        assert_eq!(c.engine_state(), None, "nothing before the first step");
+        assert!(!c.render().contains("meridian_hook_step_seconds"));
+        c.set_running([1, 3, 2]);
+        c.set_waiting(4);
+        c.set_kv_free_blocks(120);
+        c.set_kv_blocks([5, 6, 7]);
+        c.set_steps(Some(0.012), 40);
+        let state = c.engine_state().unwrap();
+        assert_eq!((state.prefilling, state.thinking, state.answering, state.waiting), (1, 3, 2, 4));
+        assert_eq!((state.running(), state.requests()), (6, 10));
+        assert_eq!(state.kv_free_blocks, Some(120));
+        assert_eq!(state.kv_blocks, [5, 6, 7]);
+        assert_eq!((state.step_s, state.steps), (Some(0.012), 40));
+        let text = c.render();
+        assert!(text.contains("meridian_hook_requests{state=\"running\",phase=\"thinking\"} 3\n"), "{text}");
+        assert!(text.contains("meridian_hook_requests{state=\"waiting\"} 4\n"), "{text}");
+        assert!(text.contains("\nmeridian_hook_kv_free_blocks 120\n"), "{text}");
+        assert!(text.contains("\nmeridian_hook_step_seconds 0.012\n"), "{text}");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //!
 //! | Method and path              | Auth   | Body → reply                               |
 //! |------------------------------|--------|--------------------------------------------|
-//! | `GET /meridian/v1/hello`     | bearer | → [`Hello`]                                |
+//! | `GET /meridian/v1/hello`     | bearer | → [`Hello`] (with the engine's [`EngineState`]) |
 //! | `POST /meridian/v1/directives` | bearer | [`DirectiveBatch`] → [`Accepted`]        |
 //! | `POST /meridian/v1/sync`     | bearer | [`SyncRequest`] → [`SyncReply`] (hook's own worker processes) |
 //! | `GET /health`, `GET /metrics`| none   | liveness, Prometheus text                  |
@@ -49,6 +49,51 @@ pub struct Hello {
     pub entropy: bool,
     /// Whether the hook can force the end of thinking (it knows the delimiter's token).
     pub can_end_thinking: bool,
+    /// What the engine is doing, as the hook last saw it (`None`: a hook that does not
+    /// publish it, or has not scheduled a step yet). Every proxy replica reads the same
+    /// figures, so they count the streams all replicas sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<EngineState>,
+}
+
+/// One engine's requests and KV cache as its hook saw them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EngineState {
+    /// Running requests still computing their prompt.
+    pub prefilling: u32,
+    /// Running requests generating their thought.
+    pub thinking: u32,
+    /// Running requests generating their answer (or a model's only phase).
+    pub answering: u32,
+    /// Requests in vLLM's waiting queue (new, or preempted), as of the hook's last count.
+    pub waiting: u32,
+    /// Free KV cache blocks (`None`: not counted yet).
+    #[serde(default)]
+    pub kv_free_blocks: Option<u64>,
+    /// KV blocks held by running requests, by tier: think-complete, think-active,
+    /// output-critical (`meridian_core::kv::Tier`).
+    #[serde(default)]
+    pub kv_blocks: [u64; 3],
+    /// The engine's step time, smoothed over recent busy steps, in seconds (`None`: no
+    /// two busy steps yet).
+    #[serde(default)]
+    pub step_s: Option<f64>,
+    /// Steps the hook has scheduled: a reading whose count has not moved is of an idle
+    /// engine, or of one whose scheduler has stopped.
+    #[serde(default)]
+    pub steps: u64,
+}
+
+impl EngineState {
+    /// Requests the engine holds, running or waiting.
+    pub fn requests(&self) -> u32 {
+        self.running().saturating_add(self.waiting)
+    }
+
+    /// Requests running, every phase.
+    pub fn running(&self) -> u32 {
+        self.prefilling.saturating_add(self.thinking).saturating_add(self.answering)
+    }
 }
 
 /// The role of a phase the proxy reports (the hook also derives it from token ids).

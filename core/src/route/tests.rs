@@ -100,7 +100,7 @@ fn a_hot_keys_engine_past_the_bound_spills_to_the_keys_next_engine() {
     let request = RouteRequest { affinity_key: Some(key) };
     let names = ["e0", "e1", "e2", "e3"];
     let mut ranked: Vec<_> = names.iter().map(|n| (affinity_hash(key, n), *n)).collect();
-    ranked.sort_by(|a, b| b.0.cmp(&a.0));
+    ranked.sort_by_key(|r| std::cmp::Reverse(r.0));
     let (first, second) = (ranked[0].1, ranked[1].1);
     let at = |name: &str| names.iter().position(|n| *n == name).unwrap();
     // Four in flight on each: the key's engine takes it.

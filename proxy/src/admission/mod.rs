@@ -46,7 +46,7 @@ impl Limits {
     /// or the last one failed) do not saturate.
     pub fn saturated(&self, u: &Upstream) -> bool {
         let (waiting, kv) = u.engine_load();
-        self.max_streams.is_some_and(|m| u.in_flight() >= m)
+        self.max_streams.is_some_and(|m| u.requests_held() >= m)
             || matches!((self.max_waiting, waiting), (Some(m), Some(w)) if w > m)
             || matches!((self.max_kv_usage, kv), (Some(m), Some(k)) if k > m)
     }

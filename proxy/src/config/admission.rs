@@ -16,9 +16,12 @@ pub struct AdmissionConfig {
     /// queues everything in arrival order.
     #[schemars(extend("x-range" = "needs one of the three limits below"))]
     pub enabled: bool,
-    /// An upstream is saturated while this many requests are open to it through this proxy (per
-    /// proxy replica). Set it near the engine's `--max-num-seqs` divided by the number of proxy
-    /// replicas, or lower to keep vLLM's own queue short.
+    /// An upstream is saturated while it holds this many requests. With the Meridian hook in the
+    /// engine the count is the engine's own (every proxy replica's requests, running and
+    /// waiting, from the hook's report each health round, plus what this replica sent since):
+    /// a limit per engine, whatever the number of replicas; set it near the engine's
+    /// `--max-num-seqs`. Without a hook it counts the requests open to it through this replica
+    /// alone: divide by the number of proxy replicas.
     #[schemars(range(min = 1))]
     pub max_streams: Option<u32>,
     /// Saturated while the engine's `vllm:num_requests_waiting` (its `/metrics`, read every

@@ -128,6 +128,9 @@ pub fn model_ids(list: &Value) -> Option<Vec<String>> {
 async fn check_hook(u: &Upstream, hook: &HookChannel, metrics: &Metrics) {
     let Some(addr) = u.hook.as_deref() else { return };
     let result = hook.hello(addr).await;
+    // The engine's own count of its requests, every replica's (none from a hook that
+    // did not answer: admission and routing fall back to this replica's count).
+    u.engine.record(result.as_ref().ok().and_then(|h| h.engine.clone()));
     // A hook that cannot end thinking (no logits processor, unknown delimiter, several
     // sampling ranks) would leave budgets unenforced: vLLM's own field is used instead.
     let ready = result.as_ref().is_ok_and(|h| h.can_end_thinking);

@@ -2,9 +2,11 @@
 //! counts a request as in flight for exactly as long as it lives.
 
 pub mod engine_metrics;
+mod engine_state;
 mod health;
 mod pool;
 
 pub use engine_metrics::EngineLoad;
+pub use engine_state::{EngineNow, EngineReading};
 pub use health::{HealthChecks, model_ids};
 pub use pool::{InFlight, NoPick, Upstream, UpstreamPool, broken_answer};

@@ -7,6 +7,7 @@ use crate::config::EndpointConfig;
 use meridian_core::Phase;
 use meridian_core::route::{EngineView, RouteRequest, RoutingPolicy};
 
+use super::EngineReading;
 use crate::telemetry::Metrics;
 
 /// One upstream server and its live state.
@@ -33,6 +34,8 @@ pub struct Upstream {
     engine_kv_usage: AtomicU64,
     /// Streams through this proxy currently in the output phase (the observer keeps it).
     output_streams: AtomicUsize,
+    /// The engine's own count of its requests (every replica's), from its hook's hello.
+    pub engine: EngineReading,
 }
 
 impl Upstream {
@@ -54,17 +57,29 @@ impl Upstream {
             engine_waiting: AtomicU64::new(f64::NAN.to_bits()),
             engine_kv_usage: AtomicU64::new(f64::NAN.to_bits()),
             output_streams: AtomicUsize::new(0),
+            engine: EngineReading::default(),
         }
     }
 
-    /// What the routing policy reads of this upstream.
+    /// What the routing policy reads of this upstream: this replica's own streams, or the
+    /// engine's count of every replica's when its hook reports one and it is higher.
     pub fn view(&self) -> EngineView<'_> {
         let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-        EngineView {
-            name: &self.name,
-            answering: count(self.output_streams()),
-            in_flight: count(self.in_flight()),
-            kv_usage: self.engine_load().1,
+        let (mut answering, mut in_flight) = (count(self.output_streams()), count(self.in_flight()));
+        if let Some(engine) = self.engine.now() {
+            answering = answering.max(engine.answering);
+            in_flight = in_flight.max(engine.requests);
+        }
+        EngineView { name: &self.name, answering, in_flight, kv_usage: self.engine_load().1 }
+    }
+
+    /// Requests the engine holds, as admission counts them against `max_streams`: the
+    /// engine's own count (every replica's) brought up to date, when its hook reports one;
+    /// else the requests this replica has open there.
+    pub fn requests_held(&self) -> usize {
+        match self.engine.now() {
+            Some(engine) => (engine.requests as usize).max(self.in_flight()),
+            None => self.in_flight(),
         }
     }
 
@@ -198,6 +213,7 @@ pub fn broken_answer(upstream: &str, reason: String) -> crate::error::ProxyError
 impl Drop for InFlight {
     fn drop(&mut self) {
         let now = self.upstream.in_flight.fetch_sub(1, Ordering::Relaxed) - 1;
+        self.upstream.engine.ended();
         self.metrics.set_upstream_in_flight(&self.upstream.name, now);
         self.released.notify_one();
     }
@@ -312,6 +328,7 @@ impl UpstreamPool {
             });
         };
         let now = chosen.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        chosen.engine.sent();
         metrics.set_upstream_in_flight(&chosen.name, now);
         Ok(InFlight { upstream: chosen, metrics: metrics.clone(), released: self.released.clone() })
     }

@@ -59,9 +59,13 @@ class SchedulerCore:
         max_prefill_tokens, max_think_decodes, positions held out of the step or None,
         the step's token budget or None for vLLM's own: one token per decoding request
         plus the prefill cap, the prefilling requests ordered after the decoding ones)."""
-    def observe_outputs(self, running: list[Any]) -> None:
+    def observe_outputs(self, running: list[Any], waiting: int | None = None) -> None:
         """After vLLM's ``update_from_output``: reads the new output tokens of the running
-        requests the last ``plan_running`` call read (the next call then skips them)."""
+        requests the last ``plan_running`` call read (the next call then skips them), and
+        publishes the running requests by phase and the waiting queue's length (the hello's
+        ``engine``, ``meridian_hook_requests``)."""
+    def count_free_blocks(self, free: int) -> None:
+        """Publishes the KV cache's free blocks (``meridian_hook_kv_free_blocks``)."""
     def phase(self, request_id: str) -> str: ...
     def preempted(self, request_id: str) -> str:
         """Counts a preemption; returns the victim's KV tier."""

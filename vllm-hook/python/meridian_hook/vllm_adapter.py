@@ -111,6 +111,7 @@ OVERRIDDEN = ("_preempt_request", "_free_blocks")
 _SCHEDULER_NEEDS: list[tuple[str, Callable[[Any], Any]]] = [
     ("Scheduler.running (a list)", lambda s: isinstance(s.running, list)),
     ("Scheduler.requests (a dict)", lambda s: isinstance(s.requests, dict)),
+    ("Scheduler.waiting (a sized queue)", lambda s: len(s.waiting) >= 0),
     ("Scheduler.max_num_scheduled_tokens", lambda s: isinstance(s.max_num_scheduled_tokens, int)),
     ("Scheduler._pause_state", lambda s: s._pause_state is not None),
     ("SchedulerConfig.long_prefill_token_threshold", lambda s: isinstance(s.scheduler_config.long_prefill_token_threshold, int)),
@@ -333,6 +334,11 @@ def preempted_tokens(scheduler: Any, output: Any) -> tuple[int, list[tuple[list[
         if req is not None and len(req.output_token_ids):
             tokens.append((list(req.prompt_token_ids or ()), list(req.output_token_ids)))
     return len(ids), tokens
+
+
+def waiting_requests(scheduler: Any) -> int:
+    """Requests in vLLM's waiting queue (new, or preempted)."""
+    return len(scheduler.waiting)
 
 
 def queue_lengths(scheduler: Any) -> tuple[int, int]:

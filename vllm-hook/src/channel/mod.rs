@@ -63,6 +63,7 @@ pub fn hello(policy: &str, entropy: bool, can_end_thinking: bool) -> Hello {
         policy: policy.to_owned(),
         entropy,
         can_end_thinking,
+        engine: None,
     }
 }
 

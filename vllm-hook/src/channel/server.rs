@@ -124,6 +124,7 @@ fn authenticated(
                 hello.can_end_thinking = false;
                 hello.entropy = false;
             }
+            hello.engine = counters.engine_state();
             Ok(json(200, &hello))
         }
         (Method::Post, channel::DIRECTIVES_PATH) => directives(&body, shared),

@@ -78,8 +78,15 @@ pub struct SchedulerCore {
     last_running: Vec<(usize, usize)>,
     next_seq: u64,
     started: Instant,
+    /// When the last `plan_running` ran (engine seconds), and the step time smoothed over
+    /// the intervals between busy steps: the engine's pace, which the proxy reads.
+    last_plan_s: Option<f64>,
+    step_s: Option<f64>,
     shared: Arc<Shared>,
 }
+
+/// Weight of the newest step in the smoothed step time.
+const STEP_SMOOTHING: f64 = 0.2;
 
 /// Pushes generated tokens through a request's tracker, noting when its thought ended.
 fn feed(
@@ -158,8 +165,24 @@ impl SchedulerCore {
             last_running: Vec::new(),
             next_seq: 0,
             started: Instant::now(),
+            last_plan_s: None,
+            step_s: None,
             shared,
         })
+    }
+
+    /// Smooths the interval since the previous busy step into the engine's step time and
+    /// publishes it. A gap far longer than the steps so far is the engine having been
+    /// idle, not a step, and is left out.
+    fn time_step(&mut self, now: f64) {
+        if let Some(last) = self.last_plan_s.replace(now) {
+            let dt = now - last;
+            let usual = self.step_s.unwrap_or(0.25);
+            if dt > 0.0 && dt <= (4.0 * usual).max(1.0) {
+                self.step_s = Some(self.step_s.map_or(dt, |s| s + STEP_SMOOTHING * (dt - s)));
+            }
+        }
+        self.shared.counters.set_steps(self.step_s, self.plans);
     }
 
     fn get(&self, request_id: &str) -> Option<&Tracked> {
@@ -349,6 +372,7 @@ impl SchedulerCore {
     fn plan_running(&mut self, running: &Bound<'_, PyList>) -> PyResult<RunningPlan> {
         let now = self.started.elapsed().as_secs_f64();
         self.plans += 1;
+        self.time_step(now);
         let n = running.len();
         let mut views = Vec::with_capacity(n);
         let mut row_slots = Vec::with_capacity(n);
@@ -417,9 +441,22 @@ impl SchedulerCore {
 
     /// After vLLM's `update_from_output` appended the step's sampled tokens: reads them
     /// for the running requests the last `plan_running` call read, while they are still
-    /// in the CPU's cache, so the next call reads no Python object of those requests.
-    fn observe_outputs(&mut self, running: &Bound<'_, PyList>) -> PyResult<()> {
-        self.observe_outputs_of(running)
+    /// in the CPU's cache, so the next call reads no Python object of those requests;
+    /// then publishes the running requests by phase and, when given, the waiting
+    /// queue's length (`meridian_hook_requests`, and the hello the proxy reads).
+    #[pyo3(signature = (running, waiting=None))]
+    fn observe_outputs(&mut self, running: &Bound<'_, PyList>, waiting: Option<u64>) -> PyResult<()> {
+        let by_phase = self.observe_outputs_of(running)?;
+        self.shared.counters.set_running(by_phase);
+        if let Some(waiting) = waiting {
+            self.shared.counters.set_waiting(waiting);
+        }
+        Ok(())
+    }
+
+    /// The KV cache's free blocks, as vLLM's block pool counts them.
+    fn count_free_blocks(&self, free: u64) {
+        self.shared.counters.set_kv_free_blocks(free);
     }
 
     fn knows(&self, request_id: &str) -> bool {

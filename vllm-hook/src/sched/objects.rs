@@ -16,6 +16,7 @@
 
 use std::hash::Hasher;
 
+use meridian_core::Phase;
 use meridian_core::phase::PhaseTracker;
 use meridian_core::sched::RequestView;
 use pyo3::intern;
@@ -269,21 +270,37 @@ impl SchedulerCore {
     /// step, after the forward pass, those lists are most of what the hook's step costs
     /// at 256 running requests (`scripts/bench-hook.sh`). Requests it does not know yet
     /// (admitted by the step just planned) are read by `plan_running` as before.
-    pub(super) fn observe_outputs_of(&mut self, running: &Bound<'_, PyList>) -> PyResult<()> {
+    ///
+    /// Returns the running requests by phase (prefilling, thinking, answering): a
+    /// request admitted by the step just planned counts as prefilling, and one whose
+    /// prompt the plan still saw unfinished as well (a step behind for its last chunk).
+    pub(super) fn observe_outputs_of(&mut self, running: &Bound<'_, PyList>) -> PyResult<[u64; 3]> {
         let now = self.started.elapsed().as_secs_f64();
         let mut scratch = Vec::new();
+        let mut by_phase = [0u64; 3];
         for i in 0..running.len() {
             let req = borrowed_item(running, i)?;
             let Some(slot) =
                 self.planned_slot(req.as_ptr() as usize, self.last_running.get(i).copied(), self.plans)
             else {
+                by_phase[0] += 1;
                 continue;
             };
             self.read_outputs(slot, req, now, &mut scratch)?;
-            if let Some(object) = self.slot_mut(slot).object.as_mut() {
+            let entry = self.slot_mut(slot);
+            let prefilled = entry.object.as_ref().is_some_and(|o| o.prefilled);
+            let thinking = entry.tracker.as_ref().is_some_and(|t| t.phase() == Phase::Think);
+            by_phase[if !prefilled {
+                0
+            } else if thinking {
+                1
+            } else {
+                2
+            }] += 1;
+            if let Some(object) = entry.object.as_mut() {
                 object.outputs_read = true;
             }
         }
-        Ok(())
+        Ok(by_phase)
     }
 }

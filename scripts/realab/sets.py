@@ -66,8 +66,10 @@ def add(results: Path, set_dir: Path, note: str) -> int:
     new = json.loads(results.read_text())
 
     def engine(data: dict) -> dict:
-        # Sets measured before the rig recorded how the engine core waits had it spin.
-        return {"engine_core_polls": "False", **{k: v for k, v in data["setup"]["engine"].items() if k != "model"}}
+        # Sets measured before the rig recorded a field ran with its default then: the
+        # engine core spinning, vLLM's stats off (`rig.EngineSpec`).
+        recorded_later = {"engine_core_polls": "False", "log_stats": "False"}
+        return {**recorded_later, **{k: v for k, v in data["setup"]["engine"].items() if k != "model"}}
 
     if engine(kept) != engine(new):
         raise SystemExit(f"{results}: another engine setup than {set_dir}'s")

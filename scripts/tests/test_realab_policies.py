@@ -299,7 +299,6 @@ def test_rounds_added_to_a_kept_set_widen_its_pairs_and_are_never_measured_twice
     (tmp_path / "other.json").write_text(json.dumps(other))
     with pytest.raises(SystemExit, match="another engine"):
         policies.add(tmp_path / "other.json", page_dir / "1-set", "another budget")
-
     # Later rounds given a capacity are given the set's, to the three decimals the log
     # prints. Any other given capacity is another rig's, refused (a capacity the rounds
     # measured on their own machine is theirs: test_realab_speed).
@@ -314,6 +313,18 @@ def test_rounds_added_to_a_kept_set_widen_its_pairs_and_are_never_measured_twice
     (tmp_path / "slower.json").write_text(json.dumps(slower))
     with pytest.raises(SystemExit, match="given another capacity"):
         policies.add(tmp_path / "slower.json", page_dir / "1-set", "another capacity")
+    # A field the rig came to record later, at the value the kept rounds ran with, is
+    # the same engine; at another value it is not.
+    for rnd, value, same in ((5, "False", True), (6, "True", False)):
+        described_path = measured_rounds(tmp_path / f"w{rnd}", {"stock": 1.0}, [rnd])
+        described = json.loads(described_path.read_text())
+        described["setup"]["engine"]["log_stats"] = value
+        described_path.write_text(json.dumps(described))
+        if same:
+            assert policies.add(described_path, page_dir / "1-set", "stats off, recorded") > 0
+        else:
+            with pytest.raises(SystemExit, match="another engine"):
+                policies.add(described_path, page_dir / "1-set", "stats on")
 
 
 def test_whom_each_engine_preempted_is_counted_over_the_sections_runs():

@@ -443,6 +443,16 @@ def test_autoscaling_disruption_budget_and_monitoring():
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": PROXY}
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (3, 12)
     assert hpa["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"] == 60
+    # Streams per pod as well: the Pods metric a custom-metrics adapter serves.
+    assert hpa["spec"]["metrics"][1] == {
+        "type": "Pods",
+        "pods": {"metric": {"name": "meridian_open_streams"}, "target": {"type": "AverageValue", "averageValue": "400"}},
+    }
+    # Off by default: CPU alone.
+    demo = example_values("twin-demo")
+    demo.setdefault("proxy", {})["autoscaling"] = {"enabled": True}
+    plain = render(demo)
+    assert [m["type"] for m in plain.get("HorizontalPodAutoscaler", PROXY)["spec"]["metrics"]] == ["Resource"]
     assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 600
     pdb = r.get("PodDisruptionBudget", PROXY)
     assert pdb["spec"]["minAvailable"] == 2

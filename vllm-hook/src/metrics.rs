@@ -270,16 +270,15 @@ impl Counters {
         );
         let kv_free = e.kv_free.load(Ordering::Relaxed);
         if kv_free != u64::MAX {
-            let _ = writeln!(
-                out,
-                "# HELP meridian_hook_kv_free_blocks Free KV cache blocks.\n# TYPE meridian_hook_kv_free_blocks gauge\nmeridian_hook_kv_free_blocks {kv_free}"
-            );
+            let name = "meridian_hook_kv_free_blocks";
+            let _ = writeln!(out, "# HELP {name} Free KV cache blocks.\n# TYPE {name} gauge\n{name} {kv_free}");
         }
         let step_s = f64::from_bits(e.step_s.load(Ordering::Relaxed));
         if !step_s.is_nan() {
+            let name = "meridian_hook_step_seconds";
             let _ = writeln!(
                 out,
-                "# HELP meridian_hook_step_seconds The engine's step time, smoothed over recent busy steps.\n# TYPE meridian_hook_step_seconds gauge\nmeridian_hook_step_seconds {step_s}"
+                "# HELP {name} The engine's step time, smoothed over recent busy steps.\n# TYPE {name} gauge\n{name} {step_s}"
             );
         }
         let disabled = "meridian_hook_disabled";

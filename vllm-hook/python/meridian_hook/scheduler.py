@@ -131,9 +131,8 @@ class MeridianScheduler(AsyncScheduler):
                 # With the engine's running requests by phase and its queue, published for
                 # every proxy replica to read (the hello's `engine`).
                 core.observe_outputs(self.running, adapter.waiting_requests(self))
-                if not self.running:
-                    # Housekeeping counts them while steps run; an engine that has
-                    # drained shows its cache freed.
+                if not self.running or self._meridian_steps % _HOUSEKEEPING_EVERY == 1:
+                    # From the first step on, every 16th, and once drained.
                     core.count_free_blocks(adapter.free_kv_blocks(self))
             except Exception:  # noqa: BLE001 - never crash the engine
                 self._meridian_rt.failed("scheduler")
@@ -189,7 +188,6 @@ class MeridianScheduler(AsyncScheduler):
 
     def _meridian_housekeeping(self, core: _native.SchedulerCore) -> None:
         core.retain(self.requests.keys())
-        core.count_free_blocks(adapter.free_kv_blocks(self))
         block_size = int(self.cache_config.block_size)
         # vLLM's blocks per request, one table per KV cache group: the core reads them for
         # the running requests without a Python call per request.

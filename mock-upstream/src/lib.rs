@@ -19,7 +19,8 @@
 //! (`fixtures/NAME.json`) where there is one, else the stream folded into one answer.
 //!
 //! `/metrics` reports vLLM's `vllm:num_requests_waiting` and `vllm:kv_cache_usage_perc`
-//! gauges, 0 unless set with [`MockUpstream::set_engine_load`].
+//! gauges, 0 unless set with [`MockUpstream::set_engine_load`], and
+//! `vllm:num_requests_running` once set with [`MockUpstream::set_engine_running`].
 //!
 //! Every request is recorded (headers, body, and whether its client went away before the
 //! end), so tests can check what the proxy sent upstream and that it cancelled.

@@ -57,6 +57,8 @@ struct MockState {
     models_failing: AtomicBool,
     /// What `/metrics` reports as vLLM's `num_requests_waiting` and `kv_cache_usage_perc`.
     engine_load: Mutex<(f64, f64)>,
+    /// What `/metrics` reports as vLLM's `num_requests_running` (`None`: not exported).
+    engine_running: Mutex<Option<f64>>,
     /// Top logprobs of the one token a probe request (`continue_final_message`) gets.
     probe_logprobs: Mutex<Option<Vec<f64>>>,
 }
@@ -84,6 +86,7 @@ impl MockUpstream {
             healthy: AtomicBool::new(true),
             models_failing: AtomicBool::new(false),
             engine_load: Mutex::new((0.0, 0.0)),
+            engine_running: Mutex::new(None),
             probe_logprobs: Mutex::new(None),
         });
         let app = router(state.clone());
@@ -136,6 +139,12 @@ impl MockUpstream {
     /// `vllm:kv_cache_usage_perc` (0-1).
     pub fn set_engine_load(&self, waiting: f64, kv_usage: f64) {
         *self.state.engine_load.lock().unwrap_or_else(|e| e.into_inner()) = (waiting, kv_usage);
+    }
+
+    /// Sets what `/metrics` reports as vLLM's `vllm:num_requests_running` (`None`: the
+    /// gauge is left out).
+    pub fn set_engine_running(&self, running: Option<f64>) {
+        *self.state.engine_running.lock().unwrap_or_else(|e| e.into_inner()) = running;
     }
 
     /// Makes one-token continuation requests (`"continue_final_message": true`, what an
@@ -405,9 +414,10 @@ async fn models(State(state): State<Arc<MockState>>) -> Response {
 /// vLLM's load gauges in Prometheus text, labelled as vLLM labels them.
 async fn engine_metrics(State(state): State<Arc<MockState>>) -> Response {
     let (waiting, kv) = *state.engine_load.lock().unwrap_or_else(|e| e.into_inner());
+    let running = *state.engine_running.lock().unwrap_or_else(|e| e.into_inner());
     let model = state.models.lock().ok().and_then(|m| m.first().cloned()).unwrap_or_default();
     let labels = format!("engine=\"0\",model_name={model:?}");
-    let text = format!(
+    let mut text = format!(
         "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n\
          # TYPE vllm:num_requests_waiting gauge\n\
          vllm:num_requests_waiting{{{labels}}} {waiting}\n\
@@ -415,6 +425,13 @@ async fn engine_metrics(State(state): State<Arc<MockState>>) -> Response {
          # TYPE vllm:kv_cache_usage_perc gauge\n\
          vllm:kv_cache_usage_perc{{{labels}}} {kv}\n"
     );
+    if let Some(running) = running {
+        text.push_str(&format!(
+            "# HELP vllm:num_requests_running Number of requests in model execution batches.\n\
+             # TYPE vllm:num_requests_running gauge\n\
+             vllm:num_requests_running{{{labels}}} {running}\n"
+        ));
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
 }
 

@@ -136,3 +136,30 @@ async fn routing_sees_the_answers_other_replicas_stream_on_an_engine() {
     }
     assert!(sent(0) >= 2, "engine 0 gets requests again: {} of 6", sent(0));
 }
+
+#[tokio::test]
+async fn without_a_hook_vllms_own_gauges_count_every_replicas_requests() {
+    let rig = Rig::with(1, |c| {
+        c.upstream.health_interval_s = 0.1;
+        c.admission.enabled = true;
+        c.admission.max_streams = Some(2);
+        c.admission.queue_timeout_s = 10.0;
+    })
+    .await;
+    // Other replicas keep two requests running on the engine, which reports them.
+    rig.mocks[0].set_engine_running(Some(2.0));
+    let upstream = rig.proxy.state.pool.all()[0].clone();
+    eventually("vLLM's count read", || upstream.engine.now().is_some_and(|n| n.requests == 2)).await;
+    let waiting = tokio::spawn(receive(chat(&rig)));
+    eventually("queued", || {
+        sample(&rig.scrape(), "meridian_admission_queued", &[("class", "interactive")]) == Some(1.0)
+    })
+    .await;
+    rig.mocks[0].set_engine_running(Some(1.0));
+    let got = waiting.await.unwrap();
+    assert_eq!(got.status, 200, "{}", got.text());
+    // A server whose /metrics stops saying leaves this replica's own count.
+    rig.mocks[0].set_engine_running(None);
+    eventually("the count dropped", || upstream.engine.now().is_none()).await;
+    assert_eq!(receive(chat(&rig)).await.status, 200);
+}

@@ -271,7 +271,8 @@ impl Counters {
         let kv_free = e.kv_free.load(Ordering::Relaxed);
         if kv_free != u64::MAX {
             let name = "meridian_hook_kv_free_blocks";
-            let _ = writeln!(out, "# HELP {name} Free KV cache blocks.\n# TYPE {name} gauge\n{name} {kv_free}");
+            let _ =
+                writeln!(out, "# HELP {name} Free KV cache blocks.\n# TYPE {name} gauge\n{name} {kv_free}");
         }
         let step_s = f64::from_bits(e.step_s.load(Ordering::Relaxed));
         if !step_s.is_nan() {

@@ -51,9 +51,10 @@ impl Limits {
             || matches!((self.max_kv_usage, kv), (Some(m), Some(k)) if k > m)
     }
 
-    /// Whether the engines' `/metrics` must be scraped.
+    /// Whether the engines' `/metrics` must be scraped: for the engine gauges, and for
+    /// `max_streams`, vLLM's own count of the requests an engine without the hook holds.
     pub fn reads_engine_metrics(&self) -> bool {
-        self.max_waiting.is_some() || self.max_kv_usage.is_some()
+        self.max_streams.is_some() || self.max_waiting.is_some() || self.max_kv_usage.is_some()
     }
 }
 

@@ -18,10 +18,11 @@ pub struct AdmissionConfig {
     pub enabled: bool,
     /// An upstream is saturated while it holds this many requests. With the Meridian hook in the
     /// engine the count is the engine's own (every proxy replica's requests, running and
-    /// waiting, from the hook's report each health round, plus what this replica sent since):
-    /// a limit per engine, whatever the number of replicas; set it near the engine's
-    /// `--max-num-seqs`. Without a hook it counts the requests open to it through this replica
-    /// alone: divide by the number of proxy replicas.
+    /// waiting, from the hook's report each health round, plus what this replica sent since);
+    /// without the hook, vLLM's own `vllm:num_requests_running` and `_waiting` from its
+    /// `/metrics`, the same way: a limit per engine, whatever the number of replicas; set it
+    /// near the engine's `--max-num-seqs`. An engine that reports neither is counted by the
+    /// requests open to it through this replica alone.
     #[schemars(range(min = 1))]
     pub max_streams: Option<u32>,
     /// Saturated while the engine's `vllm:num_requests_waiting` (its `/metrics`, read every

@@ -1,5 +1,7 @@
-//! The engine's own count of its requests, as its hook reports it in every hello (the
-//! health loop asks each round), brought up to date with what this replica did since.
+//! The engine's own count of its requests, brought up to date with what this replica did
+//! since: as its hook reports it in every hello (the health loop asks each round), or,
+//! for an engine without the hook, from vLLM's own `vllm:num_requests_running` and
+//! `_waiting` (no phases: only the requests it holds).
 //!
 //! With several proxy replicas in front of one engine, a replica's own count of the
 //! requests it has open there is a fraction of the engine's load. The hook counts every
@@ -16,7 +18,7 @@ use meridian_core::channel::EngineState;
 /// The last reading and this replica's traffic since it.
 #[derive(Debug, Default)]
 pub struct EngineReading {
-    state: Mutex<Option<EngineState>>,
+    base: Mutex<Option<EngineNow>>,
     sent: AtomicU32,
     ended: AtomicU32,
 }
@@ -26,7 +28,8 @@ pub struct EngineReading {
 pub struct EngineNow {
     /// Requests running or waiting in the engine, from every replica.
     pub requests: u32,
-    /// Running requests answering, from every replica, as of the reading.
+    /// Running requests answering, from every replica, as of the reading (0 where the
+    /// engine does not say: vLLM's own gauges have no phases).
     pub answering: u32,
 }
 
@@ -34,8 +37,19 @@ impl EngineReading {
     /// A new reading (`None`: the hook did not answer, or publishes none): this replica's
     /// traffic is counted from now on.
     pub fn record(&self, state: Option<EngineState>) {
-        if let Ok(mut slot) = self.state.lock() {
-            *slot = state;
+        self.reset(state.map(|s| EngineNow { requests: s.requests(), answering: s.answering }));
+    }
+
+    /// A reading of vLLM's own gauges (`None`: its `/metrics` did not say).
+    pub fn record_counts(&self, running: Option<f64>, waiting: Option<f64>) {
+        let count = |v: f64| v.max(0.0).min(f64::from(u32::MAX)) as u32;
+        let base = running.zip(waiting).map(|(r, w)| EngineNow { requests: count(r + w), answering: 0 });
+        self.reset(base);
+    }
+
+    fn reset(&self, base: Option<EngineNow>) {
+        if let Ok(mut slot) = self.base.lock() {
+            *slot = base;
         }
         self.sent.store(0, Ordering::Relaxed);
         self.ended.store(0, Ordering::Relaxed);
@@ -54,18 +68,10 @@ impl EngineReading {
     /// The engine's requests now: the reading plus what this replica sent since, less
     /// what of its own ended since (never below zero); `None` without a reading.
     pub fn now(&self) -> Option<EngineNow> {
-        let state = self.state.lock().ok()?.clone()?;
+        let base = (*self.base.lock().ok()?)?;
         let sent = self.sent.load(Ordering::Relaxed);
         let ended = self.ended.load(Ordering::Relaxed);
-        Some(EngineNow {
-            requests: state.requests().saturating_add(sent).saturating_sub(ended),
-            answering: state.answering,
-        })
-    }
-
-    /// The reading itself (for operators: the open-streams view, logs).
-    pub fn state(&self) -> Option<EngineState> {
-        self.state.lock().ok()?.clone()
+        Some(EngineNow { requests: base.requests.saturating_add(sent).saturating_sub(ended), ..base })
     }
 }
 
@@ -102,5 +108,10 @@ mod tests {
         // A hook that stops answering leaves no reading.
         r.record(None);
         assert_eq!(r.now(), None);
+        // vLLM's own gauges: requests held, no phases.
+        r.record_counts(Some(3.0), Some(2.0));
+        assert_eq!(r.now(), Some(EngineNow { requests: 5, answering: 0 }));
+        r.record_counts(Some(3.0), None);
+        assert_eq!(r.now(), None, "half a reading is none");
     }
 }

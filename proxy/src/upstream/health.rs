@@ -115,6 +115,11 @@ impl HealthChecks {
             tracing::debug!(upstream = %u.name, "engine metrics scrape failed");
         }
         u.set_engine_load(load.waiting, load.kv_usage);
+        if u.hook.is_none() {
+            // Without a hook, vLLM's own count of the requests it holds is the engine-wide
+            // one (every replica's); with one, the hook's hello gives it by phase.
+            u.engine.record_counts(load.running, load.waiting);
+        }
     }
 }
 

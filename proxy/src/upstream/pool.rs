@@ -34,7 +34,8 @@ pub struct Upstream {
     engine_kv_usage: AtomicU64,
     /// Streams through this proxy currently in the output phase (the observer keeps it).
     output_streams: AtomicUsize,
-    /// The engine's own count of its requests (every replica's), from its hook's hello.
+    /// The engine's own count of its requests (every replica's), from its hook's hello or
+    /// vLLM's own gauges.
     pub engine: EngineReading,
 }
 
@@ -62,25 +63,25 @@ impl Upstream {
     }
 
     /// What the routing policy reads of this upstream: this replica's own streams, or the
-    /// engine's count of every replica's when its hook reports one and it is higher.
+    /// engine's count of every replica's where it reports one and it is higher.
     pub fn view(&self) -> EngineView<'_> {
         let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-        let (mut answering, mut in_flight) = (count(self.output_streams()), count(self.in_flight()));
-        if let Some(engine) = self.engine.now() {
-            answering = answering.max(engine.answering);
-            in_flight = in_flight.max(engine.requests);
+        let engine_answering = self.engine.now().map_or(0, |e| e.answering);
+        EngineView {
+            name: &self.name,
+            answering: count(self.output_streams()).max(engine_answering),
+            in_flight: count(self.requests_held()),
+            kv_usage: self.engine_load().1,
         }
-        EngineView { name: &self.name, answering, in_flight, kv_usage: self.engine_load().1 }
     }
 
-    /// Requests the engine holds, as admission counts them against `max_streams`: the
-    /// engine's own count (every replica's) brought up to date, when its hook reports one;
-    /// else the requests this replica has open there.
+    /// Requests the engine holds, as admission counts them against `max_streams` and
+    /// routing reads them: the engine's own count (every replica's, from its hook or
+    /// vLLM's gauges) brought up to date, never below the requests this replica has open
+    /// there; those alone when the engine reports nothing.
     pub fn requests_held(&self) -> usize {
-        match self.engine.now() {
-            Some(engine) => (engine.requests as usize).max(self.in_flight()),
-            None => self.in_flight(),
-        }
+        let own = self.in_flight();
+        self.engine.now().map_or(own, |e| (e.requests as usize).max(own))
     }
 
     /// Streams to this upstream that are answering (output phase) right now.

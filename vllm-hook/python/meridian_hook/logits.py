@@ -185,6 +185,5 @@ class MeridianLogitsProcessor(*_bases):  # type: ignore[misc]
         return logits
 
     def _row_entropies(self, logits: torch.Tensor, rows: list[int]) -> list[float]:
-        sel = logits[rows]
-        backend = "cuda" if sel.device.type == "cuda" else "cpu"
-        return entropies(sel, 1.0, backend)
+        # On the host only: a batch on a GPU has its entropies read late (`_late`).
+        return entropies(logits[rows], 1.0, "cpu")

@@ -34,11 +34,16 @@ pub enum Outcome {
     UpstreamStatus,
     /// The proxy was shutting down.
     ShuttingDown,
+    /// It named no tenant the proxy knows (`[tenants]`: no API key, an unknown one, no
+    /// tenant header) and there is no default tenant.
+    Unauthorized,
+    /// Its tenant was at its concurrency or token-rate limit (`[[tenants.tenant]]`).
+    RateLimited,
 }
 
 impl Outcome {
     /// Every outcome, in declaration order.
-    pub const ALL: [Outcome; 12] = [
+    pub const ALL: [Outcome; 14] = [
         Outcome::Ok,
         Outcome::ClientDisconnected,
         Outcome::BadRequest,
@@ -51,6 +56,8 @@ impl Outcome {
         Outcome::UpstreamTruncated,
         Outcome::UpstreamStatus,
         Outcome::ShuttingDown,
+        Outcome::Unauthorized,
+        Outcome::RateLimited,
     ];
 
     /// Its label in metrics, logs and spans.
@@ -68,6 +75,8 @@ impl Outcome {
             Outcome::UpstreamTruncated => "upstream_truncated",
             Outcome::UpstreamStatus => "upstream_status",
             Outcome::ShuttingDown => "shutting_down",
+            Outcome::Unauthorized => "unauthorized",
+            Outcome::RateLimited => "rate_limited",
         }
     }
 
@@ -88,6 +97,8 @@ impl Outcome {
             // The codes the proxy answers with that are not outcome labels themselves.
             "no_healthy_upstream" => Some(Outcome::NoUpstream),
             "server_shutting_down" => Some(Outcome::ShuttingDown),
+            "invalid_api_key" => Some(Outcome::Unauthorized),
+            "rate_limit_exceeded" => Some(Outcome::RateLimited),
             // An unknown path; a model it does not serve has its own code.
             "not_found" => Some(Outcome::BadRequest),
             code => Outcome::from_label(code),
@@ -111,7 +122,9 @@ impl Outcome {
         match status {
             200..=299 if error_code.is_none() => None,
             200..=299 => Some(Outcome::UpstreamError),
+            401 => Some(Outcome::Unauthorized),
             404 => Some(Outcome::ModelNotFound),
+            429 => Some(Outcome::RateLimited),
             400..=499 => Some(Outcome::BadRequest),
             502 => Some(Outcome::UpstreamError),
             504 => Some(Outcome::UpstreamTimeout),
@@ -163,6 +176,9 @@ mod tests {
         assert_eq!(Outcome::of_answer(500, Some("something_else")), Some(Outcome::UpstreamStatus));
         assert_eq!(Outcome::of_answer(404, None), Some(Outcome::ModelNotFound));
         assert_eq!(Outcome::of_answer(200, None), None);
+        assert_eq!(Outcome::of_answer(429, Some("rate_limit_exceeded")), Some(Outcome::RateLimited));
+        assert_eq!(Outcome::of_answer(429, None), Some(Outcome::RateLimited));
+        assert_eq!(Outcome::of_answer(401, Some("invalid_api_key")), Some(Outcome::Unauthorized));
     }
 
     #[test]

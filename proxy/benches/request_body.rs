@@ -64,17 +64,17 @@ fn main() {
         });
         let req = GenerationRequest::parse(&body, Dialect::Chat).unwrap();
         let upstream = time(|| {
-            black_box(upstream_body(black_box(&body), &req, Some(512)).unwrap());
+            black_box(upstream_body(black_box(&body), &req, Some(512), false).unwrap());
         });
         let hook = time(|| {
-            black_box(hook_body(black_box(&body), &req, Some(512), "mrd_0123456789abcdef").unwrap());
+            black_box(hook_body(black_box(&body), &req, Some(512), "mrd_0123456789abcdef", false).unwrap());
         });
         let old = time(|| {
             black_box(map_round_trip(black_box(&body)));
         });
         // Both rewrites mean the same request.
         let new: serde_json::Value =
-            serde_json::from_slice(&upstream_body(&body, &req, Some(512)).unwrap()).unwrap();
+            serde_json::from_slice(&upstream_body(&body, &req, Some(512), false).unwrap()).unwrap();
         let reference: serde_json::Value = serde_json::from_slice(&map_round_trip(&body)).unwrap();
         assert_eq!(new, reference, "the rewrite and the Map round trip disagree");
         rows.push((label, body.len(), parse, upstream, hook, old));

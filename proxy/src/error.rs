@@ -52,6 +52,30 @@ pub enum ProxyError {
     UpstreamTruncated { upstream: String },
     #[error("the proxy is shutting down and its grace period for open requests is over; retry the request")]
     ShuttingDown,
+    /// The request named no tenant the proxy knows, and there is no default tenant.
+    #[error("{reason}")]
+    Unauthorized { reason: &'static str },
+    /// Its tenant was at one of its limits; nothing went upstream.
+    #[error("tenant {tenant} is at its {} limit; retry in {retry_after_s}s", limit.as_str())]
+    RateLimited { tenant: String, limit: TenantLimit, retry_after_s: u64 },
+}
+
+/// Which of a tenant's limits refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TenantLimit {
+    /// `max_streams`: requests open at once.
+    MaxStreams = 0,
+    /// `tokens_per_minute`: generated tokens a minute.
+    TokensPerMinute = 1,
+}
+
+impl TenantLimit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TenantLimit::MaxStreams => "max_streams",
+            TenantLimit::TokensPerMinute => "tokens_per_minute",
+        }
+    }
 }
 
 /// Which side of the proxy a failure is on.
@@ -100,6 +124,8 @@ impl ProxyError {
             ProxyError::RequestTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ProxyError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ProxyError::NotFound(_) | ProxyError::ModelNotFound(_) => StatusCode::NOT_FOUND,
+            ProxyError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            ProxyError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ProxyError::NoHealthyUpstream
             | ProxyError::AdmissionTimeout { .. }
             | ProxyError::AdmissionQueueFull
@@ -119,7 +145,9 @@ impl ProxyError {
             | ProxyError::HeadersTooLarge { .. }
             | ProxyError::RequestTimeout { .. }
             | ProxyError::NotFound(_)
-            | ProxyError::ModelNotFound(_) => Side::Client,
+            | ProxyError::ModelNotFound(_)
+            | ProxyError::Unauthorized { .. }
+            | ProxyError::RateLimited { .. } => Side::Client,
             ProxyError::NoHealthyUpstream
             | ProxyError::UpstreamTimeout { .. }
             | ProxyError::UpstreamUnreachable { .. }
@@ -146,6 +174,9 @@ impl ProxyError {
             | ProxyError::AdmissionTimeout { .. }
             | ProxyError::AdmissionQueueFull
             | ProxyError::ShuttingDown => true,
+            // Later, as its Retry-After says.
+            ProxyError::RateLimited { .. } => true,
+            ProxyError::Unauthorized { .. } => false,
             ProxyError::BadRequest { .. }
             | ProxyError::PayloadTooLarge { .. }
             | ProxyError::HeadersTooLarge { .. }
@@ -176,6 +207,13 @@ impl ProxyError {
             }
             ProxyError::UpstreamTruncated { .. } => ("server_error", None, "upstream_truncated"),
             ProxyError::ShuttingDown => ("server_error", None, "server_shutting_down"),
+            ProxyError::Unauthorized { .. } => ("invalid_request_error", None, "invalid_api_key"),
+            ProxyError::RateLimited { limit: TenantLimit::MaxStreams, .. } => {
+                ("requests", None, "rate_limit_exceeded")
+            }
+            ProxyError::RateLimited { limit: TenantLimit::TokensPerMinute, .. } => {
+                ("tokens", None, "rate_limit_exceeded")
+            }
         }
     }
 
@@ -211,6 +249,8 @@ impl ProxyError {
             }
             ProxyError::UpstreamTruncated { .. } => Outcome::UpstreamTruncated,
             ProxyError::ShuttingDown => Outcome::ShuttingDown,
+            ProxyError::Unauthorized { .. } => Outcome::Unauthorized,
+            ProxyError::RateLimited { .. } => Outcome::RateLimited,
         }
     }
 }
@@ -234,7 +274,11 @@ impl ProxyError {
         if dialect == Dialect::Messages {
             body = anthropic_error(&body["error"]);
         }
-        (self.status(), headers, axum::Json(body)).into_response()
+        let mut resp = (self.status(), headers, axum::Json(body)).into_response();
+        if let ProxyError::RateLimited { retry_after_s, .. } = self {
+            resp.headers_mut().insert(axum::http::header::RETRY_AFTER, HeaderValue::from(retry_after_s));
+        }
+        resp
     }
 }
 
@@ -286,6 +330,8 @@ fn anthropic_error_type(error: &Value) -> &'static str {
         _ if matches!(code, "admission_queue_full" | "admission_timeout" | "no_healthy_upstream") => {
             "overloaded_error"
         }
+        _ if code == "rate_limit_exceeded" => "rate_limit_error",
+        _ if code == "invalid_api_key" => "authentication_error",
         "invalid_request_error" if code.ends_with("not_found") => "not_found_error",
         "invalid_request_error" => "invalid_request_error",
         _ if code == "upstream_timeout" => "timeout_error",

@@ -34,6 +34,7 @@ pub mod server;
 pub mod state;
 pub mod streams;
 pub mod telemetry;
+pub mod tenants;
 pub mod top;
 pub mod upstream;
 

@@ -13,6 +13,7 @@ use crate::admission::Admission;
 use crate::drain::Drain;
 use crate::streams::OpenStreams;
 use crate::telemetry::Metrics;
+use crate::tenants::Tenants;
 use crate::upstream::UpstreamPool;
 
 pub struct AppState {
@@ -31,6 +32,8 @@ pub struct AppState {
     pub drain: Drain,
     /// Every request open right now (`crate::streams`).
     pub streams: Arc<OpenStreams>,
+    /// Who requests are from and what each tenant may do (`[tenants]`; `None` when off).
+    pub tenants: Option<Tenants>,
 }
 
 /// Why the proxy could not be assembled from a valid config.
@@ -75,7 +78,9 @@ impl AppState {
         }
         let streams = Arc::new(OpenStreams::default());
         let hook = HookChannel::new(&config.hook, client.clone()).with_streams(streams.clone());
-        let admission = Arc::new(Admission::new(&config.admission, pool.clone(), metrics.clone()));
+        let tenants = Tenants::new(&config.tenants, &metrics);
+        let flows = tenants.as_ref().map_or(1, Tenants::flows);
+        let admission = Arc::new(Admission::new(&config.admission, flows, pool.clone(), metrics.clone()));
         Ok(AppState {
             admission,
             hook,
@@ -87,6 +92,7 @@ impl AppState {
             upstream_auth,
             drain: Drain::default(),
             streams,
+            tenants,
         })
     }
 

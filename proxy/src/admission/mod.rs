@@ -1,7 +1,8 @@
 //! Admission control: while every upstream that serves a request's model is saturated, a
 //! new request waits here, in the proxy, instead of in vLLM's queue, and waiters are let
 //! through highest class first (output-phase starts, then interactive, then batch), so
-//! the latency-sensitive work is the first to get an engine when one frees up. Streams
+//! the latency-sensitive work is the first to get an engine when one frees up, and
+//! tenants (`[tenants]`) share fairly within each class. Streams
 //! already running are never held back: admission acts only before a request is sent.
 //!
 //! An upstream is saturated while the requests open to it through this proxy reach
@@ -82,12 +83,13 @@ pub struct Admission {
 }
 
 impl Admission {
-    pub fn new(cfg: &AdmissionConfig, pool: Arc<UpstreamPool>, metrics: Arc<Metrics>) -> Self {
+    /// `flows`: the tenants the queue shares fairly between (1 without `[tenants]`).
+    pub fn new(cfg: &AdmissionConfig, flows: usize, pool: Arc<UpstreamPool>, metrics: Arc<Metrics>) -> Self {
         Admission {
             enabled: cfg.enabled,
             limits: Limits::from_config(cfg),
             timeout: Duration::from_secs_f64(cfg.queue_timeout_s),
-            queue: Mutex::new(ClassQueue::new(cfg.max_queued as usize)),
+            queue: Mutex::new(ClassQueue::new(cfg.max_queued as usize, flows)),
             pool,
             metrics,
         }
@@ -119,12 +121,14 @@ impl Admission {
     /// Waits until an upstream serving `model` has room, then returns the request's
     /// in-flight guard on it. Fails with 503 after `queue_timeout_s`, at once when the
     /// queue is full, and like an unqueued request when no upstream can serve the model.
-    /// A caller that goes away (its future is dropped) leaves the queue.
+    /// A caller that goes away (its future is dropped) leaves the queue. `flow`: its
+    /// tenant's flow and weight, for the fair share within its class.
     pub async fn admit(
         self: &Arc<Self>,
         model: &str,
         affinity: Option<&str>,
         class: Class,
+        flow: (usize, u32),
     ) -> Result<InFlight, ProxyError> {
         let started = Instant::now();
         let (tx, rx) = oneshot::channel();
@@ -142,7 +146,7 @@ impl Admission {
                 }
             }
             let pushed =
-                q.push(class, Waiter { model: model.to_owned(), affinity: affinity.map(str::to_owned), tx });
+                q.push(class, flow, Waiter { model: model.to_owned(), affinity: affinity.map(str::to_owned), tx });
             self.publish(&q);
             match pushed {
                 Ok(queued) => queued,
@@ -152,7 +156,7 @@ impl Admission {
                 }
             }
         };
-        if let Some(((evicted_class, _), w)) = evicted {
+        if let Some(((evicted_class, _, _), w)) = evicted {
             self.metrics.count_admission_rejected(evicted_class.as_str());
             let _ = w.tx.send(Err(Refused::QueueFull));
         }

@@ -334,11 +334,11 @@ mod tests {
         assert_eq!(code(r#"{"model":"m","meridian":{"think_budget_tokens":0}}"#), "invalid_budget");
         let body = Bytes::from_static(br#"{"model":"m","z":1,"meridian":{"think_budget_tokens":7},"a":[1]}"#);
         let r = GenerationRequest::parse(&body, Dialect::Chat).unwrap();
-        let out = upstream_body(&body, &r, Some(7)).unwrap();
+        let out = upstream_body(&body, &r, Some(7), false).unwrap();
         assert_eq!(&out[..], br#"{"model":"m","z":1,"a":[1],"thinking_token_budget":7}"#, "order kept");
         let plain = Bytes::from_static(br#"{"model":"m","thinking_token_budget":5}"#);
         let r = GenerationRequest::parse(&plain, Dialect::Chat).unwrap();
-        assert_eq!(upstream_body(&plain, &r, Some(5)).unwrap(), plain, "untouched when nothing changes");
+        assert_eq!(upstream_body(&plain, &r, Some(5), false).unwrap(), plain, "untouched when nothing changes");
     }
 
     #[test]
@@ -423,9 +423,9 @@ mod tests {
         ] {
             let body = Bytes::from(body);
             let r = GenerationRequest::parse(&body, dialect).unwrap();
-            assert_eq!(upstream_body(&body, &r, Some(64)).unwrap(), body, "{dialect:?}");
+            assert_eq!(upstream_body(&body, &r, Some(64), false).unwrap(), body, "{dialect:?}");
             let hooked: serde_json::Value =
-                serde_json::from_slice(&hook_body(&body, &r, Some(64), "s-1").unwrap()).unwrap();
+                serde_json::from_slice(&hook_body(&body, &r, Some(64), "s-1", false).unwrap()).unwrap();
             assert_eq!(hooked["vllm_xargs"]["meridian_think_budget"], 64, "{dialect:?}: through the hook");
         }
     }
@@ -445,23 +445,29 @@ mod tests {
     }
 }
 
-/// The body to send upstream: without Meridian's extension object, and with
-/// `thinking_token_budget` set when Meridian applies a budget. Unchanged bytes when there
-/// is nothing to change.
+/// The body to send upstream: without Meridian's extension object, with
+/// `thinking_token_budget` set when Meridian applies a budget, and without the client's
+/// `priority` when `drop_priority` (its tenant may not set one). Unchanged bytes when
+/// there is nothing to change.
 pub fn upstream_body(
     body: &Bytes,
     req: &GenerationRequest<'_>,
     budget: Option<u32>,
+    drop_priority: bool,
 ) -> Result<Bytes, ProxyError> {
     // Only chat and completions take a token budget field for any size (the Messages
     // API's `thinking.budget_tokens` must be at least 1,024); the others get budgets
     // through the hook.
     let set_budget = budget.filter(|b| req.client_budget != Some(*b) && req.dialect == Dialect::Chat);
-    if !req.members.contains("meridian") && set_budget.is_none() {
+    let drop_priority = drop_priority && req.members.contains("priority");
+    if !req.members.contains("meridian") && set_budget.is_none() && !drop_priority {
         return Ok(body.clone());
     }
     let budget_text = set_budget.map(|b| b.to_string());
     let mut edits = vec![("meridian", Edit::Remove)];
+    if drop_priority {
+        edits.push(("priority", Edit::Remove));
+    }
     if let Some(b) = &budget_text {
         edits.push(("thinking_token_budget", Edit::Set(b.as_str().into())));
     }
@@ -472,12 +478,15 @@ pub fn upstream_body(
 /// and with the request id and think budget in `vllm_xargs`, which vLLM hands the hook's
 /// logits processor as `SamplingParams.extra_args`. The hook then enforces the budget
 /// and can be told to end thinking by request id. A client's own
-/// `thinking_token_budget` stays and wins (vLLM applies it after the hook).
+/// `thinking_token_budget` stays (vLLM applies it after the hook); the hook gets the
+/// budget too when it is smaller (a tenant's ceiling). Without the client's `priority`
+/// when `drop_priority`.
 pub fn hook_body(
     body: &Bytes,
     req: &GenerationRequest<'_>,
     budget: Option<u32>,
     request_id: &str,
+    drop_priority: bool,
 ) -> Result<Bytes, ProxyError> {
     let invalid = |msg: String| ProxyError::bad_request(msg, Some("vllm_xargs"), "invalid_json");
     // The client's own `vllm_xargs` (small) is the one value parsed again, to add to it.
@@ -490,12 +499,15 @@ pub fn hook_body(
         }
     }
     xargs.insert("meridian_request_id".into(), request_id.into());
-    if let Some(b) = budget.filter(|_| req.client_budget.is_none()) {
+    if let Some(b) = budget.filter(|b| req.client_budget.is_none_or(|own| *b < own)) {
         xargs.insert("meridian_think_budget".into(), b.into());
     }
     let xargs =
         serde_json::to_string(&xargs).map_err(|e| invalid(format!("cannot re-encode vllm_xargs: {e}")))?;
-    let edits = [("meridian", Edit::Remove), ("vllm_xargs", Edit::Set(xargs.into()))];
+    let mut edits = vec![("meridian", Edit::Remove), ("vllm_xargs", Edit::Set(xargs.into()))];
+    if drop_priority && req.members.contains("priority") {
+        edits.push(("priority", Edit::Remove));
+    }
     Ok(Bytes::from(req.members.rewrite(&edits, body.len())))
 }
 
@@ -509,7 +521,7 @@ mod hook_body_tests {
             br#"{"model":"m","meridian":{"think_budget_tokens":7},"vllm_xargs":{"own":1}}"#,
         );
         let req = GenerationRequest::parse(&body, Dialect::Chat).unwrap();
-        let out = hook_body(&body, &req, Some(7), "req-1").unwrap();
+        let out = hook_body(&body, &req, Some(7), "req-1", false).unwrap();
         assert_eq!(
             &out[..],
             br#"{"model":"m","vllm_xargs":{"own":1,"meridian_request_id":"req-1","meridian_think_budget":7}}"#
@@ -517,10 +529,24 @@ mod hook_body_tests {
     }
 
     #[test]
+    fn a_priority_the_tenant_may_not_set_is_dropped_and_a_smaller_budget_reaches_the_hook() {
+        let body = Bytes::from_static(br#"{"model":"m","priority":-5,"thinking_token_budget":900}"#);
+        let req = GenerationRequest::parse(&body, Dialect::Chat).unwrap();
+        let out = hook_body(&body, &req, Some(300), "r", true).unwrap();
+        assert_eq!(
+            &out[..],
+            br#"{"model":"m","thinking_token_budget":900,"vllm_xargs":{"meridian_request_id":"r","meridian_think_budget":300}}"#
+        );
+        let out = upstream_body(&body, &req, Some(300), true).unwrap();
+        assert_eq!(&out[..], br#"{"model":"m","thinking_token_budget":300}"#);
+        assert_eq!(upstream_body(&body, &req, Some(900), false).unwrap(), body, "allowed: untouched");
+    }
+
+    #[test]
     fn client_budget_is_left_to_vllm_and_bad_xargs_are_refused() {
         let body = Bytes::from_static(br#"{"model":"m","thinking_token_budget":5}"#);
         let req = GenerationRequest::parse(&body, Dialect::Chat).unwrap();
-        let out = hook_body(&body, &req, Some(5), "r").unwrap();
+        let out = hook_body(&body, &req, Some(5), "r", false).unwrap();
         assert_eq!(
             &out[..],
             br#"{"model":"m","thinking_token_budget":5,"vllm_xargs":{"meridian_request_id":"r"}}"#
@@ -529,10 +555,10 @@ mod hook_body_tests {
         let twice = Bytes::from_static(br#"{"model":"m","vllm_xargs":1,"vllm_xargs":{"own":2}}"#);
         let req = GenerationRequest::parse(&twice, Dialect::Chat).unwrap();
         let out: serde_json::Value =
-            serde_json::from_slice(&hook_body(&twice, &req, None, "r").unwrap()).unwrap();
+            serde_json::from_slice(&hook_body(&twice, &req, None, "r", false).unwrap()).unwrap();
         assert_eq!(out["vllm_xargs"], serde_json::json!({"own": 2, "meridian_request_id": "r"}));
         let bad = Bytes::from_static(br#"{"model":"m","vllm_xargs":[1]}"#);
         let req = GenerationRequest::parse(&bad, Dialect::Chat).unwrap();
-        assert!(hook_body(&bad, &req, None, "r").is_err());
+        assert!(hook_body(&bad, &req, None, "r", false).is_err());
     }
 }

@@ -1,6 +1,6 @@
 //! `meridian.toml`, the whole file as the proxy reads it: the proxy's own sections
-//! (`[server]`, `[admin]`, `[upstream]`, `[admission]`, `[priority]`, `[telemetry]`,
-//! `[twin]`) each in its own module with its fields, defaults and checks beside the struct,
+//! (`[server]`, `[admin]`, `[upstream]`, `[admission]`, `[priority]`, `[tenants]`,
+//! `[telemetry]`, `[twin]`) each in its own module with its fields, defaults and checks beside the struct,
 //! and the sections the engine's hook reads too (`[hook]`, `[exit]`, `[budget]`,
 //! `[models]`) from `meridian_core::config`, re-exported here so the proxy names every
 //! section from one place.
@@ -16,6 +16,7 @@ mod priority;
 mod schema;
 mod server;
 mod telemetry;
+mod tenants;
 mod twin;
 mod upstream;
 
@@ -34,6 +35,7 @@ pub use priority::PriorityConfig;
 pub use schema::json_schema;
 pub use server::{AdminConfig, ServerConfig};
 pub use telemetry::{LogFormat, TRACING_PROTOCOLS, TelemetryConfig, TracingConfig};
+pub use tenants::{IdentifyBy, TenantConfig, TenantsConfig};
 pub use twin::TwinConfig;
 pub use upstream::{EndpointConfig, UpstreamConfig};
 
@@ -51,6 +53,7 @@ pub struct MeridianConfig {
     pub exit: ExitConfig,
     pub priority: PriorityConfig,
     pub admission: AdmissionConfig,
+    pub tenants: TenantsConfig,
     pub admin: AdminConfig,
 }
 
@@ -74,6 +77,7 @@ impl ConfigFile for MeridianConfig {
         self.exit.check(&mut c);
         self.admission.check(&mut c);
         self.priority.check(&mut c);
+        self.tenants.check(&mut c);
         self.telemetry.check(&mut c);
         c.finish()
     }

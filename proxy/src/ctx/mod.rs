@@ -28,6 +28,7 @@ pub use finish::End;
 pub use progress::{Ending, Progress, Stage, phase_slot};
 
 use crate::telemetry::outcomes::OutcomeSlot;
+use crate::tenants::TenantLease;
 
 /// The generation endpoints the proxy tracks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,8 +110,13 @@ pub struct RequestCtx {
     pub client_budget: Option<u32>,
     /// The thinking-time budget in seconds: the request's own, else the config's.
     pub think_seconds: Option<f64>,
-    /// The client set vLLM's `priority` itself.
+    /// The client set vLLM's `priority` itself, and may (its tenant is allowed it, or
+    /// `[tenants]` is off).
     pub client_priority: bool,
+    /// The client may not set vLLM's priority (`[tenants]` on, and its tenant is not
+    /// allowed it): any it set, in the body or as `X-Vllm-Priority`, is taken out before
+    /// the request goes upstream.
+    pub drop_client_priority: bool,
     pub class: Class,
     /// The client asked for a streamed answer.
     pub streaming: bool,
@@ -120,6 +126,18 @@ pub struct RequestCtx {
     /// Wall-clock start, for operators (`started` is monotonic).
     pub started_unix_ms: u64,
     pub progress: Progress,
+    /// Its tenant's lease (`[tenants]` on): its open slot, handed back, and its generated
+    /// tokens charged, when the context goes.
+    pub tenant: Option<TenantLease>,
+}
+
+impl Drop for RequestCtx {
+    fn drop(&mut self) {
+        if let Some(lease) = &self.tenant {
+            let (think, output) = self.progress.tokens();
+            lease.spend(u64::from(think) + u64::from(output));
+        }
+    }
 }
 
 impl RequestCtx {
@@ -146,10 +164,12 @@ impl RequestCtx {
             client_budget: None,
             think_seconds: None,
             client_priority: false,
+            drop_client_priority: false,
             class: Class::Interactive,
             streaming: true,
             affinity_key: None,
             progress: Progress::default(),
+            tenant: None,
         }
     }
 
@@ -171,6 +191,11 @@ impl RequestCtx {
 
     pub fn started(&self) -> Instant {
         self.arrival.started
+    }
+
+    /// Its tenant's admission flow and weight (`[tenants]`); one flow when off.
+    pub fn flow(&self) -> (usize, u32) {
+        self.tenant.as_ref().map_or((0, 1), |l| (l.tenant().flow, l.tenant().weight))
     }
 
     /// The model family's name, the label of its metrics.

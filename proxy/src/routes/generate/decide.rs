@@ -1,5 +1,6 @@
 //! A generation request's context decided from its body, once: its model family, think
-//! budgets, admission class and affinity key (see `crate::ctx`).
+//! budgets (its tenant's caps applied), whether its own vLLM priority stands, its
+//! admission class and affinity key (see `crate::ctx`).
 
 use std::sync::Arc;
 
@@ -11,23 +12,28 @@ use crate::body::{ClientClass, GenerationRequest};
 use crate::ctx::Class;
 use crate::ctx::{Arrival, Progress, RequestCtx, unix_ms};
 use crate::state::AppState;
+use crate::tenants::TenantLease;
 
-/// The request's context, from its arrival, its headers and its body parsed once.
+/// The request's context, from its arrival, its headers, its body parsed once and its
+/// tenant's lease (`[tenants]` on).
 pub fn context(
     state: &AppState,
     arrival: Arrival,
     headers: &HeaderMap,
     body: &Bytes,
     request: &GenerationRequest<'_>,
+    tenant: Option<TenantLease>,
 ) -> Arc<RequestCtx> {
     let family = state.family_for(&request.model);
-    let think_budget = request
-        .extension
-        .and_then(|e| e.think_budget_tokens)
-        .or(request.client_budget)
+    let asked_tokens = request.extension.and_then(|e| e.think_budget_tokens).or(request.client_budget);
+    let asked_seconds = request.extension.and_then(|e| e.think_budget_s);
+    let own = tenant.as_ref().map(|l| l.tenant());
+    // A tenant's budget is its requests' default and their ceiling.
+    let think_budget = capped(asked_tokens, own.and_then(|t| t.think_budget_tokens))
         .or_else(|| state.config.budget.for_family(family.as_deref().map(|f| f.name())));
     let think_seconds =
-        request.extension.and_then(|e| e.think_budget_s).or(state.config.budget.think_seconds);
+        capped(asked_seconds, own.and_then(|t| t.think_budget_s)).or(state.config.budget.think_seconds);
+    let priority_allowed = own.is_none_or(|t| t.allow_priority);
     Arc::new(RequestCtx {
         started_unix_ms: unix_ms(arrival.started),
         arrival,
@@ -38,12 +44,23 @@ pub fn context(
         think_budget,
         client_budget: request.client_budget,
         think_seconds,
-        client_priority: request.client_priority,
+        client_priority: request.client_priority && priority_allowed,
+        drop_client_priority: !priority_allowed,
         class: admission_class(request),
         streaming: request.stream,
         affinity_key: affinity_key(headers, &state.config.upstream.affinity_header),
         progress: Progress::default(),
+        tenant,
     })
+}
+
+/// What a request asked for, at most `ceiling`; the ceiling when it asked for nothing.
+fn capped<T: PartialOrd + Copy>(asked: Option<T>, ceiling: Option<T>) -> Option<T> {
+    match (asked, ceiling) {
+        (Some(a), Some(c)) if c < a => Some(c),
+        (Some(a), _) => Some(a),
+        (None, c) => c,
+    }
 }
 
 /// Output-phase starts first (a user waits for visible text), batch last.
@@ -76,7 +93,16 @@ fn affinity_key(headers: &HeaderMap, header: &str) -> Option<String> {
 mod tests {
     use axum::http::{HeaderMap, HeaderValue};
 
-    use super::affinity_key;
+    use super::{affinity_key, capped};
+
+    #[test]
+    fn a_tenants_budget_is_the_default_and_the_ceiling() {
+        assert_eq!(capped(Some(500), Some(2000)), Some(500), "less than the ceiling stands");
+        assert_eq!(capped(Some(5000), Some(2000)), Some(2000), "more is cut");
+        assert_eq!(capped(None, Some(2000)), Some(2000), "none asked: the tenant's");
+        assert_eq!(capped(Some(5000), None), Some(5000));
+        assert_eq!(capped::<f64>(None, None), None);
+    }
 
     #[test]
     fn the_affinity_key_is_the_headers_trimmed_value_when_it_has_one() {

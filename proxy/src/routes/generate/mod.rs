@@ -1,10 +1,10 @@
 //! `POST /v1/chat/completions`, `/v1/completions`, `/v1/responses` and `/v1/messages`:
 //! the tracked data path, the same for every API (each read by its own parser). One
-//! request reads top-down in [`serve`]: its body read and decided once into its context
-//! (`crate::ctx::RequestCtx`, shared by every stage after), the bodies it may go
-//! upstream with prepared by the ending of its thinking (`crate::ending::plan`),
-//! admission, the send with its retries at its class's [`priority`], and the answer
-//! relayed ([`respond`]).
+//! request reads top-down in [`serve`]: its tenant's limits first (`crate::tenants`), its
+//! body read and decided once into its context (`crate::ctx::RequestCtx`, shared by
+//! every stage after), the bodies it may go upstream with prepared by the ending of its
+//! thinking (`crate::ending::plan`), admission, the send with its retries at its
+//! class's [`priority`], and the answer relayed ([`respond`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,7 +22,7 @@ use crate::body::{GenerationRequest, read_body};
 use crate::ctx::{Arrival, End, RequestCtx, Route};
 use crate::ending::plan::Prepared;
 use crate::error::ProxyError;
-use crate::headers::upstream_request_headers;
+use crate::headers::{VLLM_PRIORITY, upstream_request_headers};
 use crate::relay::{UpstreamRequest, early_response, send_with_retries};
 use crate::request_id::{REQUEST_ID, STREAM_ID, mint_stream_id, request_id};
 use crate::state::AppState;
@@ -149,9 +149,14 @@ async fn serve(
     streamed: &AtomicBool,
 ) -> Result<Response, ProxyError> {
     let (parts, body) = req.into_parts();
+    // Its tenant's limits answer first, before its body is read.
+    let tenant = match &state.tenants {
+        Some(tenants) => Some(tenants.identify(&parts.headers)?.lease(Instant::now())?),
+        None => None,
+    };
     let body = read_body(body, &state.config.server).await?;
     let request = GenerationRequest::parse(&body, arrival.route.dialect())?;
-    let ctx = decide::context(state, arrival, &parts.headers, &body, &request);
+    let ctx = decide::context(state, arrival, &parts.headers, &body, &request, tenant);
     streamed.store(ctx.streaming, Ordering::Release);
     spans::name_request(ctx.span(), ctx.route().as_str(), &ctx.model);
     let mut prepared = Prepared::new(state, &ctx, &body, &request)?;
@@ -163,7 +168,10 @@ async fn serve(
         false => None,
     };
     ctx.progress.set_stage(Stage::AwaitingUpstream);
-    let headers = upstream_request_headers(&parts.headers, state.config.upstream.forward_authorization);
+    let mut headers = upstream_request_headers(&parts.headers, state.config.upstream.forward_authorization);
+    if ctx.drop_client_priority {
+        headers.remove(VLLM_PRIORITY);
+    }
     let (headers, output_priority) = priority::with_priority(state, &ctx, headers);
     prepared.first_leg_headers(&headers, output_priority);
     let path = parts.uri.path_and_query().map_or(parts.uri.path(), |p| p.as_str());
@@ -191,7 +199,7 @@ async fn admit(state: &AppState, ctx: &RequestCtx) -> Result<crate::upstream::In
     let waiting = spans::admission_span(ctx.span(), ctx.class.as_str());
     let admitted = state
         .admission
-        .admit(&ctx.model, ctx.affinity_key.as_deref(), ctx.class)
+        .admit(&ctx.model, ctx.affinity_key.as_deref(), ctx.class, ctx.flow())
         .instrument(waiting.clone())
         .await;
     let outcome = admitted.as_ref().map_or_else(|e| e.outcome().as_str(), |_| "admitted");

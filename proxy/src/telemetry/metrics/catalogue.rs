@@ -140,7 +140,22 @@ pub(super) const BUDGET_UNENFORCED: Def = Def::counter(
     "Requests with a think budget or exit signal that nothing could enforce: an API the engine takes no budget on and the continuation does not speak (Responses, Messages), sent to an upstream without a ready hook; by route.",
 );
 
-pub(super) const ALL: [Def; 24] = [
+pub(super) const TENANT_ADMITTED: Def = Def::counter(
+    "meridian_tenant_admitted_total",
+    "Requests a tenant sent that its limits let in ([tenants]), by tenant.",
+);
+pub(super) const TENANT_REFUSED: Def = Def::counter(
+    "meridian_tenant_refused_total",
+    "Requests refused with 429 because their tenant was at a limit, by tenant and limit (max_streams, tokens_per_minute).",
+);
+pub(super) const TENANT_OPEN: Def =
+    Def::gauge("meridian_tenant_open_streams", "Requests open through this replica, by tenant.");
+pub(super) const TENANT_TOKENS: Def = Def::counter(
+    "meridian_tenant_generated_tokens_total",
+    "Tokens generated for a tenant's requests (thinking and answer), as its token-rate limit counts them, by tenant.",
+);
+
+pub(super) const ALL: [Def; 28] = [
     REQUESTS,
     TTFT,
     TTFO,
@@ -165,6 +180,10 @@ pub(super) const ALL: [Def; 24] = [
     ENTROPY_EXITS,
     CONTINUATIONS,
     BUDGET_UNENFORCED,
+    TENANT_ADMITTED,
+    TENANT_REFUSED,
+    TENANT_OPEN,
+    TENANT_TOKENS,
 ];
 
 /// The exporter's builder with each histogram's buckets set by its full name: a histogram

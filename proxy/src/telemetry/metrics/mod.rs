@@ -56,6 +56,17 @@ struct ClassSeries {
     rejected: Counter,
 }
 
+/// One tenant's series, registered when the proxy starts (tenants are listed in the
+/// config, so their number is bounded) and kept by the tenant (`crate::tenants`).
+#[derive(Clone)]
+pub struct TenantSeries {
+    pub admitted: Counter,
+    /// Refusals at `max_streams`, then at `tokens_per_minute`.
+    pub refused: [Counter; 2],
+    pub open: Gauge,
+    pub tokens: Counter,
+}
+
 /// One model family's series, each registered when first recorded (a family that never
 /// thought has no TTOT series, as before).
 #[derive(Default)]
@@ -326,6 +337,33 @@ impl Metrics {
 
     pub fn count_admission_rejected(&self, class: &'static str) {
         self.with_class(class, |s| s.rejected.increment(1));
+    }
+
+    /// The series of tenant `name`, registered now (every one at 0).
+    pub fn tenant_series(&self, name: &str) -> TenantSeries {
+        let key = |def: Def, extra: Option<&'static str>| {
+            let mut labels = vec![Label::new("tenant", name.to_owned())];
+            if let Some(limit) = extra {
+                labels.push(Label::from_static_parts("limit", limit));
+            }
+            Key::from_parts(def.name, labels)
+        };
+        let counter = |def, extra| self.recorder.register_counter(&key(def, extra), &METADATA);
+        let series = TenantSeries {
+            admitted: counter(catalogue::TENANT_ADMITTED, None),
+            refused: [
+                counter(catalogue::TENANT_REFUSED, Some("max_streams")),
+                counter(catalogue::TENANT_REFUSED, Some("tokens_per_minute")),
+            ],
+            open: self.recorder.register_gauge(&key(catalogue::TENANT_OPEN, None), &METADATA),
+            tokens: counter(catalogue::TENANT_TOKENS, None),
+        };
+        // Registered series render only once touched.
+        series.admitted.increment(0);
+        series.refused.iter().for_each(|c| c.increment(0));
+        series.open.set(0.0);
+        series.tokens.increment(0);
+        series
     }
 
     /// Per relayed chunk: one atomic add on a handle registered at start.

@@ -28,6 +28,7 @@ fn every_histogram_renders_its_buckets_type_and_help() {
     m.count_budget_reached("qwen3");
     m.set_upstream_healthy("a:8000", true);
     m.output_itl("qwen3").record(0.02);
+    let _acme = m.tenant_series("acme");
     let text = m.render();
     let mut histograms = 0;
     for def in catalogue::ALL {
@@ -170,4 +171,22 @@ fn upkeep_keeps_samples() {
     m.run_upkeep();
     m.run_upkeep();
     assert_eq!(value(&m.render(), "meridian_request_duration_seconds_count{family=\"qwen3\"}"), Some(1.0));
+}
+
+#[test]
+fn a_tenants_series_are_there_at_zero_once_it_is_registered() {
+    let m = Metrics::new();
+    let acme = m.tenant_series("acme");
+    let text = m.render();
+    for series in [
+        "meridian_tenant_admitted_total{tenant=\"acme\"}",
+        "meridian_tenant_refused_total{tenant=\"acme\",limit=\"max_streams\"}",
+        "meridian_tenant_refused_total{tenant=\"acme\",limit=\"tokens_per_minute\"}",
+        "meridian_tenant_open_streams{tenant=\"acme\"}",
+        "meridian_tenant_generated_tokens_total{tenant=\"acme\"}",
+    ] {
+        assert_eq!(value(&text, series), Some(0.0), "{series}\n{text}");
+    }
+    acme.tokens.increment(42);
+    assert_eq!(value(&m.render(), "meridian_tenant_generated_tokens_total{tenant=\"acme\"}"), Some(42.0));
 }

@@ -1,0 +1,78 @@
+//! A tenant's token-rate limit as a bucket: it holds one minute's worth of tokens, refills
+//! continuously, lets a request in while it is not empty, and is charged each request's
+//! generated tokens when they are counted. Plain arithmetic over the instants it is given,
+//! so its behaviour is tested without waiting.
+
+use std::time::{Duration, Instant};
+
+#[derive(Debug)]
+pub struct TokenBucket {
+    capacity: f64,
+    per_second: f64,
+    level: f64,
+    at: Instant,
+}
+
+impl TokenBucket {
+    /// A full bucket for `per_minute` tokens a minute.
+    pub fn new(per_minute: u32, now: Instant) -> Self {
+        let capacity = f64::from(per_minute);
+        TokenBucket { capacity, per_second: capacity / 60.0, level: capacity, at: now }
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let dt = now.saturating_duration_since(self.at).as_secs_f64();
+        self.level = (self.level + dt * self.per_second).min(self.capacity);
+        self.at = self.at.max(now);
+    }
+
+    /// Whether a request may start now; if not, how long until the bucket is above zero.
+    pub fn admit(&mut self, now: Instant) -> Result<(), Duration> {
+        self.refill(now);
+        if self.level > 0.0 {
+            return Ok(());
+        }
+        Err(Duration::from_secs_f64((-self.level + 1.0) / self.per_second))
+    }
+
+    /// Charges `tokens` generated.
+    pub fn spend(&mut self, tokens: u64, now: Instant) {
+        self.refill(now);
+        self.level -= tokens as f64;
+    }
+
+    /// Tokens in the bucket now (negative: owed).
+    pub fn level(&mut self, now: Instant) -> f64 {
+        self.refill(now);
+        self.level
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bucket_lets_requests_in_until_it_is_spent_then_refills_at_its_rate() {
+        let t0 = Instant::now();
+        let mut b = TokenBucket::new(600, t0); // 10 tokens a second
+        assert!(b.admit(t0).is_ok());
+        b.spend(500, t0);
+        assert!(b.admit(t0).is_ok(), "100 left");
+        b.spend(300, t0); // owes 200
+        let wait = b.admit(t0).unwrap_err();
+        assert!((wait.as_secs_f64() - 20.1).abs() < 1e-6, "{wait:?}: 201 tokens at 10/s");
+        assert!(b.admit(t0 + Duration::from_secs(20)).is_err(), "still at 0");
+        assert!(b.admit(t0 + Duration::from_millis(20_200)).is_ok());
+        // It never holds more than a minute's worth, however long it rests.
+        assert!((b.level(t0 + Duration::from_secs(3600)) - 600.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn an_instant_before_the_last_one_does_not_drain_it() {
+        let t0 = Instant::now() + Duration::from_secs(5);
+        let mut b = TokenBucket::new(60, t0);
+        b.spend(30, t0);
+        assert!((b.level(t0 - Duration::from_secs(5)) - 30.0).abs() < 1e-9);
+    }
+}

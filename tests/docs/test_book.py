@@ -41,6 +41,15 @@ OPTIONAL_FIELDS = {
     "telemetry.tracing.protocol": "unset",
     "telemetry.tracing.sample_ratio": "unset",
     "telemetry.tracing.service_name": "unset",
+    "tenants.default_tenant": "unset",
+    "tenants.tenant[].name": "required",
+    "tenants.tenant[].api_key_sha256": "[]",
+    "tenants.tenant[].max_streams": "unset",
+    "tenants.tenant[].tokens_per_minute": "unset",
+    "tenants.tenant[].weight": 1,
+    "tenants.tenant[].allow_priority": False,
+    "tenants.tenant[].think_budget_tokens": "unset",
+    "tenants.tenant[].think_budget_s": "unset",
 }
 
 
@@ -146,7 +155,12 @@ class Proxy:
         if not binary.exists():
             pytest.fail(f"{binary} is missing: build it first (scripts/test.sh does)")
         self.proc = subprocess.Popen(
-            [binary, "serve", "--twin", "--listen", "127.0.0.1:0", "--set", "twin.speed=50"],
+            [
+                binary, "serve", "--twin", "--listen", "127.0.0.1:0", "--set", "twin.speed=50",
+                # One tenant that every request falls to, so its series are exposed too.
+                "--set", "tenants.enabled=true", "--set", "tenants.default_tenant=everyone",
+                "--set", 'tenants.tenant=[{name = "everyone"}]',
+            ],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, "MERIDIAN_LOG_LEVEL": "warn"},
         )

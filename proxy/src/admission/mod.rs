@@ -145,8 +145,11 @@ impl Admission {
                     Err(e) => return Err(no_pick_error(e, model)),
                 }
             }
-            let pushed =
-                q.push(class, flow, Waiter { model: model.to_owned(), affinity: affinity.map(str::to_owned), tx });
+            let pushed = q.push(
+                class,
+                flow,
+                Waiter { model: model.to_owned(), affinity: affinity.map(str::to_owned), tx },
+            );
             self.publish(&q);
             match pushed {
                 Ok(queued) => queued,

@@ -8,7 +8,11 @@
 //! stamp plus that tenant's share (`1 / weight`), and waiters go in stamp order. A tenant
 //! that floods the queue stamps its own waiters ever further ahead, so another tenant's
 //! newcomer is let through after at most one of the flood's per unit of its weight; a
-//! single tenant's waiters keep their arrival order.
+//! single tenant's waiters keep their arrival order. A full queue makes room the same
+//! way: for a newcomer of a higher class, the last in line of the lowest class gives way;
+//! for one of the same class, the tenant holding the most places in that class gives up
+//! its last one, if it holds more there than the newcomer's tenant does. A flood cannot fill the queue and
+//! so lock the other tenants out.
 
 use std::collections::BTreeMap;
 
@@ -28,8 +32,11 @@ const SHARE: u64 = 1 << 20;
 /// earlier arrival first.
 #[derive(Debug)]
 pub struct ClassQueue<T> {
-    waiting: BTreeMap<Ticket, T>,
+    /// Each waiter with its tenant's flow.
+    waiting: BTreeMap<Ticket, (usize, T)>,
     counts: [usize; 3],
+    /// Waiters per tenant, per class.
+    held: Vec<[usize; 3]>,
     next: u64,
     bound: usize,
     /// Per class: the stamp of the last waiter let through.
@@ -44,6 +51,7 @@ impl<T> ClassQueue<T> {
         ClassQueue {
             waiting: BTreeMap::new(),
             counts: [0; 3],
+            held: vec![[0; 3]; flows.max(1)],
             next: 0,
             bound: bound.max(1),
             clock: [0; 3],
@@ -59,26 +67,46 @@ impl<T> ClassQueue<T> {
         self.waiting.is_empty()
     }
 
-    /// Queues `item` of tenant `flow` (of `weight`). At the bound, the last in line of the
-    /// lowest class gives way to a newcomer of a higher class (and is returned); otherwise
-    /// the newcomer is refused.
+    /// Queues `item` of tenant `flow` (of `weight`). At the bound, a waiter gives way (and
+    /// is returned): the last in line of the lowest class, for a newcomer of a higher
+    /// class; else the last of the tenant holding the most places in this class, if that
+    /// is more than the newcomer's tenant holds there. Otherwise the newcomer is refused.
     pub fn push(&mut self, class: Class, (flow, weight): (usize, u32), item: T) -> Result<Queued<T>, T> {
+        let flow = flow.min(self.held.len() - 1);
         let mut evicted = None;
         if self.waiting.len() >= self.bound {
-            match self.waiting.last_key_value() {
-                Some((&last, _)) if last.0 > class => evicted = self.take(last).map(|e| (last, e)),
-                _ => return Err(item),
-            }
+            let Some(victim) = self.gives_way(class, flow) else {
+                return Err(item);
+            };
+            evicted = self.take(victim).map(|e| (victim, e));
         }
         let c = class as usize;
-        let flow = flow.min(self.next_stamp.len() - 1);
         let stamp = self.clock[c].max(self.next_stamp[flow][c]);
         self.next_stamp[flow][c] = stamp + SHARE / u64::from(weight.max(1));
         let ticket = (class, stamp, self.next);
         self.next += 1;
-        self.waiting.insert(ticket, item);
+        self.waiting.insert(ticket, (flow, item));
         self.counts[c] += 1;
+        self.held[flow][c] += 1;
         Ok((ticket, evicted))
+    }
+
+    /// Who gives way at the bound to a newcomer of `class` from tenant `flow`, if anyone.
+    fn gives_way(&self, class: Class, flow: usize) -> Option<Ticket> {
+        let (&last, _) = self.waiting.last_key_value()?;
+        if last.0 > class {
+            return Some(last);
+        }
+        // Tenants are few: finding the one holding the most is a short scan.
+        let c = class as usize;
+        let (hog, most) = self.held.iter().map(|h| h[c]).enumerate().max_by_key(|(_, n)| *n)?;
+        if most <= self.held[flow][c] + 1 {
+            return None;
+        }
+        // Its last waiter of this class. Nothing of a lower class is queued (else it
+        // would have given way above), so this is its last in line; a flood's waiters sit
+        // at the end, so the walk is short.
+        self.waiting.iter().rev().find(|(t, (f, _))| *f == hog && t.0 == class).map(|(t, _)| *t)
     }
 
     /// Takes a waiter out (it left, or timed out); `None` if it is no longer queued.
@@ -87,8 +115,9 @@ impl<T> ClassQueue<T> {
     }
 
     fn take(&mut self, ticket: Ticket) -> Option<T> {
-        let item = self.waiting.remove(&ticket)?;
+        let (flow, item) = self.waiting.remove(&ticket)?;
         self.counts[ticket.0 as usize] -= 1;
+        self.held[flow][ticket.0 as usize] -= 1;
         Some(item)
     }
 
@@ -96,7 +125,7 @@ impl<T> ClassQueue<T> {
     /// those it lets through, which leave the queue and are returned with the grant.
     pub fn release<G>(&mut self, mut grant: impl FnMut(&T) -> Option<G>) -> Vec<(Ticket, T, G)> {
         let chosen: Vec<(Ticket, G)> =
-            self.waiting.iter().filter_map(|(t, item)| grant(item).map(|g| (*t, g))).collect();
+            self.waiting.iter().filter_map(|(t, (_, item))| grant(item).map(|g| (*t, g))).collect();
         let released: Vec<(Ticket, T, G)> =
             chosen.into_iter().filter_map(|(t, g)| self.take(t).map(|item| (t, item, g))).collect();
         for (t, _, _) in &released {
@@ -219,6 +248,82 @@ mod tests {
         // It starts at the clock, beside tenant 0's waiters, and alternates with them.
         let order: Vec<u8> = serve(&mut q, 4).into_iter().map(|(t, _)| t).collect();
         assert_eq!(order, vec![1, 0, 1, 0]);
+    }
+
+    #[test]
+    fn a_flood_that_fills_the_queue_gives_its_places_up_to_other_tenants() {
+        let mut q = ClassQueue::new(10, 3);
+        for i in 0..10 {
+            q.push(Class::Interactive, (0, 1), ('f', i)).unwrap();
+        }
+        assert!(q.push(Class::Interactive, (0, 1), ('f', 10)).is_err(), "the flood itself is refused");
+        // Another tenant's newcomer takes the flood's last place.
+        let (_, gave_way) = q.push(Class::Interactive, (1, 1), ('v', 0)).unwrap();
+        assert_eq!(gave_way.map(|(_, w)| w), Some(('f', 9)));
+        for i in 1..5 {
+            let (_, gave_way) = q.push(Class::Interactive, (1, 1), ('v', i)).unwrap();
+            assert_eq!(gave_way.map(|(_, w)| w.0), Some('f'));
+        }
+        // Five each: the second tenant now holds as many as the flood, so it is refused.
+        assert!(q.push(Class::Interactive, (1, 1), ('v', 5)).is_err());
+        // A third tenant still finds room, at the expense of the one holding the most.
+        assert!(q.push(Class::Interactive, (2, 1), ('w', 0)).unwrap().1.is_some());
+        assert_eq!(q.len(), 10);
+        // A batch newcomer never pushes an interactive waiter out.
+        assert!(q.push(Class::Batch, (2, 1), ('w', 1)).is_err());
+    }
+
+    proptest::proptest! {
+        /// Whatever the arrivals, departures and releases: the counts agree with the
+        /// waiters, no tenant's waiters of one class overtake each other, classes go in
+        /// order, and a full queue refuses a tenant only when it holds its fair share.
+        #[test]
+        fn the_queue_keeps_its_promises(ops in proptest::collection::vec((0u8..4, 0usize..3, 0u8..3), 1..200)) {
+            let classes = [Class::Output, Class::Interactive, Class::Batch];
+            let mut q = ClassQueue::new(8, 3);
+            let mut seq = 0u32;
+            let mut last_out: Vec<Option<u32>> = vec![None; 9];
+            for (op, flow, class) in ops {
+                let class = classes[usize::from(class)];
+                match op {
+                    0 | 1 => {
+                        seq += 1;
+                        let before = q.held.clone();
+                        let full = q.len() >= 8;
+                        match q.push(class, (flow, 1), (flow, class, seq)) {
+                            Ok(_) => {}
+                            Err(_) => {
+                                proptest::prop_assert!(full);
+                                let lower = q.waiting.keys().any(|t| t.0 > class);
+                                let c = class as usize;
+                                let most = before.iter().map(|h| h[c]).max().unwrap();
+                                proptest::prop_assert!(!lower && most <= before[flow][c] + 1);
+                            }
+                        }
+                    }
+                    2 => {
+                        if let Some(&t) = q.waiting.keys().nth(flow) {
+                            q.remove(t);
+                        }
+                    }
+                    _ => {
+                        let mut n = flow + 1;
+                        let out = q.release(|_| (n > 0).then(|| n -= 1));
+                        for pair in out.windows(2) {
+                            proptest::prop_assert!(pair[0].0.0 <= pair[1].0.0, "classes in order");
+                        }
+                        for (_, (f, c, s), _) in out {
+                            let slot = &mut last_out[f * 3 + c as usize];
+                            proptest::prop_assert!(slot.is_none_or(|prev| prev < s), "FIFO per tenant and class");
+                            *slot = Some(s);
+                        }
+                    }
+                }
+                proptest::prop_assert!(q.len() <= 8);
+                proptest::prop_assert_eq!(q.held.iter().flatten().sum::<usize>(), q.len());
+                proptest::prop_assert_eq!(classes.iter().map(|c| q.count(*c)).sum::<usize>(), q.len());
+            }
+        }
     }
 
     #[test]

@@ -338,7 +338,11 @@ mod tests {
         assert_eq!(&out[..], br#"{"model":"m","z":1,"a":[1],"thinking_token_budget":7}"#, "order kept");
         let plain = Bytes::from_static(br#"{"model":"m","thinking_token_budget":5}"#);
         let r = GenerationRequest::parse(&plain, Dialect::Chat).unwrap();
-        assert_eq!(upstream_body(&plain, &r, Some(5), false).unwrap(), plain, "untouched when nothing changes");
+        assert_eq!(
+            upstream_body(&plain, &r, Some(5), false).unwrap(),
+            plain,
+            "untouched when nothing changes"
+        );
     }
 
     #[test]

@@ -57,9 +57,9 @@ impl Default for TenantsConfig {
     }
 }
 
-/// One tenant and its limits.
+/// One tenant and its limits. Only `name` is required.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields)]
 pub struct TenantConfig {
     /// Its name: the `tenant` label of its metrics, and what `tenants.header` carries.
     #[schemars(extend("x-range" = "1-64 of `A-Za-z0-9._-`"))]
@@ -67,30 +67,37 @@ pub struct TenantConfig {
     /// SHA-256 digests (64 hex digits) of its API keys, so the file holds no key itself:
     /// `printf %s "$KEY" | sha256sum`.
     #[schemars(extend("x-range" = "64 hex digits each"))]
+    #[serde(default)]
     pub api_key_sha256: Vec<String>,
     /// Requests it may have open through this proxy replica at once; one more gets 429
     /// `rate_limit_exceeded` at once. With several replicas, each counts its own.
     #[schemars(range(min = 1))]
+    #[serde(default)]
     pub max_streams: Option<u32>,
     /// Generated tokens (thinking and answer) it may use per minute, as a bucket that holds
     /// one minute's worth and refills continuously. A request is let in while the bucket is
     /// not empty and pays for its tokens as they are counted at its end, so a request
     /// can take the bucket below zero; the tenant then gets 429 until it refills.
     #[schemars(range(min = 1))]
+    #[serde(default)]
     pub tokens_per_minute: Option<u32>,
     /// Its share of the admission queue against other tenants waiting in the same class:
     /// a tenant of weight 2 is let through twice as often as one of weight 1 while both wait.
     #[schemars(range(min = 1, max = 1000))]
+    #[serde(default = "weight_one")]
     pub weight: u32,
     /// Pass its own vLLM priority on (`priority` in the body, `X-Vllm-Priority`). Off, the
     /// proxy drops both, so no client can jump ahead of the others.
+    #[serde(default)]
     pub allow_priority: bool,
     /// Its think budget in tokens: the budget of its requests that ask for none, and the
     /// most any of them gets (a larger one asked for is cut to it).
     #[schemars(range(min = 1))]
+    #[serde(default)]
     pub think_budget_tokens: Option<u32>,
     /// Its thinking-time budget in seconds, the same way.
     #[schemars(extend("exclusiveMinimum" = 0))]
+    #[serde(default)]
     pub think_budget_s: Option<f64>,
 }
 
@@ -107,6 +114,10 @@ impl Default for TenantConfig {
             think_budget_s: None,
         }
     }
+}
+
+fn weight_one() -> u32 {
+    1
 }
 
 /// Whether `name` may name a tenant (it becomes a metric label).
@@ -133,9 +144,15 @@ impl TenantsConfig {
             for (j, key) in t.api_key_sha256.iter().enumerate() {
                 let digest = key.to_ascii_lowercase();
                 if digest.len() != 64 || !digest.bytes().all(|b| b.is_ascii_hexdigit()) {
-                    c.fail(format!("tenants.tenant[{i}].api_key_sha256[{j}]"), "must be 64 hex digits (a SHA-256)");
+                    c.fail(
+                        format!("tenants.tenant[{i}].api_key_sha256[{j}]"),
+                        "must be 64 hex digits (a SHA-256)",
+                    );
                 } else if keys.contains(&digest) {
-                    c.fail(format!("tenants.tenant[{i}].api_key_sha256[{j}]"), "names a key another entry has");
+                    c.fail(
+                        format!("tenants.tenant[{i}].api_key_sha256[{j}]"),
+                        "names a key another entry has",
+                    );
                 } else {
                     keys.push(digest);
                 }
@@ -157,7 +174,10 @@ impl TenantsConfig {
         if let Some(default) = &self.default_tenant
             && !names.contains(&default.as_str())
         {
-            c.fail("tenants.default_tenant", format!("names {default:?}, which is not in [[tenants.tenant]]"));
+            c.fail(
+                "tenants.default_tenant",
+                format!("names {default:?}, which is not in [[tenants.tenant]]"),
+            );
         }
         if self.enabled && self.tenant.is_empty() {
             c.fail("tenants.enabled", "is true but no [[tenants.tenant]] is listed");

@@ -85,11 +85,12 @@ impl Tenant {
             return Err(self.refuse(TenantLimit::TokensPerMinute, wait.as_secs_f64().ceil() as u64));
         }
         let max = self.max_streams.unwrap_or(u32::MAX);
-        let taken = self.open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1));
+        let taken =
+            self.open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1));
         match taken {
-            Ok(n) => {
+            Ok(_) => {
                 self.series.admitted.increment(1);
-                self.series.open.set(f64::from(n + 1));
+                self.series.open.increment(1.0);
                 Ok(TenantLease { tenant: self.clone() })
             }
             // A slot frees when one of its requests ends; a second is a fair guess.
@@ -120,8 +121,8 @@ impl TenantLease {
 
 impl Drop for TenantLease {
     fn drop(&mut self) {
-        let before = self.tenant.open.fetch_sub(1, Ordering::AcqRel);
-        self.tenant.series.open.set(f64::from(before.saturating_sub(1)));
+        self.tenant.open.fetch_sub(1, Ordering::AcqRel);
+        self.tenant.series.open.decrement(1.0);
     }
 }
 
@@ -199,7 +200,10 @@ fn api_key(headers: &HeaderMap) -> Option<&[u8]> {
     if let Some(v) = headers.get(header::AUTHORIZATION) {
         let v = v.as_bytes();
         let scheme = v.get(..7)?;
-        return scheme.eq_ignore_ascii_case(b"bearer ").then(|| v[7..].trim_ascii()).filter(|k| !k.is_empty());
+        return scheme
+            .eq_ignore_ascii_case(b"bearer ")
+            .then(|| v[7..].trim_ascii())
+            .filter(|k| !k.is_empty());
     }
     headers.get("x-api-key").map(|v| v.as_bytes().trim_ascii()).filter(|k| !k.is_empty())
 }

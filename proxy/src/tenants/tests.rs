@@ -10,7 +10,11 @@ fn digest(key: &str) -> String {
 }
 
 fn tenant(name: &str, keys: &[&str]) -> TenantConfig {
-    TenantConfig { name: name.into(), api_key_sha256: keys.iter().map(|k| digest(k)).collect(), ..Default::default() }
+    TenantConfig {
+        name: name.into(),
+        api_key_sha256: keys.iter().map(|k| digest(k)).collect(),
+        ..Default::default()
+    }
 }
 
 fn tenants(cfg: TenantsConfig) -> Tenants {
@@ -18,7 +22,10 @@ fn tenants(cfg: TenantsConfig) -> Tenants {
 }
 
 fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
-    pairs.iter().map(|(k, v)| (axum::http::HeaderName::from_static(k), HeaderValue::from_str(v).unwrap())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| (axum::http::HeaderName::from_static(k), HeaderValue::from_str(v).unwrap()))
+        .collect()
 }
 
 fn named(t: &Tenants, h: &[(&'static str, &str)]) -> Result<String, &'static str> {
@@ -77,10 +84,7 @@ fn a_tenant_at_its_stream_limit_is_refused_until_one_of_its_requests_ends() {
     let a = acme.lease(now).unwrap();
     let _b = acme.lease(now).unwrap();
     let refused = acme.lease(now).unwrap_err();
-    assert!(
-        matches!(refused, ProxyError::RateLimited { limit: TenantLimit::MaxStreams, .. }),
-        "{refused:?}"
-    );
+    assert!(matches!(refused, ProxyError::RateLimited { limit: TenantLimit::MaxStreams, .. }), "{refused:?}");
     assert_eq!(refused.status(), 429);
     drop(a);
     assert_eq!(acme.open(), 1);

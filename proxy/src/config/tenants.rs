@@ -64,8 +64,8 @@ pub struct TenantConfig {
     /// Its name: the `tenant` label of its metrics, and what `tenants.header` carries.
     #[schemars(extend("x-range" = "1-64 of `A-Za-z0-9._-`"))]
     pub name: String,
-    /// SHA-256 digests (64 hex digits) of its API keys, so the file holds no key itself:
-    /// `printf %s "$KEY" | sha256sum`.
+    /// SHA-256 digests (64 hex digits) of its API keys, so the file holds no key itself
+    /// (`printf %s "$KEY"` piped through `sha256sum` prints one).
     #[schemars(extend("x-range" = "64 hex digits each"))]
     #[serde(default)]
     pub api_key_sha256: Vec<String>,

@@ -131,30 +131,34 @@ pub fn config(data: &[u8]) {
 
 /// A request body is accepted or refused with a 400, never a panic; one accepted is
 /// forwarded as a JSON object without Meridian's extension, with the budget and the
-/// stream id where the engine looks for them.
+/// stream id where the engine looks for them, and without the client's `priority` when
+/// its tenant may not set one.
 pub fn request_body(data: &[u8]) {
     let body = bytes::Bytes::copy_from_slice(data);
     let dialect = DIALECTS[data.len() % DIALECTS.len()];
     let Ok(req) = GenerationRequest::parse(&body, dialect) else { return };
     let budget = data.len() as u32 % 3;
     let budget = (budget > 0).then_some(budget * 100);
+    let drop_priority = data.len() / 7 % 2 == 1;
     // Members as raw text: a value is copied verbatim, and valid JSON such as `1E424`
     // is beyond serde_json's number range (the engine's parser reads it as infinity).
     let object = |b: &[u8]| -> std::collections::HashMap<String, Box<serde_json::value::RawValue>> {
         serde_json::from_slice(b).unwrap_or_else(|e| panic!("forwarded body is not a JSON object: {e}"))
     };
     let sent = object(&body);
-    if let Ok(up) = upstream_body(&body, &req, budget) {
+    let dropped = |key: &str| drop_priority && key == "priority";
+    if let Ok(up) = upstream_body(&body, &req, budget, drop_priority) {
         // Only chat and completions carry a budget in the body (see `upstream_body`).
         let set_budget = budget.filter(|b| req.client_budget != Some(*b) && dialect == Dialect::Chat);
-        if sent.contains_key("meridian") || set_budget.is_some() {
+        if sent.contains_key("meridian") || set_budget.is_some() || sent.keys().any(|k| dropped(k)) {
             let m = object(&up);
             assert!(!m.contains_key("meridian"), "the extension went upstream");
+            assert!(!(drop_priority && m.contains_key("priority")), "a priority not allowed went upstream");
             if let Some(b) = set_budget {
                 assert_eq!(m["thinking_token_budget"].get(), b.to_string(), "the budget did not go upstream");
             }
             for (key, value) in &sent {
-                if key != "meridian" && key != "thinking_token_budget" {
+                if key != "meridian" && key != "thinking_token_budget" && !dropped(key) {
                     assert_eq!(
                         m.get(key).map(|v| v.get()),
                         Some(value.get()),
@@ -166,9 +170,10 @@ pub fn request_body(data: &[u8]) {
             assert_eq!(up, body, "an unchanged request is relayed byte for byte");
         }
     }
-    if let Ok(hooked) = hook_body(&body, &req, budget, "mrd_fuzz_1") {
+    if let Ok(hooked) = hook_body(&body, &req, budget, "mrd_fuzz_1", drop_priority) {
         let m = object(&hooked);
         assert!(!m.contains_key("meridian"));
+        assert!(!(drop_priority && m.contains_key("priority")), "a priority not allowed went to the hook");
         let xargs: serde_json::Value =
             serde_json::from_str(m["vllm_xargs"].get()).expect("vllm_xargs is JSON");
         assert_eq!(xargs["meridian_request_id"], "mrd_fuzz_1");

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# A tenant that floods the proxy against one that does not, on the embedded engine twin:
+# the victim's TTFO, TTOT and every other metric, flooded over alone, with the fair queue,
+# with the flood capped, and with tenants off; writes docs/src/benchmarks/tenant-flood.md.
+#   FLOOD_ROUNDS=1 FLOOD_VICTIMS=200 scripts/bench-tenants.sh     a quick look (~5 min)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --locked --bins
+cargo bench --locked -p meridian-loadtest --bench tenant_flood

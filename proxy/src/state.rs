@@ -11,9 +11,10 @@ use meridian_core::models::ModelFamily;
 
 use crate::admission::Admission;
 use crate::drain::Drain;
+use crate::error::ProxyError;
 use crate::streams::OpenStreams;
 use crate::telemetry::Metrics;
-use crate::tenants::Tenants;
+use crate::tenants::{TenantLease, Tenants};
 use crate::upstream::UpstreamPool;
 
 pub struct AppState {
@@ -101,6 +102,16 @@ impl AppState {
     pub fn render_metrics(&self) -> String {
         self.metrics.set_open_streams(self.streams.streams_by_phase());
         self.metrics.render()
+    }
+
+    /// The tenant's lease for a request with `headers` (`[tenants]` on; `None` when off):
+    /// 401 when it names no tenant and there is no default, 429 when its tenant is at a
+    /// limit. Every route that reaches an engine takes one first.
+    pub fn tenant_lease(&self, headers: &axum::http::HeaderMap) -> Result<Option<TenantLease>, ProxyError> {
+        match &self.tenants {
+            Some(tenants) => Ok(Some(tenants.identify(headers)?.lease(std::time::Instant::now())?)),
+            None => Ok(None),
+        }
     }
 
     /// The model family for a served model name: explicit alias, then the families'

@@ -357,3 +357,25 @@ async fn a_flood_that_fills_the_queue_makes_room_for_another_tenant() {
         assert_eq!(w.await.unwrap().status, 200);
     }
 }
+
+#[tokio::test]
+async fn every_route_to_an_engine_asks_who_is_calling() {
+    let mut one = tenant("search", "sk-search");
+    one.max_streams = Some(1);
+    let rig = Rig::with(1, with_tenants(vec![one])).await;
+    let embed = json!({"model": "Qwen/Qwen3-8B", "input": "hi"});
+    let got = receive(rig.client.post(rig.url("/v1/embeddings")).json(&embed)).await;
+    assert_eq!((got.status.as_u16(), error_code(&got).as_str()), (401, "invalid_api_key"));
+    let got = receive(rig.client.get(rig.url("/v1/models"))).await;
+    assert_eq!(got.status, 401, "{}", got.text());
+    assert!(rig.mocks[0].requests().iter().all(|r| r.path != "/v1/embeddings"), "nothing went upstream");
+
+    let got = receive(rig.client.post(rig.url("/v1/embeddings")).json(&embed).bearer_auth("sk-search")).await;
+    assert_eq!(got.status, 200, "{}", got.text());
+    let got = receive(rig.client.get(rig.url("/v1/models")).bearer_auth("sk-search")).await;
+    assert_eq!(got.status, 200, "{}", got.text());
+    // A pass-through request holds its tenant's slot like any other.
+    let _held = hold(&rig, "sk-search").await;
+    let got = receive(rig.client.post(rig.url("/v1/embeddings")).json(&embed).bearer_auth("sk-search")).await;
+    assert_eq!(got.status, 429, "{}", got.text());
+}

@@ -410,6 +410,15 @@ fn outcomes(records: &[RequestRecord]) -> String {
     counts.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")
 }
 
+/// What the page's figures are made of, per request (not every token's time).
+fn slim(r: &RequestRecord) -> serde_json::Value {
+    json!({
+        "index": r.index, "sent_at": r.sent_at, "ok": r.ok, "outcome": r.outcome, "ttft": r.ttft,
+        "ttfo": r.ttfo, "think_to_output": r.think_to_output, "max_output_gap": r.max_output_gap,
+        "tpot": r.tpot, "e2e": r.e2e,
+    })
+}
+
 fn flood_text(f: &Flood, cond: Condition) -> String {
     match cond {
         Condition::Alone => "—".into(),
@@ -471,7 +480,7 @@ fn main() {
         },
         "rounds": rounds.iter().map(|runs| runs.iter().map(|r| json!({
             "condition": r.cond.name(),
-            "victims": r.victims,
+            "victims": r.victims.iter().map(slim).collect::<Vec<_>>(),
             "flood": {"sent": r.flood.sent, "let_in": r.flood.admitted, "refused_429": r.flood.refused},
         })).collect::<Vec<_>>()).collect::<Vec<_>>(),
     });
@@ -622,12 +631,16 @@ fn report(s: &Settings, cap: f64, rounds: &[Vec<Run>], wall_s: f64) -> String {
          free slot and for at most one of the flood's waiters (equal weights), instead of \
          behind the whole flood (`off`, where the victim's requests wait as long as the \
          flood's, up to `admission.queue_timeout_s`, or are refused at a full queue). What the \
-         fair queue cannot take away is the wait for a slot itself and the engine's larger \
-         batch: with the flood the engine always runs {streams} streams, and the victim's \
-         steps are those of a full batch. `capped` keeps {free} of the engine's slots out of the \
-         flood's reach, so the victim finds a free one at once, and the batch stays smaller. On a GPU, where a step of \
-         up to ~192 tokens costs the same as one ([GPU step-time curve](gpu-step-curve.md)), \
-         the larger batch costs the victim little; the twin's H100 profile has that shape.\n\n\
+         fair queue cannot take away is the wait for a slot itself (the victim's TTFT) and the \
+         engine's larger batch: with the flood the engine always runs {streams} streams, and the \
+         victim's steps are those of a full batch (its time per output token). `capped` keeps \
+         {free} of the engine's slots out of the flood's reach, so the victim finds a free one at \
+         once, and the batch stays smaller; its verdict holds for this cap, which leaves the \
+         victim the slots its own traffic needs, and a looser cap moves it. The twin's H100 \
+         profile charges every token of a step (6 ms plus 33 µs a token), while a measured H100 \
+         step costs the same up to ~192 tokens ([GPU step-time curve](gpu-step-curve.md)): on a \
+         GPU the batch part of the flood's cost should be smaller than here, and the wait for a \
+         slot remains.\n\n\
          These are the twin's figures: the proxy, its queue and the tenants' limits are the \
          real ones (the release binary), the engine is simulated. Limits and fair shares are \
          per proxy replica ([Tenants](../architecture/tenants.md)).",

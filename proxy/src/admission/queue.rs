@@ -327,6 +327,19 @@ mod tests {
     }
 
     #[test]
+    fn a_light_tenant_is_never_starved_by_a_heavy_one() {
+        let mut q = ClassQueue::new(10_000, 2);
+        for i in 0..5000 {
+            q.push(Class::Interactive, (0, 1000), (0, i)).unwrap();
+        }
+        q.push(Class::Interactive, (1, 1), (1, 0)).unwrap();
+        // Weight 1000 against 1: the light one waits for at most 1000 of the heavy one's.
+        let served = serve(&mut q, 1002);
+        let at = served.iter().position(|(t, _)| *t == 1).expect("the light tenant was served");
+        assert!(at <= 1001, "served after {at}");
+    }
+
+    #[test]
     fn classes_still_come_first_whatever_the_tenants() {
         let mut q = ClassQueue::new(100, 2);
         for i in 0..5 {

@@ -27,6 +27,11 @@ pub async fn list_models(
 ) -> Response {
     let id = request_id(&headers);
     outcome.route("models");
+    // Only a known tenant (or anyone, with a default tenant) may list the models.
+    if let Some(Err(e)) = state.tenants.as_ref().map(|t| t.identify(&headers)) {
+        outcome.set(e.outcome());
+        return e.into_response();
+    }
     let healthy: Vec<_> = state.pool.all().iter().filter(|u| u.is_healthy()).cloned().collect();
     if healthy.is_empty() {
         outcome.set(Outcome::NoUpstream);

@@ -1,5 +1,6 @@
 //! Every other `/v1/*` route (embeddings, tokenize, audio, …) goes to an upstream
-//! unchanged, with the same header hygiene and retries, but no phase tracking.
+//! unchanged, with the same header hygiene, retries and tenant limits, but no phase
+//! tracking.
 
 use std::sync::Arc;
 
@@ -28,6 +29,8 @@ pub async fn passthrough(State(state): State<Arc<AppState>>, req: Request) -> Re
             return Err(ProxyError::NotFound(path));
         }
         let (parts, body) = req.into_parts();
+        // Its tenant's slot is held until the last byte, like the upstream's.
+        let tenant = state.tenant_lease(&parts.headers)?;
         let body = read_body(body, &state.config.server).await?;
         let path_and_query = parts.uri.path_and_query().map_or(path.as_str(), |p| p.as_str());
         let sent = send_with_retries(
@@ -60,7 +63,7 @@ pub async fn passthrough(State(state): State<Arc<AppState>>, req: Request) -> Re
         }
         // The guard rides along with the body so the request counts until its last byte.
         let stream = resp.bytes_stream().map(move |chunk| {
-            let _ = &in_flight;
+            let _ = (&in_flight, &tenant);
             chunk
         });
         let mut out = Response::new(Body::from_stream(stream));

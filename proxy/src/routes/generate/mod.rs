@@ -150,10 +150,7 @@ async fn serve(
 ) -> Result<Response, ProxyError> {
     let (parts, body) = req.into_parts();
     // Its tenant's limits answer first, before its body is read.
-    let tenant = match &state.tenants {
-        Some(tenants) => Some(tenants.identify(&parts.headers)?.lease(Instant::now())?),
-        None => None,
-    };
+    let tenant = state.tenant_lease(&parts.headers)?;
     let body = read_body(body, &state.config.server).await?;
     let request = GenerationRequest::parse(&body, arrival.route.dialect())?;
     let ctx = decide::context(state, arrival, &parts.headers, &body, &request, tenant);

@@ -97,6 +97,8 @@ def test_schema_config_section_mirrors_meridian_toml():
                 yield from leaves(v, f"{prefix}{k}.")
         elif node.get("type") == "object" and isinstance(node.get("additionalProperties"), dict):
             yield prefix + "*"
+        elif node.get("type") == "array" and node.get("items", {}).get("properties"):
+            yield from leaves(node["items"], prefix.rstrip(".") + "[].")
         else:
             yield prefix.rstrip(".")
 

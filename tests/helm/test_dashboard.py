@@ -170,7 +170,12 @@ def exposed() -> set[str]:
     if not binary.exists():
         pytest.fail(f"{binary} is missing: build it first (scripts/test.sh does)")
     proc = subprocess.Popen(
-        [binary, "serve", "--twin", "--listen", "127.0.0.1:0", "--set", "twin.speed=50"],
+        [
+            binary, "serve", "--twin", "--listen", "127.0.0.1:0", "--set", "twin.speed=50",
+            # One tenant every request falls to, so the tenant panels' series exist.
+            "--set", "tenants.enabled=true", "--set", "tenants.default_tenant=everyone",
+            "--set", 'tenants.tenant=[{name = "everyone"}]',
+        ],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "MERIDIAN_LOG_LEVEL": "warn"},
     )

@@ -18,16 +18,7 @@ fn digest(key: &str) -> String {
 }
 
 fn tenant(name: &str, key: &str) -> TenantConfig {
-    TenantConfig {
-        name: name.into(),
-        api_key_sha256: vec![digest(key)],
-        max_streams: None,
-        tokens_per_minute: None,
-        weight: 1,
-        allow_priority: false,
-        think_budget_tokens: None,
-        think_budget_s: None,
-    }
+    TenantConfig { name: name.into(), api_key_sha256: vec![digest(key)], ..TenantConfig::default() }
 }
 
 fn with_tenants(list: Vec<TenantConfig>) -> impl FnOnce(&mut MeridianConfig) {

@@ -108,7 +108,7 @@ impl Default for TenantConfig {
             api_key_sha256: Vec::new(),
             max_streams: None,
             tokens_per_minute: None,
-            weight: 1,
+            weight: weight_one(),
             allow_priority: false,
             think_budget_tokens: None,
             think_budget_s: None,

@@ -113,10 +113,6 @@ pub struct RequestCtx {
     /// The client set vLLM's `priority` itself, and may (its tenant is allowed it, or
     /// `[tenants]` is off).
     pub client_priority: bool,
-    /// The client may not set vLLM's priority (`[tenants]` on, and its tenant is not
-    /// allowed it): any it set, in the body or as `X-Vllm-Priority`, is taken out before
-    /// the request goes upstream.
-    pub drop_client_priority: bool,
     pub class: Class,
     /// The client asked for a streamed answer.
     pub streaming: bool,
@@ -164,7 +160,6 @@ impl RequestCtx {
             client_budget: None,
             think_seconds: None,
             client_priority: false,
-            drop_client_priority: false,
             class: Class::Interactive,
             streaming: true,
             affinity_key: None,
@@ -191,6 +186,13 @@ impl RequestCtx {
 
     pub fn started(&self) -> Instant {
         self.arrival.started
+    }
+
+    /// The client may not set vLLM's priority (`[tenants]` on, and its tenant is not
+    /// allowed it): any it set, in the body or as `X-Vllm-Priority`, is taken out before
+    /// the request goes upstream.
+    pub fn drop_client_priority(&self) -> bool {
+        self.tenant.as_ref().is_some_and(|l| !l.tenant().allow_priority)
     }
 
     /// Its tenant's admission flow and weight (`[tenants]`); one flow when off.

@@ -50,7 +50,9 @@ impl Prepared {
         req: &GenerationRequest<'_>,
     ) -> Result<Self, ProxyError> {
         let hook_body = match state.pool.all().iter().any(|u| u.hook_ready()) {
-            true => Some(hook_body(body, req, ctx.think_budget, ctx.stream_id(), ctx.drop_client_priority)?),
+            true => {
+                Some(hook_body(body, req, ctx.think_budget, ctx.stream_id(), ctx.drop_client_priority())?)
+            }
             false => None,
         };
         let continuable = continuation::continuable(state, ctx, req);
@@ -59,7 +61,7 @@ impl Prepared {
             Some(c) if c.triggers.tokens.is_some() => ctx.client_budget,
             _ => ctx.think_budget,
         };
-        let body = upstream_body(body, req, engine_budget, ctx.drop_client_priority)?;
+        let body = upstream_body(body, req, engine_budget, ctx.drop_client_priority())?;
         // A body the continuation cannot rebuild (a number beyond serde_json's range, a
         // lone surrogate: valid JSON all the same) goes as it is, without one.
         let continuation = continuable.and_then(|c| c.with_first_leg(&body).ok());

@@ -45,7 +45,6 @@ pub fn context(
         client_budget: request.client_budget,
         think_seconds,
         client_priority: request.client_priority && priority_allowed,
-        drop_client_priority: !priority_allowed,
         class: admission_class(request),
         streaming: request.stream,
         affinity_key: affinity_key(headers, &state.config.upstream.affinity_header),

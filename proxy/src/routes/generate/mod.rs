@@ -166,7 +166,7 @@ async fn serve(
     };
     ctx.progress.set_stage(Stage::AwaitingUpstream);
     let mut headers = upstream_request_headers(&parts.headers, state.config.upstream.forward_authorization);
-    if ctx.drop_client_priority {
+    if ctx.drop_client_priority() {
         headers.remove(VLLM_PRIORITY);
     }
     let (headers, output_priority) = priority::with_priority(state, &ctx, headers);

@@ -526,3 +526,38 @@ def test_the_hook_publishes_the_engines_requests_by_phase_as_vllm_holds_them():
 
 def adapter_free_blocks(scheduler) -> float:
     return float(scheduler.kv_cache_manager.block_pool.get_num_free_blocks())
+
+
+@pytest.mark.parametrize("waited_s", [0.0, 60.0])
+def test_slo_driven_lifts_its_prefill_cap_for_a_start_that_waited_past_its_target(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, waited_s
+):
+    """The default policy, protecting answers (its steps slower than its 10 ms target: the
+    test sleeps between steps), caps a step's prompt tokens at half the budget while a
+    prompt goes in, unless that request has waited for its first token longer than the
+    start target: first in vLLM's waiting queue (the step that admits it), then running
+    (the steps that compute the rest of its prompt). vLLM's arrival times are wall-clock
+    seconds, which the hook moves onto its policy's clock."""
+    import time
+
+    cfg = tmp_path / "meridian.toml"
+    cfg.write_text('[hook]\npolicy = "slo-driven:output_itl_target_ms=10,start_wait_target_s=20,express=0"\n')
+    monkeypatch.setenv("MERIDIAN_HOOK_CONFIG", str(cfg))
+    e = build(MeridianScheduler, num_blocks=256, budget=256)
+    e.scheduler.scheduler_config.long_prefill_token_threshold = 256  # stock's own per-request cap
+    now = time.time()
+    e.add("answerer", PROMPT, arrival=now)
+    e.add("thinker", PROMPT, arrival=now)
+    e.step({"answerer": THINK_END})
+    for _ in range(12):  # answering, in steps the policy measures as slow
+        time.sleep(0.03)
+        e.step({})
+    e.add("long", [2] * 900 + [THINK_START], arrival=now - waited_s)
+    chunks = []
+    for _ in range(2):
+        time.sleep(0.03)
+        chunks.append(_prompt_tokens(e, e.step({})).get("long", 0))
+    if waited_s:
+        assert min(chunks) > 128, f"a start overdue: prompt chunks as vLLM's own, {chunks}"
+    else:
+        assert 0 < max(chunks) <= 128, f"answers protected: prompt chunks within half the budget, {chunks}"

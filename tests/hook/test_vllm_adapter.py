@@ -152,3 +152,18 @@ def test_refusal_is_the_default(tmp_path):
     bad.write_text('[hook]\non_unsupported_vllm = "ignore"\n')
     with pytest.raises(ValueError, match="on_unsupported_vllm"):
         load_config(bad)
+
+
+def test_the_oldest_waiting_start_passes_over_preempted_requests():
+    """vLLM puts preempted requests at its waiting queue's front and new ones at its back:
+    the oldest request still waiting to start is the first that generated nothing."""
+    from types import SimpleNamespace
+
+    def queue(*requests):
+        return SimpleNamespace(waiting=[SimpleNamespace(num_output_tokens=n, arrival_time=t) for n, t in requests])
+
+    assert vllm_adapter.oldest_waiting_start(queue()) is None
+    assert vllm_adapter.oldest_waiting_start(queue((0, 5.0), (0, 6.0))) == 5.0
+    assert vllm_adapter.oldest_waiting_start(queue((12, 1.0), (3, 2.0), (0, 7.0))) == 7.0, "preempted ones started"
+    only_preempted = queue(*[(4, float(i)) for i in range(vllm_adapter.WAITING_LOOK_AHEAD + 2)])
+    assert vllm_adapter.oldest_waiting_start(only_preempted) is None

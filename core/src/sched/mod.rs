@@ -86,6 +86,13 @@ pub trait SchedulingPolicy: Send {
     /// preemption actually happens; `pick_victim` may also be asked just to rank.
     fn on_preempted(&mut self, _now_s: f64) {}
 
+    /// The request that has waited longest to start: its arrival on the engine's clock,
+    /// among those in the waiting queue that have generated nothing yet (new requests,
+    /// not preempted ones); `None` when none waits. Engines tell it once per step, before
+    /// [`SchedulingPolicy::step_limits`]: a limit on prompt tokens delays exactly these
+    /// requests' starts, so a policy that weighs starts against answers needs it.
+    fn observe_waiting(&mut self, _oldest_start_arrival_s: Option<f64>) {}
+
     /// Limits for the coming step, given the running requests (in the policy's order).
     /// The stock engine has none.
     fn step_limits(&mut self, _running: &[RequestView], _now_s: f64) -> StepLimits {
@@ -113,7 +120,8 @@ pub const POLICY_NAMES: [&str; 5] = ["fcfs", "priority", "output-first", "reason
 /// `output-first:think_decode_cap=16,output_prefill_share=0.25` or
 /// `reasoning-first:reader_tokens_per_s=30`; `slo-driven` also takes output-first's
 /// parameters, for its output-first mode, `output_itl_target_ms`, `relax_below`, and
-/// `relax_to_stock=0` to relax to reasoning-first pacing instead of vLLM's own order.
+/// `relax_to_stock=0` to relax to reasoning-first pacing instead of vLLM's own order,
+/// and `start_wait_target_s` (`inf`: starts never lift the limits).
 /// `None` for an unknown name or parameter.
 pub fn policy_by_name(spec: &str) -> Option<Box<dyn SchedulingPolicy>> {
     let (name, params) = spec.split_once(':').unwrap_or((spec, ""));
@@ -151,6 +159,7 @@ pub fn policy_by_name(spec: &str) -> Option<Box<dyn SchedulingPolicy>> {
                     "output_itl_target_ms" => p.output_itl_target_s = v / 1000.0,
                     "relax_below" => p.relax_below = v,
                     "relax_to_stock" => p.relax_to_stock = v != 0.0,
+                    "start_wait_target_s" if v > 0.0 => p.start_wait_target_s = v,
                     // Anything else sets its output-first mode, named as output-first's.
                     _ => set_output_first(&mut p.output_first, k, v)?,
                 }
@@ -192,6 +201,8 @@ mod tests {
         assert!(policy_by_name("output-first:output_prefill_share=1.5").is_none(), "a share of the budget");
         assert!(policy_by_name("slo-driven:output_prefill_share=0.25").is_some());
         assert!(policy_by_name("slo-driven:relax_to_stock=1,output_itl_target_ms=60").is_some());
+        assert!(policy_by_name("slo-driven:start_wait_target_s=inf").is_some(), "starts never lift limits");
+        assert!(policy_by_name("slo-driven:start_wait_target_s=0").is_none(), "limits that never apply");
         assert!(policy_by_name("reasoning-first:reader_tokens_per_s=30").is_some());
         assert!(policy_by_name("reasoning-first:reader_tokens_per_s=0").is_none(), "answers never resume");
         assert!(policy_by_name("reasoning-first:lead_tokens=-1").is_none());

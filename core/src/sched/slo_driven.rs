@@ -1,5 +1,8 @@
 use super::{Fcfs, OutputFirst, ReasoningFirst, RequestView, SchedulingPolicy, StepLimits};
 
+/// The shipped start target (see [`SloDriven`]). TODO(value): set from the twin's sweep.
+pub const DEFAULT_START_WAIT_TARGET_S: f64 = 1.0;
+
 /// Picks a policy by what the answers need now. The step time (measured between
 /// consecutive steps, smoothed) is every answering request's inter-token latency: while
 /// it runs above `output_itl_target_s`, answers are at risk and output-first limits
@@ -16,6 +19,15 @@ use super::{Fcfs, OutputFirst, ReasoningFirst, RequestView, SchedulingPolicy, St
 /// rig (smoothed step time p99 66–89 ms) and below the slow steps of the long one (over
 /// 100 ms in 12–26% of its time), so the limits act where a reader would notice.
 ///
+/// Starts have a target too: output-first's limits (the prompt-token cap, express steps)
+/// slow exactly the requests still waiting for their first token, so while one of them
+/// has waited longer than `start_wait_target_s` the step gets no limits, whatever the
+/// answers' step time (the answering requests keep their place at the front of the
+/// batch). Measured on vLLM before this rule existed (`policies-real-engine.md`, set 8:
+/// long prompts at 90% load), the limits made the slowest starts later (TTFT p99 1.17x
+/// stock's) and nearly all the capped steps came while some request had waited over a
+/// second to start; requests whose wait saw no capped step started as with stock.
+///
 /// With `relax_to_stock` off it relaxes to reasoning-first pacing instead, which gives
 /// steps to thinking (measured on the same mix: TTFT many times stock's).
 #[derive(Debug, Clone)]
@@ -25,12 +37,18 @@ pub struct SloDriven {
     pub relax_below: f64,
     /// Relax to stock's order (FCFS, no limits, no pacing) instead of reasoning-first.
     pub relax_to_stock: bool,
+    /// How long a request may wait for its first token before the answers' limits are
+    /// lifted for it (infinite: starts never lift them).
+    pub start_wait_target_s: f64,
     pub output_first: OutputFirst,
     pub reasoning_first: ReasoningFirst,
     stock: Fcfs,
     last_step_s: Option<f64>,
     step_ema_s: Option<f64>,
     protecting_output: bool,
+    /// Arrival of the request that has waited longest in the queue to start (the engine's
+    /// last word, `observe_waiting`).
+    oldest_waiting_start_s: Option<f64>,
 }
 
 impl Default for SloDriven {
@@ -39,12 +57,14 @@ impl Default for SloDriven {
             output_itl_target_s: 0.1,
             relax_below: 0.7,
             relax_to_stock: true,
+            start_wait_target_s: DEFAULT_START_WAIT_TARGET_S,
             output_first: OutputFirst::default(),
             reasoning_first: ReasoningFirst::default(),
             stock: Fcfs,
             last_step_s: None,
             step_ema_s: None,
             protecting_output: false,
+            oldest_waiting_start_s: None,
         }
     }
 }
@@ -53,6 +73,19 @@ impl SloDriven {
     /// Which mode the policy is in (true: output-first).
     pub fn protecting_output(&self) -> bool {
         self.protecting_output
+    }
+
+    /// Whether some request has waited longer than the start target for its first token:
+    /// in the queue (as the engine last told), or running but still computing its prompt
+    /// with nothing generated (a preempted request recomputing has started long ago).
+    fn starts_overdue(&self, running: &[RequestView], now_s: f64) -> bool {
+        let running_starts = running
+            .iter()
+            .filter(|r| r.prefill_remaining > 0 && r.think_tokens == 0 && r.output_tokens == 0)
+            .map(|r| r.arrival_s);
+        running_starts
+            .chain(self.oldest_waiting_start_s)
+            .any(|arrival_s| now_s - arrival_s > self.start_wait_target_s)
     }
 
     fn observe_step(&mut self, now_s: f64) {
@@ -112,7 +145,14 @@ impl SchedulingPolicy for SloDriven {
         self.reasoning_first.on_preempted(now_s);
     }
 
+    fn observe_waiting(&mut self, oldest_start_arrival_s: Option<f64>) {
+        self.oldest_waiting_start_s = oldest_start_arrival_s;
+    }
+
     fn step_limits(&mut self, running: &[RequestView], now_s: f64) -> StepLimits {
+        if self.protecting_output && self.starts_overdue(running, now_s) {
+            return StepLimits::default();
+        }
         self.current().step_limits(running, now_s)
     }
 
@@ -174,6 +214,63 @@ mod tests {
         }
         assert!(p.protecting_output(), "steps slower than the target: answers are protected");
         assert_eq!(p.step_limits(&[answering], t).max_prefill_tokens, Some(1024));
+    }
+
+    #[test]
+    fn a_start_waiting_past_its_target_lifts_the_answers_limits() {
+        use crate::Phase;
+        let request = |seq: u64, phase: Phase, arrival_s: f64, prefill: u32, think: u32, output: u32| RequestView {
+            seq,
+            arrival_s,
+            priority: 0,
+            phase,
+            prefill_remaining: prefill,
+            think_tokens: think,
+            output_tokens: output,
+            think_ended_s: (output > 0 || phase == Phase::Output).then_some(0.0),
+            think_ends_next: false,
+            queued_s: None,
+        };
+        let mut p = SloDriven { start_wait_target_s: 2.0, ..SloDriven::default() };
+        p.set_step_budget(256);
+        let mut t = 100.0;
+        for _ in 0..10 {
+            t += 0.3;
+            p.order_running(&mut Vec::new(), t);
+        }
+        assert!(p.protecting_output(), "slow steps: answers are protected");
+        let answering = request(1, Phase::Output, 0.0, 0, 10, 3);
+        let capped = StepLimits { max_prefill_tokens: Some(128), max_think_decodes: None };
+        let limits = |p: &mut SloDriven, other: RequestView| p.step_limits(&[answering.clone(), other], t);
+
+        // A prompt going in: capped while its wait is within the target, not after.
+        assert_eq!(limits(&mut p, request(2, Phase::Pending, t - 1.5, 500, 0, 0)), capped);
+        assert_eq!(limits(&mut p, request(2, Phase::Pending, t - 2.5, 500, 0, 0)), StepLimits::default());
+        // A preempted request recomputing its context started long ago: still capped.
+        assert_eq!(limits(&mut p, request(3, Phase::Pending, t - 30.0, 300, 40, 0)), capped);
+        // A request waiting in the queue, as the engine tells it.
+        let thinker = request(4, Phase::Think, t - 9.0, 0, 40, 0);
+        p.observe_waiting(Some(t - 2.5));
+        assert_eq!(limits(&mut p, thinker.clone()), StepLimits::default(), "a start overdue in the queue");
+        p.observe_waiting(Some(t - 0.5));
+        assert_eq!(limits(&mut p, thinker.clone()), capped);
+        p.observe_waiting(None);
+        assert_eq!(limits(&mut p, thinker.clone()), capped);
+        // No express step (which admits nothing) either while a start is overdue.
+        let awaiting_first = request(5, Phase::Output, 0.0, 0, 10, 0);
+        let express = StepLimits { max_prefill_tokens: Some(0), max_think_decodes: Some(0) };
+        assert_eq!(p.step_limits(&[awaiting_first.clone(), thinker.clone()], t), express);
+        p.observe_waiting(Some(t - 2.5));
+        assert_eq!(p.step_limits(&[awaiting_first, thinker], t), StepLimits::default());
+
+        // With no start target (the policy before it had one), starts never lift limits.
+        let mut before = SloDriven { start_wait_target_s: f64::INFINITY, ..p.clone() };
+        assert_eq!(limits(&mut before, request(2, Phase::Pending, t - 60.0, 500, 0, 0)), capped);
+        // Relaxed (fast steps), there were no limits to lift.
+        let mut relaxed = SloDriven { start_wait_target_s: 2.0, ..SloDriven::default() };
+        relaxed.set_step_budget(256);
+        assert_eq!(relaxed.step_limits(&[answering.clone(), request(2, Phase::Pending, t - 1.0, 500, 0, 0)], t),
+            StepLimits::default());
     }
 
     #[test]

@@ -53,12 +53,14 @@ class SchedulerCore:
     ) -> tuple[list[int], int | None, int | None]:
         """Like ``order``, plus the step's (max_prefill_tokens, max_think_decodes)."""
     def plan_running(
-        self, running: list[Any]
+        self, running: list[Any], oldest_waiting_start: float | None = None
     ) -> tuple[list[int] | None, int | None, int | None, list[int] | None, int | None]:
         """From vLLM's running ``Request`` objects: (order or None to keep vLLM's,
         max_prefill_tokens, max_think_decodes, positions held out of the step or None,
         the step's token budget or None for vLLM's own: one token per decoding request
-        plus the prefill cap, the prefilling requests ordered after the decoding ones)."""
+        plus the prefill cap, the prefilling requests ordered after the decoding ones).
+        ``oldest_waiting_start``: the ``arrival_time`` of the request that has waited
+        longest in vLLM's queue without generating a token (None: none waits)."""
     def observe_outputs(self, running: list[Any], waiting: int | None = None) -> None:
         """After vLLM's ``update_from_output``: reads the new output tokens of the running
         requests the last ``plan_running`` call read (the next call then skips them), and

@@ -178,7 +178,7 @@ class MeridianScheduler(AsyncScheduler):
         running = self.running
         if not running:
             return _NO_PLAN
-        order, prefill_cap, think_cap, hold, budget = core.plan_running(running)
+        order, prefill_cap, think_cap, hold, budget = core.plan_running(running, adapter.oldest_waiting_start(self))
         if order is not None and len(order) == len(running):
             running[:] = [running[i] for i in order]
         self._meridian_steps += 1

@@ -30,8 +30,9 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.metadata
-import types
+import itertools
 import multiprocessing
+import types
 from typing import Any, Callable
 
 #: This package's distribution name (its metadata carries the supported vLLM range).
@@ -111,7 +112,7 @@ OVERRIDDEN = ("_preempt_request", "_free_blocks")
 _SCHEDULER_NEEDS: list[tuple[str, Callable[[Any], Any]]] = [
     ("Scheduler.running (a list)", lambda s: isinstance(s.running, list)),
     ("Scheduler.requests (a dict)", lambda s: isinstance(s.requests, dict)),
-    ("Scheduler.waiting (a sized queue)", lambda s: len(s.waiting) >= 0),
+    ("Scheduler.waiting (a sized, iterable queue)", lambda s: len(s.waiting) >= 0 and iter(s.waiting) is not None),
     ("Scheduler.max_num_scheduled_tokens", lambda s: isinstance(s.max_num_scheduled_tokens, int)),
     ("Scheduler._pause_state", lambda s: s._pause_state is not None),
     ("SchedulerConfig.long_prefill_token_threshold", lambda s: isinstance(s.scheduler_config.long_prefill_token_threshold, int)),
@@ -187,8 +188,9 @@ def scheduler_problems(scheduler: Any, stock: type) -> list[str]:
         request = importlib.import_module("vllm.v1.request").Request
         assigned = _fields_set_in(request)
         # The Rust side (src/sched/objects.rs) reads these from each running request.
+        # The Python side reads num_output_tokens of the requests waiting to start.
         for name in ("request_id", "num_prompt_tokens", "prompt_token_ids", "priority", "arrival_time",
-                     "sampling_params", "num_computed_tokens"):
+                     "sampling_params", "num_computed_tokens", "num_output_tokens"):
             if name not in assigned and not hasattr(request, name):
                 missing.append(f"Request.{name}")
         if "_output_token_ids" not in assigned and not hasattr(request, "output_token_ids"):
@@ -339,6 +341,25 @@ def preempted_tokens(scheduler: Any, output: Any) -> tuple[int, list[tuple[list[
 def waiting_requests(scheduler: Any) -> int:
     """Requests in vLLM's waiting queue (new, or preempted)."""
     return len(scheduler.waiting)
+
+
+#: How far into vLLM's waiting queue :func:`oldest_waiting_start` looks: preempted
+#: requests go to its front, new ones join its back, so the first request that has not
+#: generated a token is the oldest new one, behind at most a few preempted ones.
+WAITING_LOOK_AHEAD = 8
+
+
+def oldest_waiting_start(scheduler: Any) -> float | None:
+    """The ``arrival_time`` (wall-clock seconds) of the request that has waited longest in
+    vLLM's waiting queue without generating a token, passing over the preempted ones at
+    its front; None when no such request is within the first few."""
+    waiting = scheduler.waiting
+    if not waiting:
+        return None
+    for request in itertools.islice(waiting, WAITING_LOOK_AHEAD):
+        if request.num_output_tokens == 0:
+            return float(request.arrival_time)
+    return None
 
 
 def queue_lengths(scheduler: Any) -> tuple[int, int]:

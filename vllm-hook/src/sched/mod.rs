@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasherDefault;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use meridian_core::Phase;
 use meridian_core::sched::{RequestView, SchedulingPolicy, StepLimits, policy_by_name};
@@ -77,7 +77,14 @@ pub struct SchedulerCore {
     /// slot at the same position without a lookup.
     last_running: Vec<(usize, usize)>,
     next_seq: u64,
+    /// The engine clock the policy reads (`now` is seconds since then), and the same
+    /// moment in wall-clock seconds, which vLLM's `Request.arrival_time` is in: the
+    /// policy compares arrivals with `now`, so they are moved onto its clock.
     started: Instant,
+    wall_at_start_s: f64,
+    /// Arrival (engine clock) of the request that has waited longest in vLLM's queue to
+    /// start, as `plan_running` was last told.
+    oldest_waiting_start_s: Option<f64>,
     /// When the last `plan_running` ran (engine seconds), and the step time smoothed over
     /// the intervals between busy steps: the engine's pace, which the proxy reads.
     last_plan_s: Option<f64>,
@@ -165,6 +172,8 @@ impl SchedulerCore {
             last_running: Vec::new(),
             next_seq: 0,
             started: Instant::now(),
+            wall_at_start_s: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
+            oldest_waiting_start_s: None,
             last_plan_s: None,
             step_s: None,
             shared,
@@ -183,6 +192,11 @@ impl SchedulerCore {
             }
         }
         self.shared.counters.set_steps(self.step_s, self.plans);
+    }
+
+    /// A vLLM time (wall-clock seconds, as `Request.arrival_time`) on the engine clock.
+    fn engine_time(&self, wall_s: f64) -> f64 {
+        wall_s - self.wall_at_start_s
     }
 
     fn get(&self, request_id: &str) -> Option<&Tracked> {
@@ -300,6 +314,7 @@ impl SchedulerCore {
         index_of_seq.sort_unstable();
         let policy = self.policy.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
         policy.order_running(&mut views, now);
+        policy.observe_waiting(self.oldest_waiting_start_s);
         let limits = policy.step_limits(&views, now);
         if !views.is_empty() {
             let victim = policy.pick_victim(&views, now).min(views.len() - 1);
@@ -368,9 +383,17 @@ impl SchedulerCore {
     /// hold)`: the order to run in (`None`: keep vLLM's), the policy's limits (`None`:
     /// no limit), and the positions in the new order of the requests the limits hold
     /// out of the step (`None`: nobody): still-prefilling ones when no prompt token may
-    /// be computed, thinking ones past the think-decode cap.
-    fn plan_running(&mut self, running: &Bound<'_, PyList>) -> PyResult<RunningPlan> {
+    /// be computed, thinking ones past the think-decode cap. `oldest_waiting_start`: the
+    /// `arrival_time` of the request that has waited longest in vLLM's queue to start
+    /// (`None`: none waits), which a policy weighing starts against answers reads.
+    #[pyo3(signature = (running, oldest_waiting_start=None))]
+    fn plan_running(
+        &mut self,
+        running: &Bound<'_, PyList>,
+        oldest_waiting_start: Option<f64>,
+    ) -> PyResult<RunningPlan> {
         let now = self.started.elapsed().as_secs_f64();
+        self.oldest_waiting_start_s = oldest_waiting_start.map(|t| self.engine_time(t));
         self.plans += 1;
         self.time_step(now);
         let n = running.len();

@@ -105,7 +105,7 @@ impl SchedulerCore {
         let id = id_obj.to_str()?;
         let prompt_len: i64 = req.getattr(intern!(py, "num_prompt_tokens"))?.extract()?;
         let priority: i64 = req.getattr(intern!(py, "priority"))?.extract()?;
-        let arrival_s: f64 = req.getattr(intern!(py, "arrival_time"))?.extract()?;
+        let arrival_s = self.engine_time(req.getattr(intern!(py, "arrival_time"))?.extract()?);
         let slot = match self.by_id.get(id) {
             Some(&i) => i,
             None => {

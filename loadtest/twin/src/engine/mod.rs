@@ -306,6 +306,7 @@ impl Engine {
         let mut report = StepReport { started_s: now, ..StepReport::default() };
 
         let views = self.order_running(now);
+        self.policy.observe_waiting(self.oldest_waiting_start());
         let limits = self.policy.step_limits(&views, now);
         let mut prefill_left = limits.max_prefill_tokens.unwrap_or(u32::MAX);
         let mut think_left = limits.max_think_decodes.unwrap_or(u32::MAX);
@@ -365,6 +366,17 @@ impl Engine {
         self.clock_s += wait;
         report.duration_s = wait;
         report
+    }
+
+    /// Arrival of the request that has waited longest in the queue without generating a
+    /// token (preempted ones have started), as the hook reads vLLM's queue.
+    fn oldest_waiting_start(&self) -> Option<f64> {
+        self.waiting
+            .iter()
+            .filter_map(|s| self.requests.get(s))
+            .filter(|r| r.generated == 0)
+            .map(|r| r.arrival_s)
+            .min_by(f64::total_cmp)
     }
 
     /// Puts the running list in the policy's order; returns the views in that order.

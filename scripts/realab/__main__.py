@@ -9,6 +9,7 @@
     python -m realab forecast SET_DIR SIM          (the twin beside a kept set, and its GPU forecasts)
     python -m realab candidates SET_DIR SIM POLICIES LOADS OUT_MD  (candidate policies on the twin first)
     python -m realab prefix measure|report ...     (the prefix cache under conversations: prefix.py)
+    python -m realab startcost SET_DIR CONFIG WORKLOAD LOAD OUT_MD [ROUNDS]  (where later starts come from)
 
 `measure` starts the engines and proxies, measures, and writes RESULTS_JSON (every run's
 summary, the step traces' preemptions, the capacity, the setup); the step traces stay in
@@ -184,6 +185,10 @@ def main(argv: list[str]) -> None:
         from . import candidates
 
         candidates.main(argv[1:])
+    elif argv[0] == "startcost":
+        from . import startcost
+
+        startcost.main(argv[1:])
     elif argv[0] == "prefix":
         from . import prefix
 

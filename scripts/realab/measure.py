@@ -433,6 +433,7 @@ def run_once(s: Setup, r: Rig, w: Workload, load: float, rnd: int, config: str, 
            "hook": {k: v - hook_before.get(k, 0.0) for k, v in hook_after.items()
                     if k.startswith(("meridian_hook_preemptions_total",
                                      "meridian_hook_express_steps_total",
+                                     "meridian_hook_prefill_capped_steps_total",
                                      "meridian_hook_schedule_steps_total"))}}
     summ = run["summary"]
     pace = run["drift"]["pace"]

@@ -553,11 +553,15 @@ def test_slo_driven_lifts_its_prefill_cap_for_a_start_that_waited_past_its_targe
         time.sleep(0.03)
         e.step({})
     e.add("long", [2] * 900 + [THINK_START], arrival=now - waited_s)
+    capped = metric("meridian_hook_prefill_capped_steps_total")
     chunks = []
     for _ in range(2):
         time.sleep(0.03)
         chunks.append(_prompt_tokens(e, e.step({})).get("long", 0))
+    capped = metric("meridian_hook_prefill_capped_steps_total") - capped
     if waited_s:
         assert min(chunks) > 128, f"a start overdue: prompt chunks as vLLM's own, {chunks}"
+        assert capped == 0
     else:
         assert 0 < max(chunks) <= 128, f"answers protected: prompt chunks within half the budget, {chunks}"
+        assert capped == 2, "each capped step counted"

@@ -34,6 +34,7 @@ samples! {
     ScheduleSteps = "meridian_hook_schedule_steps_total" "";
     Reorders = "meridian_hook_reorders_total" "";
     ExpressSteps = "meridian_hook_express_steps_total" "";
+    PrefillCappedSteps = "meridian_hook_prefill_capped_steps_total" "";
     PacedAnswers = "meridian_hook_paced_answers_total" "";
     PreemptOutput = "meridian_hook_preemptions_total" "tier=\"output-critical\"";
     PreemptThink = "meridian_hook_preemptions_total" "tier=\"think-active\"";
@@ -60,6 +61,10 @@ const HELP: &[(&str, &str)] = &[
     (
         "meridian_hook_express_steps_total",
         "Steps run for answering requests only, so a just-finished thought's first visible token comes fast.",
+    ),
+    (
+        "meridian_hook_prefill_capped_steps_total",
+        "Steps whose prompt tokens the policy capped so that answers are not held up by a long prompt chunk.",
     ),
     (
         "meridian_hook_paced_answers_total",

@@ -24,9 +24,11 @@ pub struct HookConfig {
     /// 0010](adr/0010-slo-driven-default.md)), schedules exactly as vLLM (its order, no limits)
     /// while the engine's smoothed step time, which is every answering request's inter-token
     /// latency, stays under `output_itl_target_ms` (default 100), and applies output-first's
-    /// limits only while it is over, relaxing again below `relax_below` of the target (0.7); it
-    /// takes output-first's parameters for that mode, and `relax_to_stock=0` relaxes to
-    /// reasoning-first pacing instead. `output-first` protects answers always: while someone
+    /// limits only while it is over, relaxing again below `relax_below` of the target (0.7),
+    /// and never while a request has waited longer than `start_wait_target_s` (default 1;
+    /// `inf`: starts never lift the limits) for its first token ([ADR
+    /// 0012](adr/0012-slo-driven-start-target.md)); it takes output-first's parameters for
+    /// that mode, and `relax_to_stock=0` relaxes to reasoning-first pacing instead. `output-first` protects answers always: while someone
     /// answers, a step's prompt tokens are capped at half of vLLM's `max_num_batched_tokens`
     /// (`output_prefill_share=0.5`; `output_prefill_cap=N` caps at N tokens instead), and a
     /// request that has just finished thinking gets a step of answering requests only.

@@ -1,6 +1,9 @@
 use super::{Fcfs, OutputFirst, ReasoningFirst, RequestView, SchedulingPolicy, StepLimits};
 
-/// The shipped start target (see [`SloDriven`]). TODO(value): set from the twin's sweep.
+/// The shipped start target (see [`SloDriven`], ADR 0012): about what a long prompt's own
+/// prefill takes on an idle GPU engine (a few chunks of a few tens of milliseconds) with
+/// room to spare, so answers are protected from prompt chunks while starts are quick, and
+/// the engine is scheduled as stock while they queue.
 pub const DEFAULT_START_WAIT_TARGET_S: f64 = 1.0;
 
 /// Picks a policy by what the answers need now. The step time (measured between
@@ -24,9 +27,11 @@ pub const DEFAULT_START_WAIT_TARGET_S: f64 = 1.0;
 /// has waited longer than `start_wait_target_s` the step gets no limits, whatever the
 /// answers' step time (the answering requests keep their place at the front of the
 /// batch). Measured on vLLM before this rule existed (`policies-real-engine.md`, set 8:
-/// long prompts at 90% load), the limits made the slowest starts later (TTFT p99 1.17x
-/// stock's) and nearly all the capped steps came while some request had waited over a
-/// second to start; requests whose wait saw no capped step started as with stock.
+/// long prompts at 90% load; `start-cost.md`), the limits made the slowest starts later
+/// (TTFT p99 1.17x stock's), the more the more capped steps a request's wait held, while
+/// requests whose wait held none started as with stock; and 90% of the capped steps came
+/// while some request had waited over a second to start. The price: where starts queue
+/// that long, as on long prompts near capacity, the answers' gains go too (ADR 0012).
 ///
 /// With `relax_to_stock` off it relaxes to reasoning-first pacing instead, which gives
 /// steps to thinking (measured on the same mix: TTFT many times stock's).
@@ -219,18 +224,19 @@ mod tests {
     #[test]
     fn a_start_waiting_past_its_target_lifts_the_answers_limits() {
         use crate::Phase;
-        let request = |seq: u64, phase: Phase, arrival_s: f64, prefill: u32, think: u32, output: u32| RequestView {
-            seq,
-            arrival_s,
-            priority: 0,
-            phase,
-            prefill_remaining: prefill,
-            think_tokens: think,
-            output_tokens: output,
-            think_ended_s: (output > 0 || phase == Phase::Output).then_some(0.0),
-            think_ends_next: false,
-            queued_s: None,
-        };
+        let request =
+            |seq: u64, phase: Phase, arrival_s: f64, prefill: u32, think: u32, output: u32| RequestView {
+                seq,
+                arrival_s,
+                priority: 0,
+                phase,
+                prefill_remaining: prefill,
+                think_tokens: think,
+                output_tokens: output,
+                think_ended_s: (output > 0 || phase == Phase::Output).then_some(0.0),
+                think_ends_next: false,
+                queued_s: None,
+            };
         let mut p = SloDriven { start_wait_target_s: 2.0, ..SloDriven::default() };
         p.set_step_budget(256);
         let mut t = 100.0;
@@ -269,8 +275,10 @@ mod tests {
         // Relaxed (fast steps), there were no limits to lift.
         let mut relaxed = SloDriven { start_wait_target_s: 2.0, ..SloDriven::default() };
         relaxed.set_step_budget(256);
-        assert_eq!(relaxed.step_limits(&[answering.clone(), request(2, Phase::Pending, t - 1.0, 500, 0, 0)], t),
-            StepLimits::default());
+        assert_eq!(
+            relaxed.step_limits(&[answering.clone(), request(2, Phase::Pending, t - 1.0, 500, 0, 0)], t),
+            StepLimits::default()
+        );
     }
 
     #[test]

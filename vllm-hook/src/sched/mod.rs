@@ -413,6 +413,7 @@ impl SchedulerCore {
         let capped = limits.max_prefill_tokens.filter(|&cap| cap > 0);
         if capped.is_some() {
             prefill_after_decodes(&mut order, &prefilling);
+            self.shared.counters.add(Counter::PrefillCappedSteps, 1);
         }
         if limits.max_think_decodes == Some(0) && limits.max_prefill_tokens == Some(0) {
             self.shared.counters.add(Counter::ExpressSteps, 1);

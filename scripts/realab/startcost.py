@@ -78,6 +78,32 @@ def oldest_waits(runs: dict, steps: dict[tuple, list[dict]], config: str, key_of
     return waits
 
 
+def capped_step_share(steps: dict[tuple, list[dict]], budget: int, least: int = 10) -> list[float]:
+    """What a capped step costs beside a full one: within each run, for every context and
+    batch bucket with at least `least` steps of each kind, the median time of a step that
+    computed a capped chunk of one prompt over that of a step that computed a full chunk
+    (nine tenths of the budget or more), each beside the same requests decoding."""
+    out = []
+    for trace in steps.values():
+        buckets: dict[tuple, dict[str, list[float]]] = {}
+        for s in trace:
+            if s.get("prefill_reqs") != 1 or not s.get("step_s"):
+                continue
+            cap = s.get("prefill_cap")
+            if cap is not None and cap > 0 and s["prefill_tokens"] == cap:
+                kind = "capped"
+            elif cap is None and s["prefill_tokens"] >= 0.9 * budget:
+                kind = "full"
+            else:
+                continue
+            key = (min(s.get("prefill_context", 0) // 1024, 3), min(s.get("decode_reqs", 0) // 4, 3))
+            buckets.setdefault(key, {}).setdefault(kind, []).append(s["step_s"])
+        for kinds in buckets.values():
+            if len(kinds.get("capped", [])) >= least and len(kinds.get("full", [])) >= least:
+                out.append(statistics.median(kinds["capped"]) / statistics.median(kinds["full"]))
+    return out
+
+
 def read(set_dir: Path, config: str, workload: str, load: float, rounds: set[int] | None):
     """(counted runs, every request of each run, {run key: its steps}, run key of a round):
     the requests counted leave the warm-up out, as the page does; every request, warm-up
@@ -104,7 +130,7 @@ def geometric_mean(xs: list[float]) -> float:
 
 
 def page(set_dir: Path, config: str, workload: str, load: float, rows: list[dict], waits: list[float],
-         command: str) -> str:
+         command: str, shares: list[float] = ()) -> str:
     rounds = sorted({r["round"] for r in rows})
     lines = [f"# Where later starts come from: `{config}`, {workload} at {load * 100:.0f}% load",
              "",
@@ -135,6 +161,13 @@ def page(set_dir: Path, config: str, workload: str, load: float, rows: list[dict
     for target in TARGETS:
         kept = sum(1 for w in waits if w <= target) / len(waits) if waits else float("nan")
         lines.append(f"| {target:g} s | {kept * 100:.0f}% |")
+    if shares:
+        lines += ["", "What a capped step costs: within each run, at the same context (by 1,024 tokens) and the "
+                  "same count of decoding requests (by 4), a step computing a capped chunk of one prompt took "
+                  f"{statistics.median(shares):.2f}x the time of a step computing a full chunk (median over "
+                  f"{len(shares)} run and bucket pairs with ten steps or more of each; "
+                  f"{min(shares):.2f}-{max(shares):.2f}), for half the prompt tokens or less: the step's other "
+                  "costs are paid for fewer of them, so a capped engine takes in prompts more slowly."]
     return "\n".join(lines) + "\n"
 
 
@@ -148,5 +181,8 @@ def main(argv: list[str]) -> None:
     if not rows:
         raise SystemExit(f"{set_dir}: no {config} request at {workload} {load:g} with a kept step trace")
     command = "cd scripts && python3 -m realab startcost " + shlex.join(argv)
-    out.write_text(page(set_dir, config, workload, load, rows, oldest_waits(every, steps, config, key_of), command))
+    data = json.loads((set_dir / "results.json").read_text())
+    budget = int(data["setup"]["engine"].get("max_num_batched_tokens", 256))
+    out.write_text(page(set_dir, config, workload, load, rows, oldest_waits(every, steps, config, key_of), command,
+                        capped_step_share(steps, budget)))
     print(f"wrote {out}", file=sys.stderr)

@@ -53,3 +53,14 @@ def test_the_page_groups_requests_by_their_capped_share():
     assert "| none | 1 | 1.00 | 1.00 | 2.00 s |" in text
     assert "| 30.0%-100% | 1 | 1.50 | 1.50 | 2.00 s |" in text
     assert "| 1 s | 33% |" in text and "| 3 s | 100% |" in text
+
+
+def test_a_capped_step_is_set_beside_a_full_one_of_the_same_shape():
+    def step(tokens, cap, seconds, context=2000, decodes=5):
+        return {"prefill_reqs": 1, "prefill_tokens": tokens, "prefill_cap": cap, "step_s": seconds,
+                "prefill_context": context, "decode_reqs": decodes}
+
+    run = [step(128, 128, 0.07)] * 10 + [step(256, None, 0.1)] * 10
+    # Another bucket with too few steps, and steps that are neither kind, are left out.
+    run += [step(128, 128, 0.5, context=5000)] * 3 + [step(200, None, 0.3)] * 20
+    assert [round(x, 2) for x in startcost.capped_step_share({("hook", "w", 1.0, 0): run}, 256)] == [0.7]

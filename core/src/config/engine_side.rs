@@ -25,8 +25,8 @@ pub struct HookConfig {
     /// while the engine's smoothed step time, which is every answering request's inter-token
     /// latency, stays under `output_itl_target_ms` (default 100), and applies output-first's
     /// limits only while it is over, relaxing again below `relax_below` of the target (0.7),
-    /// and never while a request has waited longer than `start_wait_target_s` (default 1;
-    /// `inf`: starts never lift the limits) for its first token ([ADR
+    /// and never while a request has waited in the engine's queue, not yet admitted, longer
+    /// than `start_wait_target_s` (default 1; `inf`: starts never lift the limits) ([ADR
     /// 0012](adr/0012-slo-driven-start-target.md)); it takes output-first's parameters for
     /// that mode, and `relax_to_stock=0` relaxes to reasoning-first pacing instead. `output-first` protects answers always: while someone
     /// answers, a step's prompt tokens are capped at half of vLLM's `max_num_batched_tokens`

@@ -82,9 +82,6 @@ pub struct SchedulerCore {
     /// policy compares arrivals with `now`, so they are moved onto its clock.
     started: Instant,
     wall_at_start_s: f64,
-    /// Arrival (engine clock) of the request that has waited longest in vLLM's queue to
-    /// start, as `plan_running` was last told.
-    oldest_waiting_start_s: Option<f64>,
     /// When the last `plan_running` ran (engine seconds), and the step time smoothed over
     /// the intervals between busy steps: the engine's pace, which the proxy reads.
     last_plan_s: Option<f64>,
@@ -173,7 +170,6 @@ impl SchedulerCore {
             next_seq: 0,
             started: Instant::now(),
             wall_at_start_s: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
-            oldest_waiting_start_s: None,
             last_plan_s: None,
             step_s: None,
             shared,
@@ -271,18 +267,20 @@ impl SchedulerCore {
             views.push(view_of(entry, *arrival_s, *priority, *prefill_remaining));
             row_slots.push(i);
         }
-        let (order, limits, _paced) = self.finish_plan(views, &row_slots, now);
+        let (order, limits, _paced) = self.finish_plan(views, &row_slots, None, now);
         (order, limits)
     }
 
     /// Applies the policy channel's priorities, runs the policy, and maps its order
     /// back to row indices; also says which rows the policy paces (`paced[i]`: row i, a
     /// decoding request that sits this step out, as reasoning-first does to an answer
-    /// ahead of its reader). `row_slots[i]`: row i's slot.
+    /// ahead of its reader). `row_slots[i]`: row i's slot. `oldest_waiting_start`: the
+    /// arrival (engine clock) of the request that has waited longest in vLLM's queue.
     fn finish_plan(
         &mut self,
         mut views: Vec<RequestView>,
         row_slots: &[usize],
+        oldest_waiting_start: Option<f64>,
         now: f64,
     ) -> (Vec<usize>, StepLimits, Vec<bool>) {
         let shared = Arc::clone(&self.shared);
@@ -314,7 +312,7 @@ impl SchedulerCore {
         index_of_seq.sort_unstable();
         let policy = self.policy.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
         policy.order_running(&mut views, now);
-        policy.observe_waiting(self.oldest_waiting_start_s);
+        policy.observe_waiting(oldest_waiting_start);
         let limits = policy.step_limits(&views, now);
         if !views.is_empty() {
             let victim = policy.pick_victim(&views, now).min(views.len() - 1);
@@ -393,7 +391,7 @@ impl SchedulerCore {
         oldest_waiting_start: Option<f64>,
     ) -> PyResult<RunningPlan> {
         let now = self.started.elapsed().as_secs_f64();
-        self.oldest_waiting_start_s = oldest_waiting_start.map(|t| self.engine_time(t));
+        let oldest_waiting_start = oldest_waiting_start.map(|t| self.engine_time(t));
         self.plans += 1;
         self.time_step(now);
         let n = running.len();
@@ -409,7 +407,7 @@ impl SchedulerCore {
             self.last_running.push((req.as_ptr() as usize, slot));
         }
         let prefilling: Vec<bool> = views.iter().map(|v| v.prefill_remaining > 0).collect();
-        let (mut order, limits, paced) = self.finish_plan(views, &row_slots, now);
+        let (mut order, limits, paced) = self.finish_plan(views, &row_slots, oldest_waiting_start, now);
         let capped = limits.max_prefill_tokens.filter(|&cap| cap > 0);
         if capped.is_some() {
             prefill_after_decodes(&mut order, &prefilling);

@@ -107,7 +107,7 @@ def write_report(
         "",
         "vLLM's real scheduler classes, built on CPU without a model (as in",
         "`scripts/vllm_scheduler_rig.py`), stepped by hand. Two engines, stock `AsyncScheduler` and",
-        "`MeridianScheduler` (default `meridian.toml`: policy `output-first`, no policy",
+        f"`MeridianScheduler` (the hook's default config: policy `{sched[0].policy}`, no policy",
         "channel), get the same requests and the same sampled tokens, and are stepped in",
         "alternation (which goes first alternates).",
         f"Steady decode: every running request has a {PROMPT_LEN}-token prompt that opens the",

@@ -158,6 +158,7 @@ class SchedResult:
     thinking: int
     rounds_added: list[float]  # each round's added p50
     rounds_other: list[float]  # cores' worth of other work during each round
+    policy: str  # the hooked engine's scheduling policy, as the hook names it
 
     @classmethod
     def pooled(cls, rounds: list["SchedRaw"]) -> "SchedResult":
@@ -180,6 +181,7 @@ class SchedResult:
             first.thinking,
             [statistics.median(r.added) for r in rounds],
             [r.other_cores for r in rounds],
+            first.policy,
         )
 
 
@@ -197,6 +199,7 @@ class SchedRaw:
     wall_paired: list[float]
     answering: int
     thinking: int
+    policy: str  # the hooked engine's scheduling policy, as the hook names it
     # Cores' worth of CPU that other processes used while this round ran (their cache
     # traffic slows the hook's reads of vLLM's objects: it shows in the added time).
     other_cores: float = 0.0
@@ -251,4 +254,6 @@ def bench_scheduler(n: int, steps: int, profile: bool) -> SchedRaw:
         out = io.StringIO()
         pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(20)
         print(f"cProfile of {steps} hooked steps at {n} running requests:\n{out.getvalue()}", file=sys.stderr)
-    return SchedRaw(n, stock_cpu, hooked_cpu, added, update_added, floor, paired, wall_paired, answering, thinking)
+    return SchedRaw(
+        n, stock_cpu, hooked_cpu, added, update_added, floor, paired, wall_paired, answering, thinking, core.policy_name
+    )

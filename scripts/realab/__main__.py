@@ -25,7 +25,9 @@ whole-request SLO's reference), REALAB_PROXY (`shipped`: the proxies as meridian
 ships them; `admission`, the default: with admission and priorities on), REALAB_CAPACITY (the stock
 engine's capacity in req/s, measured earlier on the same rig: skips measuring it; on another
 machine the runs then stand at another load, which the page reads from the curve probe,
-`speed.py`: by default each invocation measures the capacity of the machine it runs on), REALAB_RIG
+`speed.py`: by default each invocation measures the capacity of the machine it runs on), REALAB_CAPACITY_FROM
+(a kept set's folder: its capacity, and the page reads this machine's speed against that set's
+probe and steps, so the load the runs stood at is known), REALAB_RIG
 (`cpu`, the default: the CPU-shaped regime; `gpu`: the GPU-shaped one; `gpu-spin`: the
 GPU-shaped one as sets 5-6 ran it, vLLM's engine core spinning; see RIGS),
 REALAB_FIRST_ROUND (the first round's number, which is its seed; default 0: more rounds

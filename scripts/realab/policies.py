@@ -34,7 +34,7 @@ from . import speed
 from . import shares as SH
 from . import stats as S
 from .effects import PER_REQUEST, effects_of, plain_effects, policies_of, throughput
-from .measure import STOCK_AGAIN
+from .measure import STOCK_AGAIN, shipped_policy
 from .sets import WARMUP_SHARE, add, keep, read, references
 
 #: The hook policy `meridian.toml` shipped when a set was measured, for the sets that
@@ -413,7 +413,9 @@ def set_section(set_dir: Path, resamples: int, readme: list[str] | None = None) 
                                       "proxy's queue, answering ones first) and priorities on, which "
                                       "`meridian.toml` ships off (`REALAB_PROXY=shipped` runs them as shipped)."))
     for w, cap in sorted(data.get("capacity", {}).items()):
-        how = ("measured by an earlier run of the same rig and given to this one (`REALAB_CAPACITY`)"
+        source = data.get("capacity_from", {}).get(w)
+        how = (f"set `{source}`'s, measured there and given to this one (`REALAB_CAPACITY_FROM`)" if source
+               else "measured by an earlier run of the same rig and given to this one (`REALAB_CAPACITY`)"
                if data.get("capacity_given", {}).get(w) else "everything sent at once")
         own = sorted({(r["capacity_work"], r["capacity"], r["round"]) for r in data["runs"]
                       if r["workload"] == w and r.get("capacity_work") not in (None, speed.capacity_work(data, w))})
@@ -488,9 +490,15 @@ def measure_commands(data: dict, rounds: int, configs: list[str] | None, first_r
             env.append("REALAB_PROXY=shipped")
         if w.get("rig", "cpu") != "cpu":
             env.append(f"REALAB_RIG={w['rig']}")
-        if data.get("capacity_given", {}).get(w["name"]):
+        if data.get("capacity_from", {}).get(w["name"]):
+            env.append(f"REALAB_CAPACITY_FROM=../docs/src/benchmarks/policies-real-engine/{data['capacity_from'][w['name']]}")
+        elif data.get("capacity_given", {}).get(w["name"]):
             env.append(f"REALAB_CAPACITY={data['capacity'][w['name']]:g}")
         names = ",".join(configs or w.get("configs") or data["setup"]["configs"])
+        # The config named `hook` runs the policy `meridian.toml` ships now unless told the
+        # one the set ran.
+        if "hook" in names.split(",") and w.get("hook_policy") not in (None, shipped_policy()):
+            env.append(f"REALAB_HOOK_POLICY={w['hook_policy']}")
         # An addition recorded with no loads ran only the unloaded references.
         at = loads if loads is not None and (loads or unloaded) else w.get("first_loads", w["loads"])
         # Additions recorded since whether they ran the unloaded references; older ones did.

@@ -103,6 +103,18 @@ def probes(set_dir: Path, data: dict) -> dict[str, Probe]:
     return {w: p for w, p in found.items() if p.tokens == usual}
 
 
+def capacity_of_set(set_dir: Path, workload: str) -> tuple[float, str]:
+    """(capacity, the invocation that measured it) of a kept set's `workload`, for a run
+    sent at that capacity (`REALAB_CAPACITY_FROM`). Refuses a set whose capacity was
+    itself given, or measured by no invocation it names."""
+    data = json.loads((set_dir / "results.json").read_text())
+    cap = data.get("capacity", {}).get(workload)
+    basis = capacity_work(data, workload)
+    if cap is None or basis is None or workload in data.get("capacity_from", {}):
+        raise SystemExit(f"{set_dir}: no {workload} capacity measured by one of its own invocations")
+    return float(cap), basis
+
+
 def capacity_work(data: dict, workload: str) -> str | None:
     """The invocation that measured the set's capacity for `workload`: recorded since the
     harness records it; before, the set's first (unless the capacity was given to it,
@@ -212,6 +224,14 @@ def standings(set_dir: Path, data: dict) -> dict[tuple, Standing]:
     """{(workload, load, round, config): Standing} for every run of the set."""
     found = probes(set_dir, data)
     steps = in_run_steps(set_dir, data)
+    # A set sent at another set's capacity (`capacity_from`) is read against that set's
+    # machine: its probe and its runs' steps, from its folder beside this one.
+    for name in sorted(set(data.get("capacity_from", {}).values())):
+        other_dir = set_dir.parent / name
+        if (other_dir / "results.json").exists():
+            other = json.loads((other_dir / "results.json").read_text())
+            found = {**probes(other_dir, other), **found}
+            steps = {**in_run_steps(other_dir, other), **steps}
     out: dict[tuple, Standing] = {}
     for r in data["runs"]:
         key = (r["workload"], r["load"], r["round"], r["config"])

@@ -219,3 +219,35 @@ def test_an_addition_that_measured_its_own_capacity_is_kept_with_it(tmp_path: Pa
     # Its own capacity checks the readings the older rounds are placed by.
     assert "| w | 2, 3 | 0.12 | 1.50x | - | 6.25 | 1.60x | 1.55x |" in text
     assert "w's capacity was 1.55x the first machine's, where the probe read 1.50x and its runs' steps 1.60x" in text
+
+
+def test_a_set_sent_at_another_sets_capacity_is_read_against_that_sets_machine(tmp_path: Path, monkeypatch):
+    page = tmp_path / "sets"
+    # The set that measured the capacity, on a machine of pace 1.
+    write_set(page / "1-measured", [{"work": "a", "unit": 1.0, "load": 0.9, "rounds": [0], "scales": {"stock": 1.0}}])
+    cap, basis = speed.capacity_of_set(page / "1-measured", "long")
+    assert (cap, basis) == (2.0, "a")
+    # A later set on a machine twice as slow, given that capacity: it stood at 180%.
+    data = write_set(page / "2-given", [{"work": "b", "unit": 2.0, "load": 0.9, "rounds": [0],
+                                         "scales": {"stock": 1.0}}])
+    data.update(capacity_given={"long": True}, capacity_from={"long": "1-measured"}, capacity_work={"long": basis})
+    (page / "2-given" / "results.json").write_text(json.dumps(data))
+    st = speed.standings(page / "2-given", data)[("long", 0.9, 0, "stock")]
+    assert not st.own_capacity
+    assert st.speeds == pytest.approx({"probe": 0.5, "steps": 0.5}) and st.load == pytest.approx(1.8)
+    # Without the other set beside it, no reading places the run.
+    alone = tmp_path / "alone"
+    (page / "2-given").rename(alone)
+    assert speed.standings(alone, data)[("long", 0.9, 0, "stock")].load is None
+    # A set whose own capacity was given passes on no measurement.
+    with pytest.raises(SystemExit, match="no long capacity measured"):
+        speed.capacity_of_set(alone, "long")
+    # Its command to reproduce gives that set's capacity, and the hook's policy it ran.
+    monkeypatch.setattr(policies, "shipped_policy", lambda: "slo-driven")
+    data["setup"]["workloads"][0].update(hook_policy="slo-driven:start_wait_target_s=inf", configs=["stock", "hook"])
+    text = "\n".join(policies.reproduce(data))
+    assert "REALAB_CAPACITY_FROM=../docs/src/benchmarks/policies-real-engine/1-measured" in text
+    assert "REALAB_CAPACITY=" not in text
+    assert "REALAB_HOOK_POLICY=slo-driven:start_wait_target_s=inf" in text
+    data["setup"]["workloads"][0]["hook_policy"] = "slo-driven"
+    assert "REALAB_HOOK_POLICY" not in "\n".join(policies.reproduce(data))

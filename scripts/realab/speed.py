@@ -220,18 +220,24 @@ class Standing:
         return [self.nominal] if self.own_capacity else [self.nominal / x for x in self.speeds.values()]
 
 
-def standings(set_dir: Path, data: dict) -> dict[tuple, Standing]:
-    """{(workload, load, round, config): Standing} for every run of the set."""
+def machine_readings(set_dir: Path, data: dict) -> tuple[dict[str, Probe], dict[str, dict[str, float]]]:
+    """Each invocation's probe and runs' steps (`probes`, `in_run_steps`), with those of
+    the sets this one took its capacity from (`capacity_from`: a folder beside this one),
+    so that a set sent at another set's capacity is read against that set's machine."""
     found = probes(set_dir, data)
     steps = in_run_steps(set_dir, data)
-    # A set sent at another set's capacity (`capacity_from`) is read against that set's
-    # machine: its probe and its runs' steps, from its folder beside this one.
     for name in sorted(set(data.get("capacity_from", {}).values())):
         other_dir = set_dir.parent / name
         if (other_dir / "results.json").exists():
             other = json.loads((other_dir / "results.json").read_text())
             found = {**probes(other_dir, other), **found}
             steps = {**in_run_steps(other_dir, other), **steps}
+    return found, steps
+
+
+def standings(set_dir: Path, data: dict) -> dict[tuple, Standing]:
+    """{(workload, load, round, config): Standing} for every run of the set."""
+    found, steps = machine_readings(set_dir, data)
     out: dict[tuple, Standing] = {}
     for r in data["runs"]:
         key = (r["workload"], r["load"], r["round"], r["config"])
@@ -291,8 +297,7 @@ def machine_lines(set_dir: Path, data: dict) -> list[str]:
     """The page's table of the set's invocations: the rounds each measured and how fast
     its machine ran, by the curve probe and by its runs' own steps (`in_run_steps`),
     against the machine that measured the capacity (else the set's first invocation)."""
-    found = probes(set_dir, data)
-    steps = in_run_steps(set_dir, data)
+    found, steps = machine_readings(set_dir, data)
     works = [Path(w).name for w in data.get("work", [])]
     if len(set(found) | set(steps)) < 2:
         return []
@@ -303,7 +308,10 @@ def machine_lines(set_dir: Path, data: dict) -> list[str]:
     bases = {capacity_work(data, w["name"]) for w in data["setup"]["workloads"]}
     basis = next(iter(bases)) if len(bases) == 1 and None not in bases else None
     ref = basis or works[0]
-    against = ("the machine that measured the capacity" if basis else
+    sources = sorted(set(data.get("capacity_from", {}).values()))
+    against = (f"the machine that measured the capacity, invocation {basis} of set `{', '.join(sources)}`"
+               if basis and sources else
+               "the machine that measured the capacity" if basis else
                "the set's first invocation (the set's capacity was measured by a run outside it)")
     lines = ["**Which machine each invocation ran on** (`speed.py`), against " + against + ": the stock engine's "
              "steps over the curve probe every invocation runs first (the same prompts and decode batches on the same "
@@ -336,7 +344,15 @@ def machine_lines(set_dir: Path, data: dict) -> list[str]:
                           + (f"{sp['probe']:.2f}x" if "probe" in sp else "nothing")
                           + " and its runs' steps " + (f"{sp['steps']:.2f}x" if "steps" in sp else "nothing"))
         lines.append(f"| {work} | {rounds} | " + " | ".join(cells) + " |")
-    if readings:
+    if readings and ref not in works:
+        # Every invocation ran on a machine other than the capacity's: say where that put them.
+        stood = standings(set_dir, data)
+        loads = sorted({round(100 * x.load) for (_w, _at, _r, c), x in stood.items() if c == "stock" and x.load})
+        nominal = sorted({round(100 * at) for (_w, at, _r, c) in stood if c == "stock"})
+        if loads:
+            lines += ["", f"Sent at {', '.join(f'{x}%' for x in nominal)} of that capacity, the rounds stood at "
+                      f"{', '.join(f'{x}%' for x in loads)} of their own machine's."]
+    elif readings:
         lines += ["", f"The machines differed by up to {max(readings) / min(readings):.2f}x in speed."]
     if checks:
         lines += ["", "Where an invocation measured its own capacity (the harness does since `speed.py`), the "

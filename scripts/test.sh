@@ -33,6 +33,13 @@ cargo clippy --locked -p meridian-proxy --no-default-features --bins -- -D warni
 
 step "fuzz smoke: every libFuzzer target for a few seconds (the corpus replay runs in cargo test)"
 FUZZ_SMOKE_SECONDS=10 scripts/fuzz.sh --smoke
+# cargo-fuzz resolves the libFuzzer workspace without --locked: a dependency the fuzzed
+# crates gained shows as a rewritten lockfile, which must be committed, not left to drift.
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1 && ! git diff --quiet -- fuzz/libfuzzer/Cargo.lock; then
+  echo "fuzz/libfuzzer/Cargo.lock is out of date (the fuzz build rewrote it): commit the change" >&2
+  git --no-pager diff --stat -- fuzz/libfuzzer/Cargo.lock >&2
+  exit 1
+fi
 
 # meridian-kernels: the C ABI cdylib for tests/python/test_kernels_abi.py (ctypes).
 cargo build --locked -p meridian-kernels --lib

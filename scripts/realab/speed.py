@@ -346,9 +346,10 @@ def machine_lines(set_dir: Path, data: dict) -> list[str]:
         lines.append(f"| {work} | {rounds} | " + " | ".join(cells) + " |")
     if readings and ref not in works:
         # Every invocation ran on a machine other than the capacity's: say where that put them.
-        stood = standings(set_dir, data)
-        loads = sorted({round(100 * x.load) for (_w, _at, _r, c), x in stood.items() if c == "stock" and x.load})
-        nominal = sorted({round(100 * at) for (_w, at, _r, c) in stood if c == "stock"})
+        stock = [r for r in data["runs"] if r["config"] == "stock"]
+        stood = [Standing(r["load"], speeds_of(r.get("work"), ref, found, steps), False) for r in stock]
+        loads = sorted({round(100 * x.load) for x in stood if x.load})
+        nominal = sorted({round(100 * r["load"]) for r in stock})
         if loads:
             lines += ["", f"Sent at {', '.join(f'{x}%' for x in nominal)} of that capacity, the rounds stood at "
                       f"{', '.join(f'{x}%' for x in loads)} of their own machine's."]

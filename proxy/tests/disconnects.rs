@@ -103,3 +103,27 @@ async fn a_client_that_leaves_while_queued_leaves_the_queue_at_once() {
     assert_eq!(rig.mocks[0].requests().len(), 1, "the departed request never went upstream");
     drop(held);
 }
+
+#[tokio::test]
+async fn a_client_that_hangs_up_after_its_answers_end_is_counted_answered() {
+    // The engine sends the whole stream, `[DONE]` included, and then keeps its body open
+    // a while, as a busy server may before it closes; the client (like the `openai`
+    // client) hangs up as soon as it reads `[DONE]`. It had its whole answer.
+    let rig = Rig::new(1).await;
+    let whole = meridian_mock_upstream::builtin_fixtures()["qwen3-reasoning"].body.len().to_string();
+    let resp = rig
+        .chat("Qwen/Qwen3-8B", "qwen3-reasoning", &[("x-mock-hang-after-bytes", whole.as_str())])
+        .send()
+        .await
+        .unwrap();
+    let mut stream = resp.bytes_stream();
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("data: [DONE]") {
+        let chunk = tokio::time::timeout(Duration::from_secs(5), stream.next()).await;
+        seen.extend_from_slice(&chunk.expect("the stream reached [DONE]").unwrap().unwrap());
+    }
+    drop(stream);
+    let answered = || sample(&rig.scrape(), "meridian_requests_total", &[("outcome", "ok")]) == Some(1.0);
+    held_after(Instant::now(), "the answer counted ok", answered).await;
+    assert_eq!(disconnects(&rig), 0.0, "an answer read to its end is not a departure");
+}

@@ -3,7 +3,8 @@
 //! Upstream failure or silence ends the client's stream with an OpenAI-style error event
 //! instead of a hang (the termination stage makes it); a client that goes away drops
 //! this body, which drops the upstream response and so cancels the request in the
-//! engine. When a drain's grace runs out, the stream ends with a `server_shutting_down`
+//! engine (unless the answer's end had already gone out: then it counts as
+//! completed). When a drain's grace runs out, the stream ends with a `server_shutting_down`
 //! error event; dropping the body then aborts the upstream request.
 //!
 //! The body knows how to read an upstream and nothing of what its bytes mean: whole
@@ -73,6 +74,21 @@ pin_project_lite::pin_project! {
         saw_done: bool,
         stages: Box<dyn RelayStage>,
         done: bool,
+    }
+
+    /// A client that hangs up once it has its answer's end (`[DONE]`, or every
+    /// choice's `finish_reason`, or the API's end-of-response event) has had the
+    /// whole answer; the upstream may simply not have closed its body yet (the
+    /// `openai` client closes its connection at `[DONE]`). The answer is counted as
+    /// completed, not as a departure.
+    impl PinnedDrop for RelayBody {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            let relayed = Relayed { observer: this.observer, saw_done: this.saw_done };
+            if !*this.done && relayed.answer_ended() {
+                this.observer.complete();
+            }
+        }
     }
 }
 

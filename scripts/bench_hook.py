@@ -3,7 +3,7 @@ stock `AsyncScheduler.schedule`, and what one call of `MeridianLogitsProcessor` 
 at 1, 16, 64 and 256 running requests in steady decode.
 
 Both schedulers are vLLM's real classes, built on CPU without a model
-(scripts/vllm_scheduler_rig.py); this script plays the model. The two engines get the same
+(`meridian_hook.testing`); this script plays the model. The two engines get the same
 requests and the same sampled tokens, and are stepped in alternation (which one goes
 first alternates too), so both see the same machine noise; only `schedule()` is timed.
 

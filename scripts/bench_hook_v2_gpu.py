@@ -46,10 +46,8 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from meridian_hook import _native  # noqa: E402
-from meridian_hook.v2_batch import V2Batch, force  # noqa: E402
+from meridian_hook import _native
+from meridian_hook.v2_batch import V2Batch, force
 
 THINK_START, THINK_END = 151667, 151668  # Qwen3's <think> and </think>
 VOCAB = 151_936

@@ -2,6 +2,7 @@
 make_tiny_model.py builds, so a proxy recognises its think delimiters."""
 
 import json
+import sys
 from pathlib import Path
 
 
@@ -27,3 +28,19 @@ status = "text_only"
 source = "scripts/make_tiny_model.py"
 """)
     return ids
+
+
+def main(argv: list[str]) -> int:
+    """``tiny_family.py MODEL_DIR MODELS_DIR [SERVED_NAME ...]``: writes the family file and
+    prints the delimiter ids as JSON (how the product's tests get it: they run the tools
+    in scripts/, they do not import them)."""
+    if len(argv) < 2:
+        print(main.__doc__, file=sys.stderr)
+        return 2
+    names = tuple(argv[2:]) or ("tiny-qwen3",)
+    print(json.dumps(write_family(Path(argv[0]), Path(argv[1]), names)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -3,8 +3,9 @@
 //! the hook's channel and the stream registry; `relay` below `ending`; the routes and the
 //! server above them all (`docs/src/architecture/proxy.md`).
 //!
-//! Read from the source: every `crate::<module>` a module names in code (comments and its
-//! `#[cfg(test)]` tail left out, since tests may reach anywhere).
+//! Read from the source: every top-level module a module names in code, through
+//! `crate::<module>`, a `crate::{...}` group or `super::` climbing out of it (comments and
+//! its `#[cfg(test)]` tail left out, since tests may reach anywhere).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -25,33 +26,122 @@ fn imports() -> BTreeMap<String, BTreeMap<String, String>> {
                 continue;
             }
             let rel = path.strip_prefix(&src).expect("under src/").to_string_lossy().replace('\\', "/");
-            let top = rel.split('/').next().unwrap_or_default().trim_end_matches(".rs").to_owned();
             let text = std::fs::read_to_string(&path).expect("a source file");
-            for (n, line) in text.lines().enumerate() {
-                let code = line.trim_start();
-                if code.starts_with("#[cfg(test)]") {
-                    break;
-                }
-                if code.starts_with("//") {
-                    continue;
-                }
-                let mut rest = code;
-                while let Some(at) = rest.find("crate::") {
-                    rest = &rest[at + "crate::".len()..];
-                    let name: String =
-                        rest.chars().take_while(|c| c.is_ascii_lowercase() || *c == '_').collect();
-                    if !name.is_empty() && name != top {
-                        graph
-                            .entry(top.clone())
-                            .or_default()
-                            .entry(name)
-                            .or_insert_with(|| format!("{rel}:{}", n + 1));
-                    }
+            let top = module_path(&rel).into_iter().next().unwrap_or_default();
+            for (name, line) in named_modules(&rel, &text) {
+                if name != top {
+                    graph.entry(top.clone()).or_default().entry(name).or_insert_with(|| format!("{rel}:{line}"));
                 }
             }
         }
     }
     graph
+}
+
+/// The module path of a file under `src/` (`relay/body.rs` is `relay::body`,
+/// `relay/mod.rs` is `relay`, `lib.rs` the crate root).
+fn module_path(rel: &str) -> Vec<String> {
+    let mut parts: Vec<String> = rel.trim_end_matches(".rs").split('/').map(str::to_owned).collect();
+    if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+        parts.pop();
+    }
+    parts
+}
+
+/// Every top-level module a file's code names, with the line it does: through `crate::a`,
+/// `crate::{a, b::c}` (a group may span lines), and `super::` chains that climb out of
+/// the file's own top-level module. Comments and the `#[cfg(test)]` tail are left out,
+/// since tests may reach anywhere.
+fn named_modules(rel: &str, text: &str) -> Vec<(String, usize)> {
+    // The code as one string, each byte's line kept.
+    let mut code = String::new();
+    let mut line_of = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("#[cfg(test)]") {
+            break;
+        }
+        if trimmed.starts_with("//") {
+            continue;
+        }
+        let kept = trimmed.split(" //").next().unwrap_or_default();
+        code.push_str(kept);
+        code.push('\n');
+        line_of.extend(std::iter::repeat_n(n + 1, kept.len() + 1));
+    }
+    let ident = |s: &str| -> String { s.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect() };
+    let here = module_path(rel);
+    let mut found = Vec::new();
+    let mut at = 0;
+    while at < code.len() {
+        let rest = &code[at..];
+        let boundary = at == 0 || !code[..at].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_');
+        if boundary && rest.starts_with("crate::") {
+            let after = &rest["crate::".len()..];
+            if let Some(group) = after.strip_prefix('{') {
+                // Each element of the group, at its own depth: `a`, `b::c`, `d::{e, f}`.
+                let mut depth = 0usize;
+                let mut element_start = true;
+                for (i, c) in group.char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' if depth == 0 => break,
+                        '}' => depth -= 1,
+                        ',' if depth == 0 => element_start = true,
+                        c if element_start && !c.is_whitespace() => {
+                            element_start = false;
+                            let name = ident(&group[i..]);
+                            let offset = at + "crate::{".len() + i;
+                            if !name.is_empty() && name != "self" {
+                                found.push((name, line_of[offset]));
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            } else {
+                let name = ident(after);
+                if !name.is_empty() {
+                    found.push((name, line_of[at]));
+                }
+            }
+            at += "crate::".len();
+            continue;
+        }
+        if boundary && rest.starts_with("super::") {
+            let mut climbs = 0;
+            let mut tail = rest;
+            while let Some(t) = tail.strip_prefix("super::") {
+                climbs += 1;
+                tail = t;
+            }
+            // Climbing to the crate root, the next name is a top-level module.
+            if climbs >= here.len() && climbs > 0 {
+                let name = ident(tail);
+                if !name.is_empty() {
+                    found.push((name, line_of[at]));
+                }
+            }
+            at += "super::".len() * climbs;
+            continue;
+        }
+        at += rest.chars().next().map_or(1, char::len_utf8);
+    }
+    found
+}
+
+#[test]
+fn the_scan_reads_groups_and_climbs_out_of_a_module() {
+    let names = |rel: &str, text: &str| -> Vec<String> { named_modules(rel, text).into_iter().map(|(n, _)| n).collect() };
+    assert_eq!(names("relay/body.rs", "use crate::ctx::Arrival;"), ["ctx"]);
+    assert_eq!(names("relay/body.rs", "use crate::{ctx::Arrival, ending, upstream::{A, B}};"), ["ctx", "ending", "upstream"]);
+    assert_eq!(names("relay/body.rs", "use crate::{\n    ctx,\n    // no\n    hook::X,\n};"), ["ctx", "hook"]);
+    assert_eq!(named_modules("a.rs", "fn f() {}\nuse crate::{\n    ctx,\n};")[0], ("ctx".to_owned(), 3));
+    assert_eq!(names("relay/body.rs", "use super::super::ending::Plan;"), ["ending"], "climbs to the root");
+    assert_eq!(names("relay/body.rs", "use super::stage::Flow;"), Vec::<String>::new(), "stays in relay");
+    assert_eq!(names("relay/mod.rs", "use super::ending;"), ["ending"], "a module's mod.rs is one level down");
+    assert_eq!(names("relay/body.rs", "// use crate::ending;\nlet x = 1; // crate::hook"), Vec::<String>::new());
+    assert_eq!(names("relay/body.rs", "fn f() {}\n#[cfg(test)]\nmod tests { use crate::ending; }"), Vec::<String>::new());
 }
 
 /// A cycle through `start`, as the modules on it, if there is one.

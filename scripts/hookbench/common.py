@@ -11,7 +11,7 @@ GPU_STEP_MS = 10.0
 PROMPT_LEN = 32
 WARMUP_STEPS = 24
 THINK_TOKEN, ANSWER_TOKEN = 7, 9
-MAX_MODEL_LEN = 4096  # scripts/vllm_scheduler_rig.py builds the engines with it
+MAX_MODEL_LEN = 4096  # meridian_hook.testing builds the engines with it
 VOCAB = 151_936  # Qwen3's: the logits tensor the processor receives
 
 

@@ -26,7 +26,7 @@ class LogitsResult:
 def bench_logits(n: int, steps: int) -> tuple[int, list[float], list[float]]:
     import numpy as np
     import torch
-    from vllm_scheduler_rig import reasoning_config
+    from meridian_hook.testing import reasoning_config
     from vllm.sampling_params import SamplingParams
     from vllm.v1.sample.logits_processor.interface import BatchUpdate
 

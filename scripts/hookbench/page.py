@@ -106,7 +106,7 @@ def write_report(
         "## Method",
         "",
         "vLLM's real scheduler classes, built on CPU without a model (as in",
-        "`scripts/vllm_scheduler_rig.py`), stepped by hand. Two engines, stock `AsyncScheduler` and",
+        "`meridian_hook.testing`), stepped by hand. Two engines, stock `AsyncScheduler` and",
         f"`MeridianScheduler` (the hook's default config: policy `{sched[0].policy}`, no policy",
         "channel), get the same requests and the same sampled tokens, and are stepped in",
         "alternation (which goes first alternates).",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from .common import ANSWER_TOKEN, PROMPT_LEN, Spread, THINK_TOKEN, WARMUP_STEPS
 
 def prompt(i: int) -> list[int]:
-    from vllm_scheduler_rig import THINK_START
+    from meridian_hook.testing import THINK_START
 
     # Distinct prompts (no two requests alike), the think block opened by the template.
     return [1 + (i * 7 + k) % 400 for k in range(PROMPT_LEN - 1)] + [THINK_START]
@@ -25,7 +25,7 @@ def script_token(i: int, produced: int) -> int:
     """What request i samples as its `produced`-th output token (0-based): odd requests
     close their thought within the warm-up (at staggered points) and answer from then
     on; even ones think throughout."""
-    from vllm_scheduler_rig import THINK_END
+    from meridian_hook.testing import THINK_END
 
     if i % 2 == 1:
         close_at = 2 + (i // 2) % 8
@@ -76,7 +76,7 @@ class Driver:
     """One engine (stock or hooked) and the model it is played against."""
 
     def __init__(self, cls: type, n: int, steps: int) -> None:
-        from vllm_scheduler_rig import BLOCK, build
+        from meridian_hook.testing import BLOCK, build
 
         total = PROMPT_LEN + WARMUP_STEPS + steps + 8
         blocks = n * (total // BLOCK + 2) + 16

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from binaries import binary
+from built import built as binary
 
 ROOT = Path(__file__).resolve().parents[2]
 

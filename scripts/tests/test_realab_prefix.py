@@ -137,7 +137,7 @@ def test_the_ceiling_is_the_previous_prompt_in_whole_blocks(tmp_path):
 
 
 def test_the_twins_cache_is_set_beside_vllms_turn_by_turn(tmp_path):
-    from binaries import binary
+    from built import built as binary
 
     # A 4-token-block profile; one conversation whose second turn vLLM reported 20 of 40
     # prompt tokens cached (the first turn's 22 tokens in whole blocks), a third turn

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import torch
-from vllm_scheduler_rig import THINK_START, build
+from meridian_hook.testing import THINK_START, build
 from test_logits import PROMPT as LOGITS_PROMPT
 from test_logits import VOCAB, forced_rows, params, v1_processor
 from vllm.v1.sample.logits_processor.interface import BatchUpdate

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import metric
-from vllm_scheduler_rig import THINK_END, THINK_START, reasoning_config
+from meridian_hook.testing import THINK_END, THINK_START, reasoning_config
 from vllm.sampling_params import SamplingParams
 from vllm.v1.sample.logits_processor.interface import BatchUpdate, MoveDirectionality
 

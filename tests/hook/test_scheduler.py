@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import metric, tier
-from vllm_scheduler_rig import THINK_END, THINK_START, build
+from meridian_hook.testing import THINK_END, THINK_START, build
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.request import RequestStatus
 

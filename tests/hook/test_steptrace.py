@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from vllm_scheduler_rig import THINK_END, THINK_START, build
+from meridian_hook.testing import THINK_END, THINK_START, build
 from vllm.v1.core.sched.scheduler import Scheduler
 
 from meridian_hook import _native

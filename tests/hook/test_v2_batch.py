@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import metric
-from vllm_scheduler_rig import THINK_END, THINK_START
+from meridian_hook.testing import THINK_END, THINK_START
 
 from meridian_hook import _native
 from meridian_hook.v2_batch import V2Batch, force

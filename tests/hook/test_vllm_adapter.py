@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import metric
-from vllm_scheduler_rig import THINK_END, THINK_START, build
+from meridian_hook.testing import THINK_END, THINK_START, build
 from vllm.v1.core.kv_cache_utils import FreeKVCacheBlockQueue
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 
@@ -37,6 +37,7 @@ def test_the_installed_hook_supports_the_vllm_it_is_tested_on():
     assert vllm_adapter.version_problem(vllm_adapter.vllm_version(), supported) is None
     e = build(MeridianScheduler, num_blocks=64)
     assert vllm_adapter.scheduler_problems(e.scheduler, AsyncScheduler) == []
+    assert vllm_adapter.v2_problems() == [], "Model Runner V2's processor interface has what the hook reads"
     assert e.scheduler._meridian is not None, "the hook acts"
     assert metric("meridian_hook_disabled") == 0
 
@@ -75,6 +76,46 @@ def test_a_missing_internal_is_named(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delattr(FreeKVCacheBlockQueue, "prepend_n")
     with pytest.raises(vllm_adapter.UnsupportedVllm, match=r"FreeKVCacheBlockQueue\.prepend_n\(\)"):
         build(MeridianScheduler, num_blocks=64)
+
+
+def test_a_missing_model_runner_v2_field_refuses_the_engine_at_start(monkeypatch: pytest.MonkeyPatch):
+    # Under Model Runner V2 (the GPU default) the logits processor reads the step's batch
+    # layout; a release that renamed a field would fail every GPU step into a caught error
+    # while the proxy believed the hook could end thinking. The engine core finds it first.
+    from vllm.v1.worker.gpu.sample.logits_processor.interface import LogitsContext
+
+    fields = {k: v for k, v in LogitsContext.__dataclass_fields__.items() if k != "seq_lens_upper_bound_np"}
+    monkeypatch.setattr(LogitsContext, "__dataclass_fields__", fields)
+    with pytest.raises(vllm_adapter.UnsupportedVllm, match=r"LogitsContext\.seq_lens_upper_bound_np"):
+        build(MeridianScheduler, num_blocks=64)
+
+
+def test_a_v2_request_state_without_what_the_processor_reads_is_refused_or_disabled(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+):
+    from types import SimpleNamespace
+
+    import numpy as np
+    import torch
+    from meridian_hook.testing import reasoning_config
+
+    config = SimpleNamespace(reasoning_config=reasoning_config(), model_config=None)
+    renamed = SimpleNamespace(
+        prompt_len=SimpleNamespace(np=np.zeros(4, dtype=np.int32)),
+        prefill_len=SimpleNamespace(host=np.zeros(4, dtype=np.int32)),  # `np` renamed
+        all_token_ids=SimpleNamespace(gpu=torch.zeros(4, 16, dtype=torch.int32)),
+    )
+    with pytest.raises(vllm_adapter.UnsupportedVllm, match=r"LogitsProcRequestState\.prefill_len\.np"):
+        MeridianLogitsProcessor(config, renamed)
+    cfg = tmp_path / "meridian.toml"
+    cfg.write_text('[hook]\non_unsupported_vllm = "disable"\n')
+    monkeypatch.setenv("MERIDIAN_HOOK_CONFIG", str(cfg))
+    import meridian_hook.runtime as rt
+
+    monkeypatch.setattr(rt, "_runtime", None)
+    lp = MeridianLogitsProcessor(config, renamed)
+    assert lp._ctl is None and not lp.add_request(0, None), "the processor stays out of the way"
+    assert metric("meridian_hook_disabled") == 1
 
 
 def test_an_override_vllm_no_longer_calls_is_named():

@@ -13,6 +13,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -22,7 +23,6 @@ import requests
 
 from conftest import ROOT, binary, metric, start_proxy, stream_labels, wait_ready
 
-from tiny_family import write_family
 
 VLLM_PYTHON = os.environ.get("MERIDIAN_VLLM_PYTHON")
 CACHE = Path(os.environ.get("MERIDIAN_CACHE", Path.home() / ".cache" / "meridian"))
@@ -93,7 +93,9 @@ def vllm_server(tiny_model, tmp_path_factory):
 def tiny_family(tiny_model: Path, tmp_path_factory) -> tuple[Path, dict]:
     """A models directory describing the tiny model, and its delimiter ids."""
     models = tmp_path_factory.mktemp("models")
-    return models, write_family(tiny_model, models)
+    written = subprocess.run([sys.executable, ROOT / "scripts" / "tiny_family.py", tiny_model, models],
+                             check=True, capture_output=True, text=True)
+    return models, json.loads(written.stdout)
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,5 @@
 """The workspace's binaries tests run (the proxy, the mock upstream, the twin, the load
-tester), from the build `scripts/test.sh` makes (`MERIDIAN_BIN_DIR`, else target/debug):
-the product's tests and the benchmark harnesses' alike."""
+tester), from the build `scripts/test.sh` makes (`MERIDIAN_BIN_DIR`, else target/debug)."""
 
 import os
 from pathlib import Path

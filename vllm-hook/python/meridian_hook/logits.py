@@ -30,6 +30,7 @@ except ImportError:  # pragma: no cover - older vLLM: V1 only
     V2LogitsProcessor = None  # type: ignore[assignment,misc]
 
 from meridian_hook import _native
+from meridian_hook import vllm_adapter as adapter
 from meridian_hook.late_reads import LateEntropies
 from meridian_hook.probe import entropies
 from meridian_hook.v2_batch import V2Batch, force
@@ -78,6 +79,9 @@ class MeridianLogitsProcessor(*_bases):  # type: ignore[misc]
             return
         if not self._rt.vllm_supported():
             return  # disabled on an unsupported vLLM (logged); raises if refused
+        # Outside any guard: a refusal must stop the engine, not be counted and passed over.
+        if self._v2 and not self._rt.check_supported(adapter.v2_state_problems(self._req_states)):
+            return
         with self._rt.guard("logits_processor"):
             cfg = self._rt.config
             start, end = think_markers(vllm_config)
@@ -162,7 +166,7 @@ class MeridianLogitsProcessor(*_bases):  # type: ignore[misc]
         # through the `guard` context manager (a generator object per call).
         try:
             if self._batch is not None:
-                if logits.shape[0] != len(ctx.idx_mapping_np):
+                if logits.shape[0] != len(adapter.v2_slots(ctx)):
                     # Speculative decoding gives a request several rows; not handled yet.
                     return logits
                 forced = self._batch.step(logits, ctx)

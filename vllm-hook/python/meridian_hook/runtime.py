@@ -67,10 +67,16 @@ class HookRuntime:
         ``meridian_hook_disabled 1`` and returns False (run as stock vLLM)."""
         if scheduler is None and self._supported is not None:
             return self._supported
-        found = vllm_adapter.problems(scheduler, stock)
+        return self.check_supported(vllm_adapter.problems(scheduler, stock))
+
+    def check_supported(self, found: list[str]) -> bool:
+        """What :meth:`vllm_supported` does with the problems it found, for a check made
+        elsewhere (the logits processor's look at Model Runner V2's live state): none,
+        True; else refuse, or disable and say so, as configured."""
         if not found:
-            self._supported = True
-            return True
+            if self._supported is None:
+                self._supported = True
+            return self._supported
         if self.config.hook.on_unsupported_vllm != "disable":
             raise vllm_adapter.UnsupportedVllm(found)
         self._supported = False

@@ -68,7 +68,7 @@ class MeridianScheduler(AsyncScheduler):
             start, end = think_markers(self.vllm_config)
             # The step budget as configured (the hook narrows max_num_scheduled_tokens
             # within a step and restores it; the configured figure is the engine's).
-            budget = self.scheduler_config.max_num_batched_tokens
+            budget = adapter.step_token_budget(self)
             self._meridian = _native.SchedulerCore(rt.config.hook.policy, start, end, budget)
             if str(getattr(self, "policy", "")).lower().endswith("priority"):
                 log.warning(
@@ -117,8 +117,9 @@ class MeridianScheduler(AsyncScheduler):
             held, self._meridian_held = self._meridian_held, []
             if held:
                 # Still RUNNING: they only sat this step out, at the back of the list.
-                present = set(map(id, self.running))
-                self.running.extend(r for r in held if id(r) not in present)
+                running = adapter.running(self)
+                present = set(map(id, running))
+                running.extend(r for r in held if id(r) not in present)
 
     def update_from_output(self, *args: Any, **kwargs: Any) -> Any:
         out = super().update_from_output(*args, **kwargs)
@@ -130,8 +131,9 @@ class MeridianScheduler(AsyncScheduler):
             try:
                 # With the engine's running requests by phase and its queue, published for
                 # every proxy replica to read (the hello's `engine`).
-                core.observe_outputs(self.running, adapter.waiting_requests(self))
-                if not self.running or self._meridian_steps % _HOUSEKEEPING_EVERY == 1:
+                running = adapter.running(self)
+                core.observe_outputs(running, adapter.waiting_requests(self))
+                if not running or self._meridian_steps % _HOUSEKEEPING_EVERY == 1:
                     # From the first step on, every 16th, and once drained.
                     core.count_free_blocks(adapter.free_kv_blocks(self))
             except Exception:  # noqa: BLE001 - never crash the engine
@@ -154,7 +156,7 @@ class MeridianScheduler(AsyncScheduler):
         budget that bounds its prompt tokens, the core having put the prefilling
         requests behind the decoding ones."""
         if hold:
-            running = self.running
+            running = adapter.running(self)
             kept = len(running) - len(hold)
             if adapter.free_kv_blocks(self) >= kept:
                 # Only with a block to spare for every kept request: otherwise vLLM would
@@ -175,7 +177,7 @@ class MeridianScheduler(AsyncScheduler):
         """Orders the running list by the policy (the core reads the requests and only
         their tokens generated since the last step); returns the step's limits, whom
         they hold out and the token budget that bounds its prompt tokens."""
-        running = self.running
+        running = adapter.running(self)
         if not running:
             return _NO_PLAN
         order, prefill_cap, think_cap, hold, budget = core.plan_running(running, adapter.oldest_waiting_start(self))
@@ -187,15 +189,15 @@ class MeridianScheduler(AsyncScheduler):
         return (prefill_cap, think_cap, hold, budget)
 
     def _meridian_housekeeping(self, core: _native.SchedulerCore) -> None:
-        core.retain(self.requests.keys())
-        block_size = int(self.cache_config.block_size)
+        core.retain(adapter.known_request_ids(self))
+        block_size = adapter.block_size(self)
         # vLLM's blocks per request, one table per KV cache group: the core reads them for
         # the running requests without a Python call per request.
         tables = adapter.block_tables(self)
         if tables is not None:
             core.account_kv_running(tables, block_size)
             return
-        core.account_kv([(r.request_id, adapter.blocks_held(self, r.request_id)) for r in self.running], block_size)
+        core.account_kv([(r.request_id, adapter.blocks_held(self, r.request_id)) for r in adapter.running(self)], block_size)
 
     def _preempt_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
         if self._meridian is not None:
@@ -216,7 +218,7 @@ class MeridianScheduler(AsyncScheduler):
         if core is not None:
             with self._meridian_rt.guard("scheduler"):
                 first = core.first_dead_block(
-                    request.request_id, request.num_prompt_tokens, int(self.cache_config.block_size)
+                    request.request_id, adapter.prompt_tokens(request), adapter.block_size(self)
                 )
                 if first is not None:
                     tail = adapter.blocks_after(self, request, first)

@@ -84,7 +84,7 @@ class V2Batch:
         self._land(block=False)
         reads = _StepReads()
         if self._pending_prompt:
-            for slot in [s for s in ctx.idx_mapping_np.tolist() if s in self._pending_prompt]:
+            for slot in [s for s in adapter.v2_slots(ctx).tolist() if s in self._pending_prompt]:
                 self._pending_prompt.discard(slot)
                 epoch = ctl.epoch(slot)
                 if epoch is not None:

@@ -8,7 +8,8 @@ subclasses ``AsyncScheduler`` and overrides two private methods (``_preempt_requ
 the KV block pool's free queue, reads the KV coordinator's block tables, tells vLLM's
 engine-core process by its name, and (in Rust, ``src/sched/objects.rs``) reads
 ``Request._output_token_ids``; the step trace (``steptrace.py``) reads each step's
-``SchedulerOutput`` through the functions here. Any vLLM release may rename one of them. Without this
+``SchedulerOutput`` through the functions here, and the logits processor reads Model
+Runner V2's request state and batch layout through the ``v2_*`` functions. Any vLLM release may rename one of them. Without this
 check a rename showed only as a caught error per step, or not at all (an override vLLM
 no longer calls), while the engine quietly ran stock and the proxy believed the hook
 acted.
@@ -213,11 +214,69 @@ def scheduler_problems(scheduler: Any, stock: type) -> list[str]:
 STEP_OUTPUT_FIELDS = ("num_scheduled_tokens", "total_num_scheduled_tokens", "preempted_req_ids")
 
 
+#: What the logits processor reads of Model Runner V2's state (``LogitsProcRequestState``)
+#: and of each step's batch layout (``LogitsContext``); see the ``v2_*`` readers below.
+V2_STATE_FIELDS = ("prompt_len", "prefill_len", "all_token_ids")
+V2_CONTEXT_FIELDS = ("idx_mapping_np", "seq_lens_upper_bound_np", "input_ids")
+#: The V2 interface, and the buffers whose host (``np``) and device (``gpu``) views it reads.
+V2_INTERFACE = "vllm.v1.worker.gpu.sample.logits_processor.interface"
+V2_BUFFERS = "vllm.v1.worker.gpu.buffer_utils"
+
+
+def v2_problems() -> list[str]:
+    """What the logits processor needs of Model Runner V2 (the GPU default) that this vLLM
+    lacks. Checked from the classes, without a model runner, so the engine-core process
+    refuses (or disables) at start-up rather than each GPU step failing into a caught
+    error. A vLLM without V2's processor interface has nothing to check: the processor
+    then runs under the V1 interface alone."""
+    try:
+        interface = importlib.import_module(V2_INTERFACE)
+    except ImportError:
+        return []
+    missing: list[str] = []
+    for cls_name, fields in (("LogitsProcRequestState", V2_STATE_FIELDS), ("LogitsContext", V2_CONTEXT_FIELDS)):
+        declared = getattr(getattr(interface, cls_name, None), "__dataclass_fields__", None)
+        if declared is None:
+            missing.append(f"{V2_INTERFACE}.{cls_name}")
+            continue
+        missing += [f"{cls_name}.{f}" for f in fields if f not in declared]
+    try:
+        buffers = importlib.import_module(V2_BUFFERS)
+        for cls_name, view in (("UvaBackedTensor", "np"), ("StagedWriteTensor", "gpu")):
+            cls = getattr(buffers, cls_name, None)
+            if cls is None or not any(view in _fields_set_in(cls, m) for m in ("__init__", "copy_to_uva")):
+                missing.append(f"{cls_name}.{view}")
+    except ImportError:
+        missing.append(V2_BUFFERS)
+    return missing
+
+
+def v2_state_problems(req_states: Any) -> list[str]:
+    """What a live ``LogitsProcRequestState`` lacks of what the processor reads (the class
+    check, :func:`v2_problems`, cannot see a view made elsewhere)."""
+    probes = (
+        ("LogitsProcRequestState.prompt_len.np", lambda r: len(r.prompt_len.np) >= 0),
+        ("LogitsProcRequestState.prefill_len.np", lambda r: len(r.prefill_len.np) >= 0),
+        ("LogitsProcRequestState.all_token_ids.gpu", lambda r: r.all_token_ids.gpu.dim() == 2),
+    )
+    missing = []
+    for what, probe in probes:
+        try:
+            ok = probe(req_states)
+        except Exception:  # noqa: BLE001 - any failure means the internal is gone
+            ok = False
+        if not ok:
+            missing.append(what)
+    return missing
+
+
 def problems(scheduler: Any = None, stock: type | None = None) -> list[str]:
     """Everything that keeps the hook from running on this vLLM: its version against the
-    supported range, then, given the live ``scheduler`` (a subclass of ``stock``), each
-    internal it lacks. Empty: the hook can run."""
+    supported range and what the logits processor reads of Model Runner V2, then, given
+    the live ``scheduler`` (a subclass of ``stock``), each internal it lacks. Empty: the
+    hook can run."""
     found = [p for p in [version_problem(vllm_version(), supported_range())] if p]
+    found += v2_problems()
     if scheduler is not None and stock is not None:
         found += scheduler_problems(scheduler, stock)
     return found
@@ -230,6 +289,31 @@ def in_engine_core() -> bool:
     """vLLM names its engine-core process ``EngineCore`` (``EngineCore_DP<n>`` with data
     parallelism); the scheduler runs there."""
     return multiprocessing.current_process().name.startswith("EngineCore")
+
+
+def running(scheduler: Any) -> list[Any]:
+    """vLLM's running list, in the order the step will serve it (the hook reorders it in
+    place, and holds requests out of it for one step)."""
+    return scheduler.running
+
+
+def known_request_ids(scheduler: Any) -> Any:
+    """The ids of every request the scheduler holds, running or waiting."""
+    return scheduler.requests.keys()
+
+
+def block_size(scheduler: Any) -> int:
+    """Tokens per KV cache block."""
+    return int(scheduler.cache_config.block_size)
+
+
+def step_token_budget(scheduler: Any) -> int:
+    """The engine's configured tokens per step (``--max-num-batched-tokens``)."""
+    return int(scheduler.scheduler_config.max_num_batched_tokens)
+
+
+def prompt_tokens(request: Any) -> int:
+    return int(request.num_prompt_tokens)
 
 
 def free_kv_blocks(scheduler: Any) -> int:
@@ -370,13 +454,18 @@ def queue_lengths(scheduler: Any) -> tuple[int, int]:
 # ---- Model Runner V2's request state (the GPU default), for the logits processor ------
 
 
+def v2_slots(ctx: Any) -> Any:
+    """Each batch position's request slot this step, on the host (numpy)."""
+    return ctx.idx_mapping_np
+
+
 def v2_columns(req_states: Any, ctx: Any) -> bytes:
     """This step's rows as four columns of native-endian int64, one after the other
     (slot, upper bound of its sequence length, prompt length, tokens prefilled so far),
     as ``ExitController.observe_batch`` reads them."""
     import numpy as np  # noqa: PLC0415 - vLLM's V2 state is numpy; V1 never gets here
 
-    slots = ctx.idx_mapping_np
+    slots = v2_slots(ctx)
     n = len(slots)
     out = np.empty((4, n), dtype=np.int64)
     out[0] = slots

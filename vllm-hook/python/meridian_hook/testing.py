@@ -1,6 +1,8 @@
-"""Builds vLLM's real scheduler classes on CPU, without a model or a tokenizer, and
-steps them by hand: the scheduler decides, the test plays the model (it says which
-token each scheduled request sampled)."""
+"""vLLM's real scheduler classes built on CPU, without a model or a tokenizer, and
+stepped by hand: the scheduler decides, the caller plays the model (it says which token
+each scheduled request sampled). The hook's tests and its benchmarks (``scripts/hookbench``)
+drive the scheduler subclass through it, and so can anyone checking a policy against a
+vLLM release without a GPU: ``build(MeridianScheduler)`` and step it."""
 
 from __future__ import annotations
 

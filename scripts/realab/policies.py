@@ -294,7 +294,7 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
                    " (the policy Meridian shipped when this set was measured)" if len(shipped_policies) == 1 else
                    " (a policy Meridian shipped while this set was measured)")
         lines.append(f"- **{config}{shipped}, do no harm (every metric's interval at or below 1.05): "
-                     f"{h.word}**" + (f", decided by {h.decided_by}" if h.decided_by else "") + ".")
+                     f"{h.word}**" + (f", decided by {h.decided_by}" if h.decided_by else "") + h.settle_text() + ".")
     for config in (c for c in configs if policies.get(c) == "fcfs" or c == STOCK_AGAIN):
         lines += noise_floor(config, tables[config], len(set(runs.get(config, {})) & set(runs["stock"])))
     lines.append("")

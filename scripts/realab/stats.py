@@ -359,9 +359,65 @@ def verdict(interval, target: float, better: str = "lower") -> str:
 
 
 @dataclass(frozen=True)
+class Settling:
+    """How more rounds would settle an unresolved verdict: as `side` ("met" or "harm"),
+    by `metric` (whose estimate is `estimate`), after `rounds` in all (None: more than
+    `SETTLE_LIMIT`)."""
+
+    side: str
+    metric: str
+    estimate: "Estimate"
+    rounds: int | None
+
+    def text(self) -> str:
+        e = self.estimate
+        when = (f"about {self.rounds} rounds in all" if self.rounds is not None
+                else f"more than {SETTLE_LIMIT} rounds")
+        return (f"; at the spread of its {e.n_rounds} rounds, {when} would settle it as {self.side}, by "
+                f"{self.metric}, were its point ({e.point:.2f}) the true effect")
+
+
+@dataclass(frozen=True)
 class Harm:
     word: str  # "met", "harm" or "unresolved"
     decided_by: str  # the metric that settled it
+    #: For an "unresolved" verdict over rounds: what more rounds would do (`settling`).
+    settling: Settling | None = None
+
+    def settle_text(self) -> str:
+        return self.settling.text() if self.settling is not None else ""
+
+
+#: The most rounds `rounds_to_settle` names.
+SETTLE_LIMIT = 100
+
+
+def rounds_to_settle(e: Estimate, bound: float = 1.05, limit: int = SETTLE_LIMIT,
+                     confidence: float = 0.9) -> int | None:
+    """Rounds in all (these and more like them) at which `e`'s interval would clear `bound`
+    (below it for "met", above it for "harm"), were its point the true effect and every
+    round as spread as these: the interval's log half-width on the side facing the bound
+    scales as `run_spread_factor(n) / sqrt(n)`. A projection of the noise, not a forecast
+    of the effect. None: fewer than two rounds, a point on the bound, or more than `limit`."""
+    k = e.n_rounds
+    if k < 2 or not e.run_aware or e.point <= 0 or e.low <= 0:
+        return None
+    gap = math.log(bound / e.point)
+    if gap == 0:
+        return None
+    half = math.log(e.high / e.point) if gap > 0 else math.log(e.point / e.low)
+    base_factor = run_spread_factor(k, confidence)
+    if base_factor is None or half <= 0:
+        return None
+
+    def half_at(n: int) -> float:
+        factor = run_spread_factor(n, confidence) or base_factor
+        return half * (factor / base_factor) * math.sqrt(k / n)
+
+    for n in range(k, limit + 1):
+        if half_at(n) < abs(gap):
+            return n
+    return None
 
 
 def do_no_harm(intervals: dict[str, Estimate | None], bound: float = 1.05) -> Harm:
@@ -379,7 +435,29 @@ def do_no_harm(intervals: dict[str, Estimate | None], bound: float = 1.05) -> Ha
     if not all(v.run_aware for v in measured.values()):
         return Harm(UNRESOLVED, "a single round (no interval carries run-to-run spread)")
     closest = max(measured, key=lambda k: measured[k].high)
-    return Harm(MET if measured[closest].high <= bound else UNRESOLVED, closest)
+    if measured[closest].high <= bound:
+        return Harm(MET, closest)
+    return Harm(UNRESOLVED, closest, settling(measured, bound))
+
+
+def settling(measured: dict[str, Estimate], bound: float = 1.05) -> Settling | None:
+    """What more rounds would make of an unresolved "do no harm", were every point the true
+    effect: with a point above `bound`, harm, as soon as the first such interval clears
+    it; else met, once the last interval to do so has; None with fewer than two rounds."""
+    if not measured or any(e.n_rounds < 2 for e in measured.values()):
+        return None
+    above = {k: e for k, e in measured.items() if e.point > bound}
+    if above:
+        rounds = {k: rounds_to_settle(e, bound) for k, e in above.items()}
+        known = {k: n for k, n in rounds.items() if n is not None}
+        first = min(known, key=known.__getitem__) if known else max(above, key=lambda k: above[k].point)
+        return Settling(HARM, first, above[first], known.get(first))
+    rounds = {k: rounds_to_settle(e, bound) for k, e in measured.items() if e.high > bound}
+    if not rounds:
+        return None
+    never = [k for k, n in rounds.items() if n is None]
+    last = never[0] if never else max(rounds, key=lambda k: rounds[k] or 0)
+    return Settling(MET, last, measured[last], rounds[last])
 
 
 # --- Shares, paired -----------------------------------------------------------------------

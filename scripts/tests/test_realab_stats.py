@@ -357,3 +357,34 @@ def test_a_single_round_gives_an_effect_but_no_verdict():
     assert harm.word == "unresolved" and "single round" in harm.decided_by
     two = paired_ratio(pair_requests(ab(2, 80, lambda v, _: 3 * v), ttot), 0.5, "hook", "stock", resamples=FAST)
     assert two.run_aware and do_no_harm({"TTOT p50": two}).word == "harm"
+
+
+def test_an_unresolved_verdict_says_how_many_rounds_would_settle_it():
+    from realab.stats import rounds_to_settle, run_spread_factor
+
+    # Four rounds, a harmless point whose interval reaches 1.2: the half-width must fall
+    # from log(1.2) to log(1.05) (by 3.7x), which the rounds' count buys as
+    # spread(n) / sqrt(n) does.
+    e = Estimate(1.0, 0.85, 1.2, 400, 4, 0.95, 400)
+    n = rounds_to_settle(e)
+    assert n is not None and n > 4
+    shrink = lambda m: run_spread_factor(m) / math.sqrt(m) / (run_spread_factor(4) / math.sqrt(4))  # noqa: E731
+    assert math.log(1.2) * shrink(n) < math.log(1.05) <= math.log(1.2) * shrink(n - 1)
+    harm = do_no_harm({"TTFT p95": e, "e2e p50": Estimate(1.0, 0.97, 1.04, 400, 4, 0.5, 400)})
+    assert harm.word == "unresolved" and harm.settling.side == "met" and harm.settling.rounds == n
+    assert f"about {n} rounds in all would settle it as met, by TTFT p95" in harm.settle_text()
+
+    # A point above the bound can only settle as harm: by the first interval to clear it.
+    slow = Estimate(1.15, 1.0, 1.32, 400, 4, 0.99, 400)
+    slower = Estimate(1.30, 1.01, 1.7, 400, 4, 0.5, 400)
+    harm = do_no_harm({"TTFT p99": slow, "TTOT p50": slower, "e2e p50": e})
+    assert harm.word == "unresolved" and harm.settling.side == "harm"
+    assert harm.settling.metric == min(["TTFT p99", "TTOT p50"], key=lambda k: rounds_to_settle(
+        {"TTFT p99": slow, "TTOT p50": slower}[k]))
+
+    # A point on the bound never settles; a hopeless spread says "more than" the limit.
+    assert rounds_to_settle(Estimate(1.05, 0.9, 1.2, 400, 4, 0.5, 400)) is None
+    far = do_no_harm({"TTFT p99": Estimate(1.04, 0.5, 2.0, 400, 2, 0.99, 400)})
+    assert far.settling.rounds is None and "more than 100 rounds" in far.settle_text()
+    # One round has no spread to project.
+    assert rounds_to_settle(Estimate(1.0, 0.9, 1.2, 400, 1, 0.5, 400)) is None

@@ -354,3 +354,38 @@ async fn responses_and_messages_get_the_same_hook_budgets_and_directives() {
         Some(0.0)
     );
 }
+
+#[tokio::test]
+async fn a_request_that_waited_for_admission_tells_the_hook_how_long() {
+    // The hook's start target (ADR 0012) counts a start's wait; with admission on, starts
+    // wait here, not in vLLM's queue, so the proxy says how long in `vllm_xargs`.
+    let (addr, _hook) = start_fake_hook().await;
+    let rig = rig_with_hook_and(&addr, "MERIDIAN_TEST_HOOK_SECRET_Q", SECRET, |c| {
+        c.upstream.idle_timeout_s = 30.0;
+        c.admission.enabled = true;
+        c.admission.max_streams = Some(1);
+        c.admission.queue_timeout_s = 30.0;
+    })
+    .await;
+    wait_ready(&rig, 1.0).await;
+    let chat = |extra: Value| {
+        let mut body = json!({"model": "Qwen/Qwen3-8B", "stream": true, "messages": [],
+                              "vllm_xargs": {"meridian_queued_ms": 60000}});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        rig.client.post(rig.url("/v1/chat/completions")).json(&body).header("x-mock-fixture", "qwen3-reasoning")
+    };
+    // One stream the mock never finishes holds the only slot.
+    let held = chat(json!({})).header("x-mock-hang-after-bytes", "10").send().await.unwrap();
+    assert_eq!(held.status(), 200);
+    let queued = tokio::spawn(receive(chat(json!({}))));
+    let waiting = || sample(&rig.scrape(), "meridian_admission_queued", &[("class", "interactive")]) == Some(1.0);
+    eventually("the second request queued", waiting).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(held);
+    assert_eq!(queued.await.unwrap().status, 200);
+    let sent: Vec<Value> = rig.mocks[0].requests().iter().map(|r| serde_json::from_str(&r.body).unwrap()).collect();
+    assert_eq!(sent.len(), 2);
+    assert!(sent[0]["vllm_xargs"].get("meridian_queued_ms").is_none(), "admitted at once, and a client's own is dropped");
+    let waited = sent[1]["vllm_xargs"]["meridian_queued_ms"].as_u64().expect("the queued request says how long");
+    assert!((300..30_000).contains(&waited), "waited about as long as the slot was held: {waited} ms");
+}

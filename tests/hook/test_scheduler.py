@@ -567,3 +567,59 @@ def test_slo_driven_lifts_its_prefill_cap_while_a_start_waits_in_the_queue_past_
     else:
         assert 0 < max(chunks) <= 128, f"answers protected: prompt chunks within half the budget, {chunks}"
         assert capped == 3, "each capped step counted"
+
+
+@pytest.mark.parametrize("queued_ms", [0, 60_000])
+def test_a_prompt_that_waited_past_the_start_target_in_meridians_queue_goes_in_uncapped(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, queued_ms
+):
+    """With admission on, starts wait in the proxy's queue, not vLLM's, and reach the
+    engine with that wait in `vllm_xargs.meridian_queued_ms`. A running request still
+    computing its prompt that had waited there past the start target counts as an overdue
+    start: its prompt goes in with vLLM's own chunks, while one that did not wait is capped
+    (its prefill in the engine is progress, not a wait, as the queue-only rule has it)."""
+    import time
+
+    cfg = tmp_path / "meridian.toml"
+    cfg.write_text('[hook]\npolicy = "slo-driven:output_itl_target_ms=10,start_wait_target_s=20,express=0"\n')
+    monkeypatch.setenv("MERIDIAN_HOOK_CONFIG", str(cfg))
+    e = build(MeridianScheduler, num_blocks=256, budget=256)
+    e.scheduler.scheduler_config.long_prefill_token_threshold = 256
+    now = time.time()
+    e.add("answerer", PROMPT, arrival=now)
+    e.add("thinker", PROMPT, arrival=now)
+    e.step({"answerer": THINK_END})
+    for _ in range(12):  # answering, in steps the policy measures as slow
+        time.sleep(0.03)
+        e.step({})
+    xargs = {"meridian_queued_ms": queued_ms} if queued_ms else None
+    e.add("long", [2] * 900 + [THINK_START], arrival=now, extra_args=xargs)
+    capped = metric("meridian_hook_prefill_capped_steps_total")
+    chunks = []
+    for _ in range(3):
+        time.sleep(0.03)
+        chunks.append(_prompt_tokens(e, e.step({})).get("long", 0))
+    capped = metric("meridian_hook_prefill_capped_steps_total") - capped
+    if queued_ms:
+        assert min(chunks) > 128, f"overdue from the proxy's queue: vLLM's own chunks throughout, {chunks}"
+        assert capped == 0
+    else:
+        assert 0 < max(chunks) <= 128, f"answers protected: prompt chunks within half the budget, {chunks}"
+        assert capped == 3
+
+
+def test_the_oldest_waiting_start_counts_the_wait_in_meridians_queue():
+    from types import SimpleNamespace
+
+    from meridian_hook import vllm_adapter
+
+    def request(arrival, queued_ms=None):
+        extra = {"meridian_queued_ms": queued_ms} if queued_ms is not None else None
+        return SimpleNamespace(num_output_tokens=0, arrival_time=arrival,
+                               sampling_params=SimpleNamespace(extra_args=extra))
+
+    sched = SimpleNamespace(waiting=[request(100.0, 2500)])
+    assert vllm_adapter.oldest_waiting_start(sched) == pytest.approx(97.5)
+    for odd in (None, -5, "2500", True, float("nan"), float("inf")):
+        sched = SimpleNamespace(waiting=[request(100.0, odd)])
+        assert vllm_adapter.oldest_waiting_start(sched) == 100.0, f"{odd!r} is no wait"

@@ -90,7 +90,10 @@ pub trait SchedulingPolicy: Send {
     /// among those in the waiting queue that have generated nothing yet (new requests,
     /// not preempted ones); `None` when none waits. Engines tell it once per step, before
     /// [`SchedulingPolicy::step_limits`]: a limit on prompt tokens delays exactly these
-    /// requests' starts, so a policy that weighs starts against answers needs it.
+    /// requests' starts, so a policy that weighs starts against answers needs it. An
+    /// engine whose requests may first wait elsewhere counts that wait as well: the hook
+    /// moves each arrival back by the request's wait in Meridian's admission queue, and
+    /// counts a running request still computing its prompt as having waited just that.
     fn observe_waiting(&mut self, _oldest_start_arrival_s: Option<f64>) {}
 
     /// Limits for the coming step, given the running requests (in the policy's order).

@@ -25,7 +25,8 @@ pub const DEFAULT_START_WAIT_TARGET_S: f64 = 1.0;
 /// Starts have a target too: output-first's limits (the prompt-token cap, express steps)
 /// slow the prompts going in, and every request queued behind them waits the longer, so
 /// while a request has waited in the engine's queue (not yet admitted) longer than
-/// `start_wait_target_s` the step gets no limits, whatever the answers' step time (the
+/// `start_wait_target_s` (an engine behind Meridian's admission queue counts the wait
+/// there too: see `observe_waiting`'s callers) the step gets no limits, whatever the answers' step time (the
 /// answering requests keep their place at the front of the batch). Measured on vLLM
 /// before this rule existed (`policies-real-engine.md`, set 8: long prompts at 90% load;
 /// `start-cost.md`), the limits made the slowest starts later (TTFT p99 1.17x stock's),

@@ -429,7 +429,7 @@ mod tests {
             let r = GenerationRequest::parse(&body, dialect).unwrap();
             assert_eq!(upstream_body(&body, &r, Some(64), false).unwrap(), body, "{dialect:?}");
             let hooked: serde_json::Value =
-                serde_json::from_slice(&hook_body(&body, &r, Some(64), "s-1", false).unwrap()).unwrap();
+                serde_json::from_slice(&hook_body(&body, &r, Some(64), "s-1", false, None).unwrap()).unwrap();
             assert_eq!(hooked["vllm_xargs"]["meridian_think_budget"], 64, "{dialect:?}: through the hook");
         }
     }
@@ -478,19 +478,25 @@ pub fn upstream_body(
     Ok(Bytes::from(req.members.rewrite(&edits, body.len())))
 }
 
+/// The `vllm_xargs` entry that tells the hook how long a request waited in the proxy's
+/// admission queue, in milliseconds (`meridian_hook.vllm_adapter.QUEUED_ARG`).
+pub const QUEUED_ARG: &str = "meridian_queued_ms";
+
 /// The body for an upstream whose Meridian hook is ready: without Meridian's extension,
 /// and with the request id and think budget in `vllm_xargs`, which vLLM hands the hook's
 /// logits processor as `SamplingParams.extra_args`. The hook then enforces the budget
 /// and can be told to end thinking by request id. A client's own
 /// `thinking_token_budget` stays (vLLM applies it after the hook); the hook gets the
 /// budget too when it is smaller (a tenant's ceiling). Without the client's `priority`
-/// when `drop_priority`.
+/// when `drop_priority`. `queued`: how long the request waited in the proxy's admission
+/// queue (`meridian_queued_ms`), which the hook's start target counts as waiting to start.
 pub fn hook_body(
     body: &Bytes,
     req: &GenerationRequest<'_>,
     budget: Option<u32>,
     request_id: &str,
     drop_priority: bool,
+    queued: Option<std::time::Duration>,
 ) -> Result<Bytes, ProxyError> {
     let invalid = |msg: String| ProxyError::bad_request(msg, Some("vllm_xargs"), "invalid_json");
     // The client's own `vllm_xargs` (small) is the one value parsed again, to add to it.
@@ -505,6 +511,12 @@ pub fn hook_body(
     xargs.insert("meridian_request_id".into(), request_id.into());
     if let Some(b) = budget.filter(|b| req.client_budget.is_none_or(|own| *b < own)) {
         xargs.insert("meridian_think_budget".into(), b.into());
+    }
+    // Only the proxy says how long a request waited in its queue: a client's own figure
+    // would lift the hook's limits for every stream on the engine.
+    xargs.remove(QUEUED_ARG);
+    if let Some(ms) = queued.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).filter(|&ms| ms > 0) {
+        xargs.insert(QUEUED_ARG.into(), ms.into());
     }
     let xargs =
         serde_json::to_string(&xargs).map_err(|e| invalid(format!("cannot re-encode vllm_xargs: {e}")))?;
@@ -525,7 +537,7 @@ mod hook_body_tests {
             br#"{"model":"m","meridian":{"think_budget_tokens":7},"vllm_xargs":{"own":1}}"#,
         );
         let req = GenerationRequest::parse(&body, Dialect::Chat).unwrap();
-        let out = hook_body(&body, &req, Some(7), "req-1", false).unwrap();
+        let out = hook_body(&body, &req, Some(7), "req-1", false, None).unwrap();
         assert_eq!(
             &out[..],
             br#"{"model":"m","vllm_xargs":{"own":1,"meridian_request_id":"req-1","meridian_think_budget":7}}"#
@@ -536,7 +548,7 @@ mod hook_body_tests {
     fn a_priority_the_tenant_may_not_set_is_dropped_and_a_smaller_budget_reaches_the_hook() {
         let body = Bytes::from_static(br#"{"model":"m","priority":-5,"thinking_token_budget":900}"#);
         let req = GenerationRequest::parse(&body, Dialect::Chat).unwrap();
-        let out = hook_body(&body, &req, Some(300), "r", true).unwrap();
+        let out = hook_body(&body, &req, Some(300), "r", true, None).unwrap();
         assert_eq!(
             &out[..],
             br#"{"model":"m","thinking_token_budget":900,"vllm_xargs":{"meridian_request_id":"r","meridian_think_budget":300}}"#
@@ -547,10 +559,23 @@ mod hook_body_tests {
     }
 
     #[test]
+    fn the_wait_in_the_admission_queue_reaches_the_hook_and_only_the_proxy_says_it() {
+        let body = Bytes::from_static(br#"{"model":"m","vllm_xargs":{"meridian_queued_ms":99999}}"#);
+        let req = GenerationRequest::parse(&body, Dialect::Chat).unwrap();
+        let waited = std::time::Duration::from_millis(2500);
+        let out: serde_json::Value =
+            serde_json::from_slice(&hook_body(&body, &req, None, "r", false, Some(waited)).unwrap()).unwrap();
+        assert_eq!(out["vllm_xargs"], serde_json::json!({"meridian_request_id": "r", "meridian_queued_ms": 2500}));
+        let out: serde_json::Value =
+            serde_json::from_slice(&hook_body(&body, &req, None, "r", false, None).unwrap()).unwrap();
+        assert_eq!(out["vllm_xargs"], serde_json::json!({"meridian_request_id": "r"}), "a client's own is dropped");
+    }
+
+    #[test]
     fn client_budget_is_left_to_vllm_and_bad_xargs_are_refused() {
         let body = Bytes::from_static(br#"{"model":"m","thinking_token_budget":5}"#);
         let req = GenerationRequest::parse(&body, Dialect::Chat).unwrap();
-        let out = hook_body(&body, &req, Some(5), "r", false).unwrap();
+        let out = hook_body(&body, &req, Some(5), "r", false, None).unwrap();
         assert_eq!(
             &out[..],
             br#"{"model":"m","thinking_token_budget":5,"vllm_xargs":{"meridian_request_id":"r"}}"#
@@ -559,10 +584,10 @@ mod hook_body_tests {
         let twice = Bytes::from_static(br#"{"model":"m","vllm_xargs":1,"vllm_xargs":{"own":2}}"#);
         let req = GenerationRequest::parse(&twice, Dialect::Chat).unwrap();
         let out: serde_json::Value =
-            serde_json::from_slice(&hook_body(&twice, &req, None, "r", false).unwrap()).unwrap();
+            serde_json::from_slice(&hook_body(&twice, &req, None, "r", false, None).unwrap()).unwrap();
         assert_eq!(out["vllm_xargs"], serde_json::json!({"own": 2, "meridian_request_id": "r"}));
         let bad = Bytes::from_static(br#"{"model":"m","vllm_xargs":[1]}"#);
         let req = GenerationRequest::parse(&bad, Dialect::Chat).unwrap();
-        assert!(hook_body(&bad, &req, None, "r", false).is_err());
+        assert!(hook_body(&bad, &req, None, "r", false, None).is_err());
     }
 }

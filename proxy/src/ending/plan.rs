@@ -51,7 +51,7 @@ impl Prepared {
     ) -> Result<Self, ProxyError> {
         let hook_body = match state.pool.all().iter().any(|u| u.hook_ready()) {
             true => {
-                Some(hook_body(body, req, ctx.think_budget, ctx.stream_id(), ctx.drop_client_priority())?)
+                Some(hook_body(body, req, ctx.think_budget, ctx.stream_id(), ctx.drop_client_priority(), None)?)
             }
             false => None,
         };
@@ -67,6 +67,23 @@ impl Prepared {
         let continuation = continuable.and_then(|c| c.with_first_leg(&body).ok());
         let body = continuation.as_ref().map_or(body, |c| c.body.clone());
         Ok(Prepared { body, hook_body, continuation })
+    }
+
+    /// The request waited `waited` in the admission queue: the body for an upstream whose
+    /// hook is ready says so (`meridian_queued_ms`), so that the hook's start target counts
+    /// that wait (ADR 0012). Made again only for a request that waited.
+    pub fn waited_in_admission(
+        &mut self,
+        ctx: &RequestCtx,
+        body: &Bytes,
+        req: &GenerationRequest<'_>,
+        waited: Duration,
+    ) -> Result<(), ProxyError> {
+        if self.hook_body.is_some() && waited.as_millis() > 0 {
+            self.hook_body =
+                Some(hook_body(body, req, ctx.think_budget, ctx.stream_id(), ctx.drop_client_priority(), Some(waited))?);
+        }
+        Ok(())
     }
 
     /// The first leg goes with `headers`; the continuation's later leg with the same, at

@@ -11,7 +11,8 @@ GPU its one device read, the thinking rows' entropies, also arrives a step late
 
 Per-request arguments arrive as ``vllm_xargs`` in the request body (vLLM's
 ``SamplingParams.extra_args``): ``meridian_request_id`` (the proxy's ``X-Request-Id``,
-which directives name) and ``meridian_think_budget`` (tokens)."""
+which directives name) and ``meridian_think_budget`` (tokens); the scheduler also reads
+``meridian_queued_ms``, the request's wait in the proxy's admission queue."""
 
 from __future__ import annotations
 

@@ -434,16 +434,33 @@ WAITING_LOOK_AHEAD = 8
 
 
 def oldest_waiting_start(scheduler: Any) -> float | None:
-    """The ``arrival_time`` (wall-clock seconds) of the request that has waited longest in
-    vLLM's waiting queue without generating a token, passing over the preempted ones at
-    its front; None when no such request is within the first few."""
+    """When (wall-clock seconds) the request that has waited longest in vLLM's waiting
+    queue without generating a token began to wait, passing over the preempted ones at its
+    front: its ``arrival_time``, less the time it had already waited in Meridian's
+    admission queue (:func:`proxy_queued_s`); None when no such request is within the
+    first few."""
     waiting = scheduler.waiting
     if not waiting:
         return None
     for request in itertools.islice(waiting, WAITING_LOOK_AHEAD):
         if request.num_output_tokens == 0:
-            return float(request.arrival_time)
+            return float(request.arrival_time) - proxy_queued_s(request)
     return None
+
+
+#: The ``vllm_xargs`` entry in which Meridian's proxy says how long a request waited in
+#: its admission queue before it was sent (milliseconds).
+QUEUED_ARG = "meridian_queued_ms"
+
+
+def proxy_queued_s(request: Any) -> float:
+    """How long ``request`` waited in Meridian's admission queue before it reached vLLM,
+    in seconds (0: it did not, or came from elsewhere)."""
+    extra = getattr(getattr(request, "sampling_params", None), "extra_args", None)
+    value = extra.get(QUEUED_ARG) if isinstance(extra, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        return 0.0
+    return float(value) / 1e3
 
 
 def queue_lengths(scheduler: Any) -> tuple[int, int]:

@@ -340,6 +340,33 @@ impl SchedulerCore {
     }
 }
 
+/// The start that has waited longest, as the policy reads it (`observe_waiting`): the
+/// arrival of the oldest request in vLLM's queue, or, for a running request still
+/// computing its prompt that had already waited in Meridian's admission queue before it
+/// reached vLLM, a start that has waited that long as of `now`. Its own prefill is not
+/// counted as waiting (a long prompt's takes seconds by itself), its wait in the proxy is.
+fn oldest_start(in_queue: Option<f64>, proxy_wait: Option<f64>, now: f64) -> Option<f64> {
+    let from_proxy = proxy_wait.map(|waited| now - waited);
+    match (in_queue, from_proxy) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+impl SchedulerCore {
+    /// The longest wait in Meridian's admission queue among the running requests still
+    /// computing their prompt (`None`: none had waited there).
+    fn longest_proxy_wait(&self, row_slots: &[usize], prefilling: &[bool]) -> Option<f64> {
+        row_slots
+            .iter()
+            .zip(prefilling)
+            .filter(|(_, p)| **p)
+            .filter_map(|(&slot, _)| self.slot(slot).object.as_ref().map(|o| o.queued_s))
+            .filter(|&q| q > 0.0)
+            .reduce(f64::max)
+    }
+}
+
 /// Moves the still-prefilling requests behind the decoding ones, each group keeping its
 /// order, and the victim (the last entry) last.
 fn prefill_after_decodes(order: &mut [usize], prefilling: &[bool]) {
@@ -383,7 +410,8 @@ impl SchedulerCore {
     /// out of the step (`None`: nobody): still-prefilling ones when no prompt token may
     /// be computed, thinking ones past the think-decode cap. `oldest_waiting_start`: the
     /// `arrival_time` of the request that has waited longest in vLLM's queue to start
-    /// (`None`: none waits), which a policy weighing starts against answers reads.
+    /// (`None`: none waits), which a policy weighing starts against answers reads (with
+    /// the running requests' waits in Meridian's admission queue: [`oldest_start`]).
     #[pyo3(signature = (running, oldest_waiting_start=None))]
     fn plan_running(
         &mut self,
@@ -407,7 +435,8 @@ impl SchedulerCore {
             self.last_running.push((req.as_ptr() as usize, slot));
         }
         let prefilling: Vec<bool> = views.iter().map(|v| v.prefill_remaining > 0).collect();
-        let (mut order, limits, paced) = self.finish_plan(views, &row_slots, oldest_waiting_start, now);
+        let oldest_start = oldest_start(oldest_waiting_start, self.longest_proxy_wait(&row_slots, &prefilling), now);
+        let (mut order, limits, paced) = self.finish_plan(views, &row_slots, oldest_start, now);
         let capped = limits.max_prefill_tokens.filter(|&cap| cap > 0);
         if capped.is_some() {
             prefill_after_decodes(&mut order, &prefilling);

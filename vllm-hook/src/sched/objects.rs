@@ -40,6 +40,8 @@ pub(crate) struct RequestObject {
     output: Option<Py<PyList>>,
     pub(super) id: Py<PyString>,
     arrival_s: f64,
+    /// How long it waited in Meridian's admission queue before it reached vLLM (seconds).
+    pub(super) queued_s: f64,
     priority: i32,
     prompt_len: i64,
     /// Its whole prompt was computed since it entered the running list. It stays so
@@ -75,25 +77,38 @@ impl Hasher for AddressHasher {
 }
 
 /// What a request's sampling params tell the scheduler, read once: the proxy's stream id
-/// (`meridian_request_id` in `extra_args`, the body's `vllm_xargs`, when a string), and
-/// the think budget the engine enforces, where it has one: vLLM's own
+/// (`meridian_request_id` in `extra_args`, the body's `vllm_xargs`, when a string), how
+/// long it waited in the proxy's admission queue (`meridian_queued_ms`), and the think
+/// budget the engine enforces, where it has one: vLLM's own
 /// `thinking_token_budget` or the hook's `meridian_think_budget` extra argument (the
 /// smaller when both). Either forces the closing delimiter once that many tokens are
 /// thought, so the step that samples it can be seen coming.
-fn params_of<'py>(req: &Bound<'py, PyAny>) -> (Option<String>, Option<u32>) {
+fn params_of<'py>(req: &Bound<'py, PyAny>) -> Params {
     let py = req.py();
-    let Ok(params) = req.getattr(intern!(py, "sampling_params")) else { return (None, None) };
+    let Ok(params) = req.getattr(intern!(py, "sampling_params")) else { return Params::default() };
     let own: Option<u32> =
         params.getattr(intern!(py, "thinking_token_budget")).ok().and_then(|b| b.extract().ok());
     let extra = params.getattr(intern!(py, "extra_args")).ok().and_then(|e| e.cast_into::<PyDict>().ok());
     let arg = |key: &Bound<'py, PyString>| extra.as_ref().and_then(|e| e.get_item(key).ok().flatten());
     let stream_id = arg(intern!(py, "meridian_request_id")).and_then(|v| v.extract().ok());
     let hook: Option<u32> = arg(intern!(py, "meridian_think_budget")).and_then(|b| b.extract().ok());
-    let budget = match (own, hook) {
+    let think_budget = match (own, hook) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
-    (stream_id, budget)
+    let queued_ms: f64 = arg(intern!(py, "meridian_queued_ms")).and_then(|v| v.extract().ok()).unwrap_or(0.0);
+    let queued_s = if queued_ms.is_finite() && queued_ms > 0.0 { queued_ms / 1e3 } else { 0.0 };
+    Params { stream_id, think_budget, queued_s }
+}
+
+/// What [`params_of`] reads.
+#[derive(Default)]
+struct Params {
+    stream_id: Option<String>,
+    think_budget: Option<u32>,
+    /// How long the request waited in Meridian's admission queue before the proxy sent it
+    /// (`meridian_queued_ms`), in seconds; 0 when it did not.
+    queued_s: f64,
 }
 
 impl SchedulerCore {
@@ -115,7 +130,7 @@ impl SchedulerCore {
                 self.start_tracking(id, Some(&prompt))
             }
         };
-        let (stream_id, think_budget) = params_of(req);
+        let Params { stream_id, think_budget, queued_s } = params_of(req);
         let entry = self.slot_mut(slot);
         entry.think_budget = think_budget;
         if entry.stream_id != stream_id {
@@ -142,6 +157,7 @@ impl SchedulerCore {
             output: output.map(Bound::unbind),
             id: id_obj.clone().unbind(),
             arrival_s,
+            queued_s,
             priority: i32::try_from(priority).unwrap_or(if priority < 0 { i32::MIN } else { i32::MAX }),
             prompt_len,
             prefilled: false,

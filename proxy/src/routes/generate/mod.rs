@@ -161,7 +161,12 @@ async fn serve(
     // an early failure, drops it).
     let listed = state.streams.list(&ctx);
     let first = match state.admission.enabled() {
-        true => Some(admit(state, &ctx).await?),
+        true => {
+            let queued = Instant::now();
+            let admitted = admit(state, &ctx).await?;
+            prepared.waited_in_admission(&ctx, &body, &request, queued.elapsed())?;
+            Some(admitted)
+        }
         false => None,
     };
     ctx.progress.set_stage(Stage::AwaitingUpstream);

@@ -131,8 +131,9 @@ pub fn config(data: &[u8]) {
 
 /// A request body is accepted or refused with a 400, never a panic; one accepted is
 /// forwarded as a JSON object without Meridian's extension, with the budget and the
-/// stream id where the engine looks for them, and without the client's `priority` when
-/// its tenant may not set one.
+/// stream id where the engine looks for them (and, for the hook, the proxy's own figure of
+/// the request's wait in its queue), and without the client's `priority` when its tenant
+/// may not set one.
 pub fn request_body(data: &[u8]) {
     let body = bytes::Bytes::copy_from_slice(data);
     let dialect = DIALECTS[data.len() % DIALECTS.len()];
@@ -170,13 +171,18 @@ pub fn request_body(data: &[u8]) {
             assert_eq!(up, body, "an unchanged request is relayed byte for byte");
         }
     }
-    if let Ok(hooked) = hook_body(&body, &req, budget, "mrd_fuzz_1", drop_priority) {
+    // Some requests waited in the admission queue (milliseconds, 0: not at all).
+    let queued = std::time::Duration::from_millis(data.len() as u64 / 5 % 4 * 700);
+    if let Ok(hooked) = hook_body(&body, &req, budget, "mrd_fuzz_1", drop_priority, Some(queued)) {
         let m = object(&hooked);
         assert!(!m.contains_key("meridian"));
         assert!(!(drop_priority && m.contains_key("priority")), "a priority not allowed went to the hook");
         let xargs: serde_json::Value =
             serde_json::from_str(m["vllm_xargs"].get()).expect("vllm_xargs is JSON");
         assert_eq!(xargs["meridian_request_id"], "mrd_fuzz_1");
+        // Only the proxy's own figure of the wait reaches the hook, never a client's.
+        let waited = xargs.get(meridian_proxy::body::QUEUED_ARG).and_then(serde_json::Value::as_u64);
+        assert_eq!(waited, (!queued.is_zero()).then_some(queued.as_millis() as u64), "the wait the hook is told");
     }
 }
 

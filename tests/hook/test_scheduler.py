@@ -528,17 +528,11 @@ def adapter_free_blocks(scheduler) -> float:
     return float(scheduler.kv_cache_manager.block_pool.get_num_free_blocks())
 
 
-@pytest.mark.parametrize("waited_s", [0.0, 60.0])
-def test_slo_driven_lifts_its_prefill_cap_while_a_start_waits_in_the_queue_past_its_target(
-    tmp_path, monkeypatch: pytest.MonkeyPatch, waited_s
-):
-    """The default policy, protecting answers (its steps slower than its 10 ms target: the
-    test sleeps between steps), caps a step's prompt tokens at half the budget while a
-    prompt goes in, unless a request has waited in vLLM's queue longer than the start
-    target: the step that admits a long-waiting request computes a full chunk of it; the
-    next ones, the request admitted and nobody queued, are capped again (its own prefill
-    is progress, not a wait). vLLM's arrival times are wall-clock seconds, which the hook
-    moves onto its policy's clock."""
+def _long_prompt_beside_slow_answers(tmp_path, monkeypatch: pytest.MonkeyPatch, **long_params) -> tuple[list[int], int]:
+    """The default policy protecting answers (its steps slower than its 10 ms target: the
+    test sleeps between steps), with a start target of 20 s; a 900-token prompt added
+    with ``long_params`` (``arrival``, ``extra_args``) and stepped three times: its
+    prompt tokens in each step, and how many of those steps were capped."""
     import time
 
     cfg = tmp_path / "meridian.toml"
@@ -553,13 +547,29 @@ def test_slo_driven_lifts_its_prefill_cap_while_a_start_waits_in_the_queue_past_
     for _ in range(12):  # answering, in steps the policy measures as slow
         time.sleep(0.03)
         e.step({})
-    e.add("long", [2] * 900 + [THINK_START], arrival=now - waited_s)
+    long_params.setdefault("arrival", now)
+    e.add("long", [2] * 900 + [THINK_START], **long_params)
     capped = metric("meridian_hook_prefill_capped_steps_total")
     chunks = []
     for _ in range(3):
         time.sleep(0.03)
         chunks.append(_prompt_tokens(e, e.step({})).get("long", 0))
-    capped = metric("meridian_hook_prefill_capped_steps_total") - capped
+    return chunks, int(metric("meridian_hook_prefill_capped_steps_total") - capped)
+
+
+@pytest.mark.parametrize("waited_s", [0.0, 60.0])
+def test_slo_driven_lifts_its_prefill_cap_while_a_start_waits_in_the_queue_past_its_target(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, waited_s
+):
+    """The default policy, protecting answers, caps a step's prompt tokens at half the
+    budget while a prompt goes in, unless a request has waited in vLLM's queue longer than
+    the start target: the step that admits a long-waiting request computes a full chunk
+    of it; the next ones, the request admitted and nobody queued, are capped again (its
+    own prefill is progress, not a wait). vLLM's arrival times are wall-clock seconds,
+    which the hook moves onto its policy's clock."""
+    import time
+
+    chunks, capped = _long_prompt_beside_slow_answers(tmp_path, monkeypatch, arrival=time.time() - waited_s)
     if waited_s:
         assert chunks[0] > 128, f"a start overdue in the queue: admitted with vLLM's own chunk, {chunks}"
         assert 0 < max(chunks[1:]) <= 128, f"admitted, its prompt is capped again, {chunks}"
@@ -578,28 +588,8 @@ def test_a_prompt_that_waited_past_the_start_target_in_meridians_queue_goes_in_u
     computing its prompt that had waited there past the start target counts as an overdue
     start: its prompt goes in with vLLM's own chunks, while one that did not wait is capped
     (its prefill in the engine is progress, not a wait, as the queue-only rule has it)."""
-    import time
-
-    cfg = tmp_path / "meridian.toml"
-    cfg.write_text('[hook]\npolicy = "slo-driven:output_itl_target_ms=10,start_wait_target_s=20,express=0"\n')
-    monkeypatch.setenv("MERIDIAN_HOOK_CONFIG", str(cfg))
-    e = build(MeridianScheduler, num_blocks=256, budget=256)
-    e.scheduler.scheduler_config.long_prefill_token_threshold = 256
-    now = time.time()
-    e.add("answerer", PROMPT, arrival=now)
-    e.add("thinker", PROMPT, arrival=now)
-    e.step({"answerer": THINK_END})
-    for _ in range(12):  # answering, in steps the policy measures as slow
-        time.sleep(0.03)
-        e.step({})
     xargs = {"meridian_queued_ms": queued_ms} if queued_ms else None
-    e.add("long", [2] * 900 + [THINK_START], arrival=now, extra_args=xargs)
-    capped = metric("meridian_hook_prefill_capped_steps_total")
-    chunks = []
-    for _ in range(3):
-        time.sleep(0.03)
-        chunks.append(_prompt_tokens(e, e.step({})).get("long", 0))
-    capped = metric("meridian_hook_prefill_capped_steps_total") - capped
+    chunks, capped = _long_prompt_beside_slow_answers(tmp_path, monkeypatch, extra_args=xargs)
     if queued_ms:
         assert min(chunks) > 128, f"overdue from the proxy's queue: vLLM's own chunks throughout, {chunks}"
         assert capped == 0

@@ -12,9 +12,11 @@ use clap::{Parser, ValueEnum};
     about = "Load-test an OpenAI-compatible server the way reasoning users feel it"
 )]
 pub struct Args {
-    /// Server base URL (no /v1), e.g. http://127.0.0.1:8080.
-    #[arg(long, default_value = "http://127.0.0.1:8080")]
-    pub base_url: String,
+    /// Server base URL (no /v1), e.g. http://127.0.0.1:8080; several, comma-separated, for
+    /// the replicas of a fleet: requests take them in turn (the models are listed, and
+    /// `/metrics` read, from the first).
+    #[arg(long, default_value = "http://127.0.0.1:8080", value_delimiter = ',', num_args = 1..)]
+    pub base_url: Vec<String>,
     /// API path, which also picks the API spoken: `/v1/chat/completions`,
     /// `/v1/completions`, `/v1/responses` (OpenAI Responses, reasoning and output-text
     /// events) or `/v1/messages` (Anthropic Messages, thinking blocks).
@@ -82,6 +84,11 @@ pub struct Args {
     /// answers there instead.
     #[arg(long)]
     pub sample_seeds: bool,
+    /// The header each turn of a conversation carries its key in (`conv-<seed>-<n>`), for
+    /// a router that keeps a session on one engine (Meridian's `upstream.affinity_header`);
+    /// empty: none.
+    #[arg(long, default_value = crate::client::SESSION_HEADER)]
+    pub session_header: String,
     /// Where the server's Prometheus page is, read before and after each run for vLLM's
     /// prefix-cache counters (default: the base URL's /metrics; point it at vLLM itself
     /// when a proxy stands in front).

@@ -76,8 +76,10 @@ impl Api {
 #[derive(Clone)]
 pub struct Target {
     pub client: reqwest::Client,
-    /// Full URL of the endpoint, e.g. `http://host:8000/v1/chat/completions`.
-    pub url: String,
+    /// Full URLs of the endpoint, e.g. `http://host:8000/v1/chat/completions`: one, or one
+    /// per replica of a fleet, which requests take in turn by their index, as a Service
+    /// spreads new connections.
+    pub urls: Arc<[String]>,
     pub model: String,
     pub api: Api,
     pub stream: bool,
@@ -88,7 +90,16 @@ pub struct Target {
     pub ignore_eos: bool,
 }
 
+/// The header a conversation's turns carry its key in (`--session-header`), the one
+/// Meridian's prefix-affinity routing reads by default (`upstream.affinity_header`).
+pub const SESSION_HEADER: &str = "x-session-id";
+
 impl Target {
+    /// The URL request `index` goes to.
+    pub fn url(&self, index: usize) -> &str {
+        &self.urls[index % self.urls.len().max(1)]
+    }
+
     fn body(&self, prompt: &Prompt) -> Value {
         let messages = json!([{"role": "user", "content": prompt.text}]);
         self.body_with(messages, prompt)
@@ -129,13 +140,13 @@ impl Target {
     /// Sends `prompt` as request `index`; `sent_at` is its offset in the run.
     pub async fn send(&self, index: usize, sent_at: f64, prompt: &Prompt) -> RequestRecord {
         let builder = RecordBuilder::new(index, sent_at, self.family.clone(), self.api.dialect());
-        self.send_body(builder, &self.body(prompt), prompt.input_tokens).await.0
+        self.send_body(builder, self.url(index), &self.body(prompt), prompt.input_tokens, None).await.0
     }
 
     /// Sends one turn of a conversation: `history` its messages so far, the new one
-    /// last, sampled with `seed` when given. Returns the answer's text beside its record,
-    /// for the next turn. Only chat speaks in messages: the caller checks
-    /// (`Api::converses`).
+    /// last, sampled with `seed` when given, with the conversation's `session` header
+    /// (name, key) when given. Returns the answer's text beside its record, for the next
+    /// turn. Only chat speaks in messages: the caller checks (`Api::converses`).
     pub async fn send_turn(
         &self,
         index: usize,
@@ -143,6 +154,7 @@ impl Target {
         history: &[Value],
         prompt: &Prompt,
         seed: Option<u64>,
+        session: Option<(&str, &str)>,
     ) -> (RequestRecord, String) {
         let builder =
             RecordBuilder::new(index, sent_at, self.family.clone(), self.api.dialect()).keep_answer();
@@ -153,19 +165,24 @@ impl Target {
         // A guess, as for a synthetic prompt; the server's count from `usage` wins.
         let chars: usize = history.iter().filter_map(|m| m["content"].as_str()).map(str::len).sum();
         let estimate = u32::try_from(chars.div_ceil(4)).unwrap_or(u32::MAX);
-        self.send_body(builder, &body, estimate).await
+        self.send_body(builder, self.url(index), &body, estimate, session).await
     }
 
     async fn send_body(
         &self,
         mut b: RecordBuilder,
+        url: &str,
         body: &Value,
         estimated_prompt: u32,
+        session: Option<(&str, &str)>,
     ) -> (RequestRecord, String) {
         let start = Instant::now();
-        let mut req = self.client.post(&self.url).json(body);
+        let mut req = self.client.post(url).json(body);
         if let Some(key) = &self.api_key {
             req = req.bearer_auth(key);
+        }
+        if let Some((name, key)) = session {
+            req = req.header(name, key);
         }
         let resp = match req.send().await {
             Ok(r) => r,

@@ -101,6 +101,10 @@ pub struct ConversationRun {
     pub duration_s: Option<f64>,
     /// Send each turn its `sampling_seed`.
     pub sample_seeds: bool,
+    /// The header each turn carries its conversation's key in (`conv-<seed>-<n>`).
+    pub session_header: Option<String>,
+    /// The run's seed, in the keys: runs of different plans never share one.
+    pub seed: u64,
 }
 
 fn message(role: &str, content: &str) -> Value {
@@ -124,6 +128,7 @@ pub async fn run_conversations(target: &Target, run: &ConversationRun) -> RunOut
             (target.clone(), conversation.clone(), records.clone(), limit.clone());
         let system = run.plan.system.clone();
         let sample_seeds = run.sample_seeds;
+        let session = run.session_header.clone().map(|h| (h, format!("conv-{}-{c}", run.seed)));
         let begin = start + Duration::from_secs_f64(*offset);
         tasks.push(tokio::spawn(async move {
             tokio::time::sleep_until(tokio::time::Instant::from_std(begin)).await;
@@ -143,6 +148,7 @@ pub async fn run_conversations(target: &Target, run: &ConversationRun) -> RunOut
                         &history,
                         &turn.prompt,
                         sample_seeds.then_some(turn.sampling_seed),
+                        session.as_ref().map(|(h, k)| (h.as_str(), k.as_str())),
                     )
                     .await;
                 drop(permit);

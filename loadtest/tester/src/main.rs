@@ -122,7 +122,11 @@ async fn real_main(args: Args) -> Result<ExitCode, String> {
         .pool_max_idle_per_host(1024)
         .build()
         .map_err(|e| e.to_string())?;
-    let base = args.base_url.trim_end_matches('/').to_owned();
+    let bases: Vec<String> = args.base_url.iter().map(|b| b.trim().trim_end_matches('/').to_owned()).collect();
+    if bases.iter().any(String::is_empty) {
+        return Err("--base-url: an empty URL in the list".into());
+    }
+    let base = bases[0].clone();
     let model = match &args.model {
         Some(m) => m.clone(),
         None => first_model(&client, &base).await?,
@@ -177,9 +181,9 @@ async fn real_main(args: Args) -> Result<ExitCode, String> {
         ));
     }
     let metrics_url = args.metrics_url.clone().unwrap_or_else(|| format!("{base}/metrics"));
-    let target = |url: &str| Target {
+    let target = |urls: &[String]| Target {
         client: client.clone(),
-        url: format!("{}{}", url.trim_end_matches('/'), args.endpoint),
+        urls: urls.iter().map(|u| format!("{}{}", u.trim_end_matches('/'), args.endpoint)).collect(),
         model: model.clone(),
         api,
         stream: !args.no_stream,
@@ -196,9 +200,9 @@ async fn real_main(args: Args) -> Result<ExitCode, String> {
     } else {
         args.sweep_rates.iter().map(|r| Some(*r)).collect()
     };
-    let mut targets = vec![(args.label.clone(), target(&base))];
+    let mut targets = vec![(args.label.clone(), target(&bases))];
     if let Some(other) = &args.compare_base_url {
-        targets.push((args.compare_label.clone(), target(other)));
+        targets.push((args.compare_label.clone(), target(std::slice::from_ref(other))));
     }
     let ramp = match (args.ramp_up_strategy, args.ramp_up_start_rps, args.ramp_up_end_rps) {
         (Some(_), Some(start), Some(end)) if start > 0.0 && end > 0.0 => Some(Rate::Ramp { start, end }),
@@ -243,6 +247,8 @@ async fn real_main(args: Args) -> Result<ExitCode, String> {
                         max_concurrency: args.max_concurrency,
                         duration_s: args.duration,
                         sample_seeds: args.sample_seeds,
+                        session_header: Some(args.session_header.trim()).filter(|h| !h.is_empty()).map(str::to_owned),
+                        seed: args.seed,
                     };
                     run_conversations(tgt, &run).await
                 }

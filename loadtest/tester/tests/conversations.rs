@@ -140,3 +140,46 @@ fn a_conversation_needs_the_chat_api() {
     assert_eq!(code, 2);
     assert!(err.contains("chat/completions"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fleets_replicas_take_the_turns_in_turn_each_carrying_its_conversations_key() {
+    // Two replicas behind one list of base URLs, as a Service spreads new connections:
+    // every turn names its conversation in `x-session-id`, so replicas that route by it
+    // (Meridian's prefix affinity) keep a conversation's turns on one engine.
+    let replicas = [
+        MockUpstream::start(MockOptions::default()).await.unwrap(),
+        MockUpstream::start(MockOptions::default()).await.unwrap(),
+    ];
+    let urls = format!("{},{}", replicas[0].url(), replicas[1].url());
+    let (code, err) = tokio::task::spawn_blocking(move || {
+        loadtest(&[
+            "--base-url", &urls, "--dataset-name", "conversations", "--num-prompts", "2", "--turns", "3",
+            "--think-time", "0.01", "--random-input-len", "5", "--seed", "7",
+        ])
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    let mut keys: std::collections::BTreeMap<String, Vec<usize>> = Default::default();
+    for (i, replica) in replicas.iter().enumerate() {
+        let turns: Vec<_> = replica.requests().into_iter().filter(|r| r.path == "/v1/chat/completions").collect();
+        assert_eq!(turns.len(), 3, "replica {i} took every other request");
+        for t in turns {
+            keys.entry(t.headers["x-session-id"].clone()).or_default().push(i);
+        }
+    }
+    assert_eq!(keys.keys().collect::<Vec<_>>(), ["conv-7-0", "conv-7-1"], "one key per conversation");
+    assert!(keys.values().all(|r| r.len() == 3), "each conversation's three turns carry its key: {keys:?}");
+
+    // `--session-header ""` sends none.
+    let url = replicas[0].url();
+    let (code, err) = tokio::task::spawn_blocking(move || {
+        loadtest(&["--base-url", &url, "--dataset-name", "conversations", "--num-prompts", "1", "--turns", "2",
+                   "--think-time", "0.01", "--random-input-len", "5", "--session-header", ""])
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{err}");
+    let last = replicas[0].requests().into_iter().last().unwrap();
+    assert!(!last.headers.contains_key("x-session-id"), "{:?}", last.headers);
+}

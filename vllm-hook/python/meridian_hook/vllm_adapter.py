@@ -127,6 +127,20 @@ _SCHEDULER_NEEDS: list[tuple[str, Callable[[Any], Any]]] = [
 ]
 
 
+def _failed_probes(live: Any, probes: Any) -> list[str]:
+    """What each of ``probes`` ((what, probe) pairs) finds missing in ``live``: a probe that
+    is falsy or raises means the internal is gone."""
+    missing = []
+    for what, probe in probes:
+        try:
+            ok = probe(live)
+        except Exception:  # noqa: BLE001 - any failure means the internal is gone
+            ok = False
+        if not ok:
+            missing.append(what)
+    return missing
+
+
 @functools.cache
 def _pause_states() -> Any:
     return importlib.import_module("vllm.v1.core.sched.interface").PauseState
@@ -164,13 +178,7 @@ def scheduler_problems(scheduler: Any, stock: type) -> list[str]:
             missing.append(f"{stock.__name__}.{name}() (the hook overrides it)")
         elif not _called_by(stock, name):
             missing.append(f"{stock.__name__}.{name}() is no longer called by vLLM's scheduler (the hook's override would never run)")
-    for what, probe in _SCHEDULER_NEEDS:
-        try:
-            ok = probe(scheduler)
-        except Exception:  # noqa: BLE001 - any failure means the internal is gone
-            ok = False
-        if not ok:
-            missing.append(what)
+    missing += _failed_probes(scheduler, _SCHEDULER_NEEDS)
     try:
         states = _pause_states()
         if not all(hasattr(states, n) for n in ("UNPAUSED", "PAUSED_NEW")):
@@ -259,15 +267,7 @@ def v2_state_problems(req_states: Any) -> list[str]:
         ("LogitsProcRequestState.prefill_len.np", lambda r: len(r.prefill_len.np) >= 0),
         ("LogitsProcRequestState.all_token_ids.gpu", lambda r: r.all_token_ids.gpu.dim() == 2),
     )
-    missing = []
-    for what, probe in probes:
-        try:
-            ok = probe(req_states)
-        except Exception:  # noqa: BLE001 - any failure means the internal is gone
-            ok = False
-        if not ok:
-            missing.append(what)
-    return missing
+    return _failed_probes(req_states, probes)
 
 
 def problems(scheduler: Any = None, stock: type | None = None) -> list[str]:

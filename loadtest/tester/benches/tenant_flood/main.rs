@@ -208,7 +208,7 @@ fn target(client: &reqwest::Client, url: &str, key: &str) -> Target {
     let registry = ModelRegistry::builtin().unwrap();
     Target {
         client: client.clone(),
-        url: format!("{url}/v1/chat/completions"),
+        urls: [format!("{url}/v1/chat/completions")].into(),
         model: "Qwen/Qwen3-8B".into(),
         api: Api::Chat,
         stream: true,

@@ -211,6 +211,7 @@ mod twin {
             seed: cfg.seed,
             speed: cfg.speed,
             served_model: cfg.served_model.clone(),
+            prefix_cache: None,
         };
         let policy = meridian_core::sched::policy_by_name(&cfg.policy)
             .ok_or_else(|| format!("twin.policy: unknown {:?}", cfg.policy))?;

@@ -33,6 +33,7 @@ async fn fitting_a_load_test_of_the_twin_recovers_its_cost_model() {
         seed: 0,
         speed: 1.0,
         served_model: "m".into(),
+        prefix_cache: None,
     };
     let twin = TwinServer::start(opts, Box::new(Fcfs)).await.unwrap();
     let dir = std::env::temp_dir().join(format!("calib-{}", std::process::id()));

@@ -183,3 +183,39 @@ async fn logprobs_are_reported_when_asked() {
     let empty = plain.lines().filter(|l| l.contains("\"delta\":{}")).count();
     assert_eq!(empty, 0);
 }
+
+#[tokio::test]
+async fn with_its_prefix_cache_on_a_conversations_next_turn_hits_the_history_and_metrics_count_it() {
+    let opts = TwinOptions {
+        seed: 1,
+        prefix_cache: Some(meridian_sim::engine::Eviction::Lru),
+        ..TwinOptions::local(meridian_sim::profile("h100-qwen3-8b").unwrap(), WorkloadSpec::fixed(100, 8, 8), 100.0)
+    };
+    let t = TwinServer::start(opts, Box::new(Fcfs)).await.unwrap();
+    let counter = |text: &str, name: &str| -> Option<f64> {
+        text.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok())
+    };
+    let scrape = || async { client().get(format!("{}/metrics", t.url())).send().await.unwrap().text().await.unwrap() };
+    // A system prompt and a question long enough for several full blocks.
+    let system = "You answer questions about arithmetic with care. ".repeat(60);
+    let first = json!([{"role": "system", "content": system}, {"role": "user", "content": "What is two plus two?"}]);
+    chat(&t, json!({"messages": first})).await;
+    let before = scrape().await;
+    let queried_first = counter(&before, "vllm:prefix_cache_queries_total").expect("counted while the cache is on");
+    assert_eq!(counter(&before, "vllm:prefix_cache_hits_total"), Some(0.0), "nothing cached before the first turn");
+    let mut second = first.clone();
+    second.as_array_mut().unwrap().extend([
+        json!({"role": "assistant", "content": "Four."}),
+        json!({"role": "user", "content": "And three plus three?"}),
+    ]);
+    chat(&t, json!({"messages": second})).await;
+    let after = scrape().await;
+    let hits = counter(&after, "vllm:prefix_cache_hits_total").unwrap();
+    let queried = counter(&after, "vllm:prefix_cache_queries_total").unwrap() - queried_first;
+    assert!(hits >= queried_first * 0.8 && hits < queried, "the second turn found the first turn's prompt: {hits} of {queried}");
+
+    // Off (the default), no such counters, as for an engine without a prefix cache.
+    let off = twin(8, 8).await;
+    let text = client().get(format!("{}/metrics", off.url())).send().await.unwrap().text().await.unwrap();
+    assert!(!text.contains("prefix_cache"), "{text}");
+}

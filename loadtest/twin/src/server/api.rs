@@ -31,6 +31,45 @@ fn text_tokens(text: &str) -> u32 {
     (text.chars().count() as u32).div_ceil(4)
 }
 
+/// An id for `bytes`: FNV-1a, under 2^31 (the engine marks the ids it makes up with the
+/// top bit, so they never meet a caller's).
+fn id_of(bytes: impl IntoIterator<Item = u8>) -> u32 {
+    let hash = bytes.into_iter().fold(0x811c_9dc5_u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193));
+    hash & 0x7fff_ffff
+}
+
+/// A text as token ids, one per four characters (the count `text_tokens` makes).
+fn text_ids(text: &str, out: &mut Vec<u32>) {
+    let chars: Vec<char> = text.chars().collect();
+    for piece in chars.chunks(4) {
+        out.push(id_of(piece.iter().flat_map(|c| u32::from(*c).to_le_bytes())));
+    }
+}
+
+/// The prompt as token ids, for the prefix cache: per chat message, four ids for its role
+/// (the chat template's framing) and its text, as `prompt_tokens` counts them; a
+/// completion's text, or the ids it was sent as. The same history gives the same ids, so
+/// a conversation's next turn finds its earlier turns' full blocks, as vLLM does.
+pub fn prompt_ids(body: &Value, chat: bool) -> Vec<u32> {
+    let mut ids = Vec::new();
+    if chat {
+        for m in body.get("messages").and_then(Value::as_array).into_iter().flatten() {
+            let role = m.get("role").and_then(Value::as_str).unwrap_or("");
+            ids.extend((0u8..4).map(|k| id_of(role.bytes().chain([k]))));
+            text_ids(m.get("content").and_then(Value::as_str).unwrap_or(""), &mut ids);
+        }
+    } else {
+        match body.get("prompt") {
+            Some(Value::String(s)) => text_ids(s, &mut ids),
+            Some(Value::Array(a)) => {
+                ids.extend(a.iter().map(|t| t.as_u64().map_or(0, |t| (t & 0x7fff_ffff) as u32)));
+            }
+            _ => {}
+        }
+    }
+    ids
+}
+
 impl TwinRequest {
     pub fn parse(body: &Value, chat: bool) -> Result<Self, String> {
         let obj = body.as_object().ok_or("request body must be a JSON object")?;
@@ -163,6 +202,24 @@ mod tests {
         assert!(!r.continues_answer && !r.continuous_usage);
         assert!(TwinRequest::parse(&json!({"model": "m"}), true).is_err());
         assert!(TwinRequest::parse(&json!([1]), false).is_err());
+    }
+
+    #[test]
+    fn a_later_turns_prompt_begins_with_the_earlier_turns_ids() {
+        let turn = |messages: Value| json!({"model": "m", "messages": messages});
+        let first = json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}]);
+        let mut second = first.clone();
+        second.as_array_mut().unwrap().extend([
+            json!({"role": "assistant", "content": "Four."}),
+            json!({"role": "user", "content": "And 3+3?"}),
+        ]);
+        let (a, b) = (prompt_ids(&turn(first.clone()), true), prompt_ids(&turn(second), true));
+        assert_eq!(a.len() as u32, TwinRequest::parse(&turn(first), true).unwrap().prompt_tokens);
+        assert!(b.len() > a.len() && b[..a.len()] == a[..], "the history's ids come first");
+        assert!(b.iter().all(|&id| id < 1 << 31), "never an id the engine makes up");
+        let other = prompt_ids(&turn(json!([{"role": "user", "content": "What is 2+3?"}])), true);
+        assert_ne!(other, a[4 + 3..], "another text, other ids");
+        assert_eq!(prompt_ids(&json!({"model": "m", "prompt": [5, 6, 7]}), false), [5, 6, 7]);
     }
 
     #[test]

@@ -77,6 +77,8 @@ pub struct EngineGauges {
     pub output_critical_preemptions: u64,
     pub steps: u64,
     pub virtual_s: f64,
+    /// The prefix cache's queries and hits, in prompt tokens (`None`: the cache is off).
+    pub prefix: Option<meridian_core::kv::PrefixCounters>,
 }
 
 pub fn render(m: &TwinMetrics, g: &EngineGauges, model: &str, policy: &str) -> String {
@@ -99,6 +101,10 @@ pub fn render(m: &TwinMetrics, g: &EngineGauges, model: &str, policy: &str) -> S
         g.output_critical_preemptions.to_string(),
     );
     gauge("meridian_sim_virtual_seconds", "gauge", g.virtual_s.to_string());
+    if let Some(p) = &g.prefix {
+        gauge("vllm:prefix_cache_queries_total", "counter", p.queried_tokens.to_string());
+        gauge("vllm:prefix_cache_hits_total", "counter", p.hit_tokens.to_string());
+    }
     let _ = writeln!(out, "# TYPE vllm:request_success_total counter");
     let _ = writeln!(out, "vllm:request_success_total{{{labels},finished_reason=\"stop\"}} {}", m.finished);
     let _ = writeln!(out, "vllm:request_success_total{{{labels},finished_reason=\"abort\"}} {}", m.aborted);

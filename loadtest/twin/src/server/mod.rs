@@ -25,7 +25,7 @@ use tokio::sync::{Notify, mpsc};
 pub use api::TwinRequest;
 
 use crate::cost::Profile;
-use crate::engine::{Engine, EngineConfig, NewRequest, Token};
+use crate::engine::{Engine, EngineConfig, NewRequest, Token, TokenIds};
 use crate::workload::{Workload, WorkloadSpec};
 use metrics::TwinMetrics;
 
@@ -39,6 +39,10 @@ pub struct TwinOptions {
     /// Simulated seconds per wall second (1 = real time).
     pub speed: f64,
     pub served_model: String,
+    /// The prefix cache and its eviction order (`None`: off, as vLLM with
+    /// `--no-enable-prefix-caching`). On, prompts are named by ids made from their text
+    /// ([`api::prompt_ids`]) and `/metrics` counts queries and hits as vLLM does.
+    pub prefix_cache: Option<meridian_core::kv::Eviction>,
 }
 
 impl TwinOptions {
@@ -51,6 +55,7 @@ impl TwinOptions {
             seed: 0,
             speed,
             served_model: "Qwen/Qwen3-8B".into(),
+            prefix_cache: None,
         }
     }
 }
@@ -107,7 +112,8 @@ impl TwinServer {
     ) -> std::io::Result<Self> {
         let listener = TcpListener::bind(opts.listen).await?;
         let addr = listener.local_addr()?;
-        let engine = Engine::new(EngineConfig::from(&opts.profile), policy);
+        let config = EngineConfig { prefix_cache: opts.prefix_cache, ..EngineConfig::from(&opts.profile) };
+        let engine = Engine::new(config, policy);
         let fingerprint: Arc<str> = format!("meridian-twin/{}", opts.profile.name).into();
         let simulated = HeaderValue::from_str(&fingerprint).map_err(std::io::Error::other)?;
         let shared = Arc::new(Shared {
@@ -239,6 +245,10 @@ async fn generate(shared: Arc<Shared>, headers: HeaderMap, body: axum::body::Byt
         };
         let now = shared.virtual_now();
         core.engine.advance_to(now);
+        let ids = shared.opts.prefix_cache.is_some().then(|| TokenIds {
+            prompt: Arc::from(api::prompt_ids(&value, chat)),
+            answer: Arc::from(Vec::new()),
+        });
         let submitted = core.engine.submit(NewRequest {
             id: id.clone(),
             prompt_tokens: req.prompt_tokens,
@@ -246,7 +256,7 @@ async fn generate(shared: Arc<Shared>, headers: HeaderMap, body: axum::body::Byt
             answer_tokens: answer,
             priority: req.priority,
             think_budget: budget,
-            ids: None,
+            ids,
         });
         let seq = match submitted {
             Ok(seq) => seq,
@@ -297,6 +307,7 @@ async fn metrics_text(State(s): State<Arc<Shared>>) -> Response {
         output_critical_preemptions: core.engine.output_critical_preemptions(),
         steps: core.engine.steps(),
         virtual_s: core.engine.now(),
+        prefix: s.opts.prefix_cache.map(|_| core.engine.prefix_counters()),
     };
     let text = metrics::render(&core.metrics, &gauges, &s.opts.served_model, core.engine.policy_name());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()

@@ -115,6 +115,11 @@ pub struct ServeArgs {
     /// Scheduling policy, by name (see `meridian_core::sched::policy_by_name`).
     #[arg(long, default_value = "fcfs")]
     pub policy: String,
+    /// Turn the prefix cache on, with this eviction order: `lru` (stock vLLM) or
+    /// `dead-first` (the hook's); `/metrics` then counts its queries and hits under vLLM's
+    /// names. Off by default, as in every real-engine run.
+    #[arg(long)]
+    pub prefix_cache: Option<String>,
     #[command(flatten)]
     pub engine: EngineArgs,
 }

@@ -11,8 +11,20 @@ use crate::cli::{
     AbArgs, ConversationsArgs, PlotArgs, PolicyList, ReplayArgs, RunArgs, ServeArgs, TraceHitsArgs,
 };
 
+/// An eviction order by its name on the command line.
+fn eviction_named(name: &str) -> Result<meridian_sim::engine::Eviction, String> {
+    use meridian_sim::engine::Eviction;
+    match name {
+        "lru" => Ok(Eviction::Lru),
+        "dead-first" => Ok(Eviction::DeadFirst),
+        other => Err(format!("{other:?}: expected lru (stock vLLM) or dead-first (the hook's)")),
+    }
+}
+
 pub async fn serve(args: ServeArgs) -> Result<(), String> {
-    let ServeArgs { listen, served_model, speed, policy, engine } = args;
+    let ServeArgs { listen, served_model, speed, policy, prefix_cache, engine } = args;
+    let prefix_cache =
+        prefix_cache.as_deref().map(eviction_named).transpose().map_err(|e| format!("--prefix-cache {e}"))?;
     if !(speed.is_finite() && speed > 0.0) {
         return Err(format!("--speed must be a positive number; got {speed}"));
     }
@@ -23,6 +35,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
         seed: engine.seed,
         speed,
         served_model,
+        prefix_cache,
     };
     let twin = TwinServer::start(opts, pick(&policy)?).await.map_err(|e| e.to_string())?;
     println!("listening on {} (engine twin, policy {})", twin.url(), twin.policy_name());
@@ -97,12 +110,7 @@ pub fn conversations(args: ConversationsArgs) -> Result<(), String> {
 pub fn trace_hits(args: TraceHitsArgs) -> Result<(), String> {
     let TraceHitsArgs { report, kv_blocks, system_tokens, eviction, policy, out, engine } = args;
     use meridian_sim::conversation::trace;
-    use meridian_sim::engine::Eviction;
-    let eviction = match eviction.as_str() {
-        "lru" => Eviction::Lru,
-        "dead-first" => Eviction::DeadFirst,
-        other => return Err(format!("--eviction {other:?}: expected lru or dead-first")),
-    };
+    let eviction = eviction_named(&eviction).map_err(|e| format!("--eviction {e}"))?;
     let parsed = read_report(&report)?;
     let turns = trace::turns_of(&parsed).map_err(|e| format!("{}: {e}", report.display()))?;
     let profile = engine.profile()?;

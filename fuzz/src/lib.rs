@@ -182,7 +182,11 @@ pub fn request_body(data: &[u8]) {
         assert_eq!(xargs["meridian_request_id"], "mrd_fuzz_1");
         // Only the proxy's own figure of the wait reaches the hook, never a client's.
         let waited = xargs.get(meridian_proxy::body::QUEUED_ARG).and_then(serde_json::Value::as_u64);
-        assert_eq!(waited, (!queued.is_zero()).then_some(queued.as_millis() as u64), "the wait the hook is told");
+        assert_eq!(
+            waited,
+            (!queued.is_zero()).then_some(queued.as_millis() as u64),
+            "the wait the hook is told"
+        );
     }
 }
 

@@ -67,7 +67,9 @@ fn main() {
             black_box(upstream_body(black_box(&body), &req, Some(512), false).unwrap());
         });
         let hook = time(|| {
-            black_box(hook_body(black_box(&body), &req, Some(512), "mrd_0123456789abcdef", false, None).unwrap());
+            black_box(
+                hook_body(black_box(&body), &req, Some(512), "mrd_0123456789abcdef", false, None).unwrap(),
+            );
         });
         let old = time(|| {
             black_box(map_round_trip(black_box(&body)));

@@ -372,20 +372,29 @@ async fn a_request_that_waited_for_admission_tells_the_hook_how_long() {
         let mut body = json!({"model": "Qwen/Qwen3-8B", "stream": true, "messages": [],
                               "vllm_xargs": {"meridian_queued_ms": 60000}});
         body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
-        rig.client.post(rig.url("/v1/chat/completions")).json(&body).header("x-mock-fixture", "qwen3-reasoning")
+        rig.client
+            .post(rig.url("/v1/chat/completions"))
+            .json(&body)
+            .header("x-mock-fixture", "qwen3-reasoning")
     };
     // One stream the mock never finishes holds the only slot.
     let held = chat(json!({})).header("x-mock-hang-after-bytes", "10").send().await.unwrap();
     assert_eq!(held.status(), 200);
     let queued = tokio::spawn(receive(chat(json!({}))));
-    let waiting = || sample(&rig.scrape(), "meridian_admission_queued", &[("class", "interactive")]) == Some(1.0);
+    let waiting =
+        || sample(&rig.scrape(), "meridian_admission_queued", &[("class", "interactive")]) == Some(1.0);
     eventually("the second request queued", waiting).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     drop(held);
     assert_eq!(queued.await.unwrap().status, 200);
-    let sent: Vec<Value> = rig.mocks[0].requests().iter().map(|r| serde_json::from_str(&r.body).unwrap()).collect();
+    let sent: Vec<Value> =
+        rig.mocks[0].requests().iter().map(|r| serde_json::from_str(&r.body).unwrap()).collect();
     assert_eq!(sent.len(), 2);
-    assert!(sent[0]["vllm_xargs"].get("meridian_queued_ms").is_none(), "admitted at once, and a client's own is dropped");
-    let waited = sent[1]["vllm_xargs"]["meridian_queued_ms"].as_u64().expect("the queued request says how long");
+    assert!(
+        sent[0]["vllm_xargs"].get("meridian_queued_ms").is_none(),
+        "admitted at once, and a client's own is dropped"
+    );
+    let waited =
+        sent[1]["vllm_xargs"]["meridian_queued_ms"].as_u64().expect("the queued request says how long");
     assert!((300..30_000).contains(&waited), "waited about as long as the slot was held: {waited} ms");
 }

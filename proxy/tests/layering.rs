@@ -30,7 +30,11 @@ fn imports() -> BTreeMap<String, BTreeMap<String, String>> {
             let top = module_path(&rel).into_iter().next().unwrap_or_default();
             for (name, line) in named_modules(&rel, &text) {
                 if name != top {
-                    graph.entry(top.clone()).or_default().entry(name).or_insert_with(|| format!("{rel}:{line}"));
+                    graph
+                        .entry(top.clone())
+                        .or_default()
+                        .entry(name)
+                        .or_insert_with(|| format!("{rel}:{line}"));
                 }
             }
         }
@@ -69,7 +73,8 @@ fn named_modules(rel: &str, text: &str) -> Vec<(String, usize)> {
         code.push('\n');
         line_of.extend(std::iter::repeat_n(n + 1, kept.len() + 1));
     }
-    let ident = |s: &str| -> String { s.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect() };
+    let ident =
+        |s: &str| -> String { s.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect() };
     let here = module_path(rel);
     let mut found = Vec::new();
     let mut at = 0;
@@ -132,16 +137,34 @@ fn named_modules(rel: &str, text: &str) -> Vec<(String, usize)> {
 
 #[test]
 fn the_scan_reads_groups_and_climbs_out_of_a_module() {
-    let names = |rel: &str, text: &str| -> Vec<String> { named_modules(rel, text).into_iter().map(|(n, _)| n).collect() };
+    let names = |rel: &str, text: &str| -> Vec<String> {
+        named_modules(rel, text).into_iter().map(|(n, _)| n).collect()
+    };
     assert_eq!(names("relay/body.rs", "use crate::ctx::Arrival;"), ["ctx"]);
-    assert_eq!(names("relay/body.rs", "use crate::{ctx::Arrival, ending, upstream::{A, B}};"), ["ctx", "ending", "upstream"]);
-    assert_eq!(names("relay/body.rs", "use crate::{\n    ctx,\n    // no\n    hook::X,\n};"), ["ctx", "hook"]);
+    assert_eq!(
+        names("relay/body.rs", "use crate::{ctx::Arrival, ending, upstream::{A, B}};"),
+        ["ctx", "ending", "upstream"]
+    );
+    assert_eq!(
+        names("relay/body.rs", "use crate::{\n    ctx,\n    // no\n    hook::X,\n};"),
+        ["ctx", "hook"]
+    );
     assert_eq!(named_modules("a.rs", "fn f() {}\nuse crate::{\n    ctx,\n};")[0], ("ctx".to_owned(), 3));
     assert_eq!(names("relay/body.rs", "use super::super::ending::Plan;"), ["ending"], "climbs to the root");
     assert_eq!(names("relay/body.rs", "use super::stage::Flow;"), Vec::<String>::new(), "stays in relay");
-    assert_eq!(names("relay/mod.rs", "use super::ending;"), ["ending"], "a module's mod.rs is one level down");
-    assert_eq!(names("relay/body.rs", "// use crate::ending;\nlet x = 1; // crate::hook"), Vec::<String>::new());
-    assert_eq!(names("relay/body.rs", "fn f() {}\n#[cfg(test)]\nmod tests { use crate::ending; }"), Vec::<String>::new());
+    assert_eq!(
+        names("relay/mod.rs", "use super::ending;"),
+        ["ending"],
+        "a module's mod.rs is one level down"
+    );
+    assert_eq!(
+        names("relay/body.rs", "// use crate::ending;\nlet x = 1; // crate::hook"),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        names("relay/body.rs", "fn f() {}\n#[cfg(test)]\nmod tests { use crate::ending; }"),
+        Vec::<String>::new()
+    );
 }
 
 /// A cycle through `start`, as the modules on it, if there is one.

@@ -122,7 +122,8 @@ async fn real_main(args: Args) -> Result<ExitCode, String> {
         .pool_max_idle_per_host(1024)
         .build()
         .map_err(|e| e.to_string())?;
-    let bases: Vec<String> = args.base_url.iter().map(|b| b.trim().trim_end_matches('/').to_owned()).collect();
+    let bases: Vec<String> =
+        args.base_url.iter().map(|b| b.trim().trim_end_matches('/').to_owned()).collect();
     if bases.iter().any(String::is_empty) {
         return Err("--base-url: an empty URL in the list".into());
     }
@@ -247,7 +248,9 @@ async fn real_main(args: Args) -> Result<ExitCode, String> {
                         max_concurrency: args.max_concurrency,
                         duration_s: args.duration,
                         sample_seeds: args.sample_seeds,
-                        session_header: Some(args.session_header.trim()).filter(|h| !h.is_empty()).map(str::to_owned),
+                        session_header: Some(args.session_header.trim())
+                            .filter(|h| !h.is_empty())
+                            .map(str::to_owned),
                         seed: args.seed,
                     };
                     run_conversations(tgt, &run).await

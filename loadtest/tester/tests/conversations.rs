@@ -153,8 +153,20 @@ async fn a_fleets_replicas_take_the_turns_in_turn_each_carrying_its_conversation
     let urls = format!("{},{}", replicas[0].url(), replicas[1].url());
     let (code, err) = tokio::task::spawn_blocking(move || {
         loadtest(&[
-            "--base-url", &urls, "--dataset-name", "conversations", "--num-prompts", "2", "--turns", "3",
-            "--think-time", "0.01", "--random-input-len", "5", "--seed", "7",
+            "--base-url",
+            &urls,
+            "--dataset-name",
+            "conversations",
+            "--num-prompts",
+            "2",
+            "--turns",
+            "3",
+            "--think-time",
+            "0.01",
+            "--random-input-len",
+            "5",
+            "--seed",
+            "7",
         ])
     })
     .await
@@ -162,7 +174,8 @@ async fn a_fleets_replicas_take_the_turns_in_turn_each_carrying_its_conversation
     assert_eq!(code, 0, "{err}");
     let mut keys: std::collections::BTreeMap<String, Vec<usize>> = Default::default();
     for (i, replica) in replicas.iter().enumerate() {
-        let turns: Vec<_> = replica.requests().into_iter().filter(|r| r.path == "/v1/chat/completions").collect();
+        let turns: Vec<_> =
+            replica.requests().into_iter().filter(|r| r.path == "/v1/chat/completions").collect();
         assert_eq!(turns.len(), 3, "replica {i} took every other request");
         for t in turns {
             keys.entry(t.headers["x-session-id"].clone()).or_default().push(i);
@@ -174,8 +187,22 @@ async fn a_fleets_replicas_take_the_turns_in_turn_each_carrying_its_conversation
     // `--session-header ""` sends none.
     let url = replicas[0].url();
     let (code, err) = tokio::task::spawn_blocking(move || {
-        loadtest(&["--base-url", &url, "--dataset-name", "conversations", "--num-prompts", "1", "--turns", "2",
-                   "--think-time", "0.01", "--random-input-len", "5", "--session-header", ""])
+        loadtest(&[
+            "--base-url",
+            &url,
+            "--dataset-name",
+            "conversations",
+            "--num-prompts",
+            "1",
+            "--turns",
+            "2",
+            "--think-time",
+            "0.01",
+            "--random-input-len",
+            "5",
+            "--session-header",
+            "",
+        ])
     })
     .await
     .unwrap();

@@ -159,6 +159,19 @@ async fn metrics_use_vllm_names() {
         assert!(m.contains(name), "{name}");
     }
     assert!(m.contains("vllm:generation_tokens_total{engine=\"0\",model_name=\"Qwen/Qwen3-8B\"} 7"));
+    assert!(
+        m.contains("meridian_sim_requests_peak{engine=\"0\",model_name=\"Qwen/Qwen3-8B\"} 1"),
+        "one at a time"
+    );
+}
+
+#[tokio::test]
+async fn the_peak_counts_every_request_held_at_once() {
+    let t = twin(50, 50).await;
+    let sends: Vec<_> = (0..5).map(|_| chat(&t, json!({}))).collect();
+    futures::future::join_all(sends).await;
+    let m = client().get(format!("{}/metrics", t.url())).send().await.unwrap().text().await.unwrap();
+    assert!(m.contains("meridian_sim_requests_peak{engine=\"0\",model_name=\"Qwen/Qwen3-8B\"} 5"), "{m}");
 }
 
 #[tokio::test]
@@ -189,20 +202,34 @@ async fn with_its_prefix_cache_on_a_conversations_next_turn_hits_the_history_and
     let opts = TwinOptions {
         seed: 1,
         prefix_cache: Some(meridian_sim::engine::Eviction::Lru),
-        ..TwinOptions::local(meridian_sim::profile("h100-qwen3-8b").unwrap(), WorkloadSpec::fixed(100, 8, 8), 100.0)
+        ..TwinOptions::local(
+            meridian_sim::profile("h100-qwen3-8b").unwrap(),
+            WorkloadSpec::fixed(100, 8, 8),
+            100.0,
+        )
     };
     let t = TwinServer::start(opts, Box::new(Fcfs)).await.unwrap();
     let counter = |text: &str, name: &str| -> Option<f64> {
-        text.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok())
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
     };
-    let scrape = || async { client().get(format!("{}/metrics", t.url())).send().await.unwrap().text().await.unwrap() };
+    let scrape =
+        || async { client().get(format!("{}/metrics", t.url())).send().await.unwrap().text().await.unwrap() };
     // A system prompt and a question long enough for several full blocks.
     let system = "You answer questions about arithmetic with care. ".repeat(60);
-    let first = json!([{"role": "system", "content": system}, {"role": "user", "content": "What is two plus two?"}]);
+    let first =
+        json!([{"role": "system", "content": system}, {"role": "user", "content": "What is two plus two?"}]);
     chat(&t, json!({"messages": first})).await;
     let before = scrape().await;
-    let queried_first = counter(&before, "vllm:prefix_cache_queries_total").expect("counted while the cache is on");
-    assert_eq!(counter(&before, "vllm:prefix_cache_hits_total"), Some(0.0), "nothing cached before the first turn");
+    let queried_first =
+        counter(&before, "vllm:prefix_cache_queries_total").expect("counted while the cache is on");
+    assert_eq!(
+        counter(&before, "vllm:prefix_cache_hits_total"),
+        Some(0.0),
+        "nothing cached before the first turn"
+    );
     let mut second = first.clone();
     second.as_array_mut().unwrap().extend([
         json!({"role": "assistant", "content": "Four."}),
@@ -212,7 +239,10 @@ async fn with_its_prefix_cache_on_a_conversations_next_turn_hits_the_history_and
     let after = scrape().await;
     let hits = counter(&after, "vllm:prefix_cache_hits_total").unwrap();
     let queried = counter(&after, "vllm:prefix_cache_queries_total").unwrap() - queried_first;
-    assert!(hits >= queried_first * 0.8 && hits < queried, "the second turn found the first turn's prompt: {hits} of {queried}");
+    assert!(
+        hits >= queried_first * 0.8 && hits < queried,
+        "the second turn found the first turn's prompt: {hits} of {queried}"
+    );
 
     // Off (the default), no such counters, as for an engine without a prefix cache.
     let off = twin(8, 8).await;

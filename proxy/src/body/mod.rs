@@ -565,10 +565,17 @@ mod hook_body_tests {
         let waited = std::time::Duration::from_millis(2500);
         let out: serde_json::Value =
             serde_json::from_slice(&hook_body(&body, &req, None, "r", false, Some(waited)).unwrap()).unwrap();
-        assert_eq!(out["vllm_xargs"], serde_json::json!({"meridian_request_id": "r", "meridian_queued_ms": 2500}));
+        assert_eq!(
+            out["vllm_xargs"],
+            serde_json::json!({"meridian_request_id": "r", "meridian_queued_ms": 2500})
+        );
         let out: serde_json::Value =
             serde_json::from_slice(&hook_body(&body, &req, None, "r", false, None).unwrap()).unwrap();
-        assert_eq!(out["vllm_xargs"], serde_json::json!({"meridian_request_id": "r"}), "a client's own is dropped");
+        assert_eq!(
+            out["vllm_xargs"],
+            serde_json::json!({"meridian_request_id": "r"}),
+            "a client's own is dropped"
+        );
     }
 
     #[test]

@@ -50,9 +50,14 @@ impl Prepared {
         req: &GenerationRequest<'_>,
     ) -> Result<Self, ProxyError> {
         let hook_body = match state.pool.all().iter().any(|u| u.hook_ready()) {
-            true => {
-                Some(hook_body(body, req, ctx.think_budget, ctx.stream_id(), ctx.drop_client_priority(), None)?)
-            }
+            true => Some(hook_body(
+                body,
+                req,
+                ctx.think_budget,
+                ctx.stream_id(),
+                ctx.drop_client_priority(),
+                None,
+            )?),
             false => None,
         };
         let continuable = continuation::continuable(state, ctx, req);
@@ -80,8 +85,14 @@ impl Prepared {
         waited: Duration,
     ) -> Result<(), ProxyError> {
         if self.hook_body.is_some() && waited.as_millis() > 0 {
-            self.hook_body =
-                Some(hook_body(body, req, ctx.think_budget, ctx.stream_id(), ctx.drop_client_priority(), Some(waited))?);
+            self.hook_body = Some(hook_body(
+                body,
+                req,
+                ctx.think_budget,
+                ctx.stream_id(),
+                ctx.drop_client_priority(),
+                Some(waited),
+            )?);
         }
         Ok(())
     }

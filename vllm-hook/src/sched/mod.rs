@@ -435,7 +435,8 @@ impl SchedulerCore {
             self.last_running.push((req.as_ptr() as usize, slot));
         }
         let prefilling: Vec<bool> = views.iter().map(|v| v.prefill_remaining > 0).collect();
-        let oldest_start = oldest_start(oldest_waiting_start, self.longest_proxy_wait(&row_slots, &prefilling), now);
+        let oldest_start =
+            oldest_start(oldest_waiting_start, self.longest_proxy_wait(&row_slots, &prefilling), now);
         let (mut order, limits, paced) = self.finish_plan(views, &row_slots, oldest_start, now);
         let capped = limits.max_prefill_tokens.filter(|&cap| cap > 0);
         if capped.is_some() {

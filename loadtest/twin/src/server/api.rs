@@ -207,7 +207,8 @@ mod tests {
     #[test]
     fn a_later_turns_prompt_begins_with_the_earlier_turns_ids() {
         let turn = |messages: Value| json!({"model": "m", "messages": messages});
-        let first = json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}]);
+        let first =
+            json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}]);
         let mut second = first.clone();
         second.as_array_mut().unwrap().extend([
             json!({"role": "assistant", "content": "Four."}),

@@ -52,6 +52,9 @@ pub struct TwinMetrics {
     pub generation_tokens: u64,
     pub finished: u64,
     pub aborted: u64,
+    /// The most requests held at once (running and waiting), as of each arrival: what an
+    /// admission limit in front of the engine should bound.
+    pub requests_peak: usize,
 }
 
 impl Default for TwinMetrics {
@@ -64,6 +67,7 @@ impl Default for TwinMetrics {
             generation_tokens: 0,
             finished: 0,
             aborted: 0,
+            requests_peak: 0,
         }
     }
 }
@@ -101,6 +105,7 @@ pub fn render(m: &TwinMetrics, g: &EngineGauges, model: &str, policy: &str) -> S
         g.output_critical_preemptions.to_string(),
     );
     gauge("meridian_sim_virtual_seconds", "gauge", g.virtual_s.to_string());
+    gauge("meridian_sim_requests_peak", "gauge", m.requests_peak.to_string());
     if let Some(p) = &g.prefix {
         gauge("vllm:prefix_cache_queries_total", "counter", p.queried_tokens.to_string());
         gauge("vllm:prefix_cache_hits_total", "counter", p.hit_tokens.to_string());

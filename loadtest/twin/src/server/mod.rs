@@ -263,6 +263,8 @@ async fn generate(shared: Arc<Shared>, headers: HeaderMap, body: axum::body::Byt
             Err(e) => return error(StatusCode::BAD_REQUEST, &e.to_string()),
         };
         core.metrics.prompt_tokens += u64::from(req.prompt_tokens);
+        let held = core.engine.num_running() + core.engine.num_waiting();
+        core.metrics.requests_peak = core.metrics.requests_peak.max(held);
         // Metrics count from when the request really arrived: the engine clock may run
         // ahead by the step that is being slept out.
         let arrival_s = shared.virtual_now();

@@ -1,0 +1,305 @@
+//! Several proxy replicas in front of the same engines: do they keep each engine within
+//! its admission limit, and answer as one replica does? Writes docs/src/benchmarks/fleet.md
+//! and its data beside it.
+//!
+//!   scripts/bench-fleet.sh                                  2 rounds
+//!   FLEET_ROUNDS=1 FLEET_CONVERSATIONS=60 scripts/bench-fleet.sh      a quick look
+//!   FLEET_HEALTH_S=0.05 FLEET_PAGE=fleet-fast-readings scripts/bench-fleet.sh   a variant, its own page
+//!
+//! `FLEET_ENGINES` engine twins (`meridian-sim serve`, the H100 Qwen3-8B profile, real
+//! time, prefix cache on with stock's LRU order) serve one model. In front of them run
+//! 1, 2 or 4 proxy replicas (`meridian serve`, release build), each told of every engine,
+//! with admission on at `FLEET_STREAMS` streams per engine and the engines' state read
+//! every `FLEET_HEALTH_S`. The load tester sends a multi-turn conversation workload
+//! (`--dataset-name conversations`: a shared system prompt, each turn the history with
+//! the thinking dropped, each turn's conversation key in `x-session-id`), spreading the
+//! requests over the replicas in turn, as a Service spreads new connections. Conditions,
+//! per routing policy (`phase-aware`, the default, and `prefix-affinity`): one replica
+//! (the baseline), two, four; the order rotated each round, every condition on fresh
+//! engines and proxies, the same conversations (the round's seed) in each.
+//!
+//! Per condition: p99 TTOT, p99 answer ITL and p99 TTFT over the baseline's on the same
+//! requests (a 90% interval from resampling the requests and the rounds; target: within
+//! 10%), the share of prompt tokens the engines' prefix caches held (summed over the
+//! engines' own counters), and the most requests any engine held at once against its
+//! limit (target: never above it).
+
+#[path = "../tenant_flood/stats.rs"]
+#[allow(dead_code)]
+mod stats;
+
+mod report;
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Instant;
+
+use meridian_core::ModelRegistry;
+use meridian_loadtest::arrivals::{Rate, schedule};
+use meridian_loadtest::client::{Api, SESSION_HEADER, Target};
+use meridian_loadtest::conversation::{
+    ConversationPlan, ConversationRun, ConversationShape, run_conversations,
+};
+use meridian_loadtest::dataset::RandomLengths;
+use meridian_loadtest::record::RequestRecord;
+use serde_json::json;
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+pub(crate) struct Settings {
+    pub(crate) rounds: usize,
+    pub(crate) engines: usize,
+    pub(crate) streams: u32,
+    pub(crate) health_s: f64,
+    pub(crate) conversations: usize,
+    /// Conversations started a second.
+    pub(crate) rate: f64,
+    pub(crate) shape: ConversationShape,
+    /// The page's name under docs/src/benchmarks (`FLEET_PAGE`, for a variant's own page).
+    pub(crate) page: String,
+}
+
+impl Settings {
+    fn from_env() -> Self {
+        Settings {
+            rounds: env_or("FLEET_ROUNDS", 2),
+            engines: env_or("FLEET_ENGINES", 4),
+            streams: env_or("FLEET_STREAMS", 8),
+            health_s: env_or("FLEET_HEALTH_S", 0.25),
+            conversations: env_or("FLEET_CONVERSATIONS", 240),
+            rate: env_or("FLEET_RATE", 6.0),
+            shape: ConversationShape {
+                turn: RandomLengths { input: 60, output: 40, think: Some(120), range_ratio: 0.5 },
+                turns: env_or("FLEET_TURNS", 4),
+                system_tokens: 400,
+                think_time_s: 1.0,
+            },
+            page: env_or("FLEET_PAGE", "fleet".to_owned()),
+        }
+    }
+}
+
+pub(crate) const ROUTINGS: [&str; 2] = ["phase-aware", "prefix-affinity"];
+pub(crate) const REPLICAS: [usize; 3] = [1, 2, 4];
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
+}
+
+/// Starts `bin` with `args`; its URL from the "listening on URL" line it prints.
+fn start(bin: &str, args: &[&str]) -> (Proc, String) {
+    let path = target_dir().join(bin);
+    let mut child = Command::new(&path)
+        .args(args)
+        .env("MERIDIAN_LOG_LEVEL", "error")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{} ({e}): run scripts/bench-fleet.sh, which builds it", path.display()));
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = loop {
+        let line = lines.next().expect("exited before listening").unwrap();
+        if let Some(rest) = line.split("listening on ").nth(1) {
+            break rest.split_whitespace().next().unwrap().trim_end_matches('/').to_owned();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    let url = if url.starts_with("http") { url } else { format!("http://{url}") };
+    (Proc(child), url)
+}
+
+fn start_engine(workload: &Path) -> (Proc, String) {
+    let workload = workload.to_str().unwrap();
+    start(
+        "meridian-sim",
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--profile",
+            "h100-qwen3-8b",
+            "--prefix-cache",
+            "lru",
+            "--workload",
+            workload,
+        ],
+    )
+}
+
+fn proxy_config(s: &Settings, routing: &str, engines: &[String], dir: &Path, name: &str) -> PathBuf {
+    let mut text = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n[upstream]\nhealth_interval_s = {}\nidle_timeout_s = 120.0\n\
+         first_byte_timeout_s = 120.0\nrouting = \"{routing}\"\n[admission]\nenabled = true\nmax_streams = {}\n\
+         queue_timeout_s = 120.0\nmax_queued = 4096\n",
+        s.health_s, s.streams
+    );
+    for (i, url) in engines.iter().enumerate() {
+        text += &format!("[[upstream.endpoints]]\nurl = \"{url}\"\nname = \"engine-{i}\"\n");
+    }
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().tcp_nodelay(true).pool_max_idle_per_host(4096).build().unwrap()
+}
+
+/// One condition's outcome.
+pub(crate) struct Run {
+    pub(crate) routing: &'static str,
+    pub(crate) replicas: usize,
+    pub(crate) records: Vec<RequestRecord>,
+    /// Prompt tokens the engines looked up in their prefix caches, and found there.
+    pub(crate) queried: f64,
+    pub(crate) hit: f64,
+    /// The most requests each engine held at once.
+    pub(crate) peaks: Vec<f64>,
+    pub(crate) wall_s: f64,
+}
+
+fn sample(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn one_run(routing: &'static str, replicas: usize, round: u64, s: &Settings, dir: &Path) -> Run {
+    let workload = dir.join("workload.toml");
+    let engines: Vec<(Proc, String)> = (0..s.engines).map(|_| start_engine(&workload)).collect();
+    let urls: Vec<String> = engines.iter().map(|(_, u)| u.clone()).collect();
+    let proxies: Vec<(Proc, String)> = (0..replicas)
+        .map(|r| {
+            start(
+                "meridian",
+                &[
+                    "serve",
+                    "--config",
+                    proxy_config(s, routing, &urls, dir, &format!("p{r}")).to_str().unwrap(),
+                ],
+            )
+        })
+        .collect();
+    // Every replica has read every engine once before the first request.
+    tokio::time::sleep(std::time::Duration::from_secs_f64(s.health_s * 3.0 + 0.5)).await;
+    let registry = ModelRegistry::builtin().unwrap();
+    let target = Target {
+        client: client(),
+        urls: proxies.iter().map(|(_, u)| format!("{u}/v1/chat/completions")).collect(),
+        model: "Qwen/Qwen3-8B".into(),
+        api: Api::Chat,
+        stream: true,
+        api_key: None,
+        extra_body: None,
+        family: registry.get("qwen3").cloned(),
+        ignore_eos: false,
+    };
+    let plan = ConversationPlan::new(s.conversations, s.shape, 500 + round);
+    let run = ConversationRun {
+        plan,
+        offsets: schedule(s.conversations, Rate::Constant(s.rate), 1.0, 600 + round),
+        max_concurrency: None,
+        duration_s: None,
+        sample_seeds: false,
+        session_header: Some(SESSION_HEADER.into()),
+        seed: 500 + round,
+    };
+    let started = Instant::now();
+    let out = run_conversations(&target, &run).await;
+    let wall_s = started.elapsed().as_secs_f64();
+    let c = client();
+    let (mut queried, mut hit, mut peaks) = (0.0, 0.0, Vec::new());
+    for url in &urls {
+        let text = c.get(format!("{url}/metrics")).send().await.unwrap().text().await.unwrap();
+        queried += sample(&text, "vllm:prefix_cache_queries_total");
+        hit += sample(&text, "vllm:prefix_cache_hits_total");
+        peaks.push(sample(&text, "meridian_sim_requests_peak"));
+    }
+    drop(proxies);
+    drop(engines);
+    Run { routing, replicas, records: out.records, queried, hit, peaks, wall_s }
+}
+
+fn slim(r: &RequestRecord) -> serde_json::Value {
+    json!({
+        "index": r.index, "conversation": r.conversation, "turn": r.turn, "sent_at": r.sent_at, "ok": r.ok,
+        "outcome": r.outcome, "ttft": r.ttft, "think_to_output": r.think_to_output, "tpot": r.tpot,
+        "max_output_gap": r.max_output_gap, "e2e": r.e2e,
+    })
+}
+
+fn main() {
+    let s = Settings::from_env();
+    let dir = std::env::temp_dir().join(format!("fleet-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Natural lengths far above any request's: each request's budget and max_tokens say
+    // where its thought and its answer end.
+    std::fs::write(
+        dir.join("workload.toml"),
+        "prompt = { kind = \"fixed\", value = 200 }\n\
+         think = { kind = \"fixed\", value = 100000 }\n\
+         answer = { kind = \"fixed\", value = 100000 }\n",
+    )
+    .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let started = Instant::now();
+    let conditions: Vec<(&'static str, usize)> =
+        ROUTINGS.iter().flat_map(|r| REPLICAS.iter().map(move |n| (*r, *n))).collect();
+    let mut rounds: Vec<Vec<Run>> = Vec::new();
+    for round in 0..s.rounds {
+        let mut order = conditions.clone();
+        let turn = round % order.len();
+        order.rotate_left(turn);
+        let mut runs = Vec::new();
+        for (routing, replicas) in order {
+            let r = rt.block_on(one_run(routing, replicas, round as u64, &s, &dir));
+            println!(
+                "round {round} {routing:>15} x{replicas}: {} requests ({} failed), hit {:.1}%, peak held {:?} of {}, {:.0} s",
+                r.records.len(),
+                r.records.iter().filter(|x| !x.ok).count(),
+                100.0 * r.hit / r.queried.max(1.0),
+                r.peaks,
+                s.streams,
+                r.wall_s
+            );
+            runs.push(r);
+        }
+        runs.sort_by_key(|r| (ROUTINGS.iter().position(|x| *x == r.routing), r.replicas));
+        rounds.push(runs);
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/src/benchmarks");
+    std::fs::write(out.join(format!("{}.md", s.page)), report::report(&s, &rounds, wall)).unwrap();
+    let data = json!({
+        "settings": {
+            "rounds": s.rounds, "engines": s.engines, "streams_per_engine": s.streams, "health_s": s.health_s,
+            "conversations": s.conversations, "rate": s.rate, "turns": s.shape.turns,
+            "system_tokens": s.shape.system_tokens, "think_time_s": s.shape.think_time_s,
+            "lengths": {"input": s.shape.turn.input, "think": s.shape.turn.think, "answer": s.shape.turn.output,
+                        "range_ratio": s.shape.turn.range_ratio},
+        },
+        "rounds": rounds.iter().map(|runs| runs.iter().map(|r| json!({
+            "routing": r.routing, "replicas": r.replicas, "queried_tokens": r.queried, "hit_tokens": r.hit,
+            "peaks": r.peaks, "wall_s": r.wall_s,
+            "requests": r.records.iter().map(slim).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>()).collect::<Vec<_>>(),
+    });
+    std::fs::create_dir_all(out.join(&s.page)).unwrap();
+    std::fs::write(out.join(&s.page).join("runs.json"), serde_json::to_string(&data).unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("wrote docs/src/benchmarks/{}.md ({wall:.0} s)", s.page);
+}

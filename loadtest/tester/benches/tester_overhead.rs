@@ -7,43 +7,20 @@
 //!
 //!   scripts/bench-loadtest.sh
 
-use std::io::BufRead;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+#[path = "common/mod.rs"]
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::{Proc, start};
 
 use meridian_core::sched::Fcfs;
 use meridian_sim::workload::WorkloadSpec;
 use meridian_sim::{EngineConfig, experiment};
 
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
-}
-
 fn start_twin() -> (Proc, String) {
-    let mut child = Command::new(target_dir().join("meridian-sim"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--profile", "h100-qwen3-8b", "--speed", "1"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("meridian-sim (run scripts/bench-loadtest.sh, which builds it)");
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let url = loop {
-        let line = lines.next().unwrap().unwrap();
-        if let Some(rest) = line.split("listening on ").nth(1) {
-            break rest.split_whitespace().next().unwrap().to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    (Proc(child), url)
+    let args = ["serve", "--listen", "127.0.0.1:0", "--profile", "h100-qwen3-8b", "--speed", "1"];
+    start("meridian-sim", &args, &[], "scripts/bench-loadtest.sh")
 }
 
 fn scrape(url: &str, name: &str) -> f64 {

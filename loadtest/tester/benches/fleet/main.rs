@@ -24,15 +24,15 @@
 //! engines' own counters), and the most requests any engine held at once against its
 //! limit (target: never above it).
 
+#[path = "../common/mod.rs"]
+mod common;
 #[path = "../tenant_flood/stats.rs"]
 #[allow(dead_code)]
 mod stats;
 
 mod report;
 
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
 use meridian_core::ModelRegistry;
@@ -45,9 +45,12 @@ use meridian_loadtest::dataset::RandomLengths;
 use meridian_loadtest::record::RequestRecord;
 use serde_json::json;
 
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
+use common::{Proc, client, env_or, start};
+
+/// What builds the binaries this bench starts.
+const SCRIPT: &str = "scripts/bench-fleet.sh";
+/// The engines and the replicas log errors only.
+const QUIET: [(&str, &str); 1] = [("MERIDIAN_LOG_LEVEL", "error")];
 
 pub(crate) struct Settings {
     pub(crate) rounds: usize,
@@ -85,42 +88,6 @@ impl Settings {
 pub(crate) const ROUTINGS: [&str; 2] = ["phase-aware", "prefix-affinity"];
 pub(crate) const REPLICAS: [usize; 3] = [1, 2, 4];
 
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
-}
-
-/// Starts `bin` with `args`; its URL from the "listening on URL" line it prints.
-fn start(bin: &str, args: &[&str]) -> (Proc, String) {
-    let path = target_dir().join(bin);
-    let mut child = Command::new(&path)
-        .args(args)
-        .env("MERIDIAN_LOG_LEVEL", "error")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{} ({e}): run scripts/bench-fleet.sh, which builds it", path.display()));
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let url = loop {
-        let line = lines.next().expect("exited before listening").unwrap();
-        if let Some(rest) = line.split("listening on ").nth(1) {
-            break rest.split_whitespace().next().unwrap().trim_end_matches('/').to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    let url = if url.starts_with("http") { url } else { format!("http://{url}") };
-    (Proc(child), url)
-}
-
 fn start_engine(workload: &Path) -> (Proc, String) {
     let workload = workload.to_str().unwrap();
     start(
@@ -136,6 +103,8 @@ fn start_engine(workload: &Path) -> (Proc, String) {
             "--workload",
             workload,
         ],
+        &QUIET,
+        SCRIPT,
     )
 }
 
@@ -152,10 +121,6 @@ fn proxy_config(s: &Settings, routing: &str, engines: &[String], dir: &Path, nam
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, text).unwrap();
     path
-}
-
-fn client() -> reqwest::Client {
-    reqwest::Client::builder().no_proxy().tcp_nodelay(true).pool_max_idle_per_host(4096).build().unwrap()
 }
 
 /// One condition's outcome.
@@ -191,6 +156,8 @@ async fn one_run(routing: &'static str, replicas: usize, round: u64, s: &Setting
                     "--config",
                     proxy_config(s, routing, &urls, dir, &format!("p{r}")).to_str().unwrap(),
                 ],
+                &QUIET,
+                SCRIPT,
             )
         })
         .collect();

@@ -26,12 +26,13 @@
 //! within 10% (ratio at most 1.10): met when the whole interval is at or below it, missed
 //! when the whole interval is above, else unresolved.
 
+#[path = "../common/mod.rs"]
+mod common;
 mod report;
 mod stats;
 
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use meridian_core::ModelRegistry;
@@ -42,15 +43,12 @@ use meridian_loadtest::record::RequestRecord;
 use meridian_loadtest::run::{Plan, run};
 use serde_json::json;
 
+use common::{Proc, client, env_or, start};
 use report::{flood_text, ms, outcomes, report};
 use stats::stat;
 
 const VICTIM_KEY: &str = "sk-victim";
 const FLOOD_KEY: &str = "sk-flood";
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
 
 pub(crate) struct Settings {
     pub(crate) rounds: usize,
@@ -104,20 +102,6 @@ impl Condition {
     pub(crate) fn flooded(self) -> bool {
         self != Condition::Alone
     }
-}
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
 }
 
 fn sha256_hex(key: &str) -> String {
@@ -184,24 +168,13 @@ api_key_sha256 = ["{flood}"]
 }
 
 fn start_proxy(config: &Path) -> (Proc, String) {
-    let bin = target_dir().join("meridian");
-    let mut child = Command::new(&bin)
-        .args(["serve", "--config"])
-        .arg(config)
-        .env("MERIDIAN_LOG_LEVEL", "error")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{} ({e}): run scripts/bench-tenants.sh, which builds it", bin.display()));
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let url = loop {
-        let line = lines.next().expect("the proxy exited before listening").unwrap();
-        if let Some(rest) = line.split("listening on ").nth(1) {
-            break rest.split_whitespace().next().unwrap().to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    (Proc(child), url)
+    let config = config.to_str().unwrap();
+    start(
+        "meridian",
+        &["serve", "--config", config],
+        &[("MERIDIAN_LOG_LEVEL", "error")],
+        "scripts/bench-tenants.sh",
+    )
 }
 
 fn target(client: &reqwest::Client, url: &str, key: &str) -> Target {
@@ -217,10 +190,6 @@ fn target(client: &reqwest::Client, url: &str, key: &str) -> Target {
         family: registry.get("qwen3").cloned(),
         ignore_eos: false,
     }
-}
-
-fn client() -> reqwest::Client {
-    reqwest::Client::builder().no_proxy().tcp_nodelay(true).pool_max_idle_per_host(4096).build().unwrap()
 }
 
 /// Requests a second the engine completes at its limit of streams (closed loop).

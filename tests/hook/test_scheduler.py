@@ -349,16 +349,6 @@ def test_a_prompt_going_in_over_many_steps_is_never_mistaken_for_a_thinker(
     assert e.scheduler._meridian.phase("long") == "think"
 
 
-def _prompt_tokens(e, out) -> dict[str, int]:
-    """The prompt tokens each request computed in the step ``out`` (before it sampled)."""
-    got = {}
-    for rid, n in out.num_scheduled_tokens.items():
-        req = e.scheduler.requests[rid]
-        if req.num_computed_tokens - n < req.num_prompt_tokens:
-            got[rid] = n
-    return got
-
-
 def _two_long_prompts_beside_an_answer(scheduler_cls, cap: int):
     e = build(scheduler_cls, num_blocks=256, budget=1024)
     e.scheduler.scheduler_config.long_prefill_token_threshold = cap  # stock's own per-request cap
@@ -385,7 +375,7 @@ def test_the_prefill_cap_bounds_the_whole_step_not_each_prompt(tmp_path, monkeyp
     while any(r.num_computed_tokens < r.num_prompt_tokens for r in longs):
         out = e.step({})
         steps += 1
-        assert sum(_prompt_tokens(e, out).values()) <= cap, f"step {steps}: {dict(out.num_scheduled_tokens)}"
+        assert sum(e.prompt_tokens(out).values()) <= cap, f"step {steps}: {dict(out.num_scheduled_tokens)}"
         assert {"answerer", "thinker"} <= set(out.num_scheduled_tokens), "decodes never sit out for a prompt"
         assert steps < 100
     assert steps >= 2 * 601 // cap, "both prompts went in at the cap's pace"
@@ -412,7 +402,7 @@ def test_the_shipped_prefill_cap_is_half_of_vllms_step_budget(tmp_path, monkeypa
     chunks = []
     while long.num_computed_tokens < long.num_prompt_tokens:
         out = e.step({})
-        chunks.append(_prompt_tokens(e, out).get("long", 0))
+        chunks.append(e.prompt_tokens(out).get("long", 0))
         assert len(chunks) < 20
     assert max(chunks) <= budget // 2, chunks
     assert len(chunks) <= (prompt + 1) // (budget // 2) + 1, f"the prompt went in at half the budget a step: {chunks}"
@@ -421,7 +411,7 @@ def test_the_shipped_prefill_cap_is_half_of_vllms_step_budget(tmp_path, monkeypa
 def test_stock_vllm_caps_each_prompt_so_two_prompts_double_the_step():
     e = _two_long_prompts_beside_an_answer(AsyncScheduler, 64)
     out = e.step({})
-    assert sorted(_prompt_tokens(e, out).values()) == [64, 64]
+    assert sorted(e.prompt_tokens(out).values()) == [64, 64]
 
 
 @pytest.mark.parametrize(
@@ -446,7 +436,7 @@ def test_the_step_that_samples_a_forced_end_of_thought_is_capped_too(tmp_path, m
     e.add("long2", [2] * 600 + [THINK_START], arrival=3.0)
     out = e.step({})  # 3 tokens thought, the budget is spent: the delimiter comes next
     assert set(out.num_scheduled_tokens) >= {"thinker"}
-    assert sum(_prompt_tokens(e, out).values()) <= 64
+    assert sum(e.prompt_tokens(out).values()) <= 64
 
 
 def test_reasoning_first_paces_an_answer_ahead_of_its_reader(tmp_path, monkeypatch: pytest.MonkeyPatch):
@@ -526,90 +516,3 @@ def test_the_hook_publishes_the_engines_requests_by_phase_as_vllm_holds_them():
 
 def adapter_free_blocks(scheduler) -> float:
     return float(scheduler.kv_cache_manager.block_pool.get_num_free_blocks())
-
-
-def _long_prompt_beside_slow_answers(tmp_path, monkeypatch: pytest.MonkeyPatch, **long_params) -> tuple[list[int], int]:
-    """The default policy protecting answers (its steps slower than its 10 ms target: the
-    test sleeps between steps), with a start target of 20 s; a 900-token prompt added
-    with ``long_params`` (``arrival``, ``extra_args``) and stepped three times: its
-    prompt tokens in each step, and how many of those steps were capped."""
-    import time
-
-    cfg = tmp_path / "meridian.toml"
-    cfg.write_text('[hook]\npolicy = "slo-driven:output_itl_target_ms=10,start_wait_target_s=20,express=0"\n')
-    monkeypatch.setenv("MERIDIAN_HOOK_CONFIG", str(cfg))
-    e = build(MeridianScheduler, num_blocks=256, budget=256)
-    e.scheduler.scheduler_config.long_prefill_token_threshold = 256  # stock's own per-request cap
-    now = time.time()
-    e.add("answerer", PROMPT, arrival=now)
-    e.add("thinker", PROMPT, arrival=now)
-    e.step({"answerer": THINK_END})
-    for _ in range(12):  # answering, in steps the policy measures as slow
-        time.sleep(0.03)
-        e.step({})
-    long_params.setdefault("arrival", now)
-    e.add("long", [2] * 900 + [THINK_START], **long_params)
-    capped = metric("meridian_hook_prefill_capped_steps_total")
-    chunks = []
-    for _ in range(3):
-        time.sleep(0.03)
-        chunks.append(_prompt_tokens(e, e.step({})).get("long", 0))
-    return chunks, int(metric("meridian_hook_prefill_capped_steps_total") - capped)
-
-
-@pytest.mark.parametrize("waited_s", [0.0, 60.0])
-def test_slo_driven_lifts_its_prefill_cap_while_a_start_waits_in_the_queue_past_its_target(
-    tmp_path, monkeypatch: pytest.MonkeyPatch, waited_s
-):
-    """The default policy, protecting answers, caps a step's prompt tokens at half the
-    budget while a prompt goes in, unless a request has waited in vLLM's queue longer than
-    the start target: the step that admits a long-waiting request computes a full chunk
-    of it; the next ones, the request admitted and nobody queued, are capped again (its
-    own prefill is progress, not a wait). vLLM's arrival times are wall-clock seconds,
-    which the hook moves onto its policy's clock."""
-    import time
-
-    chunks, capped = _long_prompt_beside_slow_answers(tmp_path, monkeypatch, arrival=time.time() - waited_s)
-    if waited_s:
-        assert chunks[0] > 128, f"a start overdue in the queue: admitted with vLLM's own chunk, {chunks}"
-        assert 0 < max(chunks[1:]) <= 128, f"admitted, its prompt is capped again, {chunks}"
-        assert capped == 2
-    else:
-        assert 0 < max(chunks) <= 128, f"answers protected: prompt chunks within half the budget, {chunks}"
-        assert capped == 3, "each capped step counted"
-
-
-@pytest.mark.parametrize("queued_ms", [0, 60_000])
-def test_a_prompt_that_waited_past_the_start_target_in_meridians_queue_goes_in_uncapped(
-    tmp_path, monkeypatch: pytest.MonkeyPatch, queued_ms
-):
-    """With admission on, starts wait in the proxy's queue, not vLLM's, and reach the
-    engine with that wait in `vllm_xargs.meridian_queued_ms`. A running request still
-    computing its prompt that had waited there past the start target counts as an overdue
-    start: its prompt goes in with vLLM's own chunks, while one that did not wait is capped
-    (its prefill in the engine is progress, not a wait, as the queue-only rule has it)."""
-    xargs = {"meridian_queued_ms": queued_ms} if queued_ms else None
-    chunks, capped = _long_prompt_beside_slow_answers(tmp_path, monkeypatch, extra_args=xargs)
-    if queued_ms:
-        assert min(chunks) > 128, f"overdue from the proxy's queue: vLLM's own chunks throughout, {chunks}"
-        assert capped == 0
-    else:
-        assert 0 < max(chunks) <= 128, f"answers protected: prompt chunks within half the budget, {chunks}"
-        assert capped == 3
-
-
-def test_the_oldest_waiting_start_counts_the_wait_in_meridians_queue():
-    from types import SimpleNamespace
-
-    from meridian_hook import vllm_adapter
-
-    def request(arrival, queued_ms=None):
-        extra = {"meridian_queued_ms": queued_ms} if queued_ms is not None else None
-        return SimpleNamespace(num_output_tokens=0, arrival_time=arrival,
-                               sampling_params=SimpleNamespace(extra_args=extra))
-
-    sched = SimpleNamespace(waiting=[request(100.0, 2500)])
-    assert vllm_adapter.oldest_waiting_start(sched) == pytest.approx(97.5)
-    for odd in (None, -5, "2500", True, float("nan"), float("inf")):
-        sched = SimpleNamespace(waiting=[request(100.0, odd)])
-        assert vllm_adapter.oldest_waiting_start(sched) == 100.0, f"{odd!r} is no wait"

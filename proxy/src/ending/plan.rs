@@ -41,6 +41,16 @@ pub struct Prepared {
     continuation: Option<ContinuationPlan>,
 }
 
+/// The body for an upstream whose hook is ready, as this request's context says.
+fn hooked(
+    ctx: &RequestCtx,
+    body: &Bytes,
+    req: &GenerationRequest<'_>,
+    queued: Option<Duration>,
+) -> Result<Bytes, ProxyError> {
+    hook_body(body, req, ctx.think_budget, ctx.stream_id(), ctx.drop_client_priority(), queued)
+}
+
 impl Prepared {
     /// `body` is the client's, `req` the same parsed once.
     pub fn new(
@@ -49,15 +59,9 @@ impl Prepared {
         body: &Bytes,
         req: &GenerationRequest<'_>,
     ) -> Result<Self, ProxyError> {
+        // Made before admission too, so that a bad `vllm_xargs` is refused before it waits.
         let hook_body = match state.pool.all().iter().any(|u| u.hook_ready()) {
-            true => Some(hook_body(
-                body,
-                req,
-                ctx.think_budget,
-                ctx.stream_id(),
-                ctx.drop_client_priority(),
-                None,
-            )?),
+            true => Some(hooked(ctx, body, req, None)?),
             false => None,
         };
         let continuable = continuation::continuable(state, ctx, req);
@@ -85,14 +89,7 @@ impl Prepared {
         waited: Duration,
     ) -> Result<(), ProxyError> {
         if self.hook_body.is_some() && waited.as_millis() > 0 {
-            self.hook_body = Some(hook_body(
-                body,
-                req,
-                ctx.think_budget,
-                ctx.stream_id(),
-                ctx.drop_client_priority(),
-                Some(waited),
-            )?);
+            self.hook_body = Some(hooked(ctx, body, req, Some(waited))?);
         }
         Ok(())
     }

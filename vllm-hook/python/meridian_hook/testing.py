@@ -92,6 +92,15 @@ class Engine:
         self.scheduler.update_from_output(out, mro)
         return out
 
+    def prompt_tokens(self, out: SchedulerOutput) -> dict[str, int]:
+        """The prompt tokens each request computed in the step ``out`` (before it sampled)."""
+        got = {}
+        for rid, n in out.num_scheduled_tokens.items():
+            req = self.scheduler.requests[rid]
+            if req.num_computed_tokens - n < req.num_prompt_tokens:
+                got[rid] = n
+        return got
+
 
 def reasoning_config() -> Any:
     """What ``--reasoning-parser qwen3`` sets up, for the tiny vocabulary: the hook reads

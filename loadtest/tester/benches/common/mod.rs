@@ -1,5 +1,6 @@
 //! What the load tester's benches share: settings from the environment, the workspace's
-//! release binaries started as child processes (stopped when dropped), and the client.
+//! release binaries started as child processes (stopped when dropped), the client, and
+//! reading a metric from a Prometheus page.
 
 #![allow(dead_code)] // each bench uses part of it
 
@@ -55,4 +56,13 @@ pub fn start(bin: &str, args: &[&str], env: &[(&str, &str)], script: &str) -> (P
 /// The HTTP client the benches send with: no proxy, no Nagle, a deep pool.
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().tcp_nodelay(true).pool_max_idle_per_host(4096).build().unwrap()
+}
+
+/// The sum of the samples of metric `name` whose line contains `labels` ("" for every
+/// series) in a Prometheus text page.
+pub fn sample(text: &str, name: &str, labels: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && l.contains(labels))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }

@@ -45,7 +45,7 @@ use meridian_loadtest::dataset::RandomLengths;
 use meridian_loadtest::record::RequestRecord;
 use serde_json::json;
 
-use common::{Proc, client, env_or, start};
+use common::{Proc, client, env_or, sample, start};
 
 /// What builds the binaries this bench starts.
 const SCRIPT: &str = "scripts/bench-fleet.sh";
@@ -136,13 +136,6 @@ pub(crate) struct Run {
     pub(crate) wall_s: f64,
 }
 
-fn sample(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 async fn one_run(routing: &'static str, replicas: usize, round: u64, s: &Settings, dir: &Path) -> Run {
     let workload = dir.join("workload.toml");
     let engines: Vec<(Proc, String)> = (0..s.engines).map(|_| start_engine(&workload)).collect();
@@ -192,9 +185,9 @@ async fn one_run(routing: &'static str, replicas: usize, round: u64, s: &Setting
     let (mut queried, mut hit, mut peaks) = (0.0, 0.0, Vec::new());
     for url in &urls {
         let text = c.get(format!("{url}/metrics")).send().await.unwrap().text().await.unwrap();
-        queried += sample(&text, "vllm:prefix_cache_queries_total");
-        hit += sample(&text, "vllm:prefix_cache_hits_total");
-        peaks.push(sample(&text, "meridian_sim_requests_peak"));
+        queried += sample(&text, "vllm:prefix_cache_queries_total", "");
+        hit += sample(&text, "vllm:prefix_cache_hits_total", "");
+        peaks.push(sample(&text, "meridian_sim_requests_peak", ""));
     }
     drop(proxies);
     drop(engines);

@@ -43,7 +43,7 @@ use meridian_loadtest::record::RequestRecord;
 use meridian_loadtest::run::{Plan, run};
 use serde_json::json;
 
-use common::{Proc, client, env_or, start};
+use common::{Proc, client, env_or, sample, start};
 use report::{flood_text, ms, outcomes, report};
 use stats::stat;
 
@@ -226,14 +226,6 @@ pub(crate) struct Flood {
     pub(crate) sent: usize,
     pub(crate) admitted: f64,
     pub(crate) refused: f64,
-}
-
-/// A sample of the proxy's metrics text.
-fn sample(text: &str, name: &str, labels: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(name) && l.contains(labels))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 async fn one_run(cond: Condition, round: u64, s: &Settings, cap: f64, dir: &Path) -> Run {

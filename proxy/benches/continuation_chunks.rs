@@ -79,7 +79,7 @@ fn main() {
                 out += b.len();
             }
         }
-        splicer.cut(5);
+        splicer.cut(5, 0);
         obs.forget_usage();
         for p in &second {
             match splicer.second_leg(p) {

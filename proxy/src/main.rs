@@ -183,6 +183,7 @@ mod twin {
             name: Some("twin".into()),
             hook: None,
             models: None,
+            role: Default::default(),
         }];
         Ok((config, Some(twin)))
     }

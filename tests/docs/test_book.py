@@ -24,6 +24,7 @@ OPTIONAL_FIELDS = {
     "upstream.endpoints[].name": "host:port of the URL",
     "upstream.endpoints[].hook": "unset",
     "upstream.endpoints[].models": "unset",
+    "upstream.endpoints[].role": "both",
     "upstream.api_key_env": "unset",
     "models.dir": "unset",
     "models.aliases.*": "empty",

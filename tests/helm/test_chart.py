@@ -215,6 +215,26 @@ def test_several_models_share_one_proxy():
     assert [e.get("models") for e in eps] == [None, None, ["extra", "extra-lora"]]
 
 
+def test_a_think_pool_hands_its_answers_to_an_answer_pool(tmp_path):
+    """Two entries of one served model, one `think` and one `answer`, become endpoints with
+    those roles (an external server may have its own), and the proxy accepts the file;
+    a think pool with nowhere to hand answers to is refused by `meridian check`."""
+    think = {"name": "qwen-think", "model": "Qwen/Qwen3-8B", "servedModelName": "qwen3", "role": "think", "replicas": 2}
+    answer = {"name": "qwen-answer", "model": "Qwen/Qwen3-8B", "servedModelName": "qwen3", "role": "answer"}
+    r = render({"vllm": {"models": [think, answer]},
+                "externalUpstreams": [{"url": "http://x:8000", "role": "answer"}]})
+    eps = proxy_toml(r)["upstream"]["endpoints"]
+    assert [(e["name"] if "name" in e else e["url"], e.get("role")) for e in eps] == [
+        ("qwen-think-0", "think"), ("qwen-think-1", "think"), ("qwen-answer-0", "answer"), ("http://x:8000", "answer")]
+    for values, ok in (({"vllm": {"models": [think, answer]}}, True), ({"vllm": {"models": [think]}}, False)):
+        path = tmp_path / "meridian.toml"
+        path.write_text(render(values).get("ConfigMap", PROXY)["data"]["meridian.toml"])
+        result = subprocess.run([meridian_bin(), "check", "--config", path], capture_output=True, text=True, timeout=60)
+        assert (result.returncode == 0) == ok, result.stderr
+        if not ok:
+            assert "upstream.endpoints[0].role" in result.stderr + result.stdout
+
+
 def test_config_checksum_follows_the_config(example):
     _, values, r = example
     dep = r.get("Deployment", PROXY)

@@ -16,6 +16,10 @@
 //!   several proxy replicas each reading slightly stale loads, least load sends every
 //!   replica's next request to the same engine at once; two random choices do not herd.
 //! - [`RoundRobin`]: each engine in turn, load unread.
+//!
+//! Before a policy picks, an engine's [`Role`] says which work it takes: `think`
+//! engines take requests that will think, and hand each answer to an `answer` engine when
+//! the thought ends (phase-boundary migration); `both`, the default, take anything.
 
 mod affinity;
 mod least_load;
@@ -106,6 +110,57 @@ impl RoutingKind {
             RoutingKind::PrefixAffinity => Box::new(PrefixAffinity::new(load_bound)),
             RoutingKind::PowerOfTwo => Box::new(PowerOfTwoChoices::default()),
             RoutingKind::RoundRobin => Box::new(RoundRobin::default()),
+        }
+    }
+}
+
+/// Which work an engine takes (`upstream.endpoints[].role`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// Anything: requests that think and answer in place, and handed-over answers.
+    #[default]
+    Both,
+    /// Requests that will think; their answers move to an `answer` engine at the end of
+    /// the thought.
+    Think,
+    /// Answers: requests that will not think, and answers handed over by `think` engines.
+    Answer,
+}
+
+/// What a request goes to an engine for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Work {
+    /// A request that will think first (its model family names think delimiters and its
+    /// thinking is on).
+    Think,
+    /// An answer: a request that will not think, or one handed over after its thought.
+    Answer,
+    /// A request whose phases the proxy cannot tell (an unknown model family).
+    Unknown,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Both => "both",
+            Role::Think => "think",
+            Role::Answer => "answer",
+        }
+    }
+
+    /// Whether an engine in this role is meant for `work`. A request that finds no engine
+    /// meant for it in rotation goes to any engine that serves its model (a pool whose
+    /// answer engines are all down still answers, in place).
+    pub fn takes(self, work: Work) -> bool {
+        match (self, work) {
+            (Role::Both, _) => true,
+            (Role::Think, Work::Think) | (Role::Answer, Work::Answer) => true,
+            // An engine that cannot hand its answer over is the wrong place for a request
+            // whose phases nobody tracks; a think engine still takes it before nothing.
+            (Role::Think, Work::Answer | Work::Unknown) | (Role::Answer, Work::Think | Work::Unknown) => {
+                false
+            }
         }
     }
 }

@@ -9,6 +9,16 @@ fn engine(name: &str, answering: u32, in_flight: u32, kv_usage: Option<f64>) -> 
 const NO_KEY: RouteRequest<'static> = RouteRequest { affinity_key: None };
 
 #[test]
+fn roles_split_thinking_from_answering_and_both_takes_anything() {
+    let takes = |r: Role| [Work::Think, Work::Answer, Work::Unknown].map(|w| r.takes(w));
+    assert_eq!(takes(Role::Both), [true, true, true]);
+    assert_eq!(takes(Role::Think), [true, false, false]);
+    assert_eq!(takes(Role::Answer), [false, true, false]);
+    let parsed: Role = serde_json::from_str("\"think\"").unwrap();
+    assert_eq!((parsed, parsed.as_str(), Role::default()), (Role::Think, "think", Role::Both));
+}
+
+#[test]
 fn phase_aware_weighs_answering_streams_then_kv_pressure_then_requests_in_flight() {
     let p = PhaseAwareLeastLoad::default();
     // Fewer answering streams wins even with more in flight and a fuller cache.

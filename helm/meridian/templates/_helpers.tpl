@@ -120,6 +120,9 @@ address when the hook is on), then externalUpstreams. Rendered as a YAML list.
 {{- if $root.Values.vllm.hook.enabled -}}
 {{- $_ := set $ep "hook" (printf "%s:%d" $name (int $root.Values.vllm.hook.port)) -}}
 {{- end -}}
+{{- with $m.role -}}
+{{- $_ := set $ep "role" . -}}
+{{- end -}}
 {{- $eps = append $eps $ep -}}
 {{- end -}}
 {{- end -}}

@@ -24,7 +24,8 @@ use crate::ctx::Class;
 
 use crate::error::ProxyError;
 use crate::telemetry::Metrics;
-use crate::upstream::{InFlight, NoPick, Upstream, UpstreamPool};
+use crate::upstream::{InFlight, NoPick, Upstream, UpstreamPool, Want};
+use meridian_core::route::Work;
 
 /// When an upstream counts as saturated.
 #[derive(Debug, Clone, Default)]
@@ -70,6 +71,8 @@ struct Waiter {
     model: String,
     /// The request's affinity key (`upstream.affinity_header`), for the routing policy.
     affinity: Option<String>,
+    /// What it goes for (the upstreams' roles).
+    work: Work,
     tx: oneshot::Sender<Result<InFlight, Refused>>,
 }
 
@@ -108,8 +111,15 @@ impl Admission {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn pick(&self, model: &str, affinity: Option<&str>) -> Result<InFlight, NoPick> {
-        self.pool.pick_where(Some(model), affinity, &[], &self.metrics, |u| !self.limits.saturated(u))
+    fn pick(&self, model: &str, affinity: Option<&str>, work: Work) -> Result<InFlight, NoPick> {
+        let want = Want { model: Some(model), affinity, work };
+        self.pool.pick_where(want, &[], &self.metrics, |u| !self.limits.saturated(u))
+    }
+
+    /// Whether `u` has room for one more request (answers handed over at the end of a
+    /// thought go only where there is).
+    pub fn has_room(&self, u: &Upstream) -> bool {
+        !self.enabled || !self.limits.saturated(u)
     }
 
     fn publish(&self, q: &ClassQueue<Waiter>) {
@@ -118,7 +128,8 @@ impl Admission {
         }
     }
 
-    /// Waits until an upstream serving `model` has room, then returns the request's
+    /// Waits until an upstream serving `model` (of a role that takes `work`, where one is
+    /// in rotation) has room, then returns the request's
     /// in-flight guard on it. Fails with 503 after `queue_timeout_s`, at once when the
     /// queue is full, and like an unqueued request when no upstream can serve the model.
     /// A caller that goes away (its future is dropped) leaves the queue. `flow`: its
@@ -127,6 +138,7 @@ impl Admission {
         self: &Arc<Self>,
         model: &str,
         affinity: Option<&str>,
+        work: Work,
         class: Class,
         flow: (usize, u32),
     ) -> Result<InFlight, ProxyError> {
@@ -136,7 +148,7 @@ impl Admission {
             let mut q = self.lock();
             // Nobody ahead: straight through when there is room.
             if q.is_empty() {
-                match self.pick(model, affinity) {
+                match self.pick(model, affinity, work) {
                     Ok(guard) => {
                         self.metrics.record_admission(class.as_str(), Duration::ZERO);
                         return Ok(guard);
@@ -148,7 +160,7 @@ impl Admission {
             let pushed = q.push(
                 class,
                 flow,
-                Waiter { model: model.to_owned(), affinity: affinity.map(str::to_owned), tx },
+                Waiter { model: model.to_owned(), affinity: affinity.map(str::to_owned), work, tx },
             );
             self.publish(&q);
             match pushed {
@@ -209,15 +221,15 @@ impl Admission {
             if q.is_empty() {
                 return;
             }
-            let mut full: Vec<String> = Vec::new();
+            let mut full: Vec<(String, Work)> = Vec::new();
             let granted = q.release(|w| {
-                if full.contains(&w.model) {
+                if full.iter().any(|(m, work)| *m == w.model && *work == w.work) {
                     return None;
                 }
-                match self.pick(&w.model, w.affinity.as_deref()) {
+                match self.pick(&w.model, w.affinity.as_deref(), w.work) {
                     Ok(guard) => Some(Ok(guard)),
                     Err(NoPick::Saturated) => {
-                        full.push(w.model.clone());
+                        full.push((w.model.clone(), w.work));
                         None
                     }
                     Err(e) => Some(Err(Refused::NoPick(e))),

@@ -4,7 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use meridian_core::config::{Checker, is_host_port};
-use meridian_core::route::RoutingKind;
+use meridian_core::route::{Role, RoutingKind};
 
 /// The pool of OpenAI-compatible servers behind the proxy.
 #[derive(Debug, Clone, Deserialize, Serialize, JsonSchema, PartialEq)]
@@ -126,6 +126,14 @@ pub struct EndpointConfig {
     /// the server has no `/v1/models`, or to route only some of its names through this proxy.
     #[schemars(length(min = 1), inner(length(min = 1)), extend("x-range" = "non-empty names, at least one"))]
     pub models: Option<Vec<String>>,
+    /// Which work this server takes: `both` (anything), `think` (requests that will think;
+    /// when a streamed chat or completion's thought ends, by itself, by a budget or by an
+    /// exit signal, its answer continues on an `answer` or `both` server with room, one
+    /// client stream and one id, the prompt and thought prefilled again there) or `answer`
+    /// (requests that will not think, and the answers `think` servers hand over). A request
+    /// with no server of its kind in rotation goes to any that serves its model.
+    #[serde(default)]
+    pub role: Role,
 }
 
 impl UpstreamConfig {
@@ -165,6 +173,13 @@ impl UpstreamConfig {
                     }
                 }
             }
+        }
+        let answers = self.endpoints.iter().any(|e| e.role != Role::Think);
+        if let Some(i) = self.endpoints.iter().position(|e| e.role == Role::Think).filter(|_| !answers) {
+            c.fail(
+                format!("upstream.endpoints[{i}].role"),
+                "`think` servers hand their answers to `answer` or `both` servers, and none is configured",
+            );
         }
         c.positive("upstream.connect_timeout_s", self.connect_timeout_s);
         c.positive("upstream.pool_idle_timeout_s", self.pool_idle_timeout_s);

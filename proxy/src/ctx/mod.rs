@@ -29,6 +29,8 @@ pub use progress::{Ending, Progress, Stage, phase_slot};
 
 use crate::telemetry::outcomes::OutcomeSlot;
 use crate::tenants::TenantLease;
+use crate::upstream::Want;
+use meridian_core::route::Work;
 
 /// The generation endpoints the proxy tracks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,6 +200,22 @@ impl RequestCtx {
     /// Its tenant's admission flow and weight (`[tenants]`); one flow when off.
     pub fn flow(&self) -> (usize, u32) {
         self.tenant.as_ref().map_or((0, 1), |l| (l.tenant().flow, l.tenant().weight))
+    }
+
+    /// What it goes to an engine for, matched against the upstreams' roles: thinking when
+    /// its family is known and it did not turn thinking off, an answer when it did, and
+    /// unknown without a family (no phases to track, so no hand-over).
+    pub fn work(&self) -> Work {
+        match (&self.family, self.initial_phase) {
+            (None, _) => Work::Unknown,
+            (Some(_), Some(Phase::Output)) => Work::Answer,
+            (Some(_), _) => Work::Think,
+        }
+    }
+
+    /// What it wants of an upstream: its model, its affinity key and its work.
+    pub fn want(&self) -> Want<'_> {
+        Want { model: Some(&self.model), affinity: self.affinity_key.as_deref(), work: self.work() }
     }
 
     /// The model family's name, the label of its metrics.

@@ -3,8 +3,8 @@
 //! most) and read at any time by the admin listener, the open-stream gauge and the drain,
 //! without stopping the stream.
 
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use meridian_core::Phase;
 use serde::{Deserialize, Serialize};
@@ -42,7 +42,9 @@ pub enum Ending {
 /// A request's progress, kept up to date in place.
 #[derive(Debug)]
 pub struct Progress {
-    upstream: OnceLock<String>,
+    /// Where it is being answered: the first attempt's upstream, and the answer upstream
+    /// once a `think` upstream handed it over.
+    upstream: Mutex<Option<Arc<str>>>,
     stage: AtomicU8,
     phase: AtomicU8,
     ending: AtomicU8,
@@ -53,7 +55,7 @@ pub struct Progress {
 impl Default for Progress {
     fn default() -> Self {
         Progress {
-            upstream: OnceLock::new(),
+            upstream: Mutex::new(None),
             stage: AtomicU8::new(Stage::Queued as u8),
             phase: AtomicU8::new(phase_code(Phase::Pending)),
             ending: AtomicU8::new(Ending::None as u8),
@@ -68,9 +70,10 @@ impl Progress {
         self.stage.store(stage as u8, Ordering::Relaxed);
     }
 
-    /// The upstream chosen for it (the first attempt's; set once).
+    /// The upstream answering it: the one that sent the response head, then the one an
+    /// answer was handed over to.
     pub fn set_upstream(&self, name: &str) {
-        let _ = self.upstream.set(name.to_owned());
+        *self.upstream.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::from(name));
     }
 
     /// Its phase and token counts so far: called as chunks arrive.
@@ -84,8 +87,8 @@ impl Progress {
         self.ending.store(ending as u8, Ordering::Relaxed);
     }
 
-    pub fn upstream(&self) -> Option<&str> {
-        self.upstream.get().map(String::as_str)
+    pub fn upstream(&self) -> Option<Arc<str>> {
+        self.upstream.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     pub fn phase(&self) -> Phase {

@@ -107,7 +107,12 @@ impl Prepared {
     pub fn decide(self, state: &AppState, ctx: &RequestCtx, hook: Option<&str>) -> EndingPlan {
         let exit = state.config.exit.signal;
         let thinking = ctx.family.is_some() && ctx.initial_phase != Some(Phase::Output);
-        let continuation = self.continuation.filter(|_| hook.is_none());
+        // A ready hook ends thinking in place; the proxy still hands the answer over.
+        let (continuation, handoff) = match (self.continuation, hook) {
+            (Some(c), None) => (Some(c), None),
+            (Some(c), Some(_)) => (None, c.handoff_only()),
+            (None, _) => (None, None),
+        };
         let hook = hook.map(|addr| HookTarget {
             channel: state.hook.clone(),
             addr: addr.to_owned(),
@@ -130,7 +135,7 @@ impl Prepared {
             }
             _ => By::Nothing,
         };
-        EndingPlan { unenforced: thinking && unenforced(ctx, exit, &by), by }
+        EndingPlan { unenforced: thinking && unenforced(ctx, exit, &by), by, handoff }
     }
 }
 
@@ -153,6 +158,9 @@ pub struct EndingPlan {
     /// A budget or exit signal applies that nothing on this request's API can carry out
     /// (counted, not dropped silently).
     pub unenforced: bool,
+    /// With a ready hook ending thinking: the continuation stage that hands the answer
+    /// over at the end of the thought, should the upstream be a `think` server.
+    handoff: Option<ContinuationPlan>,
 }
 
 /// Whether something applies that nothing can carry out: on an API the continuation
@@ -185,13 +193,14 @@ impl EndingPlan {
     /// Carries the plan out on a streamed response from `upstream` (sent to `path`):
     /// the request's progress says how its thinking will end, the observer gets the
     /// plan's watchers (the thinking-time deadline, the EAT prober's feed, the hook's
-    /// `forget` at the end), and the relay its continuation stage, if any.
+    /// `forget` at the end), and the relay its continuation stage, if any (the one that
+    /// ends thinking, or the one that only hands the answer over).
     pub fn carry_out(
         self,
         state: &AppState,
         ctx: &Arc<RequestCtx>,
         mut observer: RequestObserver,
-        upstream: &Upstream,
+        upstream: &Arc<Upstream>,
         path: &str,
     ) -> (RequestObserver, Option<Continuation>) {
         let (end, continuation) = match self.by {
@@ -201,9 +210,9 @@ impl EndingPlan {
             }
             By::Hook(h) => {
                 ctx.progress.set_ending(Ending::Hook);
-                (Some(EndThinking::Hook(h)), None)
+                (Some(EndThinking::Hook(h)), self.handoff)
             }
-            By::EngineField | By::Nothing => (None, None),
+            By::EngineField | By::Nothing => (None, self.handoff),
         };
         let mut forget = None;
         let seconds = ctx.think_seconds.map(Duration::from_secs_f64);
@@ -257,9 +266,9 @@ fn eat_prober(
 mod tests {
     use std::sync::Arc;
 
-    use crate::config::MeridianConfig;
-    use crate::config::{ExitSignal, Forcing};
+    use crate::config::{EndpointConfig, ExitSignal, Forcing, MeridianConfig};
     use bytes::Bytes;
+    use meridian_core::route::Role;
     use meridian_core::{ModelRegistry, Phase};
 
     use super::{By, EndingPlan, Prepared};
@@ -277,6 +286,8 @@ mod tests {
         forcing: Forcing,
         exit: ExitSignal,
         via_hook: bool,
+        /// The pool has a `think` server and an `answer` server.
+        roles: bool,
     }
 
     impl Default for Case {
@@ -289,6 +300,7 @@ mod tests {
                 forcing: Forcing::Auto,
                 exit: ExitSignal::Off,
                 via_hook: false,
+                roles: false,
             }
         }
     }
@@ -297,6 +309,17 @@ mod tests {
         let mut cfg = MeridianConfig::default();
         cfg.budget.forcing = case.forcing;
         cfg.exit.signal = case.exit;
+        if case.roles {
+            for (i, role) in [Role::Think, Role::Answer].into_iter().enumerate() {
+                cfg.upstream.endpoints.push(EndpointConfig {
+                    url: format!("http://u{i}:8000"),
+                    name: None,
+                    hook: None,
+                    models: None,
+                    role,
+                });
+            }
+        }
         let models = ModelRegistry::builtin().expect("the built-in families load");
         let family = models.get("qwen3").cloned();
         let state = AppState::new(cfg, models, Default::default()).expect("a default state");
@@ -351,6 +374,19 @@ mod tests {
         assert_eq!(by(&p), "continuation", "only the proxy can keep time without a hook");
         let p = plan(Case { seconds: Some(5.0), forcing: Forcing::Engine, ..Case::default() });
         assert_eq!((by(&p), p.unenforced), ("nothing", false), "chat could continue: forcing said not to");
+    }
+
+    #[test]
+    fn think_servers_get_a_stage_that_hands_the_answer_over_whoever_ends_thinking() {
+        let p = plan(Case { roles: true, via_hook: true, budget: Some(64), ..Case::default() });
+        assert_eq!(by(&p), "hook", "the hook still ends thinking in the engine");
+        assert!(p.handoff.is_some(), "and the proxy hands the answer over at the thought's end");
+        let p = plan(Case { roles: true, forcing: Forcing::Engine, ..Case::default() });
+        assert_eq!(by(&p), "continuation", "engine forcing cuts nothing but the hand-over");
+        let p = plan(Case { roles: true, thinking_off: true, ..Case::default() });
+        assert_eq!(by(&p), "nothing", "an answer from the start has nothing to hand over");
+        let p = plan(Case { via_hook: true, ..Case::default() });
+        assert!(p.handoff.is_none(), "no think servers, no hand-over");
     }
 
     #[test]

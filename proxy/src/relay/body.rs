@@ -143,7 +143,12 @@ impl Stream for RelayBody {
             let Flow { out, switch_to, end } = flow;
             if let Some(next) = switch_to {
                 // Dropping the current leg's response cancels it in the engine.
-                *reader.upstream = next;
+                *reader.upstream = next.stream;
+                if let Some(held) = next.held {
+                    // The new leg is on another upstream: the old one's place is free.
+                    relayed.observer.moved_to(held.upstream());
+                    *reader.in_flight = held;
+                }
                 this.stages.switched();
             }
             *this.done = end.is_some();

@@ -14,7 +14,7 @@ use crate::error::ProxyError;
 use crate::request_id::REQUEST_ID;
 use crate::state::AppState;
 use crate::telemetry::spans;
-use crate::upstream::{InFlight, NoPick, Upstream};
+use crate::upstream::{InFlight, NoPick, Upstream, Want};
 use tracing::Instrument;
 
 /// What to send, minus the upstream it goes to.
@@ -27,10 +27,10 @@ pub struct UpstreamRequest<'a> {
     /// The body for upstreams whose hook is ready (see `body::hook_body`).
     pub hook_body: Option<Bytes>,
     pub request_id: &'a HeaderValue,
-    /// The requested model: only upstreams serving it are chosen (`None`: any upstream).
-    pub model: Option<&'a str>,
-    /// The request's affinity key, for the routing policy (`upstream.affinity_header`).
-    pub affinity: Option<&'a str>,
+    /// What the request wants of an upstream: its model (only upstreams serving it are
+    /// chosen; `None`: any upstream), its affinity key and its work, for the roles and the
+    /// routing policy.
+    pub want: Want<'a>,
     /// The upstream of the first attempt, already chosen (by admission control).
     pub first: Option<InFlight>,
     /// The request's span, parent of each attempt's (`Span::none()`: untraced).
@@ -59,12 +59,12 @@ pub async fn send_with_retries(state: &AppState, mut req: UpstreamRequest<'_>) -
     for attempt in 0..cfg.max_attempts {
         let picked = match req.first.take() {
             Some(g) => Ok(g),
-            None => state.pool.pick(req.model, req.affinity, &tried, &state.metrics),
+            None => state.pool.pick(req.want, &tried, &state.metrics),
         };
         let guard = match picked {
             Ok(g) => g,
             Err(NoPick::ModelNotServed) if attempt == 0 => {
-                return Err(ProxyError::model_not_found(req.model.unwrap_or_default()));
+                return Err(ProxyError::model_not_found(req.want.model.unwrap_or_default()));
             }
             Err(_) => break,
         };

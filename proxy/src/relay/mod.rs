@@ -21,5 +21,5 @@ pub use forward::{Sent, UpstreamRequest, send_with_retries};
 pub use heartbeat::{Heartbeats, early_response};
 pub use meridian_core::stream::SseDecoder;
 pub use observer::{RequestObserver, Served};
-pub use stage::{End, Flow, LegStream, RelayStage, Relayed, Tracked};
+pub use stage::{End, Flow, Leg, LegStream, RelayStage, Relayed, Tracked};
 pub use whole::{read_whole, require_json};

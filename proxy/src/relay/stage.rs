@@ -28,10 +28,26 @@ use meridian_core::stream::{SseLine, lines, sse_line};
 
 use super::observer::RequestObserver;
 use crate::error::ProxyError;
+use crate::upstream::InFlight;
 
 /// An upstream response's body as the relay reads it: bytes, or the error that ends the
 /// client's stream.
 pub type LegStream = BoxStream<'static, Result<Bytes, ProxyError>>;
+
+/// A leg the relay reads from in place of the current one: its body, and, for a leg on
+/// another upstream (an answer handed over at the end of its thought), its place counted
+/// there, which takes over from the current leg's.
+pub struct Leg {
+    pub stream: LegStream,
+    pub held: Option<InFlight>,
+}
+
+impl From<LegStream> for Leg {
+    /// A leg on the same upstream.
+    fn from(stream: LegStream) -> Self {
+        Leg { stream, held: None }
+    }
+}
 
 /// What every stage may look at: the request's observer, and what it read of the end.
 pub struct Relayed<'a> {
@@ -64,7 +80,7 @@ pub struct Flow {
     pub out: Option<Bytes>,
     /// The leg to read from now on, in place of the current one, which is dropped with
     /// what it has not yet delivered (dropping it cancels its request in the engine).
-    pub switch_to: Option<LegStream>,
+    pub switch_to: Option<Leg>,
     /// The stream ends, once `out` has gone.
     pub end: Option<End>,
 }
@@ -299,7 +315,11 @@ pub(crate) mod tests {
 
     impl RelayStage for Switches {
         fn on_bytes(&mut self, bytes: Bytes, _at: Instant, _relayed: &mut Relayed<'_>) -> Flow {
-            Flow { out: Some(bytes), switch_to: Some(Box::pin(futures::stream::empty())), end: None }
+            Flow {
+                out: Some(bytes),
+                switch_to: Some(Leg::from(Box::pin(futures::stream::empty()) as LegStream)),
+                end: None,
+            }
         }
     }
 

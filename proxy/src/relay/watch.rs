@@ -6,6 +6,7 @@
 //! tracked, never the bytes: adding one costs no parse.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use meridian_core::phase::PhaseEvents;
@@ -14,6 +15,7 @@ use meridian_core::timings::Timeline;
 use meridian_core::{Outcome, Phase, PhaseEvent};
 
 use crate::telemetry::RequestTimings;
+use crate::upstream::Upstream;
 
 /// One choice's part of one event, after tracking.
 #[derive(Debug)]
@@ -100,6 +102,9 @@ pub trait Watcher: Send {
     fn on_event(&mut self, _event: &Event<'_>) {}
     /// The response is over.
     fn on_end(&mut self, _ended: &Ended<'_>) {}
+    /// The response goes on from another upstream (an answer handed over at the end of
+    /// its thought).
+    fn on_moved(&mut self, _to: &Arc<Upstream>) {}
 }
 
 /// Whether an event's parts crossed a phase boundary of this kind.

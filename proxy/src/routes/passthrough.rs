@@ -18,6 +18,7 @@ use crate::relay::{UpstreamRequest, send_with_retries};
 use crate::request_id::{REQUEST_ID, request_id};
 use crate::state::AppState;
 use crate::telemetry::outcomes::OutcomeSlot;
+use crate::upstream::Want;
 
 pub async fn passthrough(State(state): State<Arc<AppState>>, req: Request) -> Response {
     let id = request_id(req.headers());
@@ -45,8 +46,7 @@ pub async fn passthrough(State(state): State<Arc<AppState>>, req: Request) -> Re
                 body,
                 hook_body: None,
                 request_id: &id,
-                model: None,
-                affinity: None,
+                want: Want::model(None),
                 first: None,
                 // Untracked routes have no request span: the client's trace context
                 // passes through as it came.

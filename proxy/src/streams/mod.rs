@@ -31,7 +31,7 @@ pub fn view(ctx: &RequestCtx, now: Instant) -> StreamView {
         request_id: ctx.request_id().to_owned(),
         model: ctx.model.clone(),
         route: ctx.route().as_str().to_owned(),
-        upstream: p.upstream().map(str::to_owned),
+        upstream: p.upstream().map(|u| u.to_string()),
         stage: p.stage(),
         phase: p.phase().as_str().to_owned(),
         age_s: now.saturating_duration_since(ctx.started()).as_secs_f64(),
@@ -173,7 +173,11 @@ mod tests {
         p.set_ending(Ending::Hook);
         assert_eq!(reg.streams_by_phase(), [0, 1, 0]);
         let v = &reg.snapshot()[0];
-        assert_eq!(v.upstream.as_deref(), Some("vllm-0"), "the first attempt's upstream stays");
+        assert_eq!(
+            v.upstream.as_deref(),
+            Some("vllm-1"),
+            "the upstream answering it now (a hand-over moves it)"
+        );
         assert_eq!((v.phase.as_str(), v.think_tokens, v.output_tokens), ("think", 12, 0));
         assert_eq!((v.stage, v.ending, v.class.as_str()), (Stage::Relaying, Ending::Hook, "interactive"));
         assert_eq!(v.think_budget, Some(64));

@@ -9,4 +9,4 @@ mod pool;
 pub use engine_metrics::EngineLoad;
 pub use engine_state::{EngineNow, EngineReading};
 pub use health::{HealthChecks, model_ids};
-pub use pool::{InFlight, NoPick, Upstream, UpstreamPool, broken_answer};
+pub use pool::{InFlight, NoPick, Upstream, UpstreamPool, Want, broken_answer};

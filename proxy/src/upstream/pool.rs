@@ -5,7 +5,7 @@ use tokio::sync::Notify;
 
 use crate::config::EndpointConfig;
 use meridian_core::Phase;
-use meridian_core::route::{EngineView, RouteRequest, RoutingPolicy};
+use meridian_core::route::{EngineView, Role, RouteRequest, RoutingPolicy, Work};
 
 use super::EngineReading;
 use crate::telemetry::Metrics;
@@ -21,6 +21,8 @@ pub struct Upstream {
     consecutive_failures: AtomicU32,
     /// `host:port` of the Meridian hook in this server's engine, if configured.
     pub hook: Option<String>,
+    /// Which work it takes (`upstream.endpoints[].role`).
+    pub role: Role,
     /// The hook answered the last protocol check.
     hook_ready: AtomicBool,
     /// Served model names: from the config (fixed), else the last good `/v1/models`
@@ -52,6 +54,7 @@ impl Upstream {
             healthy: AtomicBool::new(true),
             consecutive_failures: AtomicU32::new(0),
             hook: cfg.hook.clone(),
+            role: cfg.role,
             hook_ready: AtomicBool::new(false),
             models: RwLock::new(cfg.models.as_deref().map(Arc::from)),
             models_configured: cfg.models.is_some(),
@@ -220,6 +223,24 @@ impl Drop for InFlight {
     }
 }
 
+/// What a request wants of an upstream.
+#[derive(Debug, Clone, Copy)]
+pub struct Want<'a> {
+    /// Its model (`None`: any upstream may take it).
+    pub model: Option<&'a str>,
+    /// Its affinity key (`upstream.affinity_header`), for the routing policy.
+    pub affinity: Option<&'a str>,
+    /// What it goes for, matched against the upstreams' roles.
+    pub work: Work,
+}
+
+impl<'a> Want<'a> {
+    /// `model`, with no affinity key, whatever work (tests, tools).
+    pub fn model(model: Option<&'a str>) -> Self {
+        Want { model, affinity: None, work: Work::Unknown }
+    }
+}
+
 /// Why no upstream was chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NoPick {
@@ -275,40 +296,83 @@ impl UpstreamPool {
     }
 
     /// Among the healthy upstreams that serve `model` (any upstream when `model` is
-    /// `None`), skipping `tried`: the one the routing policy picks for a request with this
+    /// `None`), skipping `tried`, those whose role takes `work` (all of them when none in
+    /// rotation does): the one the routing policy picks for a request with this
     /// `affinity` key (by default the fewest answering streams, the latency-sensitive
     /// ones, then the emptiest KV cache, then the fewest in flight; see
     /// `meridian_core::route`). An upstream whose model list is not known yet may serve
     /// anything.
     pub fn pick(
         &self,
-        model: Option<&str>,
-        affinity: Option<&str>,
+        want: Want<'_>,
         tried: &[Arc<Upstream>],
         metrics: &Arc<Metrics>,
     ) -> Result<InFlight, NoPick> {
-        self.pick_where(model, affinity, tried, metrics, |_| true)
+        self.pick_where(want, tried, metrics, |_| true)
     }
 
     /// [`pick`](Self::pick) among the upstreams that also satisfy `ok`; when `ok` rules
     /// out every candidate, [`NoPick::Saturated`].
     pub fn pick_where(
         &self,
-        model: Option<&str>,
-        affinity: Option<&str>,
+        want: Want<'_>,
         tried: &[Arc<Upstream>],
         metrics: &Arc<Metrics>,
+        ok: impl Fn(&Upstream) -> bool,
+    ) -> Result<InFlight, NoPick> {
+        let may_serve = |u: &Upstream| want.model.is_none_or(|m| u.serves(m) != Some(false));
+        let candidate =
+            |u: &Arc<Upstream>| u.is_healthy() && !tried.iter().any(|t| Arc::ptr_eq(t, u)) && may_serve(u);
+        let meant = self.upstreams.iter().any(|u| candidate(u) && u.role.takes(want.work));
+        self.choose(want, metrics, |u| candidate(u) && (!meant || u.role.takes(want.work)), ok)
+    }
+
+    /// An answer handed over by `from` at the end of its thought (`from`'s role is
+    /// `think`): among the healthy upstreams other than `from` that serve `model`, take
+    /// answers, and satisfy `ok` (admission's "not saturated"), the one the routing policy
+    /// picks; none, and the answer stays where it is.
+    pub fn hand_over(
+        &self,
+        model: &str,
+        affinity: Option<&str>,
+        from: &Upstream,
+        metrics: &Arc<Metrics>,
+        ok: impl Fn(&Upstream) -> bool,
+    ) -> Option<InFlight> {
+        let want = Want { model: Some(model), affinity, work: Work::Answer };
+        let candidate = |u: &Arc<Upstream>| {
+            u.is_healthy()
+                && !std::ptr::eq(Arc::as_ptr(u), from)
+                && u.role.takes(Work::Answer)
+                && u.serves(model) != Some(false)
+        };
+        self.choose(want, metrics, candidate, ok).ok()
+    }
+
+    /// Whether any upstream takes handed-over answers (some are `think` servers).
+    pub fn hands_over(&self) -> bool {
+        self.upstreams.iter().any(|u| u.role == Role::Think)
+    }
+
+    /// The routing policy's pick among the `candidate`s that satisfy `ok`, counted in
+    /// flight there.
+    fn choose(
+        &self,
+        want: Want<'_>,
+        metrics: &Arc<Metrics>,
+        candidate: impl Fn(&Arc<Upstream>) -> bool,
         ok: impl Fn(&Upstream) -> bool,
     ) -> Result<InFlight, NoPick> {
         if self.upstreams.is_empty() {
             return Err(NoPick::NoHealthy);
         }
+        let (model, affinity) = (want.model, want.affinity);
         let may_serve = |u: &Upstream| model.is_none_or(|m| u.serves(m) != Some(false));
         let mut any_candidate = false;
         // Two short lists per request (not per chunk): the pool is a handful of engines.
         let mut open: Vec<&Arc<Upstream>> = Vec::new();
         for u in &self.upstreams {
-            if u.is_healthy() && !tried.iter().any(|t| Arc::ptr_eq(t, u)) && may_serve(u) {
+            if candidate(u) {
                 any_candidate = true;
                 if ok(u) {
                     open.push(u);
@@ -368,6 +432,7 @@ mod tests {
                 name: None,
                 hook: None,
                 models: l.map(|l| l.iter().map(|s| (*s).to_owned()).collect()),
+                role: Default::default(),
             })
             .collect();
         UpstreamPool::new(&eps, meridian_core::route::RoutingKind::PhaseAware.policy(1.25))
@@ -378,20 +443,20 @@ mod tests {
         let m = Arc::new(Metrics::new());
         let p = with_models(&[Some(&["a"]), Some(&["b", "c"]), None]);
         for _ in 0..4 {
-            let g = p.pick(Some("a"), None, &[], &m).unwrap();
+            let g = p.pick(Want::model(Some("a")), &[], &m).unwrap();
             assert_ne!(g.upstream().name, "u1:8000", "u1 does not serve a");
         }
         // The unknown upstream (u2) is eligible for anything; with it out, "z" has no home.
-        assert_eq!(p.pick(Some("z"), None, &[], &m).unwrap().upstream().name, "u2:8000");
+        assert_eq!(p.pick(Want::model(Some("z")), &[], &m).unwrap().upstream().name, "u2:8000");
         p.all()[2].set_discovered_models(vec!["d".into()]);
-        assert_eq!(p.pick(Some("z"), None, &[], &m).unwrap_err(), NoPick::ModelNotServed);
-        assert_eq!(p.pick(Some("c"), None, &[], &m).unwrap().upstream().name, "u1:8000");
+        assert_eq!(p.pick(Want::model(Some("z")), &[], &m).unwrap_err(), NoPick::ModelNotServed);
+        assert_eq!(p.pick(Want::model(Some("c")), &[], &m).unwrap().upstream().name, "u1:8000");
         // Configured lists ignore discovery.
         assert!(!p.all()[0].set_discovered_models(vec!["x".into()]));
         assert_eq!(p.all()[0].serves("a"), Some(true));
         // The model's only server down: 503, not 404.
         p.all()[1].record_failure(1, &m, "test");
-        assert_eq!(p.pick(Some("c"), None, &[], &m).unwrap_err(), NoPick::NoHealthy);
+        assert_eq!(p.pick(Want::model(Some("c")), &[], &m).unwrap_err(), NoPick::NoHealthy);
         assert_eq!(p.known_models(), (vec!["a".into(), "b".into(), "c".into(), "d".into()], true));
     }
 
@@ -401,18 +466,18 @@ mod tests {
         let p = pool(2);
         let (u0, u1) = (p.all()[0].clone(), p.all()[1].clone());
         // u0: one request, thinking; u1: one request, answering.
-        let _a = p.pick(None, None, &[], &m).unwrap();
-        let _b = p.pick(None, None, &[], &m).unwrap();
+        let _a = p.pick(Want::model(None), &[], &m).unwrap();
+        let _b = p.pick(Want::model(None), &[], &m).unwrap();
         u1.move_stream(Some(Phase::Think), Some(Phase::Output));
-        assert_eq!(p.pick(None, None, &[], &m).unwrap().upstream().name, "u0:8000");
+        assert_eq!(p.pick(Want::model(None), &[], &m).unwrap().upstream().name, "u0:8000");
         // Two thinking on u0 against one answering on u1: still u0.
-        let _c = p.pick(None, None, &[], &m).unwrap();
+        let _c = p.pick(Want::model(None), &[], &m).unwrap();
         assert_eq!(u0.in_flight(), 2);
-        assert_eq!(p.pick(None, None, &[], &m).unwrap().upstream().name, "u0:8000");
+        assert_eq!(p.pick(Want::model(None), &[], &m).unwrap().upstream().name, "u0:8000");
         // The answer ends: least in flight decides again.
         u1.move_stream(Some(Phase::Output), None);
         assert_eq!(u1.output_streams(), 0);
-        assert_eq!(p.pick(None, None, &[], &m).unwrap().upstream().name, "u1:8000");
+        assert_eq!(p.pick(Want::model(None), &[], &m).unwrap().upstream().name, "u1:8000");
         u1.move_stream(Some(Phase::Output), None);
         assert_eq!(u1.output_streams(), 0, "never below zero");
     }
@@ -424,25 +489,90 @@ mod tests {
                 name: None,
                 hook: None,
                 models: None,
+                role: Default::default(),
             })
             .collect();
         UpstreamPool::new(&eps, meridian_core::route::RoutingKind::PhaseAware.policy(1.25))
+    }
+
+    /// Upstreams `u0`, `u1`, … in these roles.
+    fn roles(roles: &[Role]) -> UpstreamPool {
+        let eps: Vec<EndpointConfig> = roles
+            .iter()
+            .enumerate()
+            .map(|(i, r)| EndpointConfig {
+                url: format!("http://u{i}:8000"),
+                name: None,
+                hook: None,
+                models: None,
+                role: *r,
+            })
+            .collect();
+        UpstreamPool::new(&eps, meridian_core::route::RoutingKind::PhaseAware.policy(1.25))
+    }
+
+    fn want(work: Work) -> Want<'static> {
+        Want { model: None, affinity: None, work }
+    }
+
+    #[test]
+    fn roles_send_each_request_to_its_kind_of_upstream_and_fall_back_when_none_is_in_rotation() {
+        let m = Arc::new(Metrics::new());
+        let p = roles(&[Role::Think, Role::Answer, Role::Both]);
+        for _ in 0..4 {
+            let t = p.pick(want(Work::Think), &[], &m).unwrap();
+            assert_ne!(t.upstream().name, "u1:8000", "thinking never goes to the answer server");
+            let a = p.pick(want(Work::Answer), &[], &m).unwrap();
+            assert_ne!(a.upstream().name, "u0:8000", "answers never go to the think server");
+            let u = p.pick(want(Work::Unknown), &[], &m).unwrap();
+            assert_eq!(u.upstream().name, "u2:8000", "unknown work goes to `both`");
+        }
+        // Every answer server out of rotation: an answer still goes somewhere.
+        p.all()[1].record_failure(1, &m, "test");
+        p.all()[2].record_failure(1, &m, "test");
+        assert_eq!(p.pick(want(Work::Answer), &[], &m).unwrap().upstream().name, "u0:8000");
+        // Saturated is not out of rotation: a thinking request waits for its own kind.
+        p.all()[2].record_success(&m);
+        let saturated =
+            p.pick_where(want(Work::Think), &[], &m, |u| u.name != "u0:8000" && u.name != "u2:8000");
+        assert_eq!(saturated.unwrap_err(), NoPick::Saturated);
+    }
+
+    #[test]
+    fn a_hand_over_goes_only_to_another_upstream_that_takes_answers_and_has_room() {
+        let m = Arc::new(Metrics::new());
+        let p = roles(&[Role::Think, Role::Think, Role::Answer, Role::Both]);
+        assert!(p.hands_over() && !roles(&[Role::Both, Role::Answer]).hands_over());
+        let from = p.all()[0].clone();
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..6 {
+            let to = p.hand_over("m", None, &from, &m, |_| true).unwrap();
+            seen.insert(to.upstream().name.clone());
+        }
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["u2:8000", "u3:8000"], "never a think server");
+        let room_only_on_u3 = p.hand_over("m", None, &from, &m, |u| u.name == "u3:8000").unwrap();
+        assert_eq!(room_only_on_u3.upstream().name, "u3:8000");
+        assert!(p.hand_over("m", None, &from, &m, |_| false).is_none(), "no room anywhere: it stays");
+        assert_eq!(p.all()[2].in_flight() + p.all()[3].in_flight(), 1, "a declined hand-over holds nothing");
+        p.all()[2].set_discovered_models(vec!["other".into()]);
+        p.all()[3].record_failure(1, &m, "test");
+        assert!(p.hand_over("m", None, &from, &m, |_| true).is_none(), "none serves the model in rotation");
     }
 
     #[test]
     fn picks_least_loaded_and_releases_on_drop() {
         let m = Arc::new(Metrics::new());
         let p = pool(3);
-        let a = p.pick(None, None, &[], &m).unwrap();
-        let b = p.pick(None, None, &[], &m).unwrap();
-        let c = p.pick(None, None, &[], &m).unwrap();
+        let a = p.pick(Want::model(None), &[], &m).unwrap();
+        let b = p.pick(Want::model(None), &[], &m).unwrap();
+        let c = p.pick(Want::model(None), &[], &m).unwrap();
         let names: std::collections::BTreeSet<_> =
             [&a, &b, &c].iter().map(|g| g.upstream().name.clone()).collect();
         assert_eq!(names.len(), 3, "each upstream gets one");
         let freed = b.upstream().clone();
         drop(b);
         assert_eq!(freed.in_flight(), 0);
-        assert!(Arc::ptr_eq(p.pick(None, None, &[], &m).unwrap().upstream(), &freed));
+        assert!(Arc::ptr_eq(p.pick(Want::model(None), &[], &m).unwrap().upstream(), &freed));
     }
 
     #[test]
@@ -451,11 +581,11 @@ mod tests {
         let p = pool(2);
         p.all()[0].record_failure(1, &m, "test");
         for _ in 0..4 {
-            assert_eq!(p.pick(None, None, &[], &m).unwrap().upstream().name, "u1:8000");
+            assert_eq!(p.pick(Want::model(None), &[], &m).unwrap().upstream().name, "u1:8000");
         }
-        assert!(p.pick(None, None, &[p.all()[1].clone()], &m).is_err());
+        assert!(p.pick(Want::model(None), &[p.all()[1].clone()], &m).is_err());
         p.all()[0].record_success(&m);
         assert!(p.any_healthy());
-        assert_eq!(p.pick(None, None, &[p.all()[1].clone()], &m).unwrap().upstream().name, "u0:8000");
+        assert_eq!(p.pick(Want::model(None), &[p.all()[1].clone()], &m).unwrap().upstream().name, "u0:8000");
     }
 }

@@ -51,7 +51,13 @@ pub fn config_for(urls: &[String]) -> MeridianConfig {
     cfg.server.listen = "127.0.0.1:0".into();
     cfg.upstream.endpoints = urls
         .iter()
-        .map(|u| EndpointConfig { url: u.clone(), name: None, hook: None, models: None })
+        .map(|u| EndpointConfig {
+            url: u.clone(),
+            name: None,
+            hook: None,
+            models: None,
+            role: Default::default(),
+        })
         .collect();
     cfg.upstream.health_interval_s = 0.2;
     cfg.upstream.first_byte_timeout_s = 5.0;

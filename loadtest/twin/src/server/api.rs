@@ -87,7 +87,13 @@ impl TwinRequest {
                 _ => return Err("prompt must be a string or a list of token ids".into()),
             }
         };
-        let closed = |text: &str| text.trim_end().ends_with(THINK_END);
+        // The last thought in the text is closed: a continuation past a forced end, or an
+        // answer handed over with what the client already has after the end tag.
+        let closed = |text: &str| match (text.rfind(THINK_START), text.rfind(THINK_END)) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            (Some(open), Some(close)) => close > open,
+        };
         let continues_answer = if chat {
             let last = obj.get("messages").and_then(Value::as_array).and_then(|m| m.last());
             obj.get("continue_final_message").and_then(Value::as_bool) == Some(true)
@@ -131,7 +137,8 @@ impl TwinRequest {
     }
 }
 
-/// The end-of-thinking tag of the models the twin imitates (Qwen3).
+/// The think tags of the models the twin imitates (Qwen3).
+const THINK_START: &str = "<think>";
 const THINK_END: &str = "</think>";
 
 const THINK_WORDS: [&str; 16] = [
@@ -235,6 +242,13 @@ mod tests {
         assert!(!TwinRequest::parse(&open, true).unwrap().continues_answer);
         let completions = json!({"model": "m", "prompt": "Q\n<think>\nhm\n</think>\n\n"});
         assert!(TwinRequest::parse(&completions, false).unwrap().continues_answer);
+        let mut handed_over = prefill.clone();
+        handed_over["messages"][1]["content"] = json!("<think>\nhm\n</think>\n\nThe answer");
+        assert!(TwinRequest::parse(&handed_over, true).unwrap().continues_answer, "an answer begun");
+        let reopened = json!({"model": "m", "prompt": "<think>a</think> Q2\n<think>\nhm"});
+        assert!(!TwinRequest::parse(&reopened, false).unwrap().continues_answer, "a later thought is open");
+        let plain = json!({"model": "m", "prompt": "Q"});
+        assert!(!TwinRequest::parse(&plain, false).unwrap().continues_answer);
     }
 
     #[test]

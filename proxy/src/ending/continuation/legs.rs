@@ -1,5 +1,6 @@
 //! The bodies of the two requests: the first leg (the client's request, asking for what
-//! the watch needs), and the continuation after the forced end of thinking.
+//! the watch needs), and the continuation after the forced end of thinking, or after the
+//! thought's own end when the answer is handed over to another upstream.
 
 use bytes::Bytes;
 use serde_json::{Map, Value};
@@ -80,10 +81,16 @@ pub struct SoFar<'a> {
     pub text: &'a str,
     /// Completion tokens the first leg generated up to the cut.
     pub tokens: u32,
+    /// The thought ended by itself before the cut (a hand-over): chat's `answer` is what
+    /// followed it; completions' `text` already holds the delimiter and what followed.
+    pub closed: bool,
+    /// Chat: the answer the client already has (a hand-over), continued from.
+    pub answer: &'a str,
 }
 
 /// The continuation: the first leg's request with the thought so far closed by the
-/// delimiter, to be continued from there. `None` when the request leaves no room
+/// delimiter (and, after a thought that ended by itself, the answer so far), to be
+/// continued from there. `None` when the request leaves no room
 /// (`max_tokens` spent) or has a shape that cannot be continued.
 pub fn second_leg_body(
     first: &Map<String, Value>,
@@ -114,7 +121,8 @@ pub fn second_leg_body(
         Route::Chat => {
             let messages = body.get_mut("messages")?.as_array_mut()?;
             let thought = so_far.text.trim_matches('\n');
-            let prefill = format!("{}\n{thought}\n{}\n\n", delimiters.open, delimiters.close);
+            let answer = so_far.answer.trim_start_matches('\n');
+            let prefill = format!("{}\n{thought}\n{}\n\n{answer}", delimiters.open, delimiters.close);
             messages.push(serde_json::json!({"role": "assistant", "content": prefill}));
             body.insert("add_generation_prompt".into(), false.into());
             body.insert("continue_final_message".into(), true.into());
@@ -122,6 +130,9 @@ pub fn second_leg_body(
         Route::Completions => {
             let Some(Value::String(prompt)) = body.get_mut("prompt") else { return None };
             prompt.push_str(so_far.text);
+            if so_far.closed {
+                return Some(Value::Object(body));
+            }
             if !so_far.text.ends_with('\n') {
                 prompt.push('\n');
             }
@@ -181,7 +192,7 @@ mod tests {
     fn chat_continuation_prefills_the_closed_thought() {
         let first = map(json!({"model": "m", "stream": true, "max_tokens": 100, "thinking_token_budget": 9,
             "logprobs": true, "top_logprobs": 20, "messages": [{"role": "user", "content": "hi"}]}));
-        let so_far = SoFar { text: "\nLet me see.\n", tokens: 30 };
+        let so_far = SoFar { text: "\nLet me see.\n", tokens: 30, closed: false, answer: "" };
         let body = second_leg_body(&first, Route::Chat, &tags(), so_far, ClientAsked::default()).unwrap();
         assert_eq!(
             body["messages"][1],
@@ -197,7 +208,7 @@ mod tests {
     #[test]
     fn completions_continuation_appends_to_the_prompt() {
         let first = map(json!({"model": "m", "stream": true, "prompt": "Q: 2+2?\n<think>\n", "echo": true}));
-        let so_far = SoFar { text: "Two and two", tokens: 3 };
+        let so_far = SoFar { text: "Two and two", tokens: 3, closed: false, answer: "" };
         let body =
             second_leg_body(&first, Route::Completions, &tags(), so_far, ClientAsked::default()).unwrap();
         assert_eq!(body["prompt"], "Q: 2+2?\n<think>\nTwo and two\n</think>\n\n");
@@ -205,9 +216,28 @@ mod tests {
     }
 
     #[test]
+    fn a_handed_over_answer_continues_from_what_the_client_has() {
+        let first = map(json!({"model": "m", "stream": true, "max_tokens": 100,
+            "messages": [{"role": "user", "content": "hi"}]}));
+        let so_far = SoFar { text: "Let me see.", tokens: 12, closed: true, answer: "\n\nFour" };
+        let body = second_leg_body(&first, Route::Chat, &tags(), so_far, ClientAsked::default()).unwrap();
+        assert_eq!(
+            body["messages"][1],
+            json!({"role": "assistant", "content": "<think>\nLet me see.\n</think>\n\nFour"}),
+            "the thought closed once, then the answer the client already read"
+        );
+        assert_eq!(body["max_tokens"], 88);
+        let first = map(json!({"model": "m", "stream": true, "prompt": "Q?\n<think>\n"}));
+        let so_far = SoFar { text: "Hm.\n</think>\n\nFo", tokens: 5, closed: true, answer: "" };
+        let body =
+            second_leg_body(&first, Route::Completions, &tags(), so_far, ClientAsked::default()).unwrap();
+        assert_eq!(body["prompt"], "Q?\n<think>\nHm.\n</think>\n\nFo", "no second delimiter");
+    }
+
+    #[test]
     fn no_continuation_without_room_or_shape() {
         let first = map(json!({"model": "m", "max_completion_tokens": 30, "messages": []}));
-        let so_far = || SoFar { text: "x", tokens: 30 };
+        let so_far = || SoFar { text: "x", tokens: 30, closed: false, answer: "" };
         assert!(second_leg_body(&first, Route::Chat, &tags(), so_far(), ClientAsked::default()).is_none());
         let first = map(json!({"model": "m", "prompt": [1, 2]}));
         assert!(

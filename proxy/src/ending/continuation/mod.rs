@@ -18,12 +18,14 @@
 //! most of it a cache hit. A ready hook ends thinking in place instead, so the proxy
 //! uses continuation only where there is none.
 
+mod handover;
 mod legs;
 mod setup;
 mod splice;
 mod stage;
 mod watch;
 
+pub use handover::HandOver;
 pub use legs::{ClientAsked, first_leg_body};
 pub use setup::{Continuable, ContinuationPlan, continuable};
 pub use splice::{Emit, Splicer};

@@ -13,8 +13,8 @@ use serde_json::{Map, Value};
 use tokio::sync::Notify;
 
 use super::{
-    ClientAsked, Continuation, ContinuationUpstream, Delimiters, Route, Setup, Splicer, ThinkWatch, Triggers,
-    first_leg_body,
+    ClientAsked, Continuation, ContinuationUpstream, Delimiters, HandOver, Route, Setup, Splicer, ThinkWatch,
+    Triggers, first_leg_body,
 };
 use crate::body::GenerationRequest;
 use crate::ctx::RequestCtx;
@@ -23,6 +23,7 @@ use crate::headers::VLLM_PRIORITY;
 use crate::request_id::REQUEST_ID;
 use crate::state::AppState;
 use crate::upstream::Upstream;
+use meridian_core::route::{Role, Work};
 
 /// A request that would be continued, were it to reach an upstream without a ready hook.
 pub struct Continuable {
@@ -47,24 +48,28 @@ pub struct ContinuationPlan {
     pub later_headers: HeaderMap,
 }
 
-/// Whether a request would be continued, and on what triggers: `None` for
-/// `forcing = "engine"`, an API the continuation does not speak, unknown delimiters,
-/// thinking switched off, shapes that cannot be continued (not streamed, `n` > 1), or
-/// nothing that would cut.
+/// Whether a request would be continued, and on what triggers: `None` for an API the
+/// continuation does not speak, unknown delimiters, thinking switched off, shapes that
+/// cannot be continued (not streamed, `n` > 1), or nothing that would cut. With
+/// `forcing = "engine"` only a hand-over to an answer upstream (some upstreams are
+/// `think` servers) may cut.
 pub fn continuable(state: &AppState, ctx: &RequestCtx, req: &GenerationRequest<'_>) -> Option<Continuable> {
-    let forcing = state.config.budget.forcing;
-    if forcing == Forcing::Engine || ctx.initial_phase == Some(Phase::Output) {
+    if ctx.initial_phase == Some(Phase::Output) {
         return None;
     }
     let route = Route::of(ctx.route())?;
     let delimiters = Delimiters::of(ctx.family.as_ref()?)?;
-    let exit = &state.config.exit;
-    let triggers = Triggers {
+    let (forcing, exit) = (state.config.budget.forcing, &state.config.exit);
+    let mut triggers = Triggers {
         tokens: ctx.think_budget.filter(|_| forcing == Forcing::Continuation),
         seconds: ctx.think_seconds.map(Duration::from_secs_f64),
         rpdi: (exit.signal == ExitSignal::Rpdi).then(|| (exit.rpdi(), exit.min_think_tokens)),
         eat: exit.signal == ExitSignal::Eat && route == Route::Chat,
+        handoff: state.pool.hands_over() && ctx.work() == Work::Think,
     };
+    if forcing == Forcing::Engine {
+        triggers = triggers.handoff_only();
+    }
     if !triggers.any() {
         return None;
     }
@@ -104,14 +109,31 @@ impl ContinuationPlan {
         self.later_headers = headers;
     }
 
-    /// The relay's continuation stage for a first leg sent to `upstream` at `path`.
+    /// Only the hand-over at the end of the thought: for a first leg whose upstream's hook
+    /// ends thinking itself; `None` when no hand-over applies.
+    pub fn handoff_only(mut self) -> Option<Self> {
+        self.triggers = self.triggers.handoff_only();
+        self.triggers.handoff.then_some(self)
+    }
+
+    /// The relay's continuation stage for a first leg sent to `upstream` at `path`: on
+    /// a `think` upstream, the answer is handed over at the end of the thought.
     pub fn start(
         self,
         state: &AppState,
         ctx: &Arc<RequestCtx>,
-        upstream: &Upstream,
+        upstream: &Arc<Upstream>,
         path: &str,
     ) -> Continuation {
+        let mut triggers = self.triggers;
+        triggers.handoff &= upstream.role == Role::Think;
+        let handoff = triggers.handoff.then(|| HandOver {
+            pool: state.pool.clone(),
+            admission: state.admission.clone(),
+            metrics: state.metrics.clone(),
+            from: upstream.clone(),
+            path: path.to_owned(),
+        });
         let mut headers = self.later_headers;
         if let Ok(v) = HeaderValue::from_str(&format!("{}-continued", ctx.request_id())) {
             headers.insert(REQUEST_ID, v);
@@ -119,7 +141,7 @@ impl ContinuationPlan {
         if let Some(key) = &state.upstream_auth {
             headers.insert(axum::http::header::AUTHORIZATION, key.clone());
         }
-        let added_logprobs = self.triggers.rpdi.is_some() && !self.asked.logprobs;
+        let added_logprobs = triggers.rpdi.is_some() && !self.asked.logprobs;
         Continuation::new(Setup {
             upstream: ContinuationUpstream {
                 client: state.client.clone(),
@@ -132,11 +154,12 @@ impl ContinuationPlan {
             delimiters: self.delimiters,
             first_body: self.first_body,
             asked: self.asked,
-            watch: ThinkWatch::new(self.route, self.triggers),
+            watch: ThinkWatch::new(self.route, triggers),
             splicer: Splicer::new(self.asked, added_logprobs),
             end_now: self.end_now,
             metrics: state.metrics.clone(),
             ctx: ctx.clone(),
+            handoff,
         })
     }
 }

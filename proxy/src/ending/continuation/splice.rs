@@ -45,6 +45,8 @@ pub struct Splicer {
     first_usage: Option<LegUsage>,
     /// Completion tokens of the first leg at the cut.
     first_tokens: u64,
+    /// Of those, the answer's (a thought that ended by itself, handed over).
+    first_answer: u64,
 }
 
 impl Splicer {
@@ -56,6 +58,7 @@ impl Splicer {
             created: None,
             first_usage: None,
             first_tokens: 0,
+            first_answer: 0,
         }
     }
 
@@ -84,9 +87,12 @@ impl Splicer {
     }
 
     /// The first leg is cut; `counted` is the tracker's token count, used when the
-    /// upstream sent no usage with its chunks. Returns the first leg's tokens.
-    pub fn cut(&mut self, counted: u32) -> u32 {
+    /// upstream sent no usage with its chunks, and `answered` the tracker's count of the
+    /// answer tokens among them (after a thought that ended by itself; the rest are
+    /// reasoning). Returns the first leg's tokens.
+    pub fn cut(&mut self, counted: u32, answered: u32) -> u32 {
         self.first_tokens = self.first_usage.map_or(u64::from(counted), |u| u.completion);
+        self.first_answer = u64::from(answered).min(self.first_tokens);
         u32::try_from(self.first_tokens).unwrap_or(u32::MAX)
     }
 
@@ -156,7 +162,7 @@ impl Splicer {
             *details = serde_json::Value::Object(serde_json::Map::new());
         }
         if let serde_json::Value::Object(d) = details {
-            d.insert("reasoning_tokens".into(), self.first_tokens.into());
+            d.insert("reasoning_tokens".into(), (self.first_tokens - self.first_answer).into());
         }
         serde_json::to_string(&usage).ok()
     }
@@ -303,7 +309,7 @@ mod tests {
         assert_eq!(feed(|b| s.first_leg(b), &plain).0, "same");
         let last = json!({"id": "chatcmpl-1", "choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 2}});
         assert_eq!(feed(|b| s.first_leg(b), &last).0, "drop", "the client asked for no usage chunk");
-        assert_eq!(s.cut(99), 2, "the server's count beats the tracker's");
+        assert_eq!(s.cut(99, 0), 2, "the server's count beats the tracker's");
     }
 
     #[test]
@@ -312,7 +318,7 @@ mod tests {
         let first = json!({"id": "chatcmpl-1", "created": 5, "choices": [{"index": 0, "delta": {"reasoning": "a"}}],
             "usage": {"prompt_tokens": 12, "completion_tokens": 7}});
         feed(|b| s.first_leg(b), &first);
-        assert_eq!(s.cut(7), 7);
+        assert_eq!(s.cut(7, 0), 7);
         let role = json!({"id": "chatcmpl-2", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]});
         assert_eq!(feed(|b| s.second_leg(b), &role).0, "drop");
         let tok = json!({"id": "chatcmpl-2", "created": 9, "choices": [{"index": 0, "delta": {"reasoning": "The \"x\""}}],
@@ -344,7 +350,7 @@ mod tests {
         assert_eq!(what, "changed", "logprobs the proxy added are hidden");
         assert_eq!(out["choices"][0]["logprobs"], Value::Null);
         assert_eq!(out["choices"][0]["delta"], json!({"reasoning": "a"}), "the first leg keeps its labels");
-        assert_eq!(s.cut(5), 5);
+        assert_eq!(s.cut(5, 0), 5);
         let usage = json!({"choices": [], "usage": {"prompt_tokens": 40, "completion_tokens": 3}});
         let (_, out) = feed(|b| s.second_leg(b), &usage);
         assert_eq!(out["usage"]["prompt_tokens"], 35);
@@ -372,7 +378,7 @@ mod tests {
         let mut s = Splicer::new(asked(false, false), false);
         let first = br#"{"id":"chatcmpl-1","created":5,"choices":[{"index":0,"delta":{"reasoning":"a"}}]}"#;
         assert_eq!(s.first_leg(first), Emit::Same);
-        s.cut(1);
+        s.cut(1, 0);
         let second = br#"{"id":"chatcmpl-2","object":"chat.completion.chunk","created":9,"model":"m \u00e9","choices":[{"index":0,"delta":{"reasoning":"x\ny"},"logprobs":null,"finish_reason":null,"token_ids":[1, 2]}]}"#;
         let Emit::Changed(out) = s.second_leg(second) else { panic!("not rewritten") };
         assert_eq!(

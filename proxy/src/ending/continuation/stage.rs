@@ -20,17 +20,18 @@ use tokio::sync::Notify;
 use tokio::time::Sleep;
 use tracing::Instrument;
 
+use super::handover::HandOver;
 use super::legs::{ClientAsked, SoFar, second_leg_body};
 use super::splice::{Emit, Splicer};
 use super::watch::{Cut, ThinkWatch};
 use super::{Delimiters, Route};
 use crate::ctx::{Ending, RequestCtx};
 use crate::error::ProxyError;
-use crate::relay::{Flow, LegStream, RelayStage, Relayed, RequestObserver};
+use crate::relay::{Flow, Leg, LegStream, RelayStage, Relayed, RequestObserver};
 use crate::telemetry::{Metrics, spans};
 
 /// Where the continuation goes: the upstream that served the first leg (whose prefix
-/// cache holds the conversation).
+/// cache holds the conversation), unless its answer is handed over ([`HandOver`]).
 #[derive(Clone)]
 pub struct Upstream {
     pub client: reqwest::Client,
@@ -59,6 +60,9 @@ pub struct Setup {
     /// cut gets a span under its span, whose context goes upstream (`Span::none()`:
     /// untraced, headers as they are).
     pub ctx: Arc<RequestCtx>,
+    /// Where the answer may move at the end of the thought (the first leg is on a
+    /// `think` upstream); `None`: it is continued where it is.
+    pub handoff: Option<HandOver>,
 }
 
 pub struct Continuation {
@@ -128,11 +132,21 @@ impl Continuation {
     }
 
     /// Carries out a cut: the continuation's stream, for the relay to read from in place
-    /// of the first leg (dropping it aborts the first leg in the engine); or `None`, and
-    /// no more cuts, when the request has no room left to answer in.
-    pub fn cut(&mut self, cut: Cut, observer: &mut RequestObserver) -> Option<LegStream> {
-        let tokens = self.setup.splicer.cut(self.setup.watch.tokens());
-        let so_far = SoFar { text: self.setup.watch.text(), tokens };
+    /// of the first leg (dropping it aborts the first leg in the engine), on an answer
+    /// upstream when the answer is handed over; or `None`, and no more cuts, when the
+    /// request has no room left to answer in, or a thought that ended by itself finds no
+    /// answer upstream with room (its answer goes on where it is).
+    pub fn cut(&mut self, cut: Cut, observer: &mut RequestObserver) -> Option<Leg> {
+        let moved = self.setup.handoff.as_ref().and_then(|h| h.pick(&self.setup.ctx));
+        if cut == Cut::Handoff && moved.is_none() {
+            tracing::debug!(parent: self.setup.ctx.span(), "no answer upstream has room; the answer stays");
+            self.setup.watch.settle();
+            return None;
+        }
+        let watch = &self.setup.watch;
+        let tokens = self.setup.splicer.cut(watch.tokens(), watch.answer_tokens());
+        let so_far =
+            SoFar { text: watch.text(), tokens, closed: watch.thought_ended(), answer: watch.answer() };
         let Some(body) = second_leg_body(
             &self.setup.first_body,
             self.setup.route,
@@ -153,15 +167,22 @@ impl Continuation {
         // the client gets.
         observer.forget_usage();
         self.setup.ctx.progress.set_ending(Ending::Continued);
-        tracing::debug!(parent: self.setup.ctx.span(), reason = cut.label(), upstream = %self.setup.upstream.name, "thinking cut; continuing");
-        let leg = spans::leg_span(self.setup.ctx.span(), cut.label(), &self.setup.upstream.name);
-        Some(second_leg(self.setup.upstream.clone(), body, leg))
+        let target = match (&self.setup.handoff, &moved) {
+            (Some(h), Some(to)) => h.target(&self.setup.upstream, to.upstream()),
+            _ => self.setup.upstream.clone(),
+        };
+        tracing::debug!(parent: self.setup.ctx.span(), reason = cut.label(), upstream = %target.name, "thinking cut; continuing");
+        let leg = spans::leg_span(self.setup.ctx.span(), cut.label(), &target.name);
+        Some(Leg { stream: second_leg(target, body, leg), held: moved })
     }
 
     fn count(&self, cut: Cut) {
+        if cut == Cut::Handoff {
+            return; // counted as a hand-over
+        }
         self.setup.metrics.count_continuation(cut.label());
         match cut {
-            Cut::Tokens => {} // the relay's own tracker counts budgets reached
+            Cut::Tokens | Cut::Handoff => {} // the relay's own tracker counts budgets reached
             Cut::Seconds => self.setup.metrics.count_budget_reached(self.setup.ctx.family_name()),
             Cut::Rpdi | Cut::Eat => self.setup.metrics.count_entropy_exit(cut.label()),
         }
@@ -353,6 +374,7 @@ mod tests {
             end_now: Arc::new(Notify::new()),
             metrics: Arc::new(Metrics::new()),
             ctx: ctx.clone(),
+            handoff: None,
         };
         let observer = RequestObserver::new(Arc::new(Metrics::new()), ctx, Served::default(), true);
         (Continuation::new(setup), observer)

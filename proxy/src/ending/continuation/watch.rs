@@ -1,5 +1,7 @@
 //! Watches the first leg's events and says when thinking must end: the token budget
-//! spent, the thinking time up, or RPDI over the streamed top logprobs past its bound.
+//! spent, the thinking time up, or RPDI over the streamed top logprobs past its bound;
+//! and, on a `think` upstream, when the thought has ended and its answer is to be handed
+//! over to an answer upstream.
 
 use std::time::{Duration, Instant};
 
@@ -20,11 +22,19 @@ pub struct Triggers {
     pub rpdi: Option<(RpdiConfig, u32)>,
     /// EAT decides elsewhere (the prober) and rings the relay's continuation stage.
     pub eat: bool,
+    /// The answer moves to an answer upstream when the thought ends, however it ends
+    /// (the stream is on a `think` upstream).
+    pub handoff: bool,
 }
 
 impl Triggers {
     pub fn any(&self) -> bool {
-        self.tokens.is_some() || self.seconds.is_some() || self.rpdi.is_some() || self.eat
+        self.tokens.is_some() || self.seconds.is_some() || self.rpdi.is_some() || self.eat || self.handoff
+    }
+
+    /// Only the hand-over: where the engine's hook ends thinking itself.
+    pub fn handoff_only(self) -> Self {
+        Triggers { handoff: self.handoff, ..Triggers::default() }
     }
 }
 
@@ -35,6 +45,8 @@ pub enum Cut {
     Seconds,
     Rpdi,
     Eat,
+    /// The thought ended by itself (or the engine's hook ended it): the answer moves.
+    Handoff,
 }
 
 impl Cut {
@@ -44,6 +56,7 @@ impl Cut {
             Cut::Seconds => "budget_seconds",
             Cut::Rpdi => "rpdi",
             Cut::Eat => "eat",
+            Cut::Handoff => "handoff",
         }
     }
 }
@@ -57,8 +70,13 @@ pub struct ThinkWatch {
     route: Route,
     seconds: Option<Duration>,
     rpdi: Option<(Rpdi, u32)>,
+    handoff: bool,
     /// Chat: the reasoning so far; completions: all generated text so far.
     text: String,
+    /// Chat: the answer so far (what came after the thought, before a hand-over).
+    answer: String,
+    /// The thought has ended by itself: a cut now is a hand-over of the answer.
+    thought_ended: bool,
     /// The stream so far, as of the last event.
     so_far: Option<SoFar>,
     /// Thinking is over (or a cut was declined): nothing more to decide.
@@ -74,7 +92,10 @@ impl ThinkWatch {
             route,
             seconds: t.seconds,
             rpdi: t.rpdi.map(|(cfg, min)| (Rpdi::new(cfg), min)),
+            handoff: t.handoff,
             text: String::new(),
+            answer: String::new(),
+            thought_ended: false,
             so_far: None,
             settled: false,
             due: None,
@@ -92,7 +113,15 @@ impl ThinkWatch {
             match e {
                 // The tracker's budget may be the engine's to enforce (`forcing = "auto"`).
                 PhaseEvent::ForceBudget { .. } if self.budget.is_some() => cut = Some(Cut::Tokens),
-                PhaseEvent::ExitThink { .. } | PhaseEvent::FirstOutput { .. } => self.settled = true,
+                PhaseEvent::ExitThink { .. } | PhaseEvent::FirstOutput { .. } => {
+                    // Once: a hand-over declined leaves the watch settled.
+                    if !self.settled && self.handoff {
+                        self.thought_ended = true;
+                        self.settled = true;
+                        return Some(Cut::Handoff);
+                    }
+                    self.settled = true;
+                }
                 _ => {}
             }
         }
@@ -147,9 +176,24 @@ impl ThinkWatch {
         &self.text
     }
 
+    /// Chat: the answer so far, after a thought that ended by itself.
+    pub fn answer(&self) -> &str {
+        &self.answer
+    }
+
+    /// Whether the thought ended by itself before the cut (its delimiter already sent).
+    pub fn thought_ended(&self) -> bool {
+        self.thought_ended
+    }
+
     /// Tokens generated so far by the tracker's count.
     pub fn tokens(&self) -> u32 {
         self.so_far.map_or(0, |s| s.think_tokens + s.output_tokens)
+    }
+
+    /// Of those, the answer's (only a thought that ended by itself has any).
+    pub fn answer_tokens(&self) -> u32 {
+        self.so_far.filter(|_| self.thought_ended).map_or(0, |s| s.output_tokens)
     }
 }
 
@@ -163,6 +207,9 @@ impl Watcher for ThinkWatch {
             Route::Completions => part.content.as_deref(),
         };
         self.text.push_str(piece.unwrap_or_default());
+        if self.route == Route::Chat && self.handoff && !self.settled {
+            self.answer.push_str(part.content.as_deref().unwrap_or_default());
+        }
         if self.settled || event.last {
             return;
         }
@@ -252,6 +299,28 @@ mod tests {
         for piece in ["a", " b", " c", " d"] {
             assert_eq!(w.observe(&reasoning(piece), now), None);
         }
+    }
+
+    #[test]
+    fn a_thought_that_ends_by_itself_is_handed_over_once_with_the_answer_so_far() {
+        let mut w = watch(Triggers { handoff: true, ..Default::default() });
+        let now = Instant::now();
+        assert_eq!(w.observe(&reasoning("Two"), now), None);
+        assert_eq!(w.observe(&reasoning(" and two."), now), None);
+        assert!(!w.watch.thought_ended() && w.watch.answer_tokens() == 0);
+        assert_eq!(w.observe(&content("\n\nFour"), now), Some(Cut::Handoff), "the first answer token");
+        assert!(w.watch.thought_ended());
+        assert_eq!((w.text(), w.watch.answer()), ("Two and two.", "\n\nFour"));
+        assert_eq!(w.watch.answer_tokens(), 1);
+        assert_eq!(w.observe(&content("."), now), None, "settled: nothing more to cut");
+        assert_eq!(w.watch.answer(), "\n\nFour", "what came after the cut is not the answer so far");
+        let mut plain = watch(Triggers { tokens: Some(100), ..Default::default() });
+        plain.observe(&reasoning("x"), now);
+        assert_eq!(
+            plain.observe(&content("y"), now),
+            None,
+            "without a hand-over the thought's end cuts nothing"
+        );
     }
 
     #[test]

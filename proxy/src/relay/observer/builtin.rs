@@ -76,6 +76,16 @@ impl Watcher for Progress {
             u.move_stream(self.open_as, None);
         }
     }
+
+    /// The stream's count moves with it.
+    fn on_moved(&mut self, to: &Arc<Upstream>) {
+        if let Some(u) = &self.upstream {
+            u.move_stream(self.open_as, None);
+        }
+        to.move_stream(None, self.open_as);
+        self.ctx.progress.set_upstream(&to.name);
+        self.upstream = Some(to.clone());
+    }
 }
 
 /// Output ITL: per choice, the gap since its previous chunk of visible output.
@@ -208,9 +218,10 @@ impl Watcher for Record {
         let timings = ended.timings;
         self.metrics.record_timings(ended.family, timings);
         // Counted by the outcome layer once the response is over.
+        let upstream = self.ctx.progress.upstream();
         self.ctx.arrival.finish(End::Answered {
             outcome: ended.outcome,
-            upstream: self.ctx.progress.upstream().unwrap_or_default(),
+            upstream: upstream.as_deref().unwrap_or_default(),
             family: ended.family,
             timings,
         });

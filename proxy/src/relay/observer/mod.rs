@@ -97,6 +97,14 @@ impl RequestObserver {
         self
     }
 
+    /// The response goes on from `to` (an answer handed over at the end of its thought):
+    /// its watchers move what they count per upstream.
+    pub fn moved_to(&mut self, to: &Arc<Upstream>) {
+        for w in &mut self.watchers {
+            w.on_moved(to);
+        }
+    }
+
     /// Feeds one `data:` payload (or a whole non-streaming body) that arrived at `at`.
     pub fn on_payload(&mut self, payload: &[u8], at: Instant) {
         self.observe(payload, at, None);

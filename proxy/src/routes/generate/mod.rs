@@ -186,8 +186,7 @@ async fn serve(
             body: prepared.body.clone(),
             hook_body: prepared.hook_body.take(),
             request_id: &ctx.arrival.request_id,
-            model: Some(&ctx.model),
-            affinity: ctx.affinity_key.as_deref(),
+            want: ctx.want(),
             first,
             span: ctx.span().clone(),
         },
@@ -201,7 +200,7 @@ async fn admit(state: &AppState, ctx: &RequestCtx) -> Result<crate::upstream::In
     let waiting = spans::admission_span(ctx.span(), ctx.class.as_str());
     let admitted = state
         .admission
-        .admit(&ctx.model, ctx.affinity_key.as_deref(), ctx.class, ctx.flow())
+        .admit(&ctx.model, ctx.affinity_key.as_deref(), ctx.work(), ctx.class, ctx.flow())
         .instrument(waiting.clone())
         .await;
     let outcome = admitted.as_ref().map_or_else(|e| e.outcome().as_str(), |_| "admitted");

@@ -130,6 +130,10 @@ pub(super) const ENTROPY_EXITS: Def = Def::counter(
     "meridian_entropy_exits_total",
     "Ends of thinking the proxy caused on an entropy signal (through a hook or by continuation), by signal.",
 );
+pub(super) const HANDOVERS: Def = Def::counter(
+    "meridian_handovers_total",
+    "Answers of `think` upstreams at the end of their thought: handed over to an answer upstream (`moved`), or left in place because none had room (`no_room`).",
+);
 pub(super) const CONTINUATIONS: Def = Def::counter(
     "meridian_continuations_total",
     "Streams whose thinking the proxy cut and continued past the end-of-thinking delimiter (upstreams without a ready hook), by reason.",
@@ -155,7 +159,7 @@ pub(super) const TENANT_TOKENS: Def = Def::counter(
     "Tokens generated for a tenant's requests (thinking and answer), as its token-rate limit counts them, by tenant.",
 );
 
-pub(super) const ALL: [Def; 28] = [
+pub(super) const ALL: [Def; 29] = [
     REQUESTS,
     TTFT,
     TTFO,
@@ -179,6 +183,7 @@ pub(super) const ALL: [Def; 28] = [
     EAT_PROBES,
     ENTROPY_EXITS,
     CONTINUATIONS,
+    HANDOVERS,
     BUDGET_UNENFORCED,
     TENANT_ADMITTED,
     TENANT_REFUSED,

@@ -102,6 +102,7 @@ pub struct Metrics {
     eat_probes: Vec<(&'static str, Counter)>,
     entropy_exits: Vec<(&'static str, Counter)>,
     continuations: Vec<(&'static str, Counter)>,
+    handovers: Vec<(&'static str, Counter)>,
     budgets_unenforced: Vec<(&'static str, Counter)>,
     requests: Lazy<(&'static str, &'static str), Counter>,
     families: Lazy<Box<str>, FamilySeries>,
@@ -154,6 +155,7 @@ impl Metrics {
             eat_probes: counters(catalogue::EAT_PROBES, "outcome", &EAT_OUTCOMES),
             entropy_exits: counters(catalogue::ENTROPY_EXITS, "signal", &ENTROPY_SIGNALS),
             continuations: counters(catalogue::CONTINUATIONS, "reason", &CONTINUATION_REASONS),
+            handovers: counters(catalogue::HANDOVERS, "outcome", &["moved", "no_room"]),
             budgets_unenforced: counters(catalogue::BUDGET_UNENFORCED, "route", &HOOK_ONLY_ROUTES),
             requests: Lazy::default(),
             families: Lazy::default(),
@@ -304,6 +306,13 @@ impl Metrics {
 
     pub fn count_continuation(&self, reason: &'static str) {
         self.count_in(&self.continuations, catalogue::CONTINUATIONS, "reason", reason);
+    }
+
+    /// An answer of a `think` upstream at the end of its thought: `moved` to an answer
+    /// upstream, or left there for want of room.
+    pub fn count_handover(&self, moved: bool) {
+        let outcome = if moved { "moved" } else { "no_room" };
+        self.count_in(&self.handovers, catalogue::HANDOVERS, "outcome", outcome);
     }
 
     /// A request whose budget or exit signal nothing could enforce (see

@@ -1,0 +1,228 @@
+//! Phase-boundary migration by re-prefill (`upstream.endpoints[].role`): a request that
+//! thinks goes to a `think` upstream; when its thought ends, by itself or cut by a
+//! budget, its answer continues on an `answer` upstream, and the client reads one stream
+//! (one id, reasoning then answer, one usage that adds both legs up). A request that
+//! does not think goes straight to the answer upstream; an answer with nowhere to go
+//! stays where it is. Against two engine twins, which answer `continue_final_message`
+//! the way vLLM does.
+
+mod support;
+
+use meridian_core::route::Role;
+use meridian_core::sched::Fcfs;
+use meridian_proxy::config::{Forcing, MeridianConfig};
+use meridian_sim::server::{TwinOptions, TwinServer};
+use meridian_sim::workload::WorkloadSpec;
+use serde_json::{Value, json};
+use support::*;
+
+/// 40 thinking tokens, then a 6-token answer.
+async fn twin() -> TwinServer {
+    let opts = TwinOptions {
+        seed: 0,
+        ..TwinOptions::local(
+            meridian_sim::profile("h100-qwen3-8b").unwrap(),
+            WorkloadSpec::fixed(20, 40, 6),
+            50.0,
+        )
+    };
+    TwinServer::start(opts, Box::new(Fcfs)).await.unwrap()
+}
+
+/// A proxy in front of a `think` twin (first) and an `answer` twin (second).
+async fn proxy(
+    think: &TwinServer,
+    answer: &TwinServer,
+    tweak: impl FnOnce(&mut MeridianConfig),
+) -> meridian_proxy::Server {
+    let mut cfg = config_for(&[think.url(), answer.url()]);
+    cfg.upstream.endpoints[0].name = Some("think".into());
+    cfg.upstream.endpoints[0].role = Role::Think;
+    cfg.upstream.endpoints[1].name = Some("answer".into());
+    cfg.upstream.endpoints[1].role = Role::Answer;
+    tweak(&mut cfg);
+    start_proxy(cfg).await
+}
+
+/// What a client read from one stream.
+#[derive(Debug, Default)]
+struct Read {
+    reasoning: Vec<String>,
+    content: Vec<String>,
+    ids: Vec<String>,
+    roles: usize,
+    usage: Vec<Value>,
+    reasoning_after_answer: bool,
+    done: usize,
+    errors: Vec<Value>,
+}
+
+async fn stream(proxy: &meridian_proxy::Server, body: Value) -> Read {
+    let url = format!("http://{}/v1/chat/completions", proxy.local_addr);
+    let text = receive(client().post(url).json(&body)).await.text();
+    let mut r = Read::default();
+    for line in text.lines().filter_map(|l| l.strip_prefix("data: ")) {
+        if line == "[DONE]" {
+            r.done += 1;
+            continue;
+        }
+        let v: Value = serde_json::from_str(line).unwrap();
+        if v.get("error").is_some() {
+            r.errors.push(v);
+            continue;
+        }
+        r.ids.push(v["id"].as_str().unwrap_or_default().to_owned());
+        if !v["usage"].is_null() {
+            r.usage.push(v["usage"].clone());
+        }
+        for ch in v["choices"].as_array().unwrap() {
+            if ch["delta"]["role"].is_string() {
+                r.roles += 1;
+            }
+            if let Some(s) = ch["delta"]["reasoning"].as_str().filter(|s| !s.is_empty()) {
+                r.reasoning_after_answer |= !r.content.is_empty();
+                r.reasoning.push(s.to_owned());
+            }
+            if let Some(s) = ch["delta"]["content"].as_str().filter(|s| !s.is_empty()) {
+                r.content.push(s.to_owned());
+            }
+        }
+    }
+    r
+}
+
+fn chat(extra: Value) -> Value {
+    let mut body = json!({"model": "Qwen/Qwen3-8B", "stream": true, "stream_options": {"include_usage": true},
+        "messages": [{"role": "user", "content": "What is two plus two?"}]});
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    body
+}
+
+/// A twin's own count of the requests it finished (`stop`) and aborted.
+async fn served(twin: &TwinServer) -> (f64, f64) {
+    let text = client().get(format!("{}/metrics", twin.url())).send().await.unwrap().text().await.unwrap();
+    let count = |reason: &str| {
+        text.lines()
+            .filter(|l| {
+                l.starts_with("vllm:request_success_total")
+                    && l.contains(&format!("finished_reason=\"{reason}\""))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    (count("stop"), count("abort"))
+}
+
+fn handovers(proxy: &meridian_proxy::Server, outcome: &str) -> f64 {
+    let text = proxy.state.metrics.render();
+    sample(&text, "meridian_handovers_total", &[("outcome", outcome)]).unwrap_or(-1.0)
+}
+
+fn in_flight(proxy: &meridian_proxy::Server) -> Vec<usize> {
+    proxy.state.pool.all().iter().map(|u| u.in_flight()).collect()
+}
+
+#[tokio::test]
+async fn a_finished_thought_hands_its_answer_to_the_answer_upstream() {
+    let (think, answer) = (twin().await, twin().await);
+    let proxy = proxy(&think, &answer, |_| {}).await;
+    let r = stream(&proxy, chat(json!({}))).await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.reasoning.len(), 40, "the whole thought, from the think upstream");
+    assert!(r.content.len() >= 6, "the answer, from the answer upstream: {:?}", r.content);
+    assert!(!r.reasoning_after_answer);
+    assert_eq!((r.roles, r.done), (1, 1), "one stream: one role chunk, one [DONE]");
+    assert!(r.ids.iter().all(|id| *id == r.ids[0]), "one response id: {:?}", r.ids);
+    assert_eq!(r.usage.len(), 1, "one usage chunk, as asked");
+    let u = &r.usage[0];
+    // The first leg's 40 thinking tokens (41 with its end tag), its first answer token and
+    // the answer upstream's 6.
+    let reasoning = u["completion_tokens_details"]["reasoning_tokens"].as_u64().unwrap();
+    assert!((40..=41).contains(&reasoning), "the first leg's thought: {u}");
+    assert_eq!(u["completion_tokens"], 48, "both legs' counts added up: {u}");
+
+    eventually("the answer finished on the answer upstream", || handovers(&proxy, "moved") == 1.0).await;
+    let (done_there, _) = served(&answer).await;
+    assert_eq!(done_there, 1.0, "the answer upstream finished the answer");
+    let (done_here, aborted_here) = served(&think).await;
+    assert_eq!(done_here, 0.0, "the think upstream did not answer");
+    if aborted_here < 1.0 {
+        // The twin notices the first leg's dropped connection a moment later.
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert_eq!(served(&think).await.1, 1.0, "the first leg was aborted on the think upstream");
+    }
+    eventually("both places free", || in_flight(&proxy) == [0, 0]).await;
+    assert_eq!(
+        sample(&proxy.state.metrics.render(), "meridian_requests_total", &[("outcome", "ok")]),
+        Some(1.0),
+        "one request, answered"
+    );
+}
+
+#[tokio::test]
+async fn a_budget_cut_on_a_think_upstream_answers_on_the_answer_upstream() {
+    let (think, answer) = (twin().await, twin().await);
+    let proxy = proxy(&think, &answer, |c| c.budget.forcing = Forcing::Continuation).await;
+    let r = stream(&proxy, chat(json!({"meridian": {"think_budget_tokens": 5}}))).await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!((r.reasoning.len(), r.content.len()), (5, 6), "cut at the budget, answered elsewhere");
+    assert_eq!(r.usage[0]["completion_tokens"], 11);
+    eventually("moved", || handovers(&proxy, "moved") == 1.0).await;
+    assert_eq!(served(&answer).await.0, 1.0);
+    assert_eq!(served(&think).await.0, 0.0);
+}
+
+#[tokio::test]
+async fn a_request_that_does_not_think_goes_to_the_answer_upstream() {
+    let (think, answer) = (twin().await, twin().await);
+    let proxy = proxy(&think, &answer, |_| {}).await;
+    let r = stream(&proxy, chat(json!({"chat_template_kwargs": {"enable_thinking": false}}))).await;
+    assert!(r.errors.is_empty() && r.reasoning.is_empty() && r.content.len() == 6, "{r:?}");
+    assert_eq!((served(&answer).await.0, served(&think).await.0), (1.0, 0.0));
+    assert_eq!(handovers(&proxy, "moved") + handovers(&proxy, "no_room"), 0.0, "nothing to hand over");
+}
+
+#[tokio::test]
+async fn an_answer_with_no_upstream_to_go_to_stays_where_it_is() {
+    let (think, answer) = (twin().await, twin().await);
+    // The answer upstream is full: admission lets one request hold each engine.
+    let proxy = proxy(&think, &answer, |c| {
+        c.admission.enabled = true;
+        c.admission.max_streams = Some(1);
+    })
+    .await;
+    let busy = proxy.state.pool.all()[1].clone();
+    let held = proxy
+        .state
+        .pool
+        .pick(
+            meridian_proxy::upstream::Want::model(None),
+            &[proxy.state.pool.all()[0].clone()],
+            &proxy.state.metrics,
+        )
+        .unwrap();
+    assert!(std::sync::Arc::ptr_eq(held.upstream(), &busy));
+    let r = stream(&proxy, chat(json!({}))).await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(
+        (r.reasoning.len(), r.content.len()),
+        (40, 6),
+        "thought and answer, all from the think upstream"
+    );
+    assert_eq!(handovers(&proxy, "no_room"), 1.0);
+    assert_eq!((served(&think).await.0, served(&answer).await.0), (1.0, 0.0));
+    drop(held);
+}
+
+#[test]
+fn think_upstreams_need_somewhere_to_hand_answers_to() {
+    let mut cfg = config_for(&["http://127.0.0.1:1".into()]);
+    cfg.upstream.endpoints[0].role = Role::Think;
+    let errs = cfg.validate(&registry()).unwrap_err();
+    assert!(errs.iter().any(|e| e.path == "upstream.endpoints[0].role"), "{errs:?}");
+    cfg.upstream.endpoints.push(cfg.upstream.endpoints[0].clone());
+    cfg.upstream.endpoints[1].role = Role::Both;
+    assert!(cfg.validate(&registry()).is_ok(), "a `both` server takes answers");
+}

@@ -37,7 +37,7 @@ pub use server::{AdminConfig, ServerConfig};
 pub use telemetry::{LogFormat, TRACING_PROTOCOLS, TelemetryConfig, TracingConfig};
 pub use tenants::{IdentifyBy, TenantConfig, TenantsConfig};
 pub use twin::TwinConfig;
-pub use upstream::{EndpointConfig, UpstreamConfig};
+pub use upstream::{EndpointConfig, Handover, UpstreamConfig};
 
 /// The whole `meridian.toml`.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema, PartialEq)]

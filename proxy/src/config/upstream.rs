@@ -80,6 +80,26 @@ pub struct UpstreamConfig {
     /// value keeps every key home however hot it runs.
     #[schemars(range(min = 1.0, max = 10.0))]
     pub affinity_load_bound: f64,
+    /// How an answer handed over by a `think` server (`endpoints[].role`) gets the KV of
+    /// its prompt and thought: `reprefill` (the answer server computes it again, from
+    /// text; works with any server) or `connector` (vLLM's KV connector carries it: the
+    /// proxy first sends the answer's prompt to the think server with `max_tokens: 1`
+    /// and `kv_transfer_params` asking it to export, then hands what that returns to the
+    /// answer server; every server needs `--kv-transfer-config`, e.g. `ExampleConnector`
+    /// with a shared directory on CPU, `NixlConnector` on GPUs). An export that fails
+    /// falls back to re-prefill.
+    pub handover: Handover,
+}
+
+/// How a handed-over answer's KV reaches the answer server (`upstream.handover`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Handover {
+    /// The answer server prefills the prompt and the thought again.
+    #[default]
+    Reprefill,
+    /// The think server exports the KV through vLLM's KV connector first.
+    Connector,
 }
 
 impl Default for UpstreamConfig {
@@ -100,6 +120,7 @@ impl Default for UpstreamConfig {
             routing: RoutingKind::PhaseAware,
             affinity_header: "x-session-id".into(),
             affinity_load_bound: 1.25,
+            handover: Handover::Reprefill,
         }
     }
 }

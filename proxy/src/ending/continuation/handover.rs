@@ -8,12 +8,26 @@
 //! An answer moves only to an upstream with room (admission's limits, when on): with
 //! none, it stays where it is, which is always possible, since the think upstream holds
 //! its KV.
+//!
+//! With `upstream.handover = "connector"` the KV goes across instead of being computed
+//! again ([`KvExport`]): vLLM's prefill/decode protocol, with the think upstream as the
+//! prefill side. The answer's prompt goes first to the think upstream, with `max_tokens:
+//! 1` and `kv_transfer_params` asking it to export (its prefix cache holds the prompt and
+//! the thought, so it computes only the few tokens after them; its connector saves or
+//! offers the KV); what it answers in `kv_transfer_params` (where the blocks are, for
+//! NIXL; nothing, for a shared-storage connector, whose store is keyed by the tokens)
+//! goes with the answer's own request.
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::HeaderValue;
+use serde_json::{Value, json};
 
 use super::ContinuationUpstream;
 use crate::admission::Admission;
 use crate::ctx::RequestCtx;
+use crate::request_id::REQUEST_ID;
 use crate::telemetry::Metrics;
 use crate::upstream::{InFlight, Upstream, UpstreamPool};
 
@@ -26,6 +40,8 @@ pub struct HandOver {
     pub from: Arc<Upstream>,
     /// The route's path (and query), for the answer upstream's URL.
     pub path: String,
+    /// The KV goes across through vLLM's KV connector (`upstream.handover`).
+    pub connector: bool,
 }
 
 impl HandOver {
@@ -39,6 +55,19 @@ impl HandOver {
         picked
     }
 
+    /// The export that precedes a hand-over's answer, when the KV goes across by
+    /// connector: sent where the first leg went (`first`, the think upstream).
+    pub fn export(&self, first: &ContinuationUpstream, ctx: &RequestCtx) -> Option<KvExport> {
+        if !self.connector {
+            return None;
+        }
+        let mut to = first.clone();
+        if let Ok(id) = HeaderValue::from_str(&format!("{}-kv-export", ctx.request_id())) {
+            to.headers.insert(REQUEST_ID, id);
+        }
+        Some(KvExport { to, metrics: self.metrics.clone() })
+    }
+
     /// The continuation's target on `to`: the first leg's headers and client, `to`'s URL.
     pub fn target(&self, first: &ContinuationUpstream, to: &Upstream) -> ContinuationUpstream {
         ContinuationUpstream {
@@ -46,5 +75,90 @@ impl HandOver {
             name: to.name.clone(),
             ..first.clone()
         }
+    }
+}
+
+/// The think upstream's export of a handed-over answer's KV, through vLLM's KV connector.
+pub struct KvExport {
+    /// The think upstream, at the route's path.
+    to: ContinuationUpstream,
+    metrics: Arc<Metrics>,
+}
+
+impl KvExport {
+    /// Asks the think upstream to export the KV of `answer`'s prompt (the answer's own
+    /// request body), and returns what the answer upstream must be told
+    /// (`kv_transfer_params`, `Null` when the connector needs nothing). `None`: the export
+    /// failed, and the answer upstream computes it all itself. Counted either way.
+    pub async fn run(&self, answer: &Value) -> Option<Value> {
+        let done = self.send(answer).await;
+        self.metrics.count_kv_export(done.is_ok());
+        match done {
+            Ok(params) => Some(params),
+            Err(reason) => {
+                tracing::warn!(upstream = %self.to.name, %reason, "the KV export failed; the answer upstream prefills it again");
+                None
+            }
+        }
+    }
+
+    async fn send(&self, answer: &Value) -> Result<Value, String> {
+        let body = export_body(answer);
+        let send = self.to.client.post(&self.to.url).headers(self.to.headers.clone()).json(&body).send();
+        let wait = self.to.first_byte_timeout.min(Duration::from_secs(60));
+        let resp = tokio::time::timeout(wait, send)
+            .await
+            .map_err(|_| format!("no answer in {} s", wait.as_secs_f64()))?
+            .map_err(|e| format!("not sent: {e}"))?;
+        let status = resp.status();
+        let text = tokio::time::timeout(wait, resp.text())
+            .await
+            .map_err(|_| "its body did not arrive in time".to_owned())?
+            .map_err(|e| format!("its body broke off: {e}"))?;
+        if !status.is_success() {
+            return Err(format!("refused ({status}): {}", text.chars().take(300).collect::<String>()));
+        }
+        let answered: Value = serde_json::from_str(&text).map_err(|e| format!("not JSON: {e}"))?;
+        Ok(answered.get("kv_transfer_params").cloned().unwrap_or(Value::Null))
+    }
+}
+
+/// The export request: the answer's request, not streamed, one token, asking the engine
+/// to keep its KV for a remote decode (vLLM's prefill/decode fields).
+pub fn export_body(answer: &Value) -> Value {
+    let mut body = answer.clone();
+    if let Some(b) = body.as_object_mut() {
+        for key in ["stream_options", "logprobs", "top_logprobs", "min_tokens", "max_completion_tokens"] {
+            b.remove(key);
+        }
+        b.insert("stream".into(), false.into());
+        b.insert("max_tokens".into(), 1.into());
+        b.insert(
+            "kv_transfer_params".into(),
+            json!({"do_remote_decode": true, "do_remote_prefill": false, "remote_engine_id": null,
+                "remote_block_ids": null, "remote_host": null, "remote_port": null}),
+        );
+    }
+    body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_export_is_the_answers_prompt_for_one_token_unstreamed_asking_to_export() {
+        let answer = json!({"model": "m", "stream": true, "stream_options": {"include_usage": true},
+            "max_completion_tokens": 90, "min_tokens": 3, "logprobs": true, "top_logprobs": 5,
+            "continue_final_message": true, "messages": [{"role": "assistant", "content": "<think>\nx\n</think>\n\n"}]});
+        let export = export_body(&answer);
+        assert_eq!(export["messages"], answer["messages"], "the same prompt, so the same tokens");
+        assert_eq!(export["continue_final_message"], true);
+        assert_eq!((export["stream"].clone(), export["max_tokens"].clone()), (json!(false), json!(1)));
+        for gone in ["stream_options", "max_completion_tokens", "min_tokens", "logprobs", "top_logprobs"] {
+            assert!(export.get(gone).is_none(), "{gone}");
+        }
+        assert_eq!(export["kv_transfer_params"]["do_remote_decode"], true);
+        assert_eq!(export["kv_transfer_params"]["do_remote_prefill"], false);
     }
 }

@@ -133,6 +133,7 @@ impl ContinuationPlan {
             metrics: state.metrics.clone(),
             from: upstream.clone(),
             path: path.to_owned(),
+            connector: state.config.upstream.handover == crate::config::Handover::Connector,
         });
         let mut headers = self.later_headers;
         if let Ok(v) = HeaderValue::from_str(&format!("{}-continued", ctx.request_id())) {

@@ -20,7 +20,7 @@ use tokio::sync::Notify;
 use tokio::time::Sleep;
 use tracing::Instrument;
 
-use super::handover::HandOver;
+use super::handover::{HandOver, KvExport};
 use super::legs::{ClientAsked, SoFar, second_leg_body};
 use super::splice::{Emit, Splicer};
 use super::watch::{Cut, ThinkWatch};
@@ -167,13 +167,16 @@ impl Continuation {
         // the client gets.
         observer.forget_usage();
         self.setup.ctx.progress.set_ending(Ending::Continued);
-        let target = match (&self.setup.handoff, &moved) {
-            (Some(h), Some(to)) => h.target(&self.setup.upstream, to.upstream()),
-            _ => self.setup.upstream.clone(),
+        let (target, export) = match (&self.setup.handoff, &moved) {
+            (Some(h), Some(to)) => (
+                h.target(&self.setup.upstream, to.upstream()),
+                h.export(&self.setup.upstream, &self.setup.ctx),
+            ),
+            _ => (self.setup.upstream.clone(), None),
         };
         tracing::debug!(parent: self.setup.ctx.span(), reason = cut.label(), upstream = %target.name, "thinking cut; continuing");
         let leg = spans::leg_span(self.setup.ctx.span(), cut.label(), &target.name);
-        Some(Leg { stream: second_leg(target, body, leg), held: moved })
+        Some(Leg { stream: second_leg(target, export, body, leg), held: moved })
     }
 
     fn count(&self, cut: Cut) {
@@ -231,9 +234,10 @@ impl RelayStage for Continuation {
     }
 }
 
-/// Sends the continuation and reads it as an event stream; any failure, marked on the
+/// Sends the continuation (after the KV export that precedes a hand-over by connector,
+/// whose answer goes with it) and reads it as an event stream; any failure, marked on the
 /// leg's span, ends the client's stream with an error event.
-fn second_leg(up: Upstream, body: Value, leg: tracing::Span) -> LegStream {
+fn second_leg(up: Upstream, export: Option<KvExport>, mut body: Value, leg: tracing::Span) -> LegStream {
     let failed = {
         let (name, leg) = (up.name.clone(), leg.clone());
         move |reason: String| {
@@ -245,6 +249,13 @@ fn second_leg(up: Upstream, body: Value, leg: tracing::Span) -> LegStream {
     let on_body_error = failed.clone();
     let in_leg = leg.clone();
     let send = async move {
+        if let Some(params) = match &export {
+            Some(x) => x.run(&body).await,
+            None => None,
+        } && !params.is_null()
+        {
+            body["kv_transfer_params"] = params;
+        }
         let mut headers = up.headers.clone();
         spans::inject(&leg, &mut headers);
         let send = up.client.post(&up.url).headers(headers).json(&body).send();

@@ -134,6 +134,10 @@ pub(super) const HANDOVERS: Def = Def::counter(
     "meridian_handovers_total",
     "Answers of `think` upstreams at the end of their thought: handed over to an answer upstream (`moved`), or left in place because none had room (`no_room`).",
 );
+pub(super) const KV_EXPORTS: Def = Def::counter(
+    "meridian_handover_kv_exports_total",
+    "KV exports a `think` upstream was asked for before a hand-over (`upstream.handover = \"connector\"`): `ok`, or `failed` (the answer upstream then prefilled it again).",
+);
 pub(super) const CONTINUATIONS: Def = Def::counter(
     "meridian_continuations_total",
     "Streams whose thinking the proxy cut and continued past the end-of-thinking delimiter (upstreams without a ready hook), by reason.",
@@ -159,7 +163,7 @@ pub(super) const TENANT_TOKENS: Def = Def::counter(
     "Tokens generated for a tenant's requests (thinking and answer), as its token-rate limit counts them, by tenant.",
 );
 
-pub(super) const ALL: [Def; 29] = [
+pub(super) const ALL: [Def; 30] = [
     REQUESTS,
     TTFT,
     TTFO,
@@ -184,6 +188,7 @@ pub(super) const ALL: [Def; 29] = [
     ENTROPY_EXITS,
     CONTINUATIONS,
     HANDOVERS,
+    KV_EXPORTS,
     BUDGET_UNENFORCED,
     TENANT_ADMITTED,
     TENANT_REFUSED,

@@ -103,6 +103,7 @@ pub struct Metrics {
     entropy_exits: Vec<(&'static str, Counter)>,
     continuations: Vec<(&'static str, Counter)>,
     handovers: Vec<(&'static str, Counter)>,
+    kv_exports: Vec<(&'static str, Counter)>,
     budgets_unenforced: Vec<(&'static str, Counter)>,
     requests: Lazy<(&'static str, &'static str), Counter>,
     families: Lazy<Box<str>, FamilySeries>,
@@ -156,6 +157,7 @@ impl Metrics {
             entropy_exits: counters(catalogue::ENTROPY_EXITS, "signal", &ENTROPY_SIGNALS),
             continuations: counters(catalogue::CONTINUATIONS, "reason", &CONTINUATION_REASONS),
             handovers: counters(catalogue::HANDOVERS, "outcome", &["moved", "no_room"]),
+            kv_exports: counters(catalogue::KV_EXPORTS, "outcome", &["ok", "failed"]),
             budgets_unenforced: counters(catalogue::BUDGET_UNENFORCED, "route", &HOOK_ONLY_ROUTES),
             requests: Lazy::default(),
             families: Lazy::default(),
@@ -313,6 +315,11 @@ impl Metrics {
     pub fn count_handover(&self, moved: bool) {
         let outcome = if moved { "moved" } else { "no_room" };
         self.count_in(&self.handovers, catalogue::HANDOVERS, "outcome", outcome);
+    }
+
+    /// A `think` upstream's KV export before a hand-over: done, or failed.
+    pub fn count_kv_export(&self, ok: bool) {
+        self.count_in(&self.kv_exports, catalogue::KV_EXPORTS, "outcome", if ok { "ok" } else { "failed" });
     }
 
     /// A request whose budget or exit signal nothing could enforce (see

@@ -10,7 +10,7 @@ mod support;
 
 use meridian_core::route::Role;
 use meridian_core::sched::Fcfs;
-use meridian_proxy::config::{Forcing, MeridianConfig};
+use meridian_proxy::config::{Forcing, Handover, MeridianConfig};
 use meridian_sim::server::{TwinOptions, TwinServer};
 use meridian_sim::workload::WorkloadSpec;
 use serde_json::{Value, json};
@@ -172,6 +172,24 @@ async fn a_budget_cut_on_a_think_upstream_answers_on_the_answer_upstream() {
     eventually("moved", || handovers(&proxy, "moved") == 1.0).await;
     assert_eq!(served(&answer).await.0, 1.0);
     assert_eq!(served(&think).await.0, 0.0);
+}
+
+#[tokio::test]
+async fn by_connector_the_think_upstream_exports_first_and_the_answer_still_reads_as_one() {
+    let (think, answer) = (twin().await, twin().await);
+    let proxy = proxy(&think, &answer, |c| c.upstream.handover = Handover::Connector).await;
+    let r = stream(&proxy, chat(json!({}))).await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.reasoning.len(), 40);
+    assert!(r.content.len() >= 6 && !r.reasoning_after_answer && r.done == 1, "{r:?}");
+    eventually("moved", || handovers(&proxy, "moved") == 1.0).await;
+    let exports = |outcome: &str| {
+        sample(&proxy.state.metrics.render(), "meridian_handover_kv_exports_total", &[("outcome", outcome)])
+    };
+    assert_eq!((exports("ok"), exports("failed")), (Some(1.0), Some(0.0)));
+    // The export is a one-token request the think upstream finishes; the answer finishes
+    // on the answer upstream.
+    assert_eq!((served(&think).await.0, served(&answer).await.0), (1.0, 1.0));
 }
 
 #[tokio::test]

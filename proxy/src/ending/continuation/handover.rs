@@ -145,6 +145,49 @@ pub fn export_body(answer: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::HeaderMap;
+
+    /// An export to a server that answers every request with `status` and `body`.
+    async fn export_to(status: u16, body: &'static str) -> (KvExport, Arc<Metrics>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = axum::Router::new()
+            .fallback(move || async move { (axum::http::StatusCode::from_u16(status).unwrap(), body) });
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let metrics = Arc::new(Metrics::new());
+        let to = ContinuationUpstream {
+            client: reqwest::Client::new(),
+            url: format!("http://{addr}/v1/chat/completions"),
+            headers: HeaderMap::new(),
+            name: "think".into(),
+            first_byte_timeout: Duration::from_secs(5),
+        };
+        (KvExport { to, metrics: metrics.clone() }, metrics)
+    }
+
+    fn exports(m: &Metrics, outcome: &str) -> String {
+        let line = format!("meridian_handover_kv_exports_total{{outcome=\"{outcome}\"}} ");
+        m.render().lines().find_map(|l| l.strip_prefix(line.as_str()).map(str::to_owned)).unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn an_export_hands_on_what_the_think_engine_answered_and_a_failed_one_falls_back() {
+        let (x, m) =
+            export_to(200, r#"{"choices": [], "kv_transfer_params": {"remote_engine_id": "e1"}}"#).await;
+        assert_eq!(x.run(&json!({"model": "m"})).await, Some(json!({"remote_engine_id": "e1"})));
+        let (x, _) = export_to(200, r#"{"choices": []}"#).await;
+        assert_eq!(
+            x.run(&json!({"model": "m"})).await,
+            Some(Value::Null),
+            "a store keyed by tokens says nothing"
+        );
+        assert_eq!(exports(&m, "ok"), "1");
+        let (x, m) = export_to(400, r#"{"error": {"message": "no connector"}}"#).await;
+        assert_eq!(x.run(&json!({"model": "m"})).await, None, "refused: the answer engine prefills it all");
+        let (y, _) = export_to(200, "not json").await;
+        assert_eq!(y.run(&json!({"model": "m"})).await, None);
+        assert_eq!((exports(&m, "failed"), exports(&m, "ok")), ("1".into(), "0".into()));
+    }
 
     #[test]
     fn the_export_is_the_answers_prompt_for_one_token_unstreamed_asking_to_export() {

@@ -149,6 +149,7 @@ pub fn run_conversations(
             let answer: Vec<u32> = ids.take(shape.answer.max(1)).collect();
             let prompt_tokens = prompt.len() as u32;
             let submitted = engine.submit(NewRequest {
+                preloaded: 0,
                 id: format!("{c}-{}", d.turn),
                 prompt_tokens,
                 think_tokens: shape.think,

@@ -97,6 +97,11 @@ pub fn run_poisson(
     n: usize,
     seed: u64,
 ) -> ExperimentResult {
+    run_arrivals(config, policy, &poisson_arrivals(spec, rate, n, seed))
+}
+
+/// `n` requests of `spec`'s shapes arriving as a Poisson process at `rate` req/s, from 0.
+pub fn poisson_arrivals(spec: WorkloadSpec, rate: f64, n: usize, seed: u64) -> Vec<Arrival> {
     let mut workload = Workload::new(spec, seed);
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5EED);
     let gap = Exp::new(rate.max(1e-9)).ok();
@@ -107,7 +112,7 @@ pub fn run_poisson(
         arrivals.push(Arrival { at_s: t, prompt: shape.prompt, think: shape.think, answer: shape.answer });
         t += gap.map_or(1.0 / rate.max(1e-9), |g| g.sample(&mut rng));
     }
-    run_arrivals(config, policy, &arrivals)
+    arrivals
 }
 
 /// Runs the given requests (in arrival order) through the engine. Each record's `index`
@@ -134,6 +139,7 @@ pub fn run_arrivals(
         while next < n && arrivals[next].at_s <= engine.now() {
             let a = arrivals[next];
             let submitted = engine.submit(NewRequest {
+                preloaded: 0,
                 id: next.to_string(),
                 prompt_tokens: a.prompt,
                 think_tokens: a.think,

@@ -14,6 +14,7 @@ pub mod conversation;
 pub mod cost;
 pub mod engine;
 pub mod experiment;
+pub mod migration;
 pub mod replay;
 pub mod server;
 pub mod workload;

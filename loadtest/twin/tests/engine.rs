@@ -13,6 +13,7 @@ fn tiny() -> EngineConfig {
 
 fn req(id: &str, prompt: u32, think: u32, answer: u32) -> NewRequest {
     NewRequest {
+        preloaded: 0,
         id: id.into(),
         prompt_tokens: prompt,
         think_tokens: think,

@@ -66,6 +66,7 @@ fn run_to_completion(config: EngineConfig, policy: &str, arrivals: &[Arrival]) -
             let a = &arrivals[next];
             let seq = engine
                 .submit(NewRequest {
+                    preloaded: 0,
                     id: next.to_string(),
                     prompt_tokens: a.prompt,
                     think_tokens: a.think,
@@ -177,6 +178,7 @@ fn the_bound_catches_a_request_that_never_finishes() {
     }
     let mut e = Engine::new(tiny(), Box::new(NeverAnswers));
     e.submit(NewRequest {
+        preloaded: 0,
         id: "a".into(),
         prompt_tokens: 4,
         think_tokens: 2,
@@ -234,6 +236,7 @@ fn an_engine_holding_only_paced_answers_idles_until_the_reader_catches_up() {
     let policy = policy_by_name("reasoning-first:reader_tokens_per_s=5,lead_tokens=0").unwrap();
     let mut e = Engine::new(tiny(), policy);
     e.submit(NewRequest {
+        preloaded: 0,
         id: "a".into(),
         prompt_tokens: 10,
         think_tokens: 2,
@@ -260,6 +263,7 @@ fn paced_answers_wait_for_their_reader_exactly() {
     let policy = policy_by_name("reasoning-first:reader_tokens_per_s=25,lead_tokens=50").unwrap();
     let mut e = Engine::new(tiny(), policy);
     e.submit(NewRequest {
+        preloaded: 0,
         id: "a".into(),
         prompt_tokens: 10,
         think_tokens: 5,

@@ -188,6 +188,7 @@ pub fn replay_turns(
             let answer: Vec<u32> = fresh(t.answer).collect();
             let prompt: Arc<[u32]> = Arc::from(prompt);
             let submitted = engine.submit(NewRequest {
+                preloaded: 0,
                 id: format!("{c}-{}", t.turn),
                 prompt_tokens: t.prompt,
                 think_tokens: t.think,

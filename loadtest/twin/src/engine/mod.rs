@@ -249,6 +249,7 @@ impl Engine {
                 answer_len: req.answer_tokens,
                 generated: 0,
                 computed: 0,
+                preloaded: req.preloaded.min(req.prompt_tokens),
                 held: Held::default(),
                 ids: req.ids,
                 hashes: Vec::new(),
@@ -450,7 +451,8 @@ impl Engine {
                 let most = ((r.tokens_needed() - 1) / block_size).min(r.hashes.len() as u32);
                 hits = self.pool.cached_prefix(&r.hashes[..most as usize]);
             }
-            let start = hits * block_size;
+            // KV that came with it counts as computed, once.
+            let start = (hits * block_size).max(std::mem::take(&mut r.preloaded).min(r.tokens_needed() - 1));
             let n_new = (r.tokens_needed() - start).min(*budget).min(*prefill_left);
             let blocks = self.pool.blocks_for(start + n_new);
             let Some(held) = self.pool.admit(&r.hashes[..hits as usize], blocks, r.tokens_needed()) else {

@@ -27,6 +27,11 @@ pub struct NewRequest {
     /// Its tokens, where the prefix cache should see which prompts share a prefix;
     /// without them every token is its own and nothing is ever a hit.
     pub ids: Option<TokenIds>,
+    /// Prompt tokens whose KV arrives with it from another engine (vLLM's KV connector,
+    /// an answer handed over at the end of its thought): held, not computed, when it is
+    /// first admitted (short of the last token, which is computed to sample the next). A
+    /// preemption loses them: the request then computes its prompt like any other.
+    pub preloaded: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +61,8 @@ pub(crate) struct SimRequest {
     pub generated: u32,
     /// Tokens whose KV is computed (prompt and generated).
     pub computed: u32,
+    /// Prompt tokens whose KV came from another engine, until it is first admitted.
+    pub preloaded: u32,
     /// Its KV blocks, in order.
     pub held: Held,
     pub ids: Option<TokenIds>,

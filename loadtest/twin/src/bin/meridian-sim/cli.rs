@@ -89,6 +89,11 @@ pub enum Command {
     /// Compare scheduling policies on the same workload at loads relative to the stock
     /// engine's capacity; prints (and optionally writes) a markdown report.
     Ab(AbArgs),
+    /// When does migration pay: the same engines as one pool against think and answer
+    /// pools (answers handed over at the end of the thought, by re-prefill or by a KV
+    /// connector), at loads relative to the one pool's capacity, the same seeds on both;
+    /// prints (and optionally writes) a markdown table of the paired ratios.
+    Migration(MigrationArgs),
     /// Fit the cost model to a real engine: its step trace (`--steps`, from
     /// `meridian_hook.steptrace`; exact) or a `meridian-loadtest --save-result` report
     /// (inferred from token arrival times).
@@ -169,6 +174,47 @@ pub struct ConversationsArgs {
     /// Write each cell (the medians and the median paired ratios) as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+/// The arguments of `meridian-sim migration`.
+#[derive(clap::Args)]
+pub struct MigrationArgs {
+    /// Engines in all: one pool of them, against each split.
+    #[arg(long, default_value_t = 4)]
+    pub engines: usize,
+    /// Think engines of each split (the rest answer).
+    #[arg(long, value_delimiter = ',', default_value = "2,3")]
+    pub think: Vec<usize>,
+    /// How an answer's KV reaches the answer engine: `reprefill`, `connector`, or both.
+    #[arg(long, value_delimiter = ',', default_value = "reprefill,connector")]
+    pub moves: Vec<String>,
+    /// The connector's bandwidth, in GB/s (NIXL between GPUs of one node: 5-20 by
+    /// nixlbench for 64-256 KiB blocks).
+    #[arg(long, default_value_t = 10.0)]
+    pub connector_gb_s: f64,
+    /// KV bytes a token (Qwen3-8B: 36 layers x 8 KV heads x 128 x 2 x 2 bytes).
+    #[arg(long, default_value_t = 147_456.0)]
+    pub kv_bytes_per_token: f64,
+    /// The connector's fixed cost per transfer (handshake, the export's request), in ms.
+    #[arg(long, default_value_t = 5.0)]
+    pub connector_fixed_ms: f64,
+    /// Loads, as fractions of the one pool's capacity.
+    #[arg(long, value_delimiter = ',', default_value = "0.5,0.8,0.95")]
+    pub loads: Vec<f64>,
+    /// Requests a run.
+    #[arg(long, default_value_t = 2000)]
+    pub num_prompts: usize,
+    /// Seeds, each run on both sides.
+    #[arg(long, default_value_t = 5)]
+    pub seeds: u64,
+    /// Scheduling policy in every engine, by name.
+    #[arg(long, default_value = "fcfs")]
+    pub policy: String,
+    /// Write the table to this markdown file.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
     #[command(flatten)]
     pub engine: EngineArgs,
 }

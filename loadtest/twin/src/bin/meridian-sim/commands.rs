@@ -8,7 +8,8 @@ use meridian_sim::server::{TwinOptions, TwinServer};
 use meridian_sim::{EngineConfig, ab, experiment};
 
 use crate::cli::{
-    AbArgs, ConversationsArgs, PlotArgs, PolicyList, ReplayArgs, RunArgs, ServeArgs, TraceHitsArgs,
+    AbArgs, ConversationsArgs, MigrationArgs, PlotArgs, PolicyList, ReplayArgs, RunArgs, ServeArgs,
+    TraceHitsArgs,
 };
 
 /// An eviction order by its name on the command line.
@@ -103,6 +104,62 @@ pub fn conversations(args: ConversationsArgs) -> Result<(), String> {
         let cells: Vec<serde_json::Value> = cells.iter().map(|c| c.to_json()).collect();
         std::fs::write(&path, serde_json::Value::Array(cells).to_string())
             .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+pub fn migration(args: MigrationArgs) -> Result<(), String> {
+    use meridian_sim::migration::{Move, Pools, compare};
+    let MigrationArgs {
+        engines,
+        think,
+        moves,
+        connector_gb_s,
+        kv_bytes_per_token,
+        connector_fixed_ms,
+        loads,
+        num_prompts,
+        seeds,
+        policy,
+        report,
+        engine,
+    } = args;
+    pick(&policy)?;
+    let connector = Move::nixl(kv_bytes_per_token, connector_gb_s * 1e9, connector_fixed_ms / 1e3);
+    let mut splits = Vec::new();
+    for &t in &think {
+        if t == 0 || t >= engines {
+            return Err(format!(
+                "--think {t}: a split needs think and answer engines (1 to {})",
+                engines - 1
+            ));
+        }
+        for m in &moves {
+            let moved = match m.as_str() {
+                "reprefill" => Move::Reprefill,
+                "connector" => connector,
+                other => return Err(format!("--moves {other:?}: expected reprefill or connector")),
+            };
+            splits.push(Pools::Split { think: t, answer: engines - t, moved });
+        }
+    }
+    let make = || pick(&policy).unwrap_or_else(|_| Box::new(meridian_core::sched::Fcfs));
+    let profile = engine.profile()?;
+    let config = EngineConfig::from(&profile);
+    let spec = engine.workload()?;
+    let seeds: Vec<u64> = (engine.seed..engine.seed + seeds.max(1)).collect();
+    let cap = compare::capacity(config, &make, spec, engines, num_prompts, seeds[0]);
+    let cells = compare::cells(config, &make, spec, engines, &splits, cap, &loads, num_prompts, &seeds);
+    let table = format!(
+        "Profile `{}`, policy `{policy}` in every engine, {engines} engines, {num_prompts} requests a run, seeds {}-{}:\n\n{}",
+        profile.name,
+        seeds[0],
+        seeds[seeds.len() - 1],
+        compare::markdown(cap, &cells, seeds.len())
+    );
+    println!("{table}");
+    if let Some(path) = report {
+        std::fs::write(&path, table).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(())
 }

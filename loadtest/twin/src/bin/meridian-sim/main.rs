@@ -18,6 +18,7 @@ async fn main() -> Result<(), String> {
         Command::Conversations(args) => commands::conversations(args),
         Command::TraceHits(args) => commands::trace_hits(args),
         Command::Ab(args) => commands::ab(args),
+        Command::Migration(args) => commands::migration(args),
         Command::Calibrate(args) => calibrate::calibrate(args),
         Command::Replay(args) => commands::replay(args),
         Command::Plot(args) => commands::plot(args),

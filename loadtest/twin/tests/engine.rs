@@ -56,6 +56,23 @@ fn one_request_step_by_step() {
 }
 
 #[test]
+fn kv_that_came_with_a_request_is_held_not_computed() {
+    let mut e = Engine::new(tiny(), Box::new(Fcfs));
+    e.submit(NewRequest { preloaded: 10, ..req("a", 10, 0, 2) }).unwrap();
+    let s1 = e.step().unwrap();
+    assert_eq!(s1.scheduled, vec![(0, 1)], "only the last prompt token is computed, to sample");
+    assert_eq!((s1.tokens[0].phase, s1.tokens[0].index), (Phase::Output, 0));
+    assert!(e.kv_usage() > 0.0, "the whole prompt's blocks are held");
+    let mut plain = Engine::new(tiny(), Box::new(Fcfs));
+    plain.submit(req("b", 10, 0, 2)).unwrap();
+    assert_eq!(plain.step().unwrap().scheduled, vec![(0, 10)]);
+    assert_eq!(plain.kv_usage(), e.kv_usage(), "the same blocks either way");
+    let mut more = Engine::new(tiny(), Box::new(Fcfs));
+    more.submit(NewRequest { preloaded: 99, ..req("c", 10, 0, 1) }).unwrap();
+    assert_eq!(more.step().unwrap().scheduled, vec![(0, 1)], "never more than the prompt");
+}
+
+#[test]
 fn long_prompts_are_prefilled_in_chunks_under_the_token_budget() {
     let mut e = Engine::new(tiny(), Box::new(Fcfs));
     e.submit(req("a", 40, 0, 1)).unwrap();

@@ -33,65 +33,6 @@ async fn proxy(twin: &TwinServer, tweak: impl FnOnce(&mut MeridianConfig)) -> me
     start_proxy(cfg).await
 }
 
-/// What a client read from one stream.
-#[derive(Debug, Default)]
-struct Read {
-    reasoning: Vec<String>,
-    content: Vec<String>,
-    ids: Vec<String>,
-    roles: usize,
-    usage: Vec<Value>,
-    logprobs_seen: bool,
-    reasoning_after_answer: bool,
-    done: usize,
-    errors: Vec<Value>,
-}
-
-async fn stream(proxy: &meridian_proxy::Server, path: &str, body: Value) -> Read {
-    let text = receive(client().post(format!("http://{}{path}", proxy.local_addr)).json(&body)).await.text();
-    let mut r = Read::default();
-    for line in text.lines().filter_map(|l| l.strip_prefix("data: ")) {
-        if line == "[DONE]" {
-            r.done += 1;
-            continue;
-        }
-        let v: Value = serde_json::from_str(line).unwrap();
-        if v.get("error").is_some() {
-            r.errors.push(v);
-            continue;
-        }
-        r.ids.push(v["id"].as_str().unwrap_or_default().to_owned());
-        if !v["usage"].is_null() {
-            r.usage.push(v["usage"].clone());
-        }
-        for ch in v["choices"].as_array().unwrap() {
-            r.logprobs_seen |= !ch["logprobs"].is_null();
-            if ch["delta"]["role"].is_string() {
-                r.roles += 1;
-            }
-            let reasoning = ch["delta"]["reasoning"].as_str().filter(|s| !s.is_empty());
-            let content = ch["delta"]["content"].as_str().or(ch["text"].as_str()).filter(|s| !s.is_empty());
-            if let Some(s) = reasoning {
-                r.reasoning_after_answer |= !r.content.is_empty();
-                r.reasoning.push(s.to_owned());
-            }
-            if let Some(s) = content {
-                r.content.push(s.to_owned());
-            }
-        }
-    }
-    r
-}
-
-fn chat(extra: Value) -> Value {
-    let mut body = json!({"model": "Qwen/Qwen3-8B", "stream": true, "stream_options": {"include_usage": true},
-        "messages": [{"role": "user", "content": "What is two plus two?"}]});
-    for (k, v) in extra.as_object().unwrap() {
-        body[k] = v.clone();
-    }
-    body
-}
-
 fn continuations(proxy: &meridian_proxy::Server, reason: &str) -> f64 {
     sample(&proxy.state.metrics.render(), "meridian_continuations_total", &[("reason", reason)])
         .unwrap_or(-1.0)

@@ -13,7 +13,7 @@ use meridian_core::sched::Fcfs;
 use meridian_proxy::config::{Forcing, Handover, MeridianConfig};
 use meridian_sim::server::{TwinOptions, TwinServer};
 use meridian_sim::workload::WorkloadSpec;
-use serde_json::{Value, json};
+use serde_json::json;
 use support::*;
 
 /// 40 thinking tokens, then a 6-token answer.
@@ -44,62 +44,6 @@ async fn proxy(
     start_proxy(cfg).await
 }
 
-/// What a client read from one stream.
-#[derive(Debug, Default)]
-struct Read {
-    reasoning: Vec<String>,
-    content: Vec<String>,
-    ids: Vec<String>,
-    roles: usize,
-    usage: Vec<Value>,
-    reasoning_after_answer: bool,
-    done: usize,
-    errors: Vec<Value>,
-}
-
-async fn stream(proxy: &meridian_proxy::Server, body: Value) -> Read {
-    let url = format!("http://{}/v1/chat/completions", proxy.local_addr);
-    let text = receive(client().post(url).json(&body)).await.text();
-    let mut r = Read::default();
-    for line in text.lines().filter_map(|l| l.strip_prefix("data: ")) {
-        if line == "[DONE]" {
-            r.done += 1;
-            continue;
-        }
-        let v: Value = serde_json::from_str(line).unwrap();
-        if v.get("error").is_some() {
-            r.errors.push(v);
-            continue;
-        }
-        r.ids.push(v["id"].as_str().unwrap_or_default().to_owned());
-        if !v["usage"].is_null() {
-            r.usage.push(v["usage"].clone());
-        }
-        for ch in v["choices"].as_array().unwrap() {
-            if ch["delta"]["role"].is_string() {
-                r.roles += 1;
-            }
-            if let Some(s) = ch["delta"]["reasoning"].as_str().filter(|s| !s.is_empty()) {
-                r.reasoning_after_answer |= !r.content.is_empty();
-                r.reasoning.push(s.to_owned());
-            }
-            if let Some(s) = ch["delta"]["content"].as_str().filter(|s| !s.is_empty()) {
-                r.content.push(s.to_owned());
-            }
-        }
-    }
-    r
-}
-
-fn chat(extra: Value) -> Value {
-    let mut body = json!({"model": "Qwen/Qwen3-8B", "stream": true, "stream_options": {"include_usage": true},
-        "messages": [{"role": "user", "content": "What is two plus two?"}]});
-    for (k, v) in extra.as_object().unwrap() {
-        body[k] = v.clone();
-    }
-    body
-}
-
 /// A twin's own count of the requests it finished (`stop`) and aborted.
 async fn served(twin: &TwinServer) -> (f64, f64) {
     let text = client().get(format!("{}/metrics", twin.url())).send().await.unwrap().text().await.unwrap();
@@ -128,7 +72,7 @@ fn in_flight(proxy: &meridian_proxy::Server) -> Vec<usize> {
 async fn a_finished_thought_hands_its_answer_to_the_answer_upstream() {
     let (think, answer) = (twin().await, twin().await);
     let proxy = proxy(&think, &answer, |_| {}).await;
-    let r = stream(&proxy, chat(json!({}))).await;
+    let r = stream(&proxy, "/v1/chat/completions", chat(json!({}))).await;
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     assert_eq!(r.reasoning.len(), 40, "the whole thought, from the think upstream");
     assert!(r.content.len() >= 6, "the answer, from the answer upstream: {:?}", r.content);
@@ -165,7 +109,8 @@ async fn a_finished_thought_hands_its_answer_to_the_answer_upstream() {
 async fn a_budget_cut_on_a_think_upstream_answers_on_the_answer_upstream() {
     let (think, answer) = (twin().await, twin().await);
     let proxy = proxy(&think, &answer, |c| c.budget.forcing = Forcing::Continuation).await;
-    let r = stream(&proxy, chat(json!({"meridian": {"think_budget_tokens": 5}}))).await;
+    let r =
+        stream(&proxy, "/v1/chat/completions", chat(json!({"meridian": {"think_budget_tokens": 5}}))).await;
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     assert_eq!((r.reasoning.len(), r.content.len()), (5, 6), "cut at the budget, answered elsewhere");
     assert_eq!(r.usage[0]["completion_tokens"], 11);
@@ -178,7 +123,7 @@ async fn a_budget_cut_on_a_think_upstream_answers_on_the_answer_upstream() {
 async fn by_connector_the_think_upstream_exports_first_and_the_answer_still_reads_as_one() {
     let (think, answer) = (twin().await, twin().await);
     let proxy = proxy(&think, &answer, |c| c.upstream.handover = Handover::Connector).await;
-    let r = stream(&proxy, chat(json!({}))).await;
+    let r = stream(&proxy, "/v1/chat/completions", chat(json!({}))).await;
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     assert_eq!(r.reasoning.len(), 40);
     assert!(r.content.len() >= 6 && !r.reasoning_after_answer && r.done == 1, "{r:?}");
@@ -196,7 +141,12 @@ async fn by_connector_the_think_upstream_exports_first_and_the_answer_still_read
 async fn a_request_that_does_not_think_goes_to_the_answer_upstream() {
     let (think, answer) = (twin().await, twin().await);
     let proxy = proxy(&think, &answer, |_| {}).await;
-    let r = stream(&proxy, chat(json!({"chat_template_kwargs": {"enable_thinking": false}}))).await;
+    let r = stream(
+        &proxy,
+        "/v1/chat/completions",
+        chat(json!({"chat_template_kwargs": {"enable_thinking": false}})),
+    )
+    .await;
     assert!(r.errors.is_empty() && r.reasoning.is_empty() && r.content.len() == 6, "{r:?}");
     assert_eq!((served(&answer).await.0, served(&think).await.0), (1.0, 0.0));
     assert_eq!(handovers(&proxy, "moved") + handovers(&proxy, "no_room"), 0.0, "nothing to hand over");
@@ -222,7 +172,7 @@ async fn an_answer_with_no_upstream_to_go_to_stays_where_it_is() {
         )
         .unwrap();
     assert!(std::sync::Arc::ptr_eq(held.upstream(), &busy));
-    let r = stream(&proxy, chat(json!({}))).await;
+    let r = stream(&proxy, "/v1/chat/completions", chat(json!({}))).await;
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     assert_eq!(
         (r.reasoning.len(), r.content.len()),

@@ -115,3 +115,28 @@ def stream_labels(stream):
     return labels, usage
 
 
+
+
+def count_tokens(stream):
+    """Reads an `openai` chat stream asked with `logprobs`, which count tokens exactly even
+    where a delta's text holds several: tokens per phase ('R' reasoning, 'C' content), the
+    phase of each token-carrying delta in order, the response ids, the role chunks, and the
+    last usage. A token that completes no character yet carries no text: it belongs to the
+    phase of the text around it."""
+    tokens, order, ids, roles, usage = {"R": 0, "C": 0}, [], set(), 0, None
+    for chunk in stream:
+        ids.add(chunk.id)
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            roles += choice.delta.role is not None
+            n = len(choice.logprobs.content) if choice.logprobs and choice.logprobs.content else 0
+            if (choice.delta.model_extra or {}).get("reasoning"):
+                label = "R"
+            elif choice.delta.content:
+                label = "C"
+            else:
+                label = order[-1] if order else "R"
+            if n:
+                tokens[label] += n
+                order.append(label)
+    return tokens, order, ids, roles, usage

@@ -21,7 +21,7 @@ import openai
 import pytest
 import requests
 
-from conftest import ROOT, binary, metric, start_proxy, stream_labels, wait_ready
+from conftest import ROOT, binary, count_tokens, metric, start_proxy, stream_labels, wait_ready
 
 
 VLLM_PYTHON = os.environ.get("MERIDIAN_VLLM_PYTHON")
@@ -301,25 +301,7 @@ def test_budget_forced_by_continuation_reads_as_one_stream(continuing_proxy):
         # Logprobs count tokens exactly, even where a delta's text holds several.
         logprobs=True, extra_body={"meridian": {"think_budget_tokens": budget}, "return_tokens_as_token_ids": True},
     )
-    tokens = {"R": 0, "C": 0}
-    order, ids_seen, roles, usage = [], set(), 0, None
-    for chunk in stream:
-        ids_seen.add(chunk.id)
-        usage = chunk.usage or usage
-        for choice in chunk.choices:
-            roles += choice.delta.role is not None
-            n = len(choice.logprobs.content) if choice.logprobs and choice.logprobs.content else 0
-            # A token that completes no character yet carries no text: it belongs to the
-            # phase of the text around it.
-            if (choice.delta.model_extra or {}).get("reasoning"):
-                label = "R"
-            elif choice.delta.content:
-                label = "C"
-            else:
-                label = order[-1] if order else "R"
-            if n:
-                tokens[label] += n
-                order.append(label)
+    tokens, order, ids_seen, roles, usage = count_tokens(stream)
     assert len(ids_seen) == 1 and roles == 1
     switch = order.index("C")
     assert set(order[:switch]) == {"R"} and set(order[switch:]) == {"C"}, order

@@ -18,7 +18,7 @@ import openai
 import pytest
 import requests
 
-from conftest import Process, binary, metric, wait_ready
+from conftest import Process, binary, count_tokens, metric, wait_ready
 from test_vllm_e2e import VLLM_PYTHON, running_vllm, tiny_family, tiny_model  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.skipif(
@@ -93,22 +93,7 @@ def handed_over_streams(proxy_url: str, ids: dict, case: str, streams: int) -> N
             logit_bias={str(ids["</think>"]): -100}, stream_options={"include_usage": True},
             logprobs=True, extra_body={"return_tokens_as_token_ids": True, "meridian": {"think_budget_tokens": THOUGHT}},
         )
-        tokens, order, ids_seen, roles, usage = {"R": 0, "C": 0}, [], set(), 0, None
-        for chunk in stream:
-            ids_seen.add(chunk.id)
-            usage = chunk.usage or usage
-            for choice in chunk.choices:
-                roles += choice.delta.role is not None
-                n = len(choice.logprobs.content) if choice.logprobs and choice.logprobs.content else 0
-                if (choice.delta.model_extra or {}).get("reasoning"):
-                    label = "R"
-                elif choice.delta.content:
-                    label = "C"
-                else:
-                    label = order[-1] if order else "R"
-                if n:
-                    tokens[label] += n
-                    order.append(label)
+        tokens, order, ids_seen, roles, usage = count_tokens(stream)
         assert len(ids_seen) == 1 and roles == 1, (ids_seen, roles)
         assert "C" in order and set(order[order.index("C"):]) == {"C"}, f"the thought, then the answer: {order}"
         assert THOUGHT <= tokens["R"] <= THOUGHT + 2, tokens

@@ -12,7 +12,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand_distr::{Distribution, Exp};
 
-use crate::engine::{Engine, EngineConfig, NewRequest};
+use crate::engine::{Engine, EngineConfig, NewRequest, Token};
 use crate::workload::{Workload, WorkloadSpec};
 
 /// One request's timings, in seconds of engine time from its arrival, as
@@ -170,28 +170,7 @@ pub fn run_arrivals(
         };
         for tok in step.tokens {
             let Some(&i) = by_seq.get(&tok.seq) else { continue };
-            let r = &mut records[i];
-            let since = tok.at_s - r.arrival_s;
-            if tok.ends_thought {
-                // Sampled and counted (vLLM's usage counts it with the answer), never seen.
-                r.output_tokens += 1;
-                if tok.last {
-                    r.e2e = Some(since);
-                }
-                continue;
-            }
-            r.token_times.push(since);
-            let thinking = tok.phase == Phase::Think;
-            let arrived = Arrived { thinking, answering: !thinking, answer_began: !thinking };
-            r.output_itl.extend(timelines[i].tokens(tok.at_s, arrived).output_itl);
-            if thinking {
-                r.think_tokens += 1;
-            } else {
-                r.output_tokens += 1;
-            }
-            if tok.last {
-                r.e2e = Some(since);
-            }
+            record_token(&mut records[i], &mut timelines[i], &tok);
         }
     }
     for (r, t) in records.iter_mut().zip(&timelines) {
@@ -206,6 +185,29 @@ pub fn run_arrivals(
         output_critical_preemptions: engine.output_critical_preemptions(),
         prefill_capped_steps: engine.prefill_capped_steps(),
         wall_s: started.elapsed().as_secs_f64(),
+    }
+}
+
+/// Records one sampled token of a request in its record and timeline: the end-of-thought
+/// delimiter is counted (vLLM's usage counts it with the answer) but never seen; every
+/// other token is seen, in its phase.
+pub(crate) fn record_token(r: &mut SimRecord, timeline: &mut Timeline<f64>, tok: &Token) {
+    let since = tok.at_s - r.arrival_s;
+    if tok.last {
+        r.e2e = Some(since);
+    }
+    if tok.ends_thought {
+        r.output_tokens += 1;
+        return;
+    }
+    r.token_times.push(since);
+    let thinking = tok.phase == Phase::Think;
+    let arrived = Arrived { thinking, answering: !thinking, answer_began: !thinking };
+    r.output_itl.extend(timeline.tokens(tok.at_s, arrived).output_itl);
+    if thinking {
+        r.think_tokens += 1;
+    } else {
+        r.output_tokens += 1;
     }
 }
 

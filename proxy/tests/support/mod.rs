@@ -3,8 +3,11 @@
 #![allow(dead_code)]
 
 mod scripted;
+mod streams;
 #[allow(unused_imports)]
 pub use scripted::{Close, Scripted};
+#[allow(unused_imports)]
+pub use streams::{Read, chat, stream};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -18,12 +18,11 @@ use std::collections::HashMap;
 
 pub mod compare;
 
-use meridian_core::Phase;
 use meridian_core::sched::SchedulingPolicy;
-use meridian_core::timings::{Arrived, Timeline};
+use meridian_core::timings::Timeline;
 
 use crate::engine::{Engine, EngineConfig, NewRequest};
-use crate::experiment::{Arrival, SimRecord};
+use crate::experiment::{Arrival, SimRecord, record_token};
 
 /// How a handed-over answer gets the KV of its prompt and thought.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -125,39 +124,21 @@ pub fn run(
             let Some(step) = engines[e].step_until(event_s) else { continue };
             for tok in step.tokens {
                 let Some(&i) = owner.get(&(e, tok.seq)) else { continue };
-                let record = &mut records[i];
-                let since = tok.at_s - record.arrival_s;
-                if tok.ends_thought {
-                    record.output_tokens += 1;
-                    if tok.last {
-                        record.e2e = Some(since);
-                    } else if let Pools::Split { moved, .. } = pools {
-                        // The thought is over: the answer moves.
-                        engines[e].abort(tok.seq);
-                        owner.remove(&(e, tok.seq));
-                        let a = arrivals[record.index];
-                        let prompt = a.prompt + a.think + 1;
-                        let preloaded = match moved {
-                            Move::Reprefill => 0,
-                            Move::Connector { .. } => prompt,
-                        };
-                        let at_s = tok.at_s + moved.delay_s(prompt);
-                        handing.push(Handing { at_s, record: i, prompt, answer: a.answer, preloaded });
-                        handed_over += 1;
-                    }
-                    continue;
-                }
-                record.token_times.push(since);
-                let thinking = tok.phase == Phase::Think;
-                let arrived = Arrived { thinking, answering: !thinking, answer_began: !thinking };
-                record.output_itl.extend(timelines[i].tokens(tok.at_s, arrived).output_itl);
-                if thinking {
-                    record.think_tokens += 1;
-                } else {
-                    record.output_tokens += 1;
-                }
-                if tok.last {
-                    record.e2e = Some(since);
+                record_token(&mut records[i], &mut timelines[i], &tok);
+                let Pools::Split { moved, .. } = pools else { continue };
+                if tok.ends_thought && !tok.last {
+                    // The thought is over: the answer moves.
+                    engines[e].abort(tok.seq);
+                    owner.remove(&(e, tok.seq));
+                    let a = arrivals[records[i].index];
+                    let prompt = a.prompt + a.think + 1;
+                    let preloaded = match moved {
+                        Move::Reprefill => 0,
+                        Move::Connector { .. } => prompt,
+                    };
+                    let at_s = tok.at_s + moved.delay_s(prompt);
+                    handing.push(Handing { at_s, record: i, prompt, answer: a.answer, preloaded });
+                    handed_over += 1;
                 }
             }
             continue;

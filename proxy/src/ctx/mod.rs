@@ -29,7 +29,6 @@ pub use progress::{Ending, Progress, Stage, phase_slot};
 
 use crate::telemetry::outcomes::OutcomeSlot;
 use crate::tenants::TenantLease;
-use crate::upstream::Want;
 use meridian_core::route::Work;
 
 /// The generation endpoints the proxy tracks.
@@ -211,11 +210,6 @@ impl RequestCtx {
             (Some(_), Some(Phase::Output)) => Work::Answer,
             (Some(_), _) => Work::Think,
         }
-    }
-
-    /// What it wants of an upstream: its model, its affinity key and its work.
-    pub fn want(&self) -> Want<'_> {
-        Want { model: Some(&self.model), affinity: self.affinity_key.as_deref(), work: self.work() }
     }
 
     /// The model family's name, the label of its metrics.

@@ -29,6 +29,7 @@ use crate::state::AppState;
 use crate::streams::Stage;
 use crate::telemetry::outcomes::OutcomeSlot;
 use crate::telemetry::spans;
+use crate::upstream::Want;
 use tracing::Instrument;
 
 pub async fn chat_completions(State(state): State<Arc<AppState>>, req: Request) -> Response {
@@ -186,7 +187,7 @@ async fn serve(
             body: prepared.body.clone(),
             hook_body: prepared.hook_body.take(),
             request_id: &ctx.arrival.request_id,
-            want: ctx.want(),
+            want: Want { model: Some(&ctx.model), affinity: ctx.affinity_key.as_deref(), work: ctx.work() },
             first,
             span: ctx.span().clone(),
         },

@@ -239,6 +239,40 @@ def test_think_budget_through_the_hook_switches_the_stream(proxy_with_hook, hook
     assert hook_metric(hook, 'meridian_hook_forced_exits_total{reason="budget"}') == before + 1
 
 
+def test_a_think_engine_hands_the_answer_over_when_its_hook_ends_the_thought(hooked_vllm, tiny_model):  # noqa: F811
+    """Roles beside the hook (`upstream.endpoints[].role`): the hook ends the thought in the
+    engine at the budget, and the proxy, seeing the thought end, hands the answer to the
+    answer server (here the same engine, listed twice). The client reads one stream: the
+    thought, the forced end, then the answer up to max_tokens."""
+    url, hook, _ = hooked_vllm
+    endpoints = (f'[{{url = "{url}", hook = "{hook}", name = "think", role = "think"}}, '
+                 f'{{url = "{url}", hook = "{hook}", name = "answer", role = "answer"}}]')
+    p = Process(
+        [binary("meridian"), "serve", "--listen", "127.0.0.1:0", "--set", f"upstream.endpoints={endpoints}",
+         "--set", "upstream.health_interval_s=0.5"],
+        env={"MERIDIAN_LOG_LEVEL": "warn", "MERIDIAN_HOOK_TOKEN": TOKEN},
+        name="meridian",
+    )
+    try:
+        wait_ready(p.url)
+        wait_hook_ready(p.url)
+        ids = json.loads((tiny_model / "meridian-ids.json").read_text())
+        client = openai.OpenAI(base_url=f"{p.url}/v1", api_key="x", max_retries=0)
+        forced = hook_metric(hook, 'meridian_hook_forced_exits_total{reason="budget"}')
+        budget = 6
+        stream = chat(client, ids, max_tokens=40, request_id="hook-handover", meridian={"think_budget_tokens": budget})
+        tokens = tokens_by_phase(stream)
+        assert_switch_at(tokens, ids["</think>"], at=budget)
+        assert len(tokens) == 40, "one stream: thought, forced end, answer up to max_tokens"
+        assert hook_metric(hook, 'meridian_hook_forced_exits_total{reason="budget"}') == forced + 1, "the hook ended it"
+        deadline = time.time() + 10
+        while metric(requests.get(f"{p.url}/metrics", timeout=5).text, "meridian_handovers_total", outcome="moved") != 1:
+            assert time.time() < deadline, "the answer was not handed over"
+            time.sleep(0.1)
+    finally:
+        p.stop()
+
+
 def test_live_end_thinking_directive_switches_the_stream_at_that_point(proxy_with_hook, hooked_vllm):
     proxy, ids = proxy_with_hook
     _, hook, _ = hooked_vllm

@@ -41,14 +41,22 @@ pub struct Prepared {
     continuation: Option<ContinuationPlan>,
 }
 
-/// The body for an upstream whose hook is ready, as this request's context says.
+/// The body for an upstream whose hook is ready, as this request's context says; asking
+/// for usage in every chunk when its answer may be handed over (the hand-over stage takes
+/// out what the client did not ask for).
 fn hooked(
     ctx: &RequestCtx,
     body: &Bytes,
     req: &GenerationRequest<'_>,
     queued: Option<Duration>,
+    hands_over: bool,
 ) -> Result<Bytes, ProxyError> {
-    hook_body(body, req, ctx.think_budget, ctx.stream_id(), ctx.drop_client_priority(), queued)
+    let hooked = hook_body(body, req, ctx.think_budget, ctx.stream_id(), ctx.drop_client_priority(), queued)?;
+    // A body serde_json cannot rebuild has no continuation either: it goes as it is.
+    Ok(match hands_over {
+        true => continuation::with_usage_in_every_chunk(&hooked).unwrap_or(hooked),
+        false => hooked,
+    })
 }
 
 impl Prepared {
@@ -59,12 +67,13 @@ impl Prepared {
         body: &Bytes,
         req: &GenerationRequest<'_>,
     ) -> Result<Self, ProxyError> {
+        let continuable = continuation::continuable(state, ctx, req);
+        let hands_over = continuable.as_ref().is_some_and(|c| c.triggers.handoff);
         // Made before admission too, so that a bad `vllm_xargs` is refused before it waits.
         let hook_body = match state.pool.all().iter().any(|u| u.hook_ready()) {
-            true => Some(hooked(ctx, body, req, None)?),
+            true => Some(hooked(ctx, body, req, None, hands_over)?),
             false => None,
         };
-        let continuable = continuation::continuable(state, ctx, req);
         // Token budgets the proxy forces itself do not go to the engine as well.
         let engine_budget = match &continuable {
             Some(c) if c.triggers.tokens.is_some() => ctx.client_budget,
@@ -89,7 +98,8 @@ impl Prepared {
         waited: Duration,
     ) -> Result<(), ProxyError> {
         if self.hook_body.is_some() && waited.as_millis() > 0 {
-            self.hook_body = Some(hooked(ctx, body, req, Some(waited))?);
+            let hands_over = self.continuation.as_ref().is_some_and(ContinuationPlan::hands_over);
+            self.hook_body = Some(hooked(ctx, body, req, Some(waited), hands_over)?);
         }
         Ok(())
     }
@@ -387,6 +397,26 @@ mod tests {
         assert_eq!(by(&p), "nothing", "an answer from the start has nothing to hand over");
         let p = plan(Case { via_hook: true, ..Case::default() });
         assert!(p.handoff.is_none(), "no think servers, no hand-over");
+    }
+
+    #[test]
+    fn a_hooks_body_that_may_be_handed_over_asks_for_usage_in_every_chunk() {
+        let body = Bytes::from_static(
+            br#"{"model":"qwen3","messages":[{"role":"user","content":"hi"}],"stream":true}"#,
+        );
+        let req = GenerationRequest::parse(&body, Route::ChatCompletions.dialect()).expect("a valid body");
+        let ctx = RequestCtx::detached(Route::ChatCompletions, None);
+        let read = |hands_over| -> serde_json::Value {
+            serde_json::from_slice(&super::hooked(&ctx, &body, &req, None, hands_over).expect("a body"))
+                .unwrap()
+        };
+        let (handed, kept) = (read(true), read(false));
+        assert_eq!(
+            handed["stream_options"]["continuous_usage_stats"], true,
+            "the cut knows the server's count"
+        );
+        assert!(handed["vllm_xargs"]["meridian_request_id"].is_string(), "still the hook's body");
+        assert!(kept.get("stream_options").is_none(), "as the client sent it otherwise");
     }
 
     #[test]

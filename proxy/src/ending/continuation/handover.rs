@@ -46,13 +46,11 @@ pub struct HandOver {
 
 impl HandOver {
     /// The answer upstream for `ctx`'s answer, counted in flight there; `None` when no
-    /// answer upstream serving its model has room (the answer stays). Counted either way.
+    /// answer upstream serving its model has room (the answer stays).
     pub fn pick(&self, ctx: &RequestCtx) -> Option<InFlight> {
         let room = |u: &Upstream| self.admission.has_room(u);
         let affinity = ctx.affinity_key.as_deref();
-        let picked = self.pool.hand_over(&ctx.model, affinity, &self.from, &self.metrics, room);
-        self.metrics.count_handover(picked.is_some());
-        picked
+        self.pool.hand_over(&ctx.model, affinity, &self.from, &self.metrics, room)
     }
 
     /// The export that precedes a hand-over's answer, when the KV goes across by

@@ -64,6 +64,15 @@ pub fn first_leg_body(
     Ok((Bytes::from(bytes), map, asked))
 }
 
+/// `body` asking for usage in every chunk, as a first leg does: for a hook's body that
+/// may be handed over (the cut then knows the server's token count, which the tracker's
+/// only approximates where a delta carries several tokens or none).
+pub fn with_usage_in_every_chunk(body: &Bytes) -> Result<Bytes, ProxyError> {
+    let mut map: Map<String, Value> = serde_json::from_slice(body).map_err(invalid)?;
+    set_stream_options(&mut map, true);
+    serde_json::to_vec(&map).map(Bytes::from).map_err(invalid)
+}
+
 fn set_stream_options(map: &mut Map<String, Value>, continuous: bool) {
     let options = map.entry("stream_options").or_insert_with(|| Value::Object(Map::new()));
     if !options.is_object() {

@@ -26,7 +26,7 @@ mod stage;
 mod watch;
 
 pub use handover::HandOver;
-pub use legs::{ClientAsked, first_leg_body};
+pub use legs::{ClientAsked, first_leg_body, with_usage_in_every_chunk};
 pub use setup::{Continuable, ContinuationPlan, continuable};
 pub use splice::{Emit, Splicer};
 pub use stage::{Continuation, Setup, Spliced, Upstream as ContinuationUpstream};

@@ -109,6 +109,12 @@ impl ContinuationPlan {
         self.later_headers = headers;
     }
 
+    /// The answer may be handed over at the end of the thought (the pool has `think`
+    /// servers).
+    pub fn hands_over(&self) -> bool {
+        self.triggers.handoff
+    }
+
     /// Only the hand-over at the end of the thought: for a first leg whose upstream's hook
     /// ends thinking itself; `None` when no hand-over applies.
     pub fn handoff_only(mut self) -> Option<Self> {

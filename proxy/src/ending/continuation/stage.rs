@@ -138,6 +138,9 @@ impl Continuation {
     /// answer upstream with room (its answer goes on where it is).
     pub fn cut(&mut self, cut: Cut, observer: &mut RequestObserver) -> Option<Leg> {
         let moved = self.setup.handoff.as_ref().and_then(|h| h.pick(&self.setup.ctx));
+        if self.setup.handoff.is_some() && moved.is_none() {
+            self.setup.metrics.count_handover(false);
+        }
         if cut == Cut::Handoff && moved.is_none() {
             tracing::debug!(parent: self.setup.ctx.span(), "no answer upstream has room; the answer stays");
             self.setup.watch.settle();
@@ -159,6 +162,10 @@ impl Continuation {
             return None;
         };
         self.second = true;
+        if moved.is_some() {
+            // Counted once the answer has somewhere to go and room left to be given.
+            self.setup.metrics.count_handover(true);
+        }
         // The client's event ends here; what the first leg left pending (a blank line to
         // drop after a dropped chunk) does not carry over to the second.
         self.out.end_leg();

@@ -4,23 +4,8 @@
 
 mod support;
 
-use meridian_core::sched::Fcfs;
-use meridian_sim::server::{TwinOptions, TwinServer};
-use meridian_sim::workload::WorkloadSpec;
 use serde_json::{Value, json};
 use support::*;
-
-async fn twin() -> TwinServer {
-    let opts = TwinOptions {
-        seed: 0,
-        ..TwinOptions::local(
-            meridian_sim::profile("h100-qwen3-8b").unwrap(),
-            WorkloadSpec::fixed(20, 40, 6),
-            50.0,
-        )
-    };
-    TwinServer::start(opts, Box::new(Fcfs)).await.unwrap()
-}
 
 /// (reasoning deltas, content deltas, usage.reasoning_tokens)
 async fn stream(proxy: &meridian_proxy::Server, extra: Value) -> (usize, usize, u64) {

@@ -6,26 +6,12 @@
 
 mod support;
 
-use meridian_core::sched::Fcfs;
 use meridian_proxy::config::MeridianConfig;
 use meridian_proxy::config::{ExitSignal, Forcing};
-use meridian_sim::server::{TwinOptions, TwinServer};
+use meridian_sim::server::TwinServer;
 use meridian_sim::workload::{EntropySpec, WorkloadSpec};
 use serde_json::{Value, json};
 use support::*;
-
-async fn twin_with(workload: WorkloadSpec, speed: f64) -> TwinServer {
-    let opts = TwinOptions {
-        seed: 0,
-        ..TwinOptions::local(meridian_sim::profile("h100-qwen3-8b").unwrap(), workload, speed)
-    };
-    TwinServer::start(opts, Box::new(Fcfs)).await.unwrap()
-}
-
-/// 40 thinking tokens, then a 6-token answer.
-async fn twin() -> TwinServer {
-    twin_with(WorkloadSpec::fixed(20, 40, 6), 50.0).await
-}
 
 async fn proxy(twin: &TwinServer, tweak: impl FnOnce(&mut MeridianConfig)) -> meridian_proxy::Server {
     let mut cfg = config_for(&[twin.url()]);

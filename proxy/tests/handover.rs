@@ -9,25 +9,10 @@
 mod support;
 
 use meridian_core::route::Role;
-use meridian_core::sched::Fcfs;
 use meridian_proxy::config::{Forcing, Handover, MeridianConfig};
-use meridian_sim::server::{TwinOptions, TwinServer};
-use meridian_sim::workload::WorkloadSpec;
+use meridian_sim::server::TwinServer;
 use serde_json::json;
 use support::*;
-
-/// 40 thinking tokens, then a 6-token answer.
-async fn twin() -> TwinServer {
-    let opts = TwinOptions {
-        seed: 0,
-        ..TwinOptions::local(
-            meridian_sim::profile("h100-qwen3-8b").unwrap(),
-            WorkloadSpec::fixed(20, 40, 6),
-            50.0,
-        )
-    };
-    TwinServer::start(opts, Box::new(Fcfs)).await.unwrap()
-}
 
 /// A proxy in front of a `think` twin (first) and an `answer` twin (second).
 async fn proxy(

@@ -60,18 +60,27 @@ def wait_hook_ready(proxy_url: str) -> None:
         time.sleep(0.2)
 
 
+def hooked_proxy(endpoints: str, *settings: str, name: str = "meridian") -> Process:
+    """A proxy in front of `endpoints` (a TOML list) with the hook's token and `settings`
+    (each a `--set`), returned once it is ready and sees the hook."""
+    args = [binary("meridian"), "serve", "--listen", "127.0.0.1:0", "--set", f"upstream.endpoints={endpoints}",
+            "--set", "upstream.health_interval_s=0.5"]
+    for setting in settings:
+        args += ["--set", setting]
+    p = Process(args, env={"MERIDIAN_LOG_LEVEL": "warn", "MERIDIAN_HOOK_TOKEN": TOKEN}, name=name)
+    try:
+        wait_ready(p.url)
+        wait_hook_ready(p.url)
+    except Exception:
+        p.stop()
+        raise
+    return p
+
+
 @pytest.fixture(scope="module")
 def proxy_with_hook(hooked_vllm, tiny_model):  # noqa: F811
     url, hook, _ = hooked_vllm
-    endpoints = f'[{{url = "{url}", hook = "{hook}"}}]'
-    p = Process(
-        [binary("meridian"), "serve", "--listen", "127.0.0.1:0", "--set", f"upstream.endpoints={endpoints}",
-         "--set", "upstream.health_interval_s=0.5"],
-        env={"MERIDIAN_LOG_LEVEL": "warn", "MERIDIAN_HOOK_TOKEN": TOKEN},
-        name="meridian",
-    )
-    wait_ready(p.url)
-    wait_hook_ready(p.url)
+    p = hooked_proxy(f'[{{url = "{url}", hook = "{hook}"}}]')
     ids = json.loads((tiny_model / "meridian-ids.json").read_text())
     yield p, ids
     p.stop()
@@ -247,15 +256,8 @@ def test_a_think_engine_hands_the_answer_over_when_its_hook_ends_the_thought(hoo
     url, hook, _ = hooked_vllm
     endpoints = (f'[{{url = "{url}", hook = "{hook}", name = "think", role = "think"}}, '
                  f'{{url = "{url}", hook = "{hook}", name = "answer", role = "answer"}}]')
-    p = Process(
-        [binary("meridian"), "serve", "--listen", "127.0.0.1:0", "--set", f"upstream.endpoints={endpoints}",
-         "--set", "upstream.health_interval_s=0.5"],
-        env={"MERIDIAN_LOG_LEVEL": "warn", "MERIDIAN_HOOK_TOKEN": TOKEN},
-        name="meridian",
-    )
+    p = hooked_proxy(endpoints)
     try:
-        wait_ready(p.url)
-        wait_hook_ready(p.url)
         ids = json.loads((tiny_model / "meridian-ids.json").read_text())
         client = openai.OpenAI(base_url=f"{p.url}/v1", api_key="x", max_retries=0)
         forced = hook_metric(hook, 'meridian_hook_forced_exits_total{reason="budget"}')
@@ -352,18 +354,10 @@ def test_eat_probes_through_the_proxy_end_thinking(hooked_vllm, tiny_model):  # 
     by </think>, one token, top logprobs) are answered by vLLM, and once the variance
     settles (a generous delta here) the proxy has the hook end thinking."""
     url, hook, _ = hooked_vllm
-    endpoints = f'[{{url = "{url}", hook = "{hook}"}}]'
-    p = Process(
-        [binary("meridian"), "serve", "--listen", "127.0.0.1:0", "--set", f"upstream.endpoints={endpoints}",
-         "--set", "upstream.health_interval_s=0.5", "--set", 'exit.signal="eat"',
-         "--set", "exit.min_think_tokens=8", "--set", "exit.eat_probe_every_tokens=8",
-         "--set", "exit.eat_warmup_steps=2", "--set", "exit.eat_delta=100.0"],
-        env={"MERIDIAN_LOG_LEVEL": "warn", "MERIDIAN_HOOK_TOKEN": TOKEN},
-        name="meridian (eat)",
-    )
+    p = hooked_proxy(f'[{{url = "{url}", hook = "{hook}"}}]', 'exit.signal="eat"', "exit.min_think_tokens=8",
+                     "exit.eat_probe_every_tokens=8", "exit.eat_warmup_steps=2", "exit.eat_delta=100.0",
+                     name="meridian (eat)")
     try:
-        wait_ready(p.url)
-        wait_hook_ready(p.url)
         ids = json.loads((tiny_model / "meridian-ids.json").read_text())
         client = openai.OpenAI(base_url=f"{p.url}/v1", api_key="x", max_retries=0)
         before = hook_metric(hook, 'meridian_hook_forced_exits_total{reason="directive"}')

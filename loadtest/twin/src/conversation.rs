@@ -149,7 +149,6 @@ pub fn run_conversations(
             let answer: Vec<u32> = ids.take(shape.answer.max(1)).collect();
             let prompt_tokens = prompt.len() as u32;
             let submitted = engine.submit(NewRequest {
-                preloaded: 0,
                 id: format!("{c}-{}", d.turn),
                 prompt_tokens,
                 think_tokens: shape.think,
@@ -160,6 +159,7 @@ pub fn run_conversations(
                     prompt: Arc::from(prompt.as_slice()),
                     answer: Arc::from(answer.as_slice()),
                 }),
+                ..NewRequest::default()
             });
             // A conversation whose history no longer fits in the KV cache ends there.
             if let Ok(seq) = submitted {

@@ -88,6 +88,24 @@ pub struct Arrival {
     pub answer: u32,
 }
 
+impl Arrival {
+    /// The engine's request for arrival `index`.
+    pub(crate) fn request(self, index: usize) -> NewRequest {
+        NewRequest {
+            id: index.to_string(),
+            prompt_tokens: self.prompt,
+            think_tokens: self.think,
+            answer_tokens: self.answer,
+            ..NewRequest::default()
+        }
+    }
+
+    /// Arrival `index`'s record, before any token.
+    pub(crate) fn record(self, index: usize) -> SimRecord {
+        SimRecord { index, arrival_s: self.at_s, prompt_tokens: self.prompt, ..SimRecord::default() }
+    }
+}
+
 /// Runs `n` requests arriving as a Poisson process at `rate` req/s.
 pub fn run_poisson(
     config: EngineConfig,
@@ -138,25 +156,10 @@ pub fn run_arrivals(
         }
         while next < n && arrivals[next].at_s <= engine.now() {
             let a = arrivals[next];
-            let submitted = engine.submit(NewRequest {
-                preloaded: 0,
-                id: next.to_string(),
-                prompt_tokens: a.prompt,
-                think_tokens: a.think,
-                answer_tokens: a.answer,
-                priority: 0,
-                think_budget: None,
-                ids: None,
-            });
-            if let Ok(seq) = submitted {
+            if let Ok(seq) = engine.submit(a.request(next)) {
                 by_seq.insert(seq, records.len());
                 timelines.push(Timeline::new(a.at_s));
-                records.push(SimRecord {
-                    index: next,
-                    arrival_s: a.at_s,
-                    prompt_tokens: a.prompt,
-                    ..Default::default()
-                });
+                records.push(a.record(next));
             }
             next += 1;
         }

@@ -13,7 +13,6 @@ fn tiny() -> EngineConfig {
 
 fn req(id: &str, prompt: u32, think: u32, answer: u32) -> NewRequest {
     NewRequest {
-        preloaded: 0,
         id: id.into(),
         prompt_tokens: prompt,
         think_tokens: think,
@@ -21,6 +20,7 @@ fn req(id: &str, prompt: u32, think: u32, answer: u32) -> NewRequest {
         priority: 0,
         think_budget: None,
         ids: None,
+        ..NewRequest::default()
     }
 }
 

@@ -66,7 +66,6 @@ fn run_to_completion(config: EngineConfig, policy: &str, arrivals: &[Arrival]) -
             let a = &arrivals[next];
             let seq = engine
                 .submit(NewRequest {
-                    preloaded: 0,
                     id: next.to_string(),
                     prompt_tokens: a.prompt,
                     think_tokens: a.think,
@@ -74,6 +73,7 @@ fn run_to_completion(config: EngineConfig, policy: &str, arrivals: &[Arrival]) -
                     priority: (next % 3) as i32,
                     think_budget: None,
                     ids: None,
+                    ..NewRequest::default()
                 })
                 .map_err(|e| format!("request {next} refused: {e}"))?;
             // A thought followed by an answer closes with the delimiter token.
@@ -178,7 +178,6 @@ fn the_bound_catches_a_request_that_never_finishes() {
     }
     let mut e = Engine::new(tiny(), Box::new(NeverAnswers));
     e.submit(NewRequest {
-        preloaded: 0,
         id: "a".into(),
         prompt_tokens: 4,
         think_tokens: 2,
@@ -186,6 +185,7 @@ fn the_bound_catches_a_request_that_never_finishes() {
         priority: 0,
         think_budget: None,
         ids: None,
+        ..NewRequest::default()
     })
     .unwrap();
     // The engine keeps stepping (idle, its clock moving) rather than returning None with
@@ -236,7 +236,6 @@ fn an_engine_holding_only_paced_answers_idles_until_the_reader_catches_up() {
     let policy = policy_by_name("reasoning-first:reader_tokens_per_s=5,lead_tokens=0").unwrap();
     let mut e = Engine::new(tiny(), policy);
     e.submit(NewRequest {
-        preloaded: 0,
         id: "a".into(),
         prompt_tokens: 10,
         think_tokens: 2,
@@ -244,6 +243,7 @@ fn an_engine_holding_only_paced_answers_idles_until_the_reader_catches_up() {
         priority: 0,
         think_budget: None,
         ids: None,
+        ..NewRequest::default()
     })
     .unwrap();
     let (mut steps, mut idle) = (0, 0);
@@ -263,7 +263,6 @@ fn paced_answers_wait_for_their_reader_exactly() {
     let policy = policy_by_name("reasoning-first:reader_tokens_per_s=25,lead_tokens=50").unwrap();
     let mut e = Engine::new(tiny(), policy);
     e.submit(NewRequest {
-        preloaded: 0,
         id: "a".into(),
         prompt_tokens: 10,
         think_tokens: 5,
@@ -271,6 +270,7 @@ fn paced_answers_wait_for_their_reader_exactly() {
         priority: 0,
         think_budget: None,
         ids: None,
+        ..NewRequest::default()
     })
     .unwrap();
     let mut think_end = None;

@@ -4,10 +4,13 @@
 
 mod scripted;
 mod streams;
+mod twins;
 #[allow(unused_imports)]
 pub use scripted::{Close, Scripted};
 #[allow(unused_imports)]
 pub use streams::{Read, chat, stream};
+#[allow(unused_imports)]
+pub use twins::{twin, twin_with};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -188,7 +188,6 @@ pub fn replay_turns(
             let answer: Vec<u32> = fresh(t.answer).collect();
             let prompt: Arc<[u32]> = Arc::from(prompt);
             let submitted = engine.submit(NewRequest {
-                preloaded: 0,
                 id: format!("{c}-{}", t.turn),
                 prompt_tokens: t.prompt,
                 think_tokens: t.think,
@@ -196,6 +195,7 @@ pub fn replay_turns(
                 priority: 0,
                 think_budget: None,
                 ids: Some(TokenIds { prompt: prompt.clone(), answer: Arc::from(answer) }),
+                ..NewRequest::default()
             });
             if let Ok(seq) = submitted {
                 previous.insert(c, prompt);

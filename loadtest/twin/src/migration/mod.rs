@@ -114,7 +114,9 @@ pub fn run(
     let (mut next, mut handed_over) = (0, 0);
     loop {
         let next_arrival = arrivals.get(next).map_or(f64::INFINITY, |a| a.at_s);
-        let next_handing = handing.iter().map(|h| h.at_s).fold(f64::INFINITY, f64::min);
+        // The answer on its way that arrives first, and when.
+        let soonest = (0..handing.len()).min_by(|&a, &b| handing[a].at_s.total_cmp(&handing[b].at_s));
+        let next_handing = soonest.map_or(f64::INFINITY, |k| handing[k].at_s);
         let event_s = next_arrival.min(next_handing);
         // The engine furthest behind steps first, up to the next event.
         let behind = (0..engines.len())
@@ -146,11 +148,8 @@ pub fn run(
         if event_s.is_infinite() {
             break;
         }
-        if next_handing <= next_arrival {
-            let Some(h) = handing.iter().position(|h| h.at_s == next_handing).map(|k| handing.swap_remove(k))
-            else {
-                break;
-            };
+        if let Some(k) = soonest.filter(|_| next_handing <= next_arrival) {
+            let h = handing.swap_remove(k);
             let e = least_held(&engines, &answers);
             let new = NewRequest {
                 id: format!("{}-answer", h.record),
@@ -165,22 +164,10 @@ pub fn run(
         } else {
             let a = arrivals[next];
             let e = least_held(&engines, &takes_new);
-            let new = NewRequest {
-                id: next.to_string(),
-                prompt_tokens: a.prompt,
-                think_tokens: a.think,
-                answer_tokens: a.answer,
-                ..NewRequest::default()
-            };
-            if let Some(seq) = submit_at(&mut engines[e], a.at_s, new) {
+            if let Some(seq) = submit_at(&mut engines[e], a.at_s, a.request(next)) {
                 owner.insert((e, seq), records.len());
                 timelines.push(Timeline::new(a.at_s));
-                records.push(SimRecord {
-                    index: next,
-                    arrival_s: a.at_s,
-                    prompt_tokens: a.prompt,
-                    ..Default::default()
-                });
+                records.push(a.record(next));
             }
             next += 1;
         }

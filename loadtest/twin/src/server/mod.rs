@@ -250,7 +250,6 @@ async fn generate(shared: Arc<Shared>, headers: HeaderMap, body: axum::body::Byt
             answer: Arc::from(Vec::new()),
         });
         let submitted = core.engine.submit(NewRequest {
-            preloaded: 0,
             id: id.clone(),
             prompt_tokens: req.prompt_tokens,
             think_tokens: think,
@@ -258,6 +257,7 @@ async fn generate(shared: Arc<Shared>, headers: HeaderMap, body: axum::body::Byt
             priority: req.priority,
             think_budget: budget,
             ids,
+            ..NewRequest::default()
         });
         let seq = match submitted {
             Ok(seq) => seq,

@@ -239,6 +239,11 @@ impl<'a> Want<'a> {
     pub fn model(model: Option<&'a str>) -> Self {
         Want { model, affinity: None, work: Work::Unknown }
     }
+
+    /// Whether `u` may serve its model: it lists it, or its list is not known yet.
+    fn served_by(&self, u: &Upstream) -> bool {
+        self.model.is_none_or(|m| u.serves(m) != Some(false))
+    }
 }
 
 /// Why no upstream was chosen.
@@ -320,9 +325,9 @@ impl UpstreamPool {
         metrics: &Arc<Metrics>,
         ok: impl Fn(&Upstream) -> bool,
     ) -> Result<InFlight, NoPick> {
-        let may_serve = |u: &Upstream| want.model.is_none_or(|m| u.serves(m) != Some(false));
-        let candidate =
-            |u: &Arc<Upstream>| u.is_healthy() && !tried.iter().any(|t| Arc::ptr_eq(t, u)) && may_serve(u);
+        let candidate = |u: &Arc<Upstream>| {
+            u.is_healthy() && !tried.iter().any(|t| Arc::ptr_eq(t, u)) && want.served_by(u)
+        };
         let meant = self.upstreams.iter().any(|u| candidate(u) && u.role.takes(want.work));
         self.choose(want, metrics, |u| candidate(u) && (!meant || u.role.takes(want.work)), ok)
     }
@@ -344,7 +349,7 @@ impl UpstreamPool {
             u.is_healthy()
                 && !std::ptr::eq(Arc::as_ptr(u), from)
                 && u.role.takes(Work::Answer)
-                && u.serves(model) != Some(false)
+                && want.served_by(u)
         };
         self.choose(want, metrics, candidate, ok).ok()
     }
@@ -366,8 +371,6 @@ impl UpstreamPool {
         if self.upstreams.is_empty() {
             return Err(NoPick::NoHealthy);
         }
-        let (model, affinity) = (want.model, want.affinity);
-        let may_serve = |u: &Upstream| model.is_none_or(|m| u.serves(m) != Some(false));
         let mut any_candidate = false;
         // Two short lists per request (not per chunk): the pool is a handful of engines.
         let mut open: Vec<&Arc<Upstream>> = Vec::new();
@@ -380,12 +383,13 @@ impl UpstreamPool {
             }
         }
         let views: Vec<EngineView<'_>> = open.iter().map(|u| u.view()).collect();
-        let chosen = self.routing.choose(&RouteRequest { affinity_key: affinity }, &views).map(|i| open[i]);
+        let chosen =
+            self.routing.choose(&RouteRequest { affinity_key: want.affinity }, &views).map(|i| open[i]);
         let Some(chosen) = chosen.cloned() else {
             if any_candidate {
                 return Err(NoPick::Saturated);
             }
-            let someone_serves = self.upstreams.iter().any(|u| may_serve(u));
+            let someone_serves = self.upstreams.iter().any(|u| want.served_by(u));
             return Err(if !someone_serves && self.any_healthy() {
                 NoPick::ModelNotServed
             } else {

@@ -11,6 +11,7 @@
 //! in [`queue`]; this module wires it to the pool, the clock and the metrics.
 
 pub mod queue;
+pub mod share;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -19,6 +20,7 @@ use crate::config::AdmissionConfig;
 use tokio::sync::oneshot;
 
 pub use queue::{ClassQueue, Ticket};
+pub use share::Fleet;
 
 use crate::ctx::Class;
 
@@ -30,17 +32,20 @@ use meridian_core::route::Work;
 /// When an upstream counts as saturated.
 #[derive(Debug, Clone, Default)]
 pub struct Limits {
-    pub max_streams: Option<usize>,
+    pub max_streams: Option<u32>,
     pub max_waiting: Option<f64>,
     pub max_kv_usage: Option<f64>,
+    /// The replicas that share each engine's `max_streams` (`admission.replicas`).
+    pub fleet: Fleet,
 }
 
 impl Limits {
     pub fn from_config(cfg: &AdmissionConfig) -> Self {
         Limits {
-            max_streams: cfg.max_streams.map(|n| n as usize),
+            max_streams: cfg.max_streams,
             max_waiting: cfg.max_waiting.map(f64::from),
             max_kv_usage: cfg.max_kv_usage,
+            fleet: Fleet::new(cfg.replicas, cfg.replica_index),
         }
     }
 
@@ -48,7 +53,8 @@ impl Limits {
     /// or the last one failed) do not saturate.
     pub fn saturated(&self, u: &Upstream) -> bool {
         let (waiting, kv) = u.engine_load();
-        self.max_streams.is_some_and(|m| u.requests_held() >= m)
+        let own = u32::try_from(u.in_flight()).unwrap_or(u32::MAX);
+        self.max_streams.is_some_and(|m| !self.fleet.has_room(m, own, u.engine.since()))
             || matches!((self.max_waiting, waiting), (Some(m), Some(w)) if w > m)
             || matches!((self.max_kv_usage, kv), (Some(m), Some(k)) if k > m)
     }

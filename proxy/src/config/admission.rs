@@ -41,6 +41,19 @@ pub struct AdmissionConfig {
     /// unless it outranks the newest waiter of a lower class, which is refused instead.
     #[schemars(range(min = 1, max = 1_000_000))]
     pub max_queued: u32,
+    /// How many proxy replicas stand in front of the same engines. Each engine's
+    /// `max_streams` is shared between them: between two readings of an engine a replica
+    /// takes only its part of the room the last reading showed (and of the places its own
+    /// requests freed since), so replicas that cannot see each other's traffic still keep
+    /// the engine within its limit. 1 (the default): the room is all this replica's. Set it
+    /// to the number of replicas that run; a number above it keeps within the limit but
+    /// leaves room unused, one below it lets the replicas overfill the engines.
+    #[schemars(range(min = 1, max = 1_000))]
+    pub replicas: u32,
+    /// This replica's place among `replicas`, from 0: where the room does not divide
+    /// evenly, the lowest places take what is left over. Unset: this replica takes only the
+    /// even part (the leftovers wait for a later reading).
+    pub replica_index: Option<u32>,
 }
 
 impl Default for AdmissionConfig {
@@ -52,6 +65,8 @@ impl Default for AdmissionConfig {
             max_kv_usage: None,
             queue_timeout_s: 30.0,
             max_queued: 1024,
+            replicas: 1,
+            replica_index: None,
         }
     }
 }
@@ -67,6 +82,15 @@ impl AdmissionConfig {
         }
         c.positive("admission.queue_timeout_s", self.queue_timeout_s);
         c.range_u32("admission.max_queued", self.max_queued, 1, 1_000_000);
+        c.range_u32("admission.replicas", self.replicas, 1, 1_000);
+        if let Some(i) = self.replica_index
+            && i >= self.replicas
+        {
+            c.fail(
+                "admission.replica_index",
+                format!("must be below admission.replicas ({})", self.replicas),
+            );
+        }
         if self.enabled
             && self.max_streams.is_none()
             && self.max_waiting.is_none()

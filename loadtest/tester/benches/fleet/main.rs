@@ -15,8 +15,11 @@
 //! the thinking dropped, each turn's conversation key in `x-session-id`), spreading the
 //! requests over the replicas in turn, as a Service spreads new connections. Conditions,
 //! per routing policy (`phase-aware`, the default, and `prefix-affinity`): one replica
-//! (the baseline), two, four; the order rotated each round, every condition on fresh
-//! engines and proxies, the same conversations (the round's seed) in each.
+//! (the baseline), two, four, each told how many replicas share the engines
+//! (`admission.replicas`, with its `replica_index`) and, for two and four, not told (each
+//! replica takes all the room it sees, as with the default of 1); the order rotated each
+//! round, every condition on fresh engines and proxies, the same conversations (the
+//! round's seed) in each.
 //!
 //! Per condition: p99 TTOT, p99 answer ITL and p99 TTFT over the baseline's on the same
 //! requests (a 90% interval from resampling the requests and the rounds; target: within
@@ -86,7 +89,9 @@ impl Settings {
 }
 
 pub(crate) const ROUTINGS: [&str; 2] = ["phase-aware", "prefix-affinity"];
-pub(crate) const REPLICAS: [usize; 3] = [1, 2, 4];
+/// Replica counts, and whether each replica is told the count (`admission.replicas`);
+/// one replica's `admission.replicas = 1` is right, so it counts as told.
+pub(crate) const SETUPS: [(usize, bool); 5] = [(1, true), (2, false), (2, true), (4, false), (4, true)];
 
 fn start_engine(workload: &Path) -> (Proc, String) {
     let workload = workload.to_str().unwrap();
@@ -108,17 +113,28 @@ fn start_engine(workload: &Path) -> (Proc, String) {
     )
 }
 
-fn proxy_config(s: &Settings, routing: &str, engines: &[String], dir: &Path, name: &str) -> PathBuf {
+/// The config of replica `index` of `replicas`; `told`: it knows how many replicas share
+/// the engines.
+fn proxy_config(
+    s: &Settings,
+    routing: &str,
+    engines: &[String],
+    dir: &Path,
+    place: (usize, usize, bool),
+) -> PathBuf {
+    let (index, replicas, told) = place;
+    let fleet =
+        if told { format!("replicas = {replicas}\nreplica_index = {index}\n") } else { String::new() };
     let mut text = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\n[upstream]\nhealth_interval_s = {}\nidle_timeout_s = 120.0\n\
          first_byte_timeout_s = 120.0\nrouting = \"{routing}\"\n[admission]\nenabled = true\nmax_streams = {}\n\
-         queue_timeout_s = 120.0\nmax_queued = 4096\n",
+         queue_timeout_s = 120.0\nmax_queued = 4096\n{fleet}",
         s.health_s, s.streams
     );
     for (i, url) in engines.iter().enumerate() {
         text += &format!("[[upstream.endpoints]]\nurl = \"{url}\"\nname = \"engine-{i}\"\n");
     }
-    let path = dir.join(format!("{name}.toml"));
+    let path = dir.join(format!("p{index}.toml"));
     std::fs::write(&path, text).unwrap();
     path
 }
@@ -127,6 +143,8 @@ fn proxy_config(s: &Settings, routing: &str, engines: &[String], dir: &Path, nam
 pub(crate) struct Run {
     pub(crate) routing: &'static str,
     pub(crate) replicas: usize,
+    /// The replicas were told how many they are (`admission.replicas`).
+    pub(crate) told: bool,
     pub(crate) records: Vec<RequestRecord>,
     /// Prompt tokens the engines looked up in their prefix caches, and found there.
     pub(crate) queried: f64,
@@ -136,7 +154,13 @@ pub(crate) struct Run {
     pub(crate) wall_s: f64,
 }
 
-async fn one_run(routing: &'static str, replicas: usize, round: u64, s: &Settings, dir: &Path) -> Run {
+async fn one_run(
+    routing: &'static str,
+    (replicas, told): (usize, bool),
+    round: u64,
+    s: &Settings,
+    dir: &Path,
+) -> Run {
     let workload = dir.join("workload.toml");
     let engines: Vec<(Proc, String)> = (0..s.engines).map(|_| start_engine(&workload)).collect();
     let urls: Vec<String> = engines.iter().map(|(_, u)| u.clone()).collect();
@@ -147,7 +171,7 @@ async fn one_run(routing: &'static str, replicas: usize, round: u64, s: &Setting
                 &[
                     "serve",
                     "--config",
-                    proxy_config(s, routing, &urls, dir, &format!("p{r}")).to_str().unwrap(),
+                    proxy_config(s, routing, &urls, dir, (r, replicas, told)).to_str().unwrap(),
                 ],
                 &QUIET,
                 SCRIPT,
@@ -191,7 +215,7 @@ async fn one_run(routing: &'static str, replicas: usize, round: u64, s: &Setting
     }
     drop(proxies);
     drop(engines);
-    Run { routing, replicas, records: out.records, queried, hit, peaks, wall_s }
+    Run { routing, replicas, told, records: out.records, queried, hit, peaks, wall_s }
 }
 
 fn slim(r: &RequestRecord) -> serde_json::Value {
@@ -217,18 +241,19 @@ fn main() {
     .unwrap();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let started = Instant::now();
-    let conditions: Vec<(&'static str, usize)> =
-        ROUTINGS.iter().flat_map(|r| REPLICAS.iter().map(move |n| (*r, *n))).collect();
+    let conditions: Vec<(&'static str, (usize, bool))> =
+        ROUTINGS.iter().flat_map(|r| SETUPS.iter().map(move |n| (*r, *n))).collect();
     let mut rounds: Vec<Vec<Run>> = Vec::new();
     for round in 0..s.rounds {
         let mut order = conditions.clone();
         let turn = round % order.len();
         order.rotate_left(turn);
         let mut runs = Vec::new();
-        for (routing, replicas) in order {
-            let r = rt.block_on(one_run(routing, replicas, round as u64, &s, &dir));
+        for (routing, setup) in order {
+            let r = rt.block_on(one_run(routing, setup, round as u64, &s, &dir));
+            let (replicas, told) = setup;
             println!(
-                "round {round} {routing:>15} x{replicas}: {} requests ({} failed), hit {:.1}%, peak held {:?} of {}, {:.0} s",
+                "round {round} {routing:>15} x{replicas} told {told}: {} requests ({} failed), hit {:.1}%, peak held {:?} of {}, {:.0} s",
                 r.records.len(),
                 r.records.iter().filter(|x| !x.ok).count(),
                 100.0 * r.hit / r.queried.max(1.0),
@@ -238,7 +263,7 @@ fn main() {
             );
             runs.push(r);
         }
-        runs.sort_by_key(|r| (ROUTINGS.iter().position(|x| *x == r.routing), r.replicas));
+        runs.sort_by_key(|r| (ROUTINGS.iter().position(|x| *x == r.routing), r.replicas, r.told));
         rounds.push(runs);
     }
     let wall = started.elapsed().as_secs_f64();
@@ -253,7 +278,7 @@ fn main() {
                         "range_ratio": s.shape.turn.range_ratio},
         },
         "rounds": rounds.iter().map(|runs| runs.iter().map(|r| json!({
-            "routing": r.routing, "replicas": r.replicas, "queried_tokens": r.queried, "hit_tokens": r.hit,
+            "routing": r.routing, "replicas": r.replicas, "told": r.told, "queried_tokens": r.queried, "hit_tokens": r.hit,
             "peaks": r.peaks, "wall_s": r.wall_s,
             "requests": r.records.iter().map(slim).collect::<Vec<_>>(),
         })).collect::<Vec<_>>()).collect::<Vec<_>>(),

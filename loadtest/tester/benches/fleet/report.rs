@@ -1,5 +1,6 @@
-//! The page: per routing policy, two and four replicas against one on the same requests,
-//! the prefix caches' hit rate, and each engine's peak of requests held against its limit.
+//! The page: per routing policy, two and four replicas (told how many they are, and not)
+//! against one on the same requests, the prefix caches' hit rate, and each engine's peak
+//! of requests held against its limit.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -7,7 +8,7 @@ use std::fmt::Write as _;
 use meridian_loadtest::record::RequestRecord;
 
 use crate::stats::{Metric, TARGET_RATIO, effect, verdict};
-use crate::{REPLICAS, ROUTINGS, Run, Settings};
+use crate::{ROUTINGS, Run, SETUPS, Settings};
 
 /// The tails compared, each lower is better.
 const TAILS: [(&str, Metric, f64); 4] = [
@@ -17,8 +18,25 @@ const TAILS: [(&str, Metric, f64); 4] = [
     ("answer's largest gap p99", |r| r.max_output_gap, 99.0),
 ];
 
-fn run_of<'a>(runs: &'a [Run], routing: &str, replicas: usize) -> Option<&'a Run> {
-    runs.iter().find(|r| r.routing == routing && r.replicas == replicas)
+/// One replica, the baseline.
+const ALONE: (usize, bool) = (1, true);
+
+fn run_of<'a>(runs: &'a [Run], routing: &str, (replicas, told): (usize, bool)) -> Option<&'a Run> {
+    runs.iter().find(|r| r.routing == routing && r.replicas == replicas && r.told == told)
+}
+
+/// The replicas' `admission.replicas` in a setup.
+fn configured((replicas, told): (usize, bool)) -> usize {
+    if told { replicas } else { 1 }
+}
+
+/// A setup in a sentence.
+fn setup_text((n, told): (usize, bool)) -> String {
+    match (n, told) {
+        (1, _) => "1 replica".into(),
+        (n, true) => format!("{n} replicas told (`admission.replicas = {n}`)"),
+        (n, false) => format!("{n} replicas not told"),
+    }
 }
 
 /// The two runs' records of the requests both sent, in the same order (a failed turn ends
@@ -39,11 +57,11 @@ fn aligned(
     (a, b, left_out)
 }
 
-/// The most requests any engine held at once, over the rounds, with `n` replicas.
-fn most_held(rounds: &[Vec<Run>], routing: &str, n: usize) -> f64 {
+/// The most requests any engine held at once, over the rounds, in a setup.
+fn most_held(rounds: &[Vec<Run>], routing: &str, setup: (usize, bool)) -> f64 {
     rounds
         .iter()
-        .filter_map(|runs| run_of(runs, routing, n))
+        .filter_map(|runs| run_of(runs, routing, setup))
         .flat_map(|r| r.peaks.iter().copied())
         .fold(0.0, f64::max)
 }
@@ -53,16 +71,16 @@ fn summary(md: &mut String, s: &Settings, rounds: &[Vec<Run>]) {
     let limit = f64::from(s.streams);
     let _ = writeln!(md, "## What it comes to\n");
     for routing in ROUTINGS {
-        let held: Vec<String> = REPLICAS
+        let held: Vec<String> = SETUPS
             .iter()
-            .map(|&n| {
-                let most = most_held(rounds, routing, n);
+            .map(|&setup| {
+                let most = most_held(rounds, routing, setup);
                 let over = if most > limit {
                     format!(", {:.0}% over", 100.0 * (most / limit - 1.0))
                 } else {
                     String::new()
                 };
-                format!("{n} replica(s) {most:.0}{over}")
+                format!("{} {most:.0}{over}", setup_text(setup))
             })
             .collect();
         let _ = writeln!(
@@ -80,14 +98,22 @@ fn summary(md: &mut String, s: &Settings, rounds: &[Vec<Run>]) {
     };
     let _ = writeln!(
         md,
-        "\nWhy the limit slips with more replicas: each replica counts an engine's requests as the \
-         engine last reported them (every `upstream.health_interval_s`, here {} s) plus what it \
-         sent itself since; what the other replicas sent since is invisible to it until the next \
-         reading, so together they can fill an engine's free places several times over. The \
-         requests past the limit run in the engine's batch (or wait in vLLM's own queue once \
-         the batch is full), outside the replicas' admission queues and their class order. \
-         {beside}\n",
-        s.health_s
+        "\nWhy the limit slips with replicas that are not told how many they are: each replica \
+         counts an engine's requests as the engine last reported them (every \
+         `upstream.health_interval_s`, here {} s) plus what it sent itself since; what the other \
+         replicas sent since is invisible to it until the next reading, so together they can fill \
+         an engine's free places several times over. The requests past the limit run in the \
+         engine's batch (or wait in vLLM's own queue once the batch is full), outside the \
+         replicas' admission queues and their class order. Told (`admission.replicas`, \
+         `admission.replica_index`), each replica holds at most its part of each engine's limit \
+         (here {} of {} with two, {} with four), counted by its own open requests, so the parts \
+         add up to the limit. Its cost is the pooling given up: a replica whose part is full \
+         queues while another's part of the same engine stands idle, which shows in the start \
+         times below. {beside}\n",
+        s.health_s,
+        s.streams / 2,
+        s.streams,
+        s.streams / 4,
     );
 }
 
@@ -125,7 +151,9 @@ pub(crate) fn report(s: &Settings, rounds: &[Vec<Run>], wall_s: f64) -> String {
          **Setup.** {engines} engine twins (`meridian-sim serve`, the `h100-qwen3-8b` profile in \
          real time, prefix cache on, stock's LRU eviction) serve one model. In front of them, 1, \
          2 or 4 proxy replicas (release build, each told of every engine), admission on at \
-         **{streams} streams per engine**. The load tester starts {conv} conversations of {turns} \
+         **{streams} streams per engine**; two and four replicas both told how many they are \
+         (`admission.replicas` and each its `admission.replica_index`) and not told \
+         (`admission.replicas` left at 1, as before it existed). The load tester starts {conv} conversations of {turns} \
          turns at {rate} a second (Poisson), each opening with a shared system prompt of {sys} \
          tokens; each turn sends the history (earlier messages and answers, the thinking \
          dropped) and a new message of about {inp} tokens, thinks about {think} (its \
@@ -161,12 +189,16 @@ pub(crate) fn report(s: &Settings, rounds: &[Vec<Run>], wall_s: f64) -> String {
          `meridian_sim_requests_peak`), against the limit of {} per engine. Target: never above it.\n",
         s.streams
     );
-    let _ = writeln!(md, "| routing | replicas | peak held, per round (each engine) | above the limit |");
-    let _ = writeln!(md, "|---|---:|---|---|");
+    let _ = writeln!(
+        md,
+        "| routing | replicas | `admission.replicas` | peak held, per round (each engine) | above the limit |"
+    );
+    let _ = writeln!(md, "|---|---:|---:|---|---|");
     for routing in ROUTINGS {
-        for n in REPLICAS {
+        for setup in SETUPS {
+            let (n, conf) = (setup.0, configured(setup));
             let peaks: Vec<&Vec<f64>> =
-                rounds.iter().filter_map(|runs| run_of(runs, routing, n)).map(|r| &r.peaks).collect();
+                rounds.iter().filter_map(|runs| run_of(runs, routing, setup)).map(|r| &r.peaks).collect();
             let most = peaks.iter().flat_map(|p| p.iter()).copied().fold(0.0, f64::max);
             let text: Vec<String> = peaks
                 .iter()
@@ -177,27 +209,30 @@ pub(crate) fn report(s: &Settings, rounds: &[Vec<Run>], wall_s: f64) -> String {
             } else {
                 "no".into()
             };
-            let _ = writeln!(md, "| {routing} | {n} | {} | {over} |", text.join("; "));
+            let _ = writeln!(md, "| {routing} | {n} | {conf} | {} | {over} |", text.join("; "));
         }
     }
     // Tails against one replica.
     let _ = writeln!(md, "\n## Answers as through one replica\n");
     let _ = writeln!(
         md,
-        "Each tail with 2 and 4 replicas over the same routing's with 1, on the same requests of \
+        "Each tail with 2 and 4 replicas, told and not, over the same routing's with 1, on the same requests of \
          the same round (a request that failed counts as slower than any), with a 90% interval \
          from resampling the requests and the rounds. Target: within 10% (at most {TARGET_RATIO:.2}): \
          met when the whole interval is at or below it, missed when the whole interval is above, \
          otherwise unresolved.\n"
     );
-    let _ = writeln!(md, "| routing | replicas | metric | over 1 replica | verdict |");
-    let _ = writeln!(md, "|---|---:|---|---:|---|");
+    let _ = writeln!(md, "| routing | replicas | `admission.replicas` | metric | over 1 replica | verdict |");
+    let _ = writeln!(md, "|---|---:|---:|---|---:|---|");
     let mut left_out_total = 0;
     for routing in ROUTINGS {
-        for n in [2, 4] {
+        for setup in SETUPS.into_iter().filter(|s| *s != ALONE) {
+            let (n, conf) = (setup.0, configured(setup));
             let mut pairs_owned = Vec::new();
             for runs in rounds {
-                if let (Some(base), Some(other)) = (run_of(runs, routing, 1), run_of(runs, routing, n)) {
+                if let (Some(base), Some(other)) =
+                    (run_of(runs, routing, ALONE), run_of(runs, routing, setup))
+                {
                     let (a, b, left) = aligned(&base.records, &other.records);
                     left_out_total += left;
                     if !a.is_empty() {
@@ -214,7 +249,7 @@ pub(crate) fn report(s: &Settings, rounds: &[Vec<Run>], wall_s: f64) -> String {
                 let e = effect(&pairs, m, p);
                 let _ = writeln!(
                     md,
-                    "| {routing} | {n} | {name} | {} ({}–{}) | {} |",
+                    "| {routing} | {n} | {conf} | {name} | {} ({}–{}) | {} |",
                     ratio_text(e.point),
                     ratio_text(e.lo),
                     ratio_text(e.hi),
@@ -239,34 +274,40 @@ pub(crate) fn report(s: &Settings, rounds: &[Vec<Run>], wall_s: f64) -> String {
          The system prompt is shared by every conversation and a conversation's history by its \
          turns; only an engine that served a conversation before holds its history.\n"
     );
-    let _ = writeln!(md, "| routing | replicas | hit rate, per round | over 1 replica, per round |");
-    let _ = writeln!(md, "|---|---:|---|---|");
+    let _ = writeln!(
+        md,
+        "| routing | replicas | `admission.replicas` | hit rate, per round | over 1 replica, per round |"
+    );
+    let _ = writeln!(md, "|---|---:|---:|---|---|");
     for routing in ROUTINGS {
-        for n in REPLICAS {
+        for setup in SETUPS {
+            let (n, conf) = (setup.0, configured(setup));
             let rates: Vec<(f64, f64)> = rounds
                 .iter()
                 .filter_map(|runs| {
-                    Some((hit_rate(run_of(runs, routing, n)?), hit_rate(run_of(runs, routing, 1)?)))
+                    Some((hit_rate(run_of(runs, routing, setup)?), hit_rate(run_of(runs, routing, ALONE)?)))
                 })
                 .collect();
             let shown: Vec<String> = rates.iter().map(|(r, _)| format!("{:.1}%", 100.0 * r)).collect();
             let over: Vec<String> = rates.iter().map(|(r, b)| ratio_text(r / b)).collect();
             let over = if n == 1 { "—".into() } else { over.join(" ") };
-            let _ = writeln!(md, "| {routing} | {n} | {} | {over} |", shown.join(" "));
+            let _ = writeln!(md, "| {routing} | {n} | {conf} | {} | {over} |", shown.join(" "));
         }
     }
     // Runs.
     let _ = writeln!(md, "\n## Each run\n");
-    let _ = writeln!(md, "| round | routing | replicas | requests | failed | wall time |");
-    let _ = writeln!(md, "|---:|---|---:|---:|---:|---:|");
+    let _ =
+        writeln!(md, "| round | routing | replicas | `admission.replicas` | requests | failed | wall time |");
+    let _ = writeln!(md, "|---:|---|---:|---:|---:|---:|---:|");
     for (i, runs) in rounds.iter().enumerate() {
         for r in runs {
             let failed = r.records.iter().filter(|x| !x.ok).count();
             let _ = writeln!(
                 md,
-                "| {i} | {} | {} | {} | {failed} | {:.0} s |",
+                "| {i} | {} | {} | {} | {} | {failed} | {:.0} s |",
                 r.routing,
                 r.replicas,
+                configured((r.replicas, r.told)),
                 r.records.len(),
                 r.wall_s
             );

@@ -1,0 +1,74 @@
+//! Each engine's `admission.max_streams` shared between the proxy replicas in front of it
+//! (`admission.replicas`).
+//!
+//! A replica knows the engine's count of its requests as of the last reading (every
+//! replica's) and its own traffic since; what the other replicas sent since is invisible
+//! to it until the next reading, so replicas that each fill the room a reading shows fill
+//! it several times over (measured in `docs/src/benchmarks/fleet.md`). Told how many they
+//! are, replicas split each engine's limit instead: replica `i` of `n` holds at most
+//! `limit / n` requests there, counted by its own open requests (exact, with no reading),
+//! and the places that do not divide evenly go to the lowest indexes
+//! (`admission.replica_index`; a replica that does not know its index takes only the even
+//! part). The parts add up to the limit, so together the replicas never pass it,
+//! whenever and however often each reads the engine. The engine's reading still holds a
+//! replica back when the engine is fuller than its part suggests (other clients, a
+//! replica that was not told).
+//!
+//! The cost is the pooling the replicas give up: a replica whose part is full queues its
+//! requests while another's part of the same engine stands idle. Near an engine's limit
+//! that lengthens the slowest starts; the fleet page measures it. A split of the free room
+//! each reading shows, taken by the replicas' indexes, was tried first and kept the limit
+//! too, but starved the highest indexes whenever less room was free than there were
+//! replicas; sharing places by need takes a grant from the engine itself, which no
+//! engine offers yet.
+
+use crate::upstream::SinceReading;
+
+/// How many replicas share each engine, and which one this is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fleet {
+    replicas: u32,
+    /// `None`: not known, so no leftovers are taken.
+    index: Option<u32>,
+}
+
+impl Default for Fleet {
+    fn default() -> Self {
+        Fleet::alone()
+    }
+}
+
+impl Fleet {
+    /// One replica: the whole limit is its own.
+    pub const fn alone() -> Self {
+        Fleet { replicas: 1, index: Some(0) }
+    }
+
+    /// `replicas` replicas (at least one), this one at `index` (below `replicas`, or
+    /// unknown).
+    pub fn new(replicas: u32, index: Option<u32>) -> Self {
+        let replicas = replicas.max(1);
+        Fleet { replicas, index: index.filter(|i| *i < replicas) }
+    }
+
+    /// This replica's part of `places`.
+    pub fn part(&self, places: u32) -> u32 {
+        let left_over = places % self.replicas;
+        places / self.replicas + u32::from(self.index.is_some_and(|i| i < left_over))
+    }
+
+    /// Whether this replica may send one more request to an engine that takes `limit`:
+    /// `own_open`, the requests it has open there; `since`, the engine's last reading and
+    /// this replica's traffic since (`None`: no reading).
+    pub fn has_room(&self, limit: u32, own_open: u32, since: Option<SinceReading>) -> bool {
+        if own_open >= self.part(limit) {
+            return false;
+        }
+        // The engine as this replica sees it: the reading, brought up to date with its own
+        // traffic.
+        since.is_none_or(|s| s.read.requests.saturating_add(s.sent).saturating_sub(s.ended) < limit)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -77,6 +77,37 @@ async fn a_queued_output_phase_request_goes_before_an_earlier_batch_one() {
 }
 
 #[tokio::test]
+async fn a_replica_told_it_is_one_of_two_holds_its_part_of_each_engines_limit() {
+    // A limit of 5 shared by two replicas: 3 for replica 0 (the odd place), 2 for this one.
+    let rig = Rig::with(1, |c| {
+        admission(5, 10.0)(c);
+        c.upstream.health_interval_s = 0.1;
+        c.admission.replicas = 2;
+        c.admission.replica_index = Some(1);
+    })
+    .await;
+    // The engine reports only what this replica sends it: the other replica is idle.
+    rig.mocks[0].set_engine_running(Some(0.0));
+    let upstream = rig.proxy.state.pool.all()[0].clone();
+    eventually("the engine's count read", || upstream.engine.now().is_some()).await;
+    let _first = hold(&rig).await;
+    let second = hold(&rig).await;
+    let third = tokio::spawn(receive(post(&rig, body(json!({})), &[])));
+    eventually("the third queued", || queued(&rig, "interactive") == 1.0).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        rig.mocks[0].requests().len(),
+        2,
+        "held at its part, the engine's other places left to replica 0"
+    );
+    // One of its own ends: its place is free at once, with no reading needed.
+    drop(second);
+    let got = third.await.unwrap();
+    assert_eq!(got.status, 200, "{}", got.text());
+    assert!(got.text().ends_with("data: [DONE]\n\n"));
+}
+
+#[tokio::test]
 async fn a_request_that_waits_too_long_gets_503_admission_timeout() {
     let rig = Rig::with(1, admission(1, 0.3)).await;
     let _held = hold(&rig).await;

@@ -91,6 +91,19 @@ fn admission_needs_a_saturation_signal_when_enabled() {
 }
 
 #[test]
+fn a_replicas_place_must_be_among_the_replicas() {
+    let err = validate("[admission]\nreplicas = 2\nreplica_index = 2\n").unwrap_err();
+    assert!(err.contains("admission.replica_index must be below admission.replicas (2)"), "{err}");
+    assert!(
+        validate("[admission]\nreplicas = 0\n")
+            .unwrap_err()
+            .contains("admission.replicas must be in [1, 1000]")
+    );
+    let ok = validate("[admission]\nreplicas = 3\nreplica_index = 2\n").unwrap();
+    assert_eq!((ok.admission.replicas, ok.admission.replica_index), (3, Some(2)));
+}
+
+#[test]
 fn set_flags_parse_toml_literals_and_fall_back_to_strings() {
     let overrides = [
         Override::parse("upstream.max_attempts=3", "--set").unwrap(),

@@ -94,9 +94,19 @@ pub struct Admission {
 impl Admission {
     /// `flows`: the tenants the queue shares fairly between (1 without `[tenants]`).
     pub fn new(cfg: &AdmissionConfig, flows: usize, pool: Arc<UpstreamPool>, metrics: Arc<Metrics>) -> Self {
+        let limits = Limits::from_config(cfg);
+        if let (true, Some(limit)) = (cfg.enabled && cfg.replicas > 1, limits.max_streams) {
+            tracing::info!(
+                replicas = cfg.replicas,
+                replica_index = ?cfg.replica_index,
+                part = limits.fleet.part(limit),
+                max_streams = limit,
+                "admission: this replica holds its part of each engine's max_streams"
+            );
+        }
         Admission {
             enabled: cfg.enabled,
-            limits: Limits::from_config(cfg),
+            limits,
             timeout: Duration::from_secs_f64(cfg.queue_timeout_s),
             queue: Mutex::new(ClassQueue::new(cfg.max_queued as usize, flows)),
             pool,

@@ -41,18 +41,19 @@ pub struct AdmissionConfig {
     /// unless it outranks the newest waiter of a lower class, which is refused instead.
     #[schemars(range(min = 1, max = 1_000_000))]
     pub max_queued: u32,
-    /// How many proxy replicas stand in front of the same engines. Each engine's
-    /// `max_streams` is shared between them: between two readings of an engine a replica
-    /// takes only its part of the room the last reading showed (and of the places its own
-    /// requests freed since), so replicas that cannot see each other's traffic still keep
-    /// the engine within its limit. 1 (the default): the room is all this replica's. Set it
-    /// to the number of replicas that run; a number above it keeps within the limit but
-    /// leaves room unused, one below it lets the replicas overfill the engines.
+    /// How many proxy replicas stand in front of the same engines, sharing each engine's
+    /// `max_streams`. Between two health rounds a replica cannot see what the others sent, so
+    /// replicas that each fill the room a reading shows overfill the engines together. Told
+    /// their number, each holds at most its part of every engine's limit (`max_streams /
+    /// replicas`, counted by its own open requests), and together they never pass it, at
+    /// the cost of the pooling: a replica whose part is full queues while another's stands
+    /// idle. 1 (the default): the whole limit is this replica's. Set it to the number of
+    /// replicas that run: above it leaves places unused, below it overfills the engines.
     #[schemars(range(min = 1, max = 1_000))]
     pub replicas: u32,
-    /// This replica's place among `replicas`, from 0: where the room does not divide
-    /// evenly, the lowest places take what is left over. Unset: this replica takes only the
-    /// even part (the leftovers wait for a later reading).
+    /// This replica's place among `replicas`, from 0: places that do not divide evenly go to
+    /// the lowest places. Unset: this replica takes only the even part, and the leftovers
+    /// stay unused.
     pub replica_index: Option<u32>,
 }
 

@@ -5,6 +5,8 @@
 //!   scripts/bench-fleet.sh                                  2 rounds
 //!   FLEET_ROUNDS=1 FLEET_CONVERSATIONS=60 scripts/bench-fleet.sh      a quick look
 //!   FLEET_HEALTH_S=0.05 FLEET_PAGE=fleet-fast-readings scripts/bench-fleet.sh   a variant, its own page
+//!   FLEET_TURNS=8 FLEET_SYSTEM_TOKENS=100 FLEET_PAGE=fleet-long-histories scripts/bench-fleet.sh
+//!                                             histories that outweigh the shared system prompt
 //!
 //! `FLEET_ENGINES` engine twins (`meridian-sim serve`, the H100 Qwen3-8B profile, real
 //! time, prefix cache on with stock's LRU order) serve one model. In front of them run
@@ -80,13 +82,16 @@ impl Settings {
             shape: ConversationShape {
                 turn: RandomLengths { input: 60, output: 40, think: Some(120), range_ratio: 0.5 },
                 turns: env_or("FLEET_TURNS", 4),
-                system_tokens: 400,
+                system_tokens: env_or("FLEET_SYSTEM_TOKENS", SYSTEM_TOKENS),
                 think_time_s: 1.0,
             },
             page: env_or("FLEET_PAGE", "fleet".to_owned()),
         }
     }
 }
+
+/// The shared system prompt's length by default (`FLEET_SYSTEM_TOKENS`).
+pub(crate) const SYSTEM_TOKENS: u32 = 400;
 
 pub(crate) const ROUTINGS: [&str; 2] = ["phase-aware", "prefix-affinity"];
 /// Replica counts, and whether each replica is told the count (`admission.replicas`);

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use meridian_loadtest::record::RequestRecord;
 
 use crate::stats::{Metric, TARGET_RATIO, effect, verdict};
-use crate::{ROUTINGS, Run, SETUPS, Settings};
+use crate::{ROUTINGS, Run, SETUPS, SYSTEM_TOKENS, Settings};
 
 /// The tails compared, each lower is better.
 const TAILS: [(&str, Metric, f64); 4] = [
@@ -128,7 +128,7 @@ fn ratio_text(x: f64) -> String {
 pub(crate) fn report(s: &Settings, rounds: &[Vec<Run>], wall_s: f64) -> String {
     let mut md = String::new();
     let cmd = format!(
-        "FLEET_ROUNDS={} FLEET_ENGINES={} FLEET_STREAMS={} FLEET_HEALTH_S={} FLEET_CONVERSATIONS={} FLEET_RATE={} FLEET_TURNS={}{} scripts/bench-fleet.sh",
+        "FLEET_ROUNDS={} FLEET_ENGINES={} FLEET_STREAMS={} FLEET_HEALTH_S={} FLEET_CONVERSATIONS={} FLEET_RATE={} FLEET_TURNS={}{}{} scripts/bench-fleet.sh",
         s.rounds,
         s.engines,
         s.streams,
@@ -136,6 +136,11 @@ pub(crate) fn report(s: &Settings, rounds: &[Vec<Run>], wall_s: f64) -> String {
         s.conversations,
         s.rate,
         s.shape.turns,
+        if s.shape.system_tokens == SYSTEM_TOKENS {
+            String::new()
+        } else {
+            format!(" FLEET_SYSTEM_TOKENS={}", s.shape.system_tokens)
+        },
         if s.page == "fleet" { String::new() } else { format!(" FLEET_PAGE={}", s.page) },
     );
     let t = &s.shape.turn;

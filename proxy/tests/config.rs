@@ -99,6 +99,8 @@ fn a_replicas_place_must_be_among_the_replicas() {
             .unwrap_err()
             .contains("admission.replicas must be in [1, 1000]")
     );
+    let err = validate("[admission]\nmax_streams = 2\nreplicas = 3\n").unwrap_err();
+    assert!(err.contains("admission.replicas is more than admission.max_streams (2)"), "{err}");
     let ok = validate("[admission]\nreplicas = 3\nreplica_index = 2\n").unwrap();
     assert_eq!((ok.admission.replicas, ok.admission.replica_index), (3, Some(2)));
 }

@@ -54,7 +54,8 @@ impl Limits {
     pub fn saturated(&self, u: &Upstream) -> bool {
         let (waiting, kv) = u.engine_load();
         let own = u32::try_from(u.in_flight()).unwrap_or(u32::MAX);
-        self.max_streams.is_some_and(|m| !self.fleet.has_room(m, own, u.engine.since()))
+        let engine_holds = u.engine.now().map(|n| n.requests);
+        self.max_streams.is_some_and(|m| !self.fleet.has_room(m, own, engine_holds))
             || matches!((self.max_waiting, waiting), (Some(m), Some(w)) if w > m)
             || matches!((self.max_kv_usage, kv), (Some(m), Some(k)) if k > m)
     }

@@ -92,6 +92,17 @@ impl AdmissionConfig {
                 format!("must be below admission.replicas ({})", self.replicas),
             );
         }
+        if let Some(m) = self.max_streams
+            && m > 0
+            && self.replicas > m
+        {
+            c.fail(
+                "admission.replicas",
+                format!(
+                    "is more than admission.max_streams ({m}): some replica would get no place on an engine"
+                ),
+            );
+        }
         if self.enabled
             && self.max_streams.is_none()
             && self.max_waiting.is_none()

@@ -61,7 +61,7 @@ pub async fn send_with_retries(state: &AppState, mut req: UpstreamRequest<'_>) -
             Some(g) => Ok(g),
             None => state.pool.pick(req.want, &tried, &state.metrics),
         };
-        let mut guard = match picked {
+        let guard = match picked {
             Ok(g) => g,
             Err(NoPick::ModelNotServed) if attempt == 0 => {
                 return Err(ProxyError::model_not_found(req.want.model.unwrap_or_default()));
@@ -92,8 +92,6 @@ pub async fn send_with_retries(state: &AppState, mut req: UpstreamRequest<'_>) -
         let answered = tokio::time::timeout(first_byte_timeout, send).instrument(span.clone()).await;
         if let Ok(Ok(resp)) = &answered {
             span.record("http.response.status_code", i64::from(resp.status().as_u16()));
-            // The engine holds the request now (its count of its requests may say so).
-            guard.answered(resp.status().is_success());
         }
         match answered {
             Err(_) => {

@@ -109,7 +109,6 @@ impl HealthChecks {
     /// The engine's own load gauges from its `/metrics`; unknown when that fails.
     async fn scrape_engine(&self, u: &Upstream) {
         let req = self.client.get(format!("{}/metrics", u.base_url)).timeout(self.timeout());
-        let mark = u.engine.mark();
         let text = async { req.send().await.ok()?.error_for_status().ok()?.text().await.ok() }.await;
         let load = text.as_deref().map(super::engine_metrics::parse).unwrap_or_default();
         if text.is_none() {
@@ -119,7 +118,7 @@ impl HealthChecks {
         if u.hook.is_none() {
             // Without a hook, vLLM's own count of the requests it holds is the engine-wide
             // one (every replica's); with one, the hook's hello gives it by phase.
-            u.engine.record_counts(mark, load.running, load.waiting);
+            u.engine.record_counts(load.running, load.waiting);
         }
     }
 }
@@ -133,11 +132,10 @@ pub fn model_ids(list: &Value) -> Option<Vec<String>> {
 /// Asks an upstream's hook for its hello; requests use the hook only while it answers.
 async fn check_hook(u: &Upstream, hook: &HookChannel, metrics: &Metrics) {
     let Some(addr) = u.hook.as_deref() else { return };
-    let mark = u.engine.mark();
     let result = hook.hello(addr).await;
     // The engine's own count of its requests, every replica's (none from a hook that
     // did not answer: admission and routing fall back to this replica's count).
-    u.engine.record(mark, result.as_ref().ok().and_then(|h| h.engine.clone()));
+    u.engine.record(result.as_ref().ok().and_then(|h| h.engine.clone()));
     // A hook that cannot end thinking (no logits processor, unknown delimiter, several
     // sampling ranks) would leave budgets unenforced: vLLM's own field is used instead.
     let ready = result.as_ref().is_ok_and(|h| h.can_end_thinking);

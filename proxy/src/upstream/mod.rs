@@ -7,6 +7,6 @@ mod health;
 mod pool;
 
 pub use engine_metrics::EngineLoad;
-pub use engine_state::{EngineNow, EngineReading, Mark, SinceReading};
+pub use engine_state::{EngineNow, EngineReading};
 pub use health::{HealthChecks, model_ids};
 pub use pool::{InFlight, NoPick, Upstream, UpstreamPool, Want, broken_answer};

@@ -9,10 +9,11 @@
 //! `limit / n` requests there, counted by its own open requests (exact, with no reading),
 //! and the places that do not divide evenly go to the lowest indexes
 //! (`admission.replica_index`; a replica that does not know its index takes only the even
-//! part). The parts add up to the limit, so together the replicas never pass it,
-//! whenever and however often each reads the engine. The engine's reading still holds a
-//! replica back when the engine is fuller than its part suggests (other clients, a
-//! replica that was not told).
+//! part, and the leftovers stay unused). The parts add up to the limit, so together the
+//! replicas never pass it, whenever and however often each reads the engine, and a
+//! replica's own request ending frees its place at once. The engine's reading only ever
+//! holds a replica back further, when the engine is fuller than the parts suggest (other
+//! clients, a replica that was not told).
 //!
 //! The cost is the pooling the replicas give up: a replica whose part is full queues its
 //! requests while another's part of the same engine stands idle. Near an engine's limit
@@ -21,8 +22,6 @@
 //! too, but starved the highest indexes whenever less room was free than there were
 //! replicas; sharing places by need takes a grant from the engine itself, which no
 //! engine offers yet.
-
-use crate::upstream::SinceReading;
 
 /// How many replicas share each engine, and which one this is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,15 +57,11 @@ impl Fleet {
     }
 
     /// Whether this replica may send one more request to an engine that takes `limit`:
-    /// `own_open`, the requests it has open there; `since`, the engine's last reading and
-    /// this replica's traffic since (`None`: no reading).
-    pub fn has_room(&self, limit: u32, own_open: u32, since: Option<SinceReading>) -> bool {
-        if own_open >= self.part(limit) {
-            return false;
-        }
-        // The engine as this replica sees it: the reading, brought up to date with its own
-        // traffic.
-        since.is_none_or(|s| s.read.requests.saturating_add(s.sent).saturating_sub(s.ended) < limit)
+    /// `own_open`, the requests it has open there; `engine_holds`, the engine's count of
+    /// its requests (every client's, as last read and brought up to date with this
+    /// replica's traffic; `None`: the engine reports none).
+    pub fn has_room(&self, limit: u32, own_open: u32, engine_holds: Option<u32>) -> bool {
+        own_open < self.part(limit) && engine_holds.is_none_or(|n| n < limit)
     }
 }
 

@@ -50,12 +50,7 @@ impl HandOver {
     pub fn pick(&self, ctx: &RequestCtx) -> Option<InFlight> {
         let room = |u: &Upstream| self.admission.has_room(u);
         let affinity = ctx.affinity_key.as_deref();
-        let mut moved = self.pool.hand_over(&ctx.model, affinity, &self.from, &self.metrics, room)?;
-        // The answer's leg is sent in the relay's stream, which does not hold the guard:
-        // counted as the engine's from now on (a reading taken in the moment before the
-        // engine holds it may miss it until the next).
-        moved.answered(true);
-        Some(moved)
+        self.pool.hand_over(&ctx.model, affinity, &self.from, &self.metrics, room)
     }
 
     /// The export that precedes a hand-over's answer, when the KV goes across by

@@ -194,34 +194,11 @@ pub struct InFlight {
     upstream: Arc<Upstream>,
     metrics: Arc<Metrics>,
     released: Arc<Notify>,
-    /// What became of the request on its way: the engine's count of its requests
-    /// ([`EngineReading`]) takes it as sent until the engine answers, and as the
-    /// engine's to end only once the engine took it.
-    state: Sending,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Sending {
-    /// Sent; the engine has not answered yet.
-    OnTheWay,
-    /// The engine took it.
-    Held,
-    /// The engine refused it.
-    Refused,
 }
 
 impl InFlight {
     pub fn upstream(&self) -> &Arc<Upstream> {
         &self.upstream
-    }
-
-    /// The engine answered the request: `held` when it took it (a success status), not
-    /// when it refused it. Later calls change nothing.
-    pub fn answered(&mut self, held: bool) {
-        if self.state == Sending::OnTheWay {
-            self.state = if held { Sending::Held } else { Sending::Refused };
-            self.upstream.engine.settled();
-        }
     }
 
     /// The error for an answer this upstream broke (see [`broken_answer`]).
@@ -240,12 +217,7 @@ pub fn broken_answer(upstream: &str, reason: String) -> crate::error::ProxyError
 impl Drop for InFlight {
     fn drop(&mut self) {
         let now = self.upstream.in_flight.fetch_sub(1, Ordering::Relaxed) - 1;
-        match self.state {
-            Sending::Held => self.upstream.engine.ended(),
-            // Failed on the way: the engine never held it.
-            Sending::OnTheWay => self.upstream.engine.settled(),
-            Sending::Refused => {}
-        }
+        self.upstream.engine.ended();
         self.metrics.set_upstream_in_flight(&self.upstream.name, now);
         self.released.notify_one();
     }
@@ -427,12 +399,7 @@ impl UpstreamPool {
         let now = chosen.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         chosen.engine.sent();
         metrics.set_upstream_in_flight(&chosen.name, now);
-        Ok(InFlight {
-            upstream: chosen,
-            metrics: metrics.clone(),
-            released: self.released.clone(),
-            state: Sending::OnTheWay,
-        })
+        Ok(InFlight { upstream: chosen, metrics: metrics.clone(), released: self.released.clone() })
     }
 
     /// The union of the known model lists, in pool order without duplicates, and whether

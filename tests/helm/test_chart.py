@@ -555,3 +555,18 @@ def test_demo_mode_runs_the_build_with_the_engine_twin():
     assert image(render({"demo": True})) == "meridian-proxy:0.1.0-twin"
     own = {"demo": True, "proxy": {"image": {"tag": "edge-twin"}}}
     assert image(render(own)) == "meridian-proxy:edge-twin"
+
+
+def test_replicas_told_their_number_pass_it_to_the_proxy_and_meridian_check_accepts_it(tmp_path):
+    """`config.admission.replicas` equal to `proxy.replicas` renders into the proxy's
+    config, where `meridian check` accepts it (the chart refuses a count that differs or
+    that an autoscaler would change: test_values.py)."""
+    values = {"demo": True, "proxy": {"replicas": 2},
+              "config": {"admission": {"enabled": True, "max_streams": 8, "replicas": 2}}}
+    r = render(values)
+    assert r.get("Deployment", PROXY)["spec"]["replicas"] == 2
+    assert proxy_toml(r)["admission"]["replicas"] == 2
+    path = tmp_path / "meridian.toml"
+    path.write_text(r.get("ConfigMap", PROXY)["data"]["meridian.toml"])
+    result = subprocess.run([meridian_bin(), "check", "--config", path], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr + result.stdout

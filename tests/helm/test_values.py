@@ -113,6 +113,11 @@ def test_schema_config_section_mirrors_meridian_toml():
         ({"demo": True, "proxy": {"terminationGracePeriodSeconds": 30}}, "terminationGracePeriodSeconds"),
         ({"demo": True, "proxy": {"podDisruptionBudget": {"enabled": True, "minAvailable": 1, "maxUnavailable": 1}}},
          "not both"),
+        ({"demo": True, "proxy": {"replicas": 3}, "config": {"admission": {"replicas": 2}}},
+         "config.admission.replicas (2) must equal proxy.replicas (3)"),
+        ({"demo": True, "proxy": {"replicas": 2, "autoscaling": {"enabled": True}},
+          "config": {"admission": {"replicas": 2}}},
+         "which proxy.autoscaling changes"),
     ],
 )
 def test_refuses_configurations_that_would_misbehave(values, message):

@@ -255,6 +255,16 @@ runbook_url: {{ printf "%s/operations.html#%s" (trimSuffix "/" .) $.anchor }}
 {{- end -}}
 {{- $_ := set $names .name true -}}
 {{- end -}}
+{{- /* Replicas split each engine's max_streams by their count: a wrong count overfills or idles the engines. */ -}}
+{{- $split := int (default 1 (dig "admission" "replicas" 1 .Values.config)) -}}
+{{- if gt $split 1 -}}
+{{- if .Values.proxy.autoscaling.enabled -}}
+{{- fail (printf "config.admission.replicas (%d) splits each engine's limit by a fixed count, which proxy.autoscaling changes: leave it at 1 with autoscaling" $split) -}}
+{{- end -}}
+{{- if ne $split (int .Values.proxy.replicas) -}}
+{{- fail (printf "config.admission.replicas (%d) must equal proxy.replicas (%d): each replica holds that share of every engine's max_streams" $split (int .Values.proxy.replicas)) -}}
+{{- end -}}
+{{- end -}}
 {{- if and .Values.proxy.podDisruptionBudget.enabled (not (kindIs "invalid" .Values.proxy.podDisruptionBudget.minAvailable)) (not (kindIs "invalid" .Values.proxy.podDisruptionBudget.maxUnavailable)) -}}
 {{- fail "proxy.podDisruptionBudget: set minAvailable or maxUnavailable, not both (null the other)" -}}
 {{- end -}}

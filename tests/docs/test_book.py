@@ -37,6 +37,7 @@ OPTIONAL_FIELDS = {
     "admission.max_streams": "unset",
     "admission.max_waiting": "unset",
     "admission.max_kv_usage": "unset",
+    "admission.replica_index": "unset",
     "telemetry.tracing.enabled": "unset",
     "telemetry.tracing.endpoint": "unset",
     "telemetry.tracing.protocol": "unset",

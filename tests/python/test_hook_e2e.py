@@ -233,17 +233,22 @@ def test_the_hooks_count_of_the_engines_requests_agrees_with_vllms_own(hooked_vl
         time.sleep(0.2)
 
 
+def stream_ended_at_budget(client, ids, request_id: str, budget: int = 6):
+    """Streams a chat with a think budget the hook enforces: the client reads one stream,
+    the thought, the forced end at the budget, then the answer up to max_tokens."""
+    stream = chat(client, ids, max_tokens=40, request_id=request_id, meridian={"think_budget_tokens": budget})
+    tokens = tokens_by_phase(stream)
+    assert_switch_at(tokens, ids["</think>"], at=budget)
+    assert len(tokens) == 40, "one stream: thought, forced end, answer up to max_tokens"
+
+
 def test_think_budget_through_the_hook_switches_the_stream(proxy_with_hook, hooked_vllm):
     proxy, ids = proxy_with_hook
     _, hook, _ = hooked_vllm
     client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="x", max_retries=0)
     before = hook_metric(hook, 'meridian_hook_forced_exits_total{reason="budget"}')
     express_before = hook_metric(hook, "meridian_hook_express_steps_total")
-    budget = 6
-    stream = chat(client, ids, max_tokens=40, request_id="hook-budget", meridian={"think_budget_tokens": budget})
-    tokens = tokens_by_phase(stream)
-    assert_switch_at(tokens, ids["</think>"], at=budget)
-    assert len(tokens) == 40, "one stream: thought, forced end, answer up to max_tokens"
+    stream_ended_at_budget(client, ids, "hook-budget")
     assert hook_metric(hook, "meridian_hook_express_steps_total") > express_before, "an express step for the answer"
     assert hook_metric(hook, 'meridian_hook_forced_exits_total{reason="budget"}') == before + 1
 
@@ -261,11 +266,7 @@ def test_a_think_engine_hands_the_answer_over_when_its_hook_ends_the_thought(hoo
         ids = json.loads((tiny_model / "meridian-ids.json").read_text())
         client = openai.OpenAI(base_url=f"{p.url}/v1", api_key="x", max_retries=0)
         forced = hook_metric(hook, 'meridian_hook_forced_exits_total{reason="budget"}')
-        budget = 6
-        stream = chat(client, ids, max_tokens=40, request_id="hook-handover", meridian={"think_budget_tokens": budget})
-        tokens = tokens_by_phase(stream)
-        assert_switch_at(tokens, ids["</think>"], at=budget)
-        assert len(tokens) == 40, "one stream: thought, forced end, answer up to max_tokens"
+        stream_ended_at_budget(client, ids, "hook-handover")
         assert hook_metric(hook, 'meridian_hook_forced_exits_total{reason="budget"}') == forced + 1, "the hook ended it"
         deadline = time.time() + 10
         while metric(requests.get(f"{p.url}/metrics", timeout=5).text, "meridian_handovers_total", outcome="moved") != 1:

@@ -2,19 +2,24 @@
 
 use super::*;
 
-fn with_models(lists: &[Option<&[&str]>]) -> UpstreamPool {
-    let eps: Vec<EndpointConfig> = lists
-        .iter()
+/// Upstreams `u0`, `u1`, … with these model lists and roles.
+fn pool_of(upstreams: impl IntoIterator<Item = (Option<Vec<String>>, Role)>) -> UpstreamPool {
+    let eps: Vec<EndpointConfig> = upstreams
+        .into_iter()
         .enumerate()
-        .map(|(i, l)| EndpointConfig {
+        .map(|(i, (models, role))| EndpointConfig {
             url: format!("http://u{i}:8000"),
             name: None,
             hook: None,
-            models: l.map(|l| l.iter().map(|s| (*s).to_owned()).collect()),
-            role: Default::default(),
+            models,
+            role,
         })
         .collect();
     UpstreamPool::new(&eps, meridian_core::route::RoutingKind::PhaseAware.policy(1.25))
+}
+
+fn with_models(lists: &[Option<&[&str]>]) -> UpstreamPool {
+    pool_of(lists.iter().map(|l| (l.map(|l| l.iter().map(|s| (*s).to_owned()).collect()), Role::default())))
 }
 
 #[test]
@@ -62,32 +67,12 @@ fn prefers_the_upstream_with_fewest_answering_streams_then_least_in_flight() {
 }
 
 fn pool(n: usize) -> UpstreamPool {
-    let eps: Vec<EndpointConfig> = (0..n)
-        .map(|i| EndpointConfig {
-            url: format!("http://u{i}:8000"),
-            name: None,
-            hook: None,
-            models: None,
-            role: Default::default(),
-        })
-        .collect();
-    UpstreamPool::new(&eps, meridian_core::route::RoutingKind::PhaseAware.policy(1.25))
+    pool_of((0..n).map(|_| (None, Role::default())))
 }
 
 /// Upstreams `u0`, `u1`, … in these roles.
 fn roles(roles: &[Role]) -> UpstreamPool {
-    let eps: Vec<EndpointConfig> = roles
-        .iter()
-        .enumerate()
-        .map(|(i, r)| EndpointConfig {
-            url: format!("http://u{i}:8000"),
-            name: None,
-            hook: None,
-            models: None,
-            role: *r,
-        })
-        .collect();
-    UpstreamPool::new(&eps, meridian_core::route::RoutingKind::PhaseAware.policy(1.25))
+    pool_of(roles.iter().map(|r| (None, *r)))
 }
 
 fn want(work: Work) -> Want<'static> {

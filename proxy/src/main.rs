@@ -213,6 +213,7 @@ mod twin {
             speed: cfg.speed,
             served_model: cfg.served_model.clone(),
             prefix_cache: None,
+            channel_secret: None,
         };
         let policy = meridian_core::sched::policy_by_name(&cfg.policy)
             .ok_or_else(|| format!("twin.policy: unknown {:?}", cfg.policy))?;

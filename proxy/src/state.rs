@@ -81,7 +81,8 @@ impl AppState {
         let hook = HookChannel::new(&config.hook, client.clone()).with_streams(streams.clone());
         let tenants = Tenants::new(&config.tenants, &metrics);
         let flows = tenants.as_ref().map_or(1, Tenants::flows);
-        let admission = Arc::new(Admission::new(&config.admission, flows, pool.clone(), metrics.clone()));
+        let admission =
+            Arc::new(Admission::new(&config.admission, flows, pool.clone(), metrics.clone(), hook.clone()));
         Ok(AppState {
             admission,
             hook,

@@ -49,6 +49,9 @@ samples! {
     ChannelUnauthorized = "meridian_hook_channel_requests_total" "outcome=\"unauthorized\"";
     ChannelVersion = "meridian_hook_channel_requests_total" "outcome=\"version\"";
     ChannelBad = "meridian_hook_channel_requests_total" "outcome=\"bad_request\"";
+    PlacesGranted = "meridian_hook_place_claims_total" "outcome=\"granted\"";
+    PlacesRefused = "meridian_hook_place_claims_total" "outcome=\"refused\"";
+    PlacesReported = "meridian_hook_place_claims_total" "outcome=\"reported\"";
     ErrorSchedule = "meridian_hook_errors_total" "site=\"scheduler\"";
     ErrorLogits = "meridian_hook_errors_total" "site=\"logits_processor\"";
     ErrorChannel = "meridian_hook_errors_total" "site=\"channel\"";
@@ -82,6 +85,10 @@ const HELP: &[(&str, &str)] = &[
     ),
     ("meridian_hook_directives_total", "Directives received on the policy channel."),
     ("meridian_hook_channel_requests_total", "Policy channel requests, by outcome."),
+    (
+        "meridian_hook_place_claims_total",
+        "Proxy replicas' claims on places in the engine's limit (admission.places = \"engine\"): granted, refused, or a holding reported.",
+    ),
     (
         "meridian_hook_errors_total",
         "Errors the hook caught and fell back from (stock vLLM behaviour), by site.",

@@ -6,6 +6,7 @@
 //! | `GET /meridian/v1/hello`     | bearer | → [`Hello`] (with the engine's [`EngineState`]) |
 //! | `POST /meridian/v1/directives` | bearer | [`DirectiveBatch`] → [`Accepted`]        |
 //! | `POST /meridian/v1/sync`     | bearer | [`SyncRequest`] → [`SyncReply`] (hook's own worker processes) |
+//! | `POST /meridian/v1/places`   | bearer | [`Claim`] → [`Granted`] (a place in the engine's limit, [`places`]) |
 //! | `GET /health`, `GET /metrics`| none   | liveness, Prometheus text                  |
 //!
 //! Every authenticated request carries `Authorization: Bearer <secret>` and
@@ -18,11 +19,13 @@
 
 mod directives;
 mod ids;
+pub mod places;
 
 use serde::{Deserialize, Serialize};
 
 pub use directives::{DirectiveTable, RequestDirectives};
 pub use ids::base_request_id;
+pub use places::{Claim, Granted, PLACES_PATH, Places};
 
 /// The protocol major version this build speaks.
 pub const PROTOCOL_VERSION: u32 = 1;

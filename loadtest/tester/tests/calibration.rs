@@ -34,6 +34,7 @@ async fn fitting_a_load_test_of_the_twin_recovers_its_cost_model() {
         speed: 1.0,
         served_model: "m".into(),
         prefix_cache: None,
+        channel_secret: None,
     };
     let twin = TwinServer::start(opts, Box::new(Fcfs)).await.unwrap();
     let dir = std::env::temp_dir().join(format!("calib-{}", std::process::id()));

@@ -16,7 +16,8 @@ pub mod share;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::config::AdmissionConfig;
+use crate::config::{AdmissionConfig, PlacesFrom};
+use crate::hook::HookChannel;
 use tokio::sync::oneshot;
 
 pub use queue::{ClassQueue, Ticket};
@@ -26,7 +27,8 @@ use crate::ctx::Class;
 
 use crate::error::ProxyError;
 use crate::telemetry::Metrics;
-use crate::upstream::{InFlight, NoPick, Upstream, UpstreamPool, Want};
+use crate::upstream::places::{RENEW_EVERY, RETRY_AFTER_REFUSAL};
+use crate::upstream::{Claimed, InFlight, NoPick, Place, PlaceTerms, Upstream, UpstreamPool, Want};
 use meridian_core::route::Work;
 
 /// When an upstream counts as saturated.
@@ -37,6 +39,9 @@ pub struct Limits {
     pub max_kv_usage: Option<f64>,
     /// The replicas that share each engine's `max_streams` (`admission.replicas`).
     pub fleet: Fleet,
+    /// With `admission.places = "engine"` (and `max_streams`): what this replica's claims
+    /// on each engine's places state.
+    pub places: Option<Arc<PlaceTerms>>,
 }
 
 impl Limits {
@@ -46,7 +51,25 @@ impl Limits {
             max_waiting: cfg.max_waiting.map(f64::from),
             max_kv_usage: cfg.max_kv_usage,
             fleet: Fleet::new(cfg.replicas, cfg.replica_index),
+            places: None,
         }
+    }
+
+    /// Claims on each engine's places go over `channel` as `holder`, when the config
+    /// asks the engines (`admission.places = "engine"`) and sets `max_streams`.
+    fn with_places(mut self, cfg: &AdmissionConfig, channel: HookChannel, holder: String) -> Self {
+        self.places = match (cfg.places, self.max_streams) {
+            (PlacesFrom::Engine, Some(limit)) => Some(Arc::new(PlaceTerms { channel, holder, limit })),
+            _ => None,
+        };
+        self
+    }
+
+    /// Whether `u`'s engine grants its places itself: this replica asks it, and only
+    /// holds back while its own requests there reach the limit or the engine refused a
+    /// place a moment ago.
+    fn engine_grants(&self, u: &Upstream) -> bool {
+        self.places.is_some() && u.hook.is_some() && !u.places.unanswered()
     }
 
     /// Whether `u` should take no new request now. Unknown engine gauges (no scrape yet,
@@ -55,8 +78,12 @@ impl Limits {
         let (waiting, kv) = u.engine_load();
         let own = u32::try_from(u.in_flight()).unwrap_or(u32::MAX);
         let engine_holds = u.engine.now().map(|n| n.requests);
-        self.max_streams.is_some_and(|m| !self.fleet.has_room(m, own, engine_holds))
-            || matches!((self.max_waiting, waiting), (Some(m), Some(w)) if w > m)
+        let full = match self.max_streams {
+            None => false,
+            Some(m) if self.engine_grants(u) => own >= m || u.places.held_back(),
+            Some(m) => !self.fleet.has_room(m, own, engine_holds),
+        };
+        full || matches!((self.max_waiting, waiting), (Some(m), Some(w)) if w > m)
             || matches!((self.max_kv_usage, kv), (Some(m), Some(k)) if k > m)
     }
 
@@ -94,8 +121,19 @@ pub struct Admission {
 
 impl Admission {
     /// `flows`: the tenants the queue shares fairly between (1 without `[tenants]`).
-    pub fn new(cfg: &AdmissionConfig, flows: usize, pool: Arc<UpstreamPool>, metrics: Arc<Metrics>) -> Self {
-        let limits = Limits::from_config(cfg);
+    /// `channel`: the policy channel, for claims on the engines' places.
+    pub fn new(
+        cfg: &AdmissionConfig,
+        flows: usize,
+        pool: Arc<UpstreamPool>,
+        metrics: Arc<Metrics>,
+        channel: HookChannel,
+    ) -> Self {
+        let limits = Limits::from_config(cfg).with_places(cfg, channel, holder_name());
+        if let Some(terms) = limits.places.as_ref().filter(|_| cfg.enabled) {
+            tracing::info!(holder = %terms.holder, max_streams = terms.limit,
+                "admission: each engine's hook grants the places of its max_streams");
+        }
         if let (true, Some(limit)) = (cfg.enabled && cfg.replicas > 1, limits.max_streams) {
             tracing::info!(
                 replicas = cfg.replicas,
@@ -150,7 +188,9 @@ impl Admission {
     /// in-flight guard on it. Fails with 503 after `queue_timeout_s`, at once when the
     /// queue is full, and like an unqueued request when no upstream can serve the model.
     /// A caller that goes away (its future is dropped) leaves the queue. `flow`: its
-    /// tenant's flow and weight, for the fair share within its class.
+    /// tenant's flow and weight, for the fair share within its class. With
+    /// `admission.places = "engine"` the upstream's engine grants the request a place
+    /// first; refused, it waits again at its place in line.
     pub async fn admit(
         self: &Arc<Self>,
         model: &str,
@@ -160,34 +200,63 @@ impl Admission {
         flow: (usize, u32),
     ) -> Result<InFlight, ProxyError> {
         let started = Instant::now();
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let mut in_line = None;
+        loop {
+            let guard = self.turn(model, affinity, work, class, flow, &mut in_line, deadline).await?;
+            if let Some(guard) = self.claim_place(guard).await {
+                self.metrics.record_admission(class.as_str(), started.elapsed());
+                return Ok(guard);
+            }
+        }
+    }
+
+    /// One wait for an upstream with room, queued at `in_line` (the place kept from an
+    /// earlier wait whose engine then refused a place) or, with nobody ahead, let through
+    /// at once; the place in line it took is left in `in_line`.
+    #[allow(clippy::too_many_arguments)] // the request's terms, its place and its deadline
+    async fn turn(
+        self: &Arc<Self>,
+        model: &str,
+        affinity: Option<&str>,
+        work: Work,
+        class: Class,
+        flow: (usize, u32),
+        in_line: &mut Option<Ticket>,
+        deadline: tokio::time::Instant,
+    ) -> Result<InFlight, ProxyError> {
         let (tx, rx) = oneshot::channel();
+        let waiter = Waiter { model: model.to_owned(), affinity: affinity.map(str::to_owned), work, tx };
         let (ticket, evicted) = {
             let mut q = self.lock();
-            // Nobody ahead: straight through when there is room.
-            if q.is_empty() {
-                match self.pick(model, affinity, work) {
-                    Ok(guard) => {
-                        self.metrics.record_admission(class.as_str(), Duration::ZERO);
-                        return Ok(guard);
-                    }
-                    Err(NoPick::Saturated) => {}
-                    Err(e) => return Err(no_pick_error(e, model)),
+            match *in_line {
+                Some(ticket) => {
+                    q.put_back(ticket, flow.0, waiter);
+                    self.publish(&q);
+                    (ticket, None)
                 }
-            }
-            let pushed = q.push(
-                class,
-                flow,
-                Waiter { model: model.to_owned(), affinity: affinity.map(str::to_owned), work, tx },
-            );
-            self.publish(&q);
-            match pushed {
-                Ok(queued) => queued,
-                Err(_) => {
-                    self.metrics.count_admission_rejected(class.as_str());
-                    return Err(ProxyError::AdmissionQueueFull);
+                None => {
+                    // Nobody ahead: straight through when there is room.
+                    if q.is_empty() {
+                        match self.pick(model, affinity, work) {
+                            Ok(guard) => return Ok(guard),
+                            Err(NoPick::Saturated) => {}
+                            Err(e) => return Err(no_pick_error(e, model)),
+                        }
+                    }
+                    let pushed = q.push(class, flow, waiter);
+                    self.publish(&q);
+                    match pushed {
+                        Ok(queued) => queued,
+                        Err(_) => {
+                            self.metrics.count_admission_rejected(class.as_str());
+                            return Err(ProxyError::AdmissionQueueFull);
+                        }
+                    }
                 }
             }
         };
+        *in_line = Some(ticket);
         if let Some(((evicted_class, _, _), w)) = evicted {
             self.metrics.count_admission_rejected(evicted_class.as_str());
             let _ = w.tx.send(Err(Refused::QueueFull));
@@ -196,7 +265,7 @@ impl Admission {
         self.pool.capacity_changed();
         let leave = LeaveOnDrop { admission: self, ticket };
         let mut rx = rx;
-        let outcome = match tokio::time::timeout(self.timeout, &mut rx).await {
+        let outcome = match tokio::time::timeout_at(deadline, &mut rx).await {
             Ok(Ok(r)) => Some(r),
             // Dropped unanswered: only if the queue lost it, which it does not; fail safe.
             Ok(Err(_)) => Some(Err(Refused::NoPick(NoPick::NoHealthy))),
@@ -208,15 +277,52 @@ impl Admission {
         };
         drop(leave);
         match outcome {
-            Some(Ok(guard)) => {
-                self.metrics.record_admission(class.as_str(), started.elapsed());
-                Ok(guard)
-            }
+            Some(Ok(guard)) => Ok(guard),
             Some(Err(Refused::QueueFull)) => Err(ProxyError::AdmissionQueueFull),
             Some(Err(Refused::NoPick(e))) => Err(no_pick_error(e, model)),
             None => {
                 self.metrics.count_admission_timed_out(class.as_str());
                 Err(ProxyError::AdmissionTimeout { after_s: self.timeout.as_secs_f64() })
+            }
+        }
+    }
+
+    /// With `admission.places = "engine"`, claims the request's place from its
+    /// upstream's hook: the guard, now holding the place, or `None` when the engine's
+    /// places are all held (the upstream then counts as full here for a moment, and the
+    /// request must wait again). Upstreams without a hook, or whose hook left the last
+    /// message unanswered, are decided by this replica alone.
+    async fn claim_place(&self, guard: InFlight) -> Option<InFlight> {
+        let Some(terms) = &self.limits.places else { return Some(guard) };
+        let upstream = Arc::clone(guard.upstream());
+        let Some(addr) = upstream.hook.as_deref() else { return Some(guard) };
+        if upstream.places.unanswered() {
+            return Some(guard);
+        }
+        match upstream.places.claim(terms, addr).await {
+            Claimed::Granted => {
+                self.metrics.count_place_claim("granted");
+                // Waiters that stood behind a refusal of this engine may try it again.
+                self.pool.capacity_changed();
+                Some(guard.with_place(Place::new(Arc::clone(terms))))
+            }
+            Claimed::Behind => None,
+            Claimed::Refused => {
+                self.metrics.count_place_claim("refused");
+                drop(guard);
+                // Another replica's place freeing shows only at the engine: ask again soon.
+                let pool = Arc::clone(&self.pool);
+                tokio::spawn(async move {
+                    tokio::time::sleep(RETRY_AFTER_REFUSAL).await;
+                    pool.capacity_changed();
+                });
+                None
+            }
+            Claimed::Unanswered(error) => {
+                self.metrics.count_place_claim("unanswered");
+                tracing::warn!(upstream = %upstream.name, %error,
+                    "admission: the engine's hook answered no claim; this replica decides its room alone until it does");
+                Some(guard)
             }
         }
     }
@@ -262,15 +368,43 @@ impl Admission {
         }
     }
 
-    /// Runs [`pump`](Self::pump) whenever capacity may have freed up, until aborted.
+    /// Runs [`pump`](Self::pump) whenever capacity may have freed up, and with
+    /// `admission.places = "engine"` restates this replica's places at every engine each
+    /// [`RENEW_EVERY`] so their leases hold, until aborted.
     pub fn spawn_pump(self: Arc<Self>) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
-            loop {
-                self.pool.capacity_notified().await;
-                self.pump();
-            }
+            let pump = async {
+                loop {
+                    self.pool.capacity_notified().await;
+                    self.pump();
+                }
+            };
+            let renew = async {
+                let Some(terms) = &self.limits.places else { return };
+                let mut every = tokio::time::interval(RENEW_EVERY);
+                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    every.tick().await;
+                    for u in self.pool.all() {
+                        if let Some(addr) = u.hook.as_deref() {
+                            u.places.renew(terms, addr).await;
+                        }
+                    }
+                }
+            };
+            tokio::join!(pump, renew);
         })
     }
+}
+
+/// This replica's name at the engines: unique among replicas (its host, as Kubernetes
+/// names the pod, its process, and when it started, should a process id come round
+/// again).
+fn holder_name() -> String {
+    let host = std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()).unwrap_or_else(|| "meridian".into());
+    let started =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!("{host}-{}-{:x}", std::process::id(), started & 0xffff_ffff)
 }
 
 fn no_pick_error(e: NoPick, model: &str) -> ProxyError {

@@ -91,6 +91,17 @@ impl<T> ClassQueue<T> {
         Ok((ticket, evicted))
     }
 
+    /// Puts back a waiter let through earlier at its old place in line (its engine then
+    /// refused it a place: `admission.places = "engine"`), ahead of those who came after
+    /// it. It held that place already, so the bound does not refuse it.
+    pub fn put_back(&mut self, ticket: Ticket, flow: usize, item: T) {
+        let flow = flow.min(self.held.len() - 1);
+        if self.waiting.insert(ticket, (flow, item)).is_none() {
+            self.counts[ticket.0 as usize] += 1;
+            self.held[flow][ticket.0 as usize] += 1;
+        }
+    }
+
     /// Who gives way at the bound to a newcomer of `class` from tenant `flow`, if anyone.
     fn gives_way(&self, class: Class, flow: usize) -> Option<Ticket> {
         let (&last, _) = self.waiting.last_key_value()?;
@@ -175,6 +186,21 @@ mod tests {
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].1, ("m2", 2));
         assert_eq!(q.count(Class::Output), 1);
+    }
+
+    #[test]
+    fn a_waiter_put_back_keeps_its_place_ahead_of_later_arrivals() {
+        let mut q = ClassQueue::new(2, 1);
+        let (first, _) = q.push(Class::Interactive, ONE, "first").unwrap();
+        q.push(Class::Interactive, ONE, "second").unwrap();
+        let out = q.release(|w| (*w == "first").then_some(()));
+        assert_eq!(out.len(), 1);
+        q.push(Class::Interactive, ONE, "third").unwrap();
+        // Its engine refused it a place: back in line, at its old place, past the bound.
+        q.put_back(first, 0, "first");
+        assert_eq!((q.len(), q.count(Class::Interactive)), (3, 3));
+        let order: Vec<&str> = q.release(|_| Some(())).into_iter().map(|(_, w, _)| w).collect();
+        assert_eq!(order, vec!["first", "second", "third"]);
     }
 
     #[test]

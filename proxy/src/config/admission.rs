@@ -55,6 +55,26 @@ pub struct AdmissionConfig {
     /// the lowest places. Unset: this replica takes only the even part, and the leftovers
     /// stay unused.
     pub replica_index: Option<u32>,
+    /// Who decides that an engine has room under `max_streams`. `replica` (the default): this
+    /// replica, from the engine's last reading and its own traffic since (its part of the
+    /// limit when told `replicas`). `engine`: before each request is sent, the engine's hook
+    /// grants it one of the limit's places, counting every replica's (ADR 0013), so replicas
+    /// share the places by need and together never pass the limit, however many run
+    /// (autoscaled included). It costs one round trip to the hook per admitted request.
+    /// Needs the hook's channel (`upstream.endpoints[].hook`); an engine whose hook does not
+    /// answer a claim is decided as under `replica` until it does.
+    pub places: PlacesFrom,
+}
+
+/// Who decides that an engine has room for one more request (`admission.places`).
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum PlacesFrom {
+    /// This replica, from the engine's reading and its own traffic.
+    #[default]
+    Replica,
+    /// The engine's hook, which grants places to every replica in turn.
+    Engine,
 }
 
 impl Default for AdmissionConfig {
@@ -68,13 +88,14 @@ impl Default for AdmissionConfig {
             max_queued: 1024,
             replicas: 1,
             replica_index: None,
+            places: PlacesFrom::Replica,
         }
     }
 }
 
 impl AdmissionConfig {
     /// Every out-of-range value of this section, named by its dotted path.
-    pub(super) fn check(&self, c: &mut Checker) {
+    pub(super) fn check(&self, c: &mut Checker, upstream: &super::UpstreamConfig) {
         if self.max_streams == Some(0) {
             c.fail("admission.max_streams", "must be at least 1 (leave it unset for no cap)");
         }
@@ -102,6 +123,20 @@ impl AdmissionConfig {
                     "is more than admission.max_streams ({m}): some replica would get no place on an engine"
                 ),
             );
+        }
+        if self.enabled && self.places == PlacesFrom::Engine {
+            if self.max_streams.is_none() {
+                c.fail(
+                    "admission.places",
+                    "is \"engine\" but admission.max_streams is unset: no limit to grant places of",
+                );
+            }
+            if upstream.endpoints.iter().all(|e| e.hook.is_none()) {
+                c.fail(
+                    "admission.places",
+                    "is \"engine\" but no upstream.endpoints[].hook is set: no engine could grant a place",
+                );
+            }
         }
         if self.enabled
             && self.max_streams.is_none()

@@ -26,7 +26,7 @@ use meridian_core::ModelRegistry;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use admission::AdmissionConfig;
+pub use admission::{AdmissionConfig, PlacesFrom};
 pub use meridian_core::config::{
     BudgetConfig, Checker, ConfigError, ConfigFile, ExitConfig, ExitSignal, FieldError, Forcing, HookConfig,
     ModelsConfig, OnUnsupportedVllm, Override,
@@ -75,7 +75,7 @@ impl ConfigFile for MeridianConfig {
         self.admin.check(&mut c, &self.server);
         self.hook.check(&mut c);
         self.exit.check(&mut c);
-        self.admission.check(&mut c);
+        self.admission.check(&mut c, &self.upstream);
         self.priority.check(&mut c);
         self.tenants.check(&mut c);
         self.telemetry.check(&mut c);

@@ -11,8 +11,8 @@ use meridian_core::channel::Action;
 use crate::config::HookConfig;
 use axum::http::HeaderValue;
 use meridian_core::channel::{
-    Accepted, DIRECTIVES_PATH, Directive, DirectiveBatch, HELLO_PATH, Hello, PROTOCOL_HEADER,
-    PROTOCOL_VERSION,
+    Accepted, Claim, DIRECTIVES_PATH, Directive, DirectiveBatch, Granted, HELLO_PATH, Hello, PLACES_PATH,
+    PROTOCOL_HEADER, PROTOCOL_VERSION,
 };
 
 use crate::streams::{Ending, OpenStreams};
@@ -98,6 +98,13 @@ impl HookChannel {
             return Err(HookError::Version { addr: addr.to_owned(), theirs: hello.protocol });
         }
         Ok(hello)
+    }
+
+    /// Claims a place in the engine's limit, or reports this replica's holding
+    /// (`meridian_core::channel::places`).
+    pub async fn claim(&self, addr: &str, claim: &Claim) -> Result<Granted, HookError> {
+        let req = self.request(reqwest::Method::POST, addr, PLACES_PATH)?.json(claim);
+        self.call(addr, req).await
     }
 
     /// Sends directives to a hook.

@@ -4,9 +4,11 @@
 pub mod engine_metrics;
 mod engine_state;
 mod health;
+pub mod places;
 mod pool;
 
 pub use engine_metrics::EngineLoad;
 pub use engine_state::{EngineNow, EngineReading};
 pub use health::{HealthChecks, model_ids};
+pub use places::{Claimed, EnginePlaces, Place, PlaceTerms};
 pub use pool::{InFlight, NoPick, Upstream, UpstreamPool, Want, broken_answer};

@@ -9,7 +9,7 @@ mod server;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use meridian_core::channel::{DirectiveTable, Hello, RequestDirectives, base_request_id};
+use meridian_core::channel::{DirectiveTable, Hello, Places, RequestDirectives, base_request_id};
 
 pub use follower::Follower;
 pub use server::ChannelServer;
@@ -29,6 +29,26 @@ pub struct Shared {
     /// (`hook.on_unsupported_vllm = "disable"`): the hello reply reports policy
     /// `disabled`, and `meridian_hook_disabled` reads 1.
     pub disabled: AtomicBool,
+    /// The places of this engine's limit granted to proxy replicas
+    /// (`meridian_core::channel::places`), and the clock their leases run on.
+    pub places: Mutex<Places>,
+    pub started: Clock,
+}
+
+/// The start of this process's channel clock (a monotonic instant, from creation).
+pub struct Clock(std::time::Instant);
+
+impl Default for Clock {
+    fn default() -> Self {
+        Clock(std::time::Instant::now())
+    }
+}
+
+impl Clock {
+    /// Seconds since the clock started.
+    pub fn now_s(&self) -> f64 {
+        self.0.elapsed().as_secs_f64()
+    }
 }
 
 impl Shared {

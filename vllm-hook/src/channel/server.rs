@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use meridian_core::channel::{
-    self, Accepted, ChannelError, DISABLED_POLICY, DirectiveBatch, Hello, PROTOCOL_HEADER, SyncRequest,
+    self, Accepted, ChannelError, Claim, DISABLED_POLICY, DirectiveBatch, Hello, PROTOCOL_HEADER, SyncRequest,
 };
 use serde::Serialize;
 use tiny_http::{Header, Method, Request, Response, Server};
@@ -82,7 +82,7 @@ fn handle(mut request: Request, secret: &str, hello: &Hello, shared: &Shared) {
         (Method::Get, "/metrics") => {
             typed(Response::from_string(shared.counters.render()), "text/plain; version=0.0.4")
         }
-        (_, channel::HELLO_PATH | channel::DIRECTIVES_PATH | channel::SYNC_PATH) => {
+        (_, channel::HELLO_PATH | channel::DIRECTIVES_PATH | channel::SYNC_PATH | channel::PLACES_PATH) => {
             authenticated(&mut request, &method, &path, secret, hello, shared)
         }
         _ => error(404, "not_found", format!("no route {path}")),
@@ -129,6 +129,7 @@ fn authenticated(
         }
         (Method::Post, channel::DIRECTIVES_PATH) => directives(&body, shared),
         (Method::Post, channel::SYNC_PATH) => sync(&body, shared),
+        (Method::Post, channel::PLACES_PATH) => places(&body, shared),
         _ => Err(ChannelError::BadMessage(format!("{method} not allowed on {path}"))),
     };
     match result {
@@ -155,6 +156,23 @@ fn directives(body: &[u8], shared: &Shared) -> Result<Reply, ChannelError> {
     }
     shared.counters.add(Counter::Directives, accepted as u64);
     Ok(json(200, &Accepted { accepted, seq }))
+}
+
+/// A proxy replica claims a place in the engine's limit, or reports its holding. The
+/// listener answers one request at a time, so claims are decided in the order they came.
+fn places(body: &[u8], shared: &Shared) -> Result<Reply, ChannelError> {
+    let claim: Claim = serde_json::from_slice(body).map_err(|e| ChannelError::BadMessage(e.to_string()))?;
+    let granted = match shared.places.lock() {
+        Ok(mut places) => places.claim(&claim, shared.started.now_s()),
+        Err(_) => return Err(ChannelError::BadMessage("place table unavailable".into())),
+    };
+    let counter = match (claim.want, granted.granted) {
+        (0, _) => Counter::PlacesReported,
+        (_, true) => Counter::PlacesGranted,
+        (_, false) => Counter::PlacesRefused,
+    };
+    shared.counters.add(counter, 1);
+    Ok(json(200, &granted))
 }
 
 fn sync(body: &[u8], shared: &Shared) -> Result<Reply, ChannelError> {

@@ -178,6 +178,25 @@ impl Engine {
         self.waiting.len()
     }
 
+    /// Running requests by phase (computing their prompt, thinking, answering) and those
+    /// waiting: what the hook reports of a vLLM engine in its hello.
+    pub fn requests_by_phase(&self) -> meridian_core::channel::EngineState {
+        let mut state = meridian_core::channel::EngineState {
+            waiting: u32::try_from(self.waiting.len()).unwrap_or(u32::MAX),
+            steps: self.steps,
+            ..Default::default()
+        };
+        for r in self.running.iter().filter_map(|seq| self.requests.get(seq)) {
+            let slot = match r.phase() {
+                Phase::Pending => &mut state.prefilling,
+                Phase::Think => &mut state.thinking,
+                Phase::Output => &mut state.answering,
+            };
+            *slot += 1;
+        }
+        state
+    }
+
     pub fn kv_usage(&self) -> f64 {
         self.pool.usage()
     }

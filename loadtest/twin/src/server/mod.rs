@@ -4,6 +4,7 @@
 //! request in the engine, as vLLM does.
 
 mod api;
+mod channel;
 mod driver;
 mod metrics;
 
@@ -43,6 +44,10 @@ pub struct TwinOptions {
     /// `--no-enable-prefix-caching`). On, prompts are named by ids made from their text
     /// ([`api::prompt_ids`]) and `/metrics` counts queries and hits as vLLM does.
     pub prefix_cache: Option<meridian_core::kv::Eviction>,
+    /// The policy channel's shared secret (`None`: no channel served): with it, the twin
+    /// answers the hello and grants places of its limit as the hook does
+    /// ([`channel`]).
+    pub channel_secret: Option<String>,
 }
 
 impl TwinOptions {
@@ -56,6 +61,7 @@ impl TwinOptions {
             speed,
             served_model: "Qwen/Qwen3-8B".into(),
             prefix_cache: None,
+            channel_secret: None,
         }
     }
 }
@@ -81,6 +87,8 @@ pub(crate) struct Shared {
     /// `meridian-twin/<profile>`: the `system_fingerprint` of every answer and the value
     /// of its [`SIMULATED_HEADER`], so nobody mistakes a simulated answer for a model's.
     fingerprint: Arc<str>,
+    /// Places granted to proxy replicas, when the channel is served.
+    places: Mutex<meridian_core::channel::Places>,
 }
 
 /// Response header on everything the twin serves: its answers are simulated.
@@ -127,6 +135,7 @@ impl TwinServer {
             opts,
             started: Instant::now(),
             fingerprint,
+            places: Mutex::default(),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
@@ -134,6 +143,8 @@ impl TwinServer {
             .route("/v1/models", get(models))
             .route("/health", get(|| async { StatusCode::OK }))
             .route("/metrics", get(metrics_text))
+            .route(meridian_core::channel::HELLO_PATH, get(channel::hello))
+            .route(meridian_core::channel::PLACES_PATH, post(channel::places))
             .with_state(shared.clone())
             .layer(axum::middleware::map_response(move |mut response: Response| {
                 response.headers_mut().insert(SIMULATED_HEADER, simulated.clone());

@@ -124,6 +124,10 @@ pub(super) const ADMISSION_REJECTED: Def = Def::counter(
     "meridian_admission_rejected_total",
     "Requests refused because the admission queue was full, by class.",
 );
+pub(super) const PLACE_CLAIMS: Def = Def::counter(
+    "meridian_admission_place_claims_total",
+    "Places claimed from engines' hooks before sending (`admission.places = \"engine\"`): `granted`, `refused` (the engine's limit is held; the request waits on), or `unanswered` (this replica decided alone).",
+);
 pub(super) const EAT_PROBES: Def =
     Def::counter("meridian_eat_probes_total", "EAT probe requests the proxy sent, by outcome.");
 pub(super) const ENTROPY_EXITS: Def = Def::counter(
@@ -163,7 +167,7 @@ pub(super) const TENANT_TOKENS: Def = Def::counter(
     "Tokens generated for a tenant's requests (thinking and answer), as its token-rate limit counts them, by tenant.",
 );
 
-pub(super) const ALL: [Def; 30] = [
+pub(super) const ALL: [Def; 31] = [
     REQUESTS,
     TTFT,
     TTFO,
@@ -184,6 +188,7 @@ pub(super) const ALL: [Def; 30] = [
     ADMISSION_ADMITTED,
     ADMISSION_TIMED_OUT,
     ADMISSION_REJECTED,
+    PLACE_CLAIMS,
     EAT_PROBES,
     ENTROPY_EXITS,
     CONTINUATIONS,

@@ -31,6 +31,7 @@ const CONTINUATION_REASONS: [&str; 4] = ["budget_tokens", "budget_seconds", "rpd
 const ADMISSION_CLASSES: [&str; 3] = ["output", "interactive", "batch"];
 const EAT_OUTCOMES: [&str; 2] = ["ok", "failed"];
 const ENTROPY_SIGNALS: [&str; 2] = ["eat", "rpdi"];
+const PLACE_OUTCOMES: [&str; 3] = ["granted", "refused", "unanswered"];
 /// The routes whose budgets only an engine's hook can enforce.
 const HOOK_ONLY_ROUTES: [&str; 2] = ["responses", "messages"];
 /// In the order `crate::streams::OpenStreams::streams_by_phase` counts them.
@@ -103,6 +104,7 @@ pub struct Metrics {
     entropy_exits: Vec<(&'static str, Counter)>,
     continuations: Vec<(&'static str, Counter)>,
     handovers: Vec<(&'static str, Counter)>,
+    place_claims: Vec<(&'static str, Counter)>,
     kv_exports: Vec<(&'static str, Counter)>,
     budgets_unenforced: Vec<(&'static str, Counter)>,
     requests: Lazy<(&'static str, &'static str), Counter>,
@@ -157,6 +159,7 @@ impl Metrics {
             entropy_exits: counters(catalogue::ENTROPY_EXITS, "signal", &ENTROPY_SIGNALS),
             continuations: counters(catalogue::CONTINUATIONS, "reason", &CONTINUATION_REASONS),
             handovers: counters(catalogue::HANDOVERS, "outcome", &["moved", "no_room"]),
+            place_claims: counters(catalogue::PLACE_CLAIMS, "outcome", &PLACE_OUTCOMES),
             kv_exports: counters(catalogue::KV_EXPORTS, "outcome", &["ok", "failed"]),
             budgets_unenforced: counters(catalogue::BUDGET_UNENFORCED, "route", &HOOK_ONLY_ROUTES),
             requests: Lazy::default(),
@@ -315,6 +318,11 @@ impl Metrics {
     pub fn count_handover(&self, moved: bool) {
         let outcome = if moved { "moved" } else { "no_room" };
         self.count_in(&self.handovers, catalogue::HANDOVERS, "outcome", outcome);
+    }
+
+    /// A place claimed from an engine's hook: `granted`, `refused` or `unanswered`.
+    pub fn count_place_claim(&self, outcome: &'static str) {
+        self.count_in(&self.place_claims, catalogue::PLACE_CLAIMS, "outcome", outcome);
     }
 
     /// A `think` upstream's KV export before a hand-over: done, or failed.

@@ -7,7 +7,7 @@ use crate::config::EndpointConfig;
 use meridian_core::Phase;
 use meridian_core::route::{EngineView, Role, RouteRequest, RoutingPolicy, Work};
 
-use super::EngineReading;
+use super::{EnginePlaces, EngineReading, Place};
 use crate::telemetry::Metrics;
 
 /// One upstream server and its live state.
@@ -39,6 +39,9 @@ pub struct Upstream {
     /// The engine's own count of its requests (every replica's), from its hook's hello or
     /// vLLM's own gauges.
     pub engine: EngineReading,
+    /// The places this replica holds in the engine's limit, granted by its hook
+    /// (`admission.places = "engine"`).
+    pub places: EnginePlaces,
 }
 
 impl Upstream {
@@ -62,6 +65,7 @@ impl Upstream {
             engine_kv_usage: AtomicU64::new(f64::NAN.to_bits()),
             output_streams: AtomicUsize::new(0),
             engine: EngineReading::default(),
+            places: EnginePlaces::default(),
         }
     }
 
@@ -194,11 +198,19 @@ pub struct InFlight {
     upstream: Arc<Upstream>,
     metrics: Arc<Metrics>,
     released: Arc<Notify>,
+    /// The place the engine granted this request, given back with the guard.
+    place: Option<Place>,
 }
 
 impl InFlight {
     pub fn upstream(&self) -> &Arc<Upstream> {
         &self.upstream
+    }
+
+    /// The request holds `place` in its engine's limit until the guard drops.
+    pub fn with_place(mut self, place: Place) -> Self {
+        self.place = Some(place);
+        self
     }
 
     /// The error for an answer this upstream broke (see [`broken_answer`]).
@@ -219,6 +231,19 @@ impl Drop for InFlight {
         let now = self.upstream.in_flight.fetch_sub(1, Ordering::Relaxed) - 1;
         self.upstream.engine.ended();
         self.metrics.set_upstream_in_flight(&self.upstream.name, now);
+        // The place goes back to the engine in the background; this replica's own
+        // claims there wait for it, so the engine hears them in order.
+        if let (Some(place), Some(addr), Ok(rt)) =
+            (self.place.take(), self.upstream.hook.clone(), tokio::runtime::Handle::try_current())
+        {
+            let upstream = Arc::clone(&self.upstream);
+            let released = Arc::clone(&self.released);
+            rt.spawn(async move {
+                upstream.places.release(&place.terms, &addr).await;
+                // Waiters held back by a refusal may now try this engine again.
+                released.notify_one();
+            });
+        }
         self.released.notify_one();
     }
 }
@@ -399,7 +424,12 @@ impl UpstreamPool {
         let now = chosen.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         chosen.engine.sent();
         metrics.set_upstream_in_flight(&chosen.name, now);
-        Ok(InFlight { upstream: chosen, metrics: metrics.clone(), released: self.released.clone() })
+        Ok(InFlight {
+            upstream: chosen,
+            metrics: metrics.clone(),
+            released: self.released.clone(),
+            place: None,
+        })
     }
 
     /// The union of the known model lists, in pool order without duplicates, and whether

@@ -125,6 +125,13 @@ pub struct ServeArgs {
     /// names. Off by default, as in every real-engine run.
     #[arg(long)]
     pub prefix_cache: Option<String>,
+    /// Serve the part of Meridian's policy channel a twin can (the hello, with the
+    /// engine's requests by phase, and places of its limit for proxy replicas with
+    /// `admission.places = "engine"`), authenticated by the secret in this environment
+    /// variable (the hook's is `MERIDIAN_HOOK_TOKEN`). Point the proxy's
+    /// `upstream.endpoints[].hook` at the twin's own address.
+    #[arg(long)]
+    pub channel_token_env: Option<String>,
     #[command(flatten)]
     pub engine: EngineArgs,
 }

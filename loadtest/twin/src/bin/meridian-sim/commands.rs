@@ -23,12 +23,19 @@ fn eviction_named(name: &str) -> Result<meridian_sim::engine::Eviction, String> 
 }
 
 pub async fn serve(args: ServeArgs) -> Result<(), String> {
-    let ServeArgs { listen, served_model, speed, policy, prefix_cache, engine } = args;
+    let ServeArgs { listen, served_model, speed, policy, prefix_cache, channel_token_env, engine } = args;
     let prefix_cache =
         prefix_cache.as_deref().map(eviction_named).transpose().map_err(|e| format!("--prefix-cache {e}"))?;
     if !(speed.is_finite() && speed > 0.0) {
         return Err(format!("--speed must be a positive number; got {speed}"));
     }
+    let channel_secret = match channel_token_env {
+        Some(var) => match std::env::var(&var) {
+            Ok(secret) if !secret.trim().is_empty() => Some(secret.trim().to_owned()),
+            _ => return Err(format!("--channel-token-env: environment variable {var} is not set")),
+        },
+        None => None,
+    };
     let opts = TwinOptions {
         listen,
         profile: engine.profile()?,
@@ -37,6 +44,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
         speed,
         served_model,
         prefix_cache,
+        channel_secret,
     };
     let twin = TwinServer::start(opts, pick(&policy)?).await.map_err(|e| e.to_string())?;
     println!("listening on {} (engine twin, policy {})", twin.url(), twin.policy_name());

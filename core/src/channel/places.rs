@@ -1,0 +1,120 @@
+//! An engine's places, granted by the engine itself to the proxy replicas in front of it
+//! (`admission.places = "engine"`; ADR 0013).
+//!
+//! Each replica counts exactly the requests it has open at an engine, but not what the
+//! other replicas sent since the engine was last read, so replicas that each fill the
+//! room they see fill an engine past `admission.max_streams` together. The engine is the
+//! one party every replica talks to, so it keeps the count: before sending a request a
+//! replica claims a place, stating how many it holds already; the engine grants while
+//! the places held by every replica, the new one included, stay within the limit.
+//!
+//! A claim states the replica's whole holding, not a change to it, so the engine's table
+//! mends itself: a message lost, or a reply that never came back, is corrected by the
+//! replica's next one. A replica sends its messages to one engine one at a time, so the
+//! last one the engine saw is the replica's current holding. A replica that stops
+//! talking (it crashed, or lost the engine) loses its places when its lease runs out;
+//! replicas renew theirs every health round.
+//!
+//! Places count the replicas' requests only: a client that bypasses every replica is not
+//! in the table (the replica's reading of the engine, `upstream::EngineReading`, sees it).
+//! The table is plain data with time passed in, so it is tested without a clock.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+pub const PLACES_PATH: &str = "/meridian/v1/places";
+
+/// The longest lease a claim may ask for: a replica that died holds its places no longer.
+pub const MAX_LEASE_S: f64 = 300.0;
+/// The shortest: a claim renewed less often than a health round would lapse between them.
+pub const MIN_LEASE_S: f64 = 0.1;
+
+/// A replica's claim on an engine's places.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Claim {
+    /// The replica, stable for its life and unique among the replicas (its pod name and
+    /// process, say).
+    pub holder: String,
+    /// The places it holds now: its requests at this engine that were granted one and
+    /// have not ended.
+    pub held: u32,
+    /// Places it asks for on top (0: it only reports its holding, after requests ended
+    /// or to renew its lease).
+    pub want: u32,
+    /// The engine's limit as the replica's config states it (`admission.max_streams`).
+    pub limit: u32,
+    /// How long the claim stands without another message from this holder, in seconds
+    /// (clamped to [`MIN_LEASE_S`]..=[`MAX_LEASE_S`]).
+    pub lease_s: f64,
+}
+
+/// The engine's answer to a claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Granted {
+    /// Whether the places asked for are the holder's (always, for a claim that asks none).
+    pub granted: bool,
+    /// The places this holder holds now, as the engine counts them.
+    pub held: u32,
+    /// The places every holder holds now.
+    pub total: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Holding {
+    held: u32,
+    /// When the holding lapses, on the caller's clock.
+    until_s: f64,
+}
+
+/// The places an engine has granted, by holder.
+#[derive(Debug, Default)]
+pub struct Places {
+    holders: HashMap<String, Holding>,
+}
+
+impl Places {
+    /// Answers `claim` at `now_s` (any monotonic clock in seconds, the same every call):
+    /// lapsed holdings are dropped first; the claim is granted when every other holder's
+    /// places plus the claimant's holding and what it wants fit within its limit. Either
+    /// way the claimant's holding becomes what it stated (plus what was granted).
+    pub fn claim(&mut self, claim: &Claim, now_s: f64) -> Granted {
+        self.holders.retain(|_, h| h.until_s >= now_s);
+        let others: u32 = self
+            .holders
+            .iter()
+            .filter(|(holder, _)| **holder != claim.holder)
+            .fold(0u32, |sum, (_, h)| sum.saturating_add(h.held));
+        let asked = claim.held.saturating_add(claim.want);
+        let granted = claim.want == 0 || others.saturating_add(asked) <= claim.limit;
+        let held = if granted { asked } else { claim.held };
+        let lease = claim.lease_s.clamp(MIN_LEASE_S, MAX_LEASE_S);
+        let lease = if lease.is_finite() { lease } else { MIN_LEASE_S };
+        if held == 0 {
+            self.holders.remove(&claim.holder);
+        } else {
+            let until_s = now_s + lease;
+            match self.holders.get_mut(&claim.holder) {
+                Some(h) => *h = Holding { held, until_s },
+                None => {
+                    self.holders.insert(claim.holder.clone(), Holding { held, until_s });
+                }
+            }
+        }
+        Granted { granted, held, total: others.saturating_add(held) }
+    }
+
+    /// The places every holder holds at `now_s`, lapsed holdings left out.
+    pub fn total(&self, now_s: f64) -> u32 {
+        self.holders.values().filter(|h| h.until_s >= now_s).fold(0u32, |sum, h| sum.saturating_add(h.held))
+    }
+
+    /// Holders whose holding has not lapsed at `now_s`.
+    pub fn holders(&self, now_s: f64) -> usize {
+        self.holders.values().filter(|h| h.until_s >= now_s).count()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,67 @@
+//! The part of Meridian's policy channel an engine twin serves (`meridian-sim serve
+//! --channel-token-env`): the hello with the engine's requests by phase, and the places of
+//! its limit granted to proxy replicas (`meridian_core::channel::places`), decided by the
+//! same table the hook keeps. Directives are not taken: the hello says the twin cannot
+//! end thinking, so a proxy drives it through its HTTP API, as an engine whose hook
+//! cannot (the twin reads vLLM's `thinking_token_budget` field).
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use meridian_core::channel::{self, Claim, Hello, PROTOCOL_HEADER};
+
+use super::Shared;
+
+/// Refuses what the hook's listener would refuse: a wrong bearer, another protocol.
+fn check(shared: &Shared, headers: &HeaderMap) -> Result<(), Response> {
+    let Some(secret) = shared.opts.channel_secret.as_deref() else {
+        return Err((StatusCode::NOT_FOUND, "this twin serves no policy channel").into_response());
+    };
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    channel::check_bearer(header("authorization"), secret)
+        .map_err(|e| (StatusCode::UNAUTHORIZED, e.to_string()).into_response())?;
+    channel::check_version(header(PROTOCOL_HEADER))
+        .map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()).into_response())?;
+    Ok(())
+}
+
+pub(super) async fn hello(State(s): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if let Err(refused) = check(&s, &headers) {
+        return refused;
+    }
+    let core = s.lock();
+    axum::Json(Hello {
+        protocol: channel::PROTOCOL_VERSION,
+        min_protocol: channel::PROTOCOL_VERSION,
+        hook_version: format!("meridian-sim {}", env!("CARGO_PKG_VERSION")),
+        policy: core.engine.policy_name().to_owned(),
+        entropy: false,
+        can_end_thinking: false,
+        engine: Some(core.engine.requests_by_phase()),
+    })
+    .into_response()
+}
+
+pub(super) async fn places(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    if let Err(refused) = check(&s, &headers) {
+        return refused;
+    }
+    let claim: Claim = match serde_json::from_slice(&body) {
+        Ok(c) => c,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("bad claim: {e}")).into_response(),
+    };
+    // Leases run on the wall clock: replicas renew them in real time, whatever the
+    // twin's speed.
+    let now_s = s.started.elapsed().as_secs_f64();
+    let granted = s.places.lock().map(|mut p| p.claim(&claim, now_s));
+    match granted {
+        Ok(g) => axum::Json(g).into_response(),
+        Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "place table unavailable").into_response(),
+    }
+}

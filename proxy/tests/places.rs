@@ -1,0 +1,147 @@
+//! Places granted by the engine (`admission.places = "engine"`): proxy replicas in front
+//! of one engine claim each request's place from its hook before sending it, so the
+//! replicas share the engine's `max_streams` by need (one replica may take every place
+//! while the other is idle) and together never pass it. Against an engine twin serving
+//! the channel's places the way the hook does (the same table decides).
+
+mod support;
+
+use std::time::Duration;
+
+use meridian_proxy::config::{MeridianConfig, PlacesFrom};
+use meridian_sim::server::{TwinOptions, TwinServer};
+use meridian_sim::workload::WorkloadSpec;
+use serde_json::json;
+use support::*;
+
+const TOKEN_ENV: &str = "MERIDIAN_TEST_PLACES_TOKEN";
+
+/// A twin whose requests think for about ten seconds (so the test holds them open, and
+/// ends them by hanging up), serving the channel with `secret`.
+async fn slow_twin(secret: Option<&str>) -> TwinServer {
+    let opts = TwinOptions {
+        channel_secret: secret.map(str::to_owned),
+        ..TwinOptions::local(
+            meridian_sim::profile("h100-qwen3-8b").unwrap(),
+            WorkloadSpec::fixed(20, 1500, 4),
+            1.0,
+        )
+    };
+    TwinServer::start(opts, Box::new(meridian_core::sched::Fcfs)).await.unwrap()
+}
+
+/// A replica in front of `twin` whose hook is the twin's own address, `max_streams` 2.
+async fn replica(twin: &TwinServer, tweak: impl FnOnce(&mut MeridianConfig)) -> meridian_proxy::Server {
+    // SAFETY: every test here sets the same value before anything reads it.
+    unsafe { std::env::set_var(TOKEN_ENV, "places-secret") };
+    let mut cfg = config_for(&[twin.url()]);
+    cfg.upstream.endpoints[0].hook = Some(twin.addr.to_string());
+    cfg.upstream.health_interval_s = 0.1;
+    cfg.hook.token_env = TOKEN_ENV.into();
+    cfg.admission.enabled = true;
+    cfg.admission.max_streams = Some(2);
+    cfg.admission.queue_timeout_s = 20.0;
+    cfg.admission.places = PlacesFrom::Engine;
+    tweak(&mut cfg);
+    start_proxy(cfg).await
+}
+
+/// Opens a stream through `proxy`; the request holds its place until the response drops.
+async fn open(proxy: &meridian_proxy::Server) -> reqwest::Response {
+    let got = client()
+        .post(format!("http://{}/v1/chat/completions", proxy.local_addr))
+        .json(&chat(json!({})))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.status(), 200);
+    got
+}
+
+/// Requests the twin holds (running and waiting), by its own gauges.
+async fn held_by(twin: &TwinServer) -> f64 {
+    let text = client().get(format!("{}/metrics", twin.url())).send().await.unwrap().text().await.unwrap();
+    ["vllm:num_requests_running", "vllm:num_requests_waiting"]
+        .iter()
+        .map(|name| sample(&text, name, &[]).unwrap_or(f64::NAN))
+        .sum()
+}
+
+fn claims(proxy: &meridian_proxy::Server, outcome: &str) -> f64 {
+    sample(&proxy.state.metrics.render(), "meridian_admission_place_claims_total", &[("outcome", outcome)])
+        .unwrap_or(-1.0)
+}
+
+fn queued(proxy: &meridian_proxy::Server) -> f64 {
+    sample(&proxy.state.metrics.render(), "meridian_admission_queued", &[("class", "interactive")])
+        .unwrap_or(-1.0)
+}
+
+/// Waits for a spawned `open` that must still be waiting, checking it has not gone through.
+async fn still_waiting(what: &str, pending: &tokio::task::JoinHandle<reqwest::Response>) {
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!pending.is_finished(), "{what}");
+}
+
+#[tokio::test]
+async fn replicas_share_the_engines_places_by_need_and_never_pass_its_limit() {
+    let twin = slow_twin(Some("places-secret")).await;
+    let (a, b) = (replica(&twin, |_| {}).await, replica(&twin, |_| {}).await);
+
+    // Replica b is idle, so a may take both places: places go by need, not in parts.
+    let a1 = open(&a).await;
+    let a2 = open(&a).await;
+    assert_eq!(held_by(&twin).await, 2.0);
+    assert_eq!(claims(&a, "granted"), 2.0);
+
+    // b's request finds the engine's places held by a, and waits in b's queue.
+    let b_open = tokio::spawn({
+        let url = format!("http://{}/v1/chat/completions", b.local_addr);
+        async move { client().post(url).json(&chat(json!({}))).send().await.unwrap() }
+    });
+    eventually("b's request queued", || queued(&b) == 1.0).await;
+    still_waiting("b waits while a holds every place", &b_open).await;
+    assert!(claims(&b, "refused") >= 1.0, "the engine refused b");
+    assert_eq!(held_by(&twin).await, 2.0, "never past the limit");
+
+    // One of a's requests ends: its place goes back, and b's request takes it.
+    drop(a1);
+    let b1 = tokio::time::timeout(Duration::from_secs(5), b_open).await.expect("b let through").unwrap();
+    assert_eq!(b1.status(), 200);
+    assert_eq!(queued(&b), 0.0);
+    assert_eq!(held_by(&twin).await, 2.0);
+
+    // Now a's next request waits for b's place, though a holds only one of the two.
+    let a_open = tokio::spawn({
+        let url = format!("http://{}/v1/chat/completions", a.local_addr);
+        async move { client().post(url).json(&chat(json!({}))).send().await.unwrap() }
+    });
+    eventually("a's request queued", || queued(&a) == 1.0).await;
+    still_waiting("a waits while b holds the other place", &a_open).await;
+    drop(b1);
+    let a3 = tokio::time::timeout(Duration::from_secs(5), a_open).await.expect("a let through").unwrap();
+    assert_eq!(a3.status(), 200);
+    assert_eq!(held_by(&twin).await, 2.0);
+    drop((a2, a3));
+}
+
+#[tokio::test]
+async fn an_engine_that_answers_no_claim_is_decided_by_the_replica_alone() {
+    // A twin serving no channel: every claim is answered 404.
+    let twin = slow_twin(None).await;
+    let a = replica(&twin, |_| {}).await;
+    let first = open(&a).await;
+    assert_eq!(claims(&a, "unanswered"), 1.0, "the request went all the same");
+    let second = open(&a).await;
+    assert_eq!(claims(&a, "unanswered"), 1.0, "not asked again until a renewal is answered");
+    // The replica's own count holds the limit.
+    let third = tokio::spawn({
+        let url = format!("http://{}/v1/chat/completions", a.local_addr);
+        async move { client().post(url).json(&chat(json!({}))).send().await.unwrap() }
+    });
+    eventually("the third queued", || queued(&a) == 1.0).await;
+    drop(first);
+    let third = tokio::time::timeout(Duration::from_secs(5), third).await.expect("let through").unwrap();
+    assert_eq!(third.status(), 200);
+    drop((second, third));
+}

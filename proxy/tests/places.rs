@@ -145,3 +145,33 @@ async fn an_engine_that_answers_no_claim_is_decided_by_the_replica_alone() {
     assert_eq!(third.status(), 200);
     drop((second, third));
 }
+
+#[tokio::test]
+async fn requests_waiting_for_a_full_engine_ask_it_one_at_a_time() {
+    let twin = slow_twin(Some("places-secret")).await;
+    let (a, b) = (replica(&twin, |_| {}).await, replica(&twin, |_| {}).await);
+    let held = (open(&a).await, open(&a).await);
+    // Six requests wait at b for an engine whose places a holds.
+    let waiting: Vec<_> = (0..6)
+        .map(|_| {
+            let url = format!("http://{}/v1/chat/completions", b.local_addr);
+            tokio::spawn(async move { client().post(url).json(&chat(json!({}))).send().await.unwrap() })
+        })
+        .collect();
+    eventually("all six queued", || queued(&b) == 6.0).await;
+    let before = claims(&b, "refused");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let asked = claims(&b, "refused") - before;
+    // After a refusal the engine is asked again every 25 ms by one claim, not by each of
+    // the six: about 20 in half a second (fewer on a busy machine), never six times that.
+    assert!((1.0..=40.0).contains(&asked), "the full engine was asked {asked} times in 0.5 s");
+    assert!(waiting.iter().all(|w| !w.is_finished()));
+    assert_eq!(held_by(&twin).await, 2.0);
+    // a's places free: two of b's six go, the rest wait on.
+    drop(held);
+    eventually("two of b's let through", || queued(&b) == 4.0).await;
+    assert_eq!(held_by(&twin).await, 2.0);
+    for w in waiting {
+        w.abort();
+    }
+}

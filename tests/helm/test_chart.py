@@ -313,7 +313,8 @@ def test_vllm_serves_the_model_with_its_flags():
     r = render(values)
     all_engines = {d["metadata"]["name"]: d for d in engines(r)}
     assert sorted(all_engines) == [
-        "meridian-vllm-gpt-oss-20b-0", "meridian-vllm-r1-qwen-32b-0", "meridian-vllm-r1-qwen-32b-1"]
+        "meridian-vllm-gpt-oss-20b-0", "meridian-vllm-gpt-oss-20b-1",
+        "meridian-vllm-r1-qwen-32b-0", "meridian-vllm-r1-qwen-32b-1"]
     # The second model: its own engine, flags and GPU count.
     other = container(all_engines["meridian-vllm-gpt-oss-20b-0"], "vllm")
     other_pairs = dict(zip(other["args"][1::2], other["args"][2::2]))
@@ -566,6 +567,23 @@ def test_replicas_told_their_number_pass_it_to_the_proxy_and_meridian_check_acce
     r = render(values)
     assert r.get("Deployment", PROXY)["spec"]["replicas"] == 2
     assert proxy_toml(r)["admission"]["replicas"] == 2
+    path = tmp_path / "meridian.toml"
+    path.write_text(r.get("ConfigMap", PROXY)["data"]["meridian.toml"])
+    result = subprocess.run([meridian_bin(), "check", "--config", path], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr + result.stdout
+
+
+def test_autoscaled_replicas_take_places_from_the_engines_hooks_and_meridian_check_accepts_it(tmp_path):
+    """The multi-replica example runs an autoscaler, which a fixed split cannot follow:
+    its replicas ask each engine's hook for every request's place instead
+    (`admission.places = "engine"`), every endpoint naming its engine's hook, and the
+    proxy's own check accepts the rendered config."""
+    r = render(example_values("multi-replica"))
+    config = proxy_toml(r)
+    assert config["admission"]["places"] == "engine"
+    assert config["admission"].get("replicas", 1) == 1
+    endpoints = config["upstream"]["endpoints"]
+    assert len(endpoints) == 4 and all(e.get("hook") for e in endpoints)
     path = tmp_path / "meridian.toml"
     path.write_text(r.get("ConfigMap", PROXY)["data"]["meridian.toml"])
     result = subprocess.run([meridian_bin(), "check", "--config", path], capture_output=True, text=True)

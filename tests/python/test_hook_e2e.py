@@ -430,3 +430,57 @@ def test_messages_api_budget_through_the_hook_switches_the_stream(proxy_with_hoo
     assert hook_metric(hook, 'meridian_hook_forced_exits_total{reason="budget"}') == forced + 1 or thinking_deltas < budget
     text = proxy_metrics(proxy)
     assert metric(text, "meridian_think_budget_unenforced_total", route="messages") == 0
+
+
+def test_two_replicas_take_the_engines_places_from_its_hook(hooked_vllm, tiny_model):  # noqa: F811
+    """`admission.places = "engine"` on a real engine: two proxy replicas in front of the
+    hooked vLLM, its limit one stream. While a stream through one replica holds the place
+    (the engine paused mid-stream, requests kept), a request through the other waits in
+    that replica's queue, its claims refused by the hook, and vLLM holds one request;
+    once the first stream ends, the hook grants the freed place and the second runs."""
+    url, hook, log = hooked_vllm
+    ids = json.loads((tiny_model / "meridian-ids.json").read_text())
+    endpoints = f'[{{url = "{url}", hook = "{hook}"}}]'
+    settings = ("admission.enabled=true", "admission.max_streams=1", 'admission.places="engine"',
+                "admission.queue_timeout_s=120")
+    a = hooked_proxy(endpoints, *settings, name="replica-a")
+    b = hooked_proxy(endpoints, *settings, name="replica-b")
+    granted = hook_metric(hook, 'meridian_hook_place_claims_total{outcome="granted"}')
+    refused = hook_metric(hook, 'meridian_hook_place_claims_total{outcome="refused"}')
+    started, results = threading.Event(), {}
+
+    def through(proxy, name: str, signal=None) -> None:
+        client = openai.OpenAI(base_url=f"{proxy.url}/v1", api_key="x", max_retries=0)
+        chunks = 0
+        for _ in chat(client, ids, max_tokens=60, request_id=f"places-{name}"):
+            chunks += 1
+            if signal is not None and chunks == 3:
+                signal.set()
+        results[name] = chunks
+
+    first = threading.Thread(target=through, args=(a, "a", started))
+    first.start()
+    try:
+        assert started.wait(60), f"the first stream did not start\n{log.read_text()[-3000:]}"
+        assert requests.post(f"{url}/pause", params={"mode": "keep"}, timeout=30).status_code == 200
+        second = threading.Thread(target=through, args=(b, "b"))
+        second.start()
+        deadline = time.time() + 15
+        while metric(proxy_metrics(b), "meridian_admission_queued", **{"class": "interactive"}) != 1:
+            assert time.time() < deadline, "the second replica's request never queued"
+            time.sleep(0.1)
+        time.sleep(0.5)
+        assert hook_metric(hook, 'meridian_hook_place_claims_total{outcome="refused"}') > refused
+        vllm = requests.get(f"{url}/metrics", timeout=5).text
+        assert metric(vllm, "vllm:num_requests_running") + metric(vllm, "vllm:num_requests_waiting") == 1
+    finally:
+        requests.post(f"{url}/resume", timeout=30)
+        first.join(120)
+    second.join(120)
+    try:
+        assert sorted(results) == ["a", "b"] and min(results.values()) > 10, results
+        assert hook_metric(hook, 'meridian_hook_place_claims_total{outcome="granted"}') == granted + 2
+        assert metric(proxy_metrics(b), "meridian_admission_place_claims_total", outcome="granted") == 1
+    finally:
+        a.stop()
+        b.stop()

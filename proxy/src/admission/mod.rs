@@ -94,6 +94,17 @@ impl Limits {
     }
 }
 
+/// What a request waits for: an upstream of its model (with its affinity key, for the
+/// routing policy, and its work, for the upstreams' roles), in its class and tenant flow.
+#[derive(Clone, Copy)]
+struct Wanted<'a> {
+    model: &'a str,
+    affinity: Option<&'a str>,
+    work: Work,
+    class: Class,
+    flow: (usize, u32),
+}
+
 /// Why a queued request was let go without an upstream.
 #[derive(Debug)]
 enum Refused {
@@ -201,9 +212,10 @@ impl Admission {
     ) -> Result<InFlight, ProxyError> {
         let started = Instant::now();
         let deadline = tokio::time::Instant::now() + self.timeout;
+        let wanted = Wanted { model, affinity, work, class, flow };
         let mut in_line = None;
         loop {
-            let guard = self.turn(model, affinity, work, class, flow, &mut in_line, deadline).await?;
+            let guard = self.turn(&wanted, &mut in_line, deadline).await?;
             if let Some(guard) = self.claim_place(guard).await {
                 self.metrics.record_admission(class.as_str(), started.elapsed());
                 return Ok(guard);
@@ -214,17 +226,13 @@ impl Admission {
     /// One wait for an upstream with room, queued at `in_line` (the place kept from an
     /// earlier wait whose engine then refused a place) or, with nobody ahead, let through
     /// at once; the place in line it took is left in `in_line`.
-    #[allow(clippy::too_many_arguments)] // the request's terms, its place and its deadline
     async fn turn(
         self: &Arc<Self>,
-        model: &str,
-        affinity: Option<&str>,
-        work: Work,
-        class: Class,
-        flow: (usize, u32),
+        wanted: &Wanted<'_>,
         in_line: &mut Option<Ticket>,
         deadline: tokio::time::Instant,
     ) -> Result<InFlight, ProxyError> {
+        let Wanted { model, affinity, work, class, flow } = *wanted;
         let (tx, rx) = oneshot::channel();
         let waiter = Waiter { model: model.to_owned(), affinity: affinity.map(str::to_owned), work, tx };
         let (ticket, evicted) = {

@@ -94,9 +94,42 @@ impl Settings {
 pub(crate) const SYSTEM_TOKENS: u32 = 400;
 
 pub(crate) const ROUTINGS: [&str; 2] = ["phase-aware", "prefix-affinity"];
-/// Replica counts, and whether each replica is told the count (`admission.replicas`);
-/// one replica's `admission.replicas = 1` is right, so it counts as told.
-pub(crate) const SETUPS: [(usize, bool); 5] = [(1, true), (2, false), (2, true), (4, false), (4, true)];
+
+/// How the replicas share each engine's limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Sharing {
+    /// Not told how many they are: each takes all the room it sees (`admission.replicas = 1`).
+    NotTold,
+    /// Told (`admission.replicas`, `admission.replica_index`): fixed parts.
+    Parts,
+    /// Each request's place granted by the engine (`admission.places = "engine"`).
+    Engine,
+}
+
+impl Sharing {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Sharing::NotTold => "not_told",
+            Sharing::Parts => "parts",
+            Sharing::Engine => "engine",
+        }
+    }
+}
+
+/// Replica counts, and how they share each engine's limit; one replica's
+/// `admission.replicas = 1` is right, so it counts as told.
+pub(crate) const SETUPS: [(usize, Sharing); 7] = [
+    (1, Sharing::Parts),
+    (2, Sharing::NotTold),
+    (2, Sharing::Parts),
+    (2, Sharing::Engine),
+    (4, Sharing::NotTold),
+    (4, Sharing::Parts),
+    (4, Sharing::Engine),
+];
+
+/// The secret of the twins' policy channel, in the environment of every process.
+const CHANNEL_TOKEN: (&str, &str) = ("MERIDIAN_HOOK_TOKEN", "fleet-bench");
 
 fn start_engine(workload: &Path) -> (Proc, String) {
     let workload = workload.to_str().unwrap();
@@ -112,24 +145,29 @@ fn start_engine(workload: &Path) -> (Proc, String) {
             "lru",
             "--workload",
             workload,
+            "--channel-token-env",
+            CHANNEL_TOKEN.0,
         ],
-        &QUIET,
+        &[QUIET[0], CHANNEL_TOKEN],
         SCRIPT,
     )
 }
 
-/// The config of replica `index` of `replicas`; `told`: it knows how many replicas share
-/// the engines.
+/// The config of replica `index` of `replicas`, sharing the engines' limits as `sharing`
+/// says.
 fn proxy_config(
     s: &Settings,
     routing: &str,
     engines: &[String],
     dir: &Path,
-    place: (usize, usize, bool),
+    place: (usize, usize, Sharing),
 ) -> PathBuf {
-    let (index, replicas, told) = place;
-    let fleet =
-        if told { format!("replicas = {replicas}\nreplica_index = {index}\n") } else { String::new() };
+    let (index, replicas, sharing) = place;
+    let fleet = match sharing {
+        Sharing::NotTold => String::new(),
+        Sharing::Parts => format!("replicas = {replicas}\nreplica_index = {index}\n"),
+        Sharing::Engine => "places = \"engine\"\n".into(),
+    };
     let mut text = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\n[upstream]\nhealth_interval_s = {}\nidle_timeout_s = 120.0\n\
          first_byte_timeout_s = 120.0\nrouting = \"{routing}\"\n[admission]\nenabled = true\nmax_streams = {}\n\
@@ -137,7 +175,9 @@ fn proxy_config(
         s.health_s, s.streams
     );
     for (i, url) in engines.iter().enumerate() {
-        text += &format!("[[upstream.endpoints]]\nurl = \"{url}\"\nname = \"engine-{i}\"\n");
+        let hook = url.trim_start_matches("http://");
+        text +=
+            &format!("[[upstream.endpoints]]\nurl = \"{url}\"\nname = \"engine-{i}\"\nhook = \"{hook}\"\n");
     }
     let path = dir.join(format!("p{index}.toml"));
     std::fs::write(&path, text).unwrap();
@@ -148,8 +188,8 @@ fn proxy_config(
 pub(crate) struct Run {
     pub(crate) routing: &'static str,
     pub(crate) replicas: usize,
-    /// The replicas were told how many they are (`admission.replicas`).
-    pub(crate) told: bool,
+    /// How the replicas shared each engine's limit.
+    pub(crate) sharing: Sharing,
     pub(crate) records: Vec<RequestRecord>,
     /// Prompt tokens the engines looked up in their prefix caches, and found there.
     pub(crate) queried: f64,
@@ -161,7 +201,7 @@ pub(crate) struct Run {
 
 async fn one_run(
     routing: &'static str,
-    (replicas, told): (usize, bool),
+    (replicas, sharing): (usize, Sharing),
     round: u64,
     s: &Settings,
     dir: &Path,
@@ -176,9 +216,9 @@ async fn one_run(
                 &[
                     "serve",
                     "--config",
-                    proxy_config(s, routing, &urls, dir, (r, replicas, told)).to_str().unwrap(),
+                    proxy_config(s, routing, &urls, dir, (r, replicas, sharing)).to_str().unwrap(),
                 ],
-                &QUIET,
+                &[QUIET[0], CHANNEL_TOKEN],
                 SCRIPT,
             )
         })
@@ -220,7 +260,7 @@ async fn one_run(
     }
     drop(proxies);
     drop(engines);
-    Run { routing, replicas, told, records: out.records, queried, hit, peaks, wall_s }
+    Run { routing, replicas, sharing, records: out.records, queried, hit, peaks, wall_s }
 }
 
 fn slim(r: &RequestRecord) -> serde_json::Value {
@@ -246,7 +286,7 @@ fn main() {
     .unwrap();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let started = Instant::now();
-    let conditions: Vec<(&'static str, (usize, bool))> =
+    let conditions: Vec<(&'static str, (usize, Sharing))> =
         ROUTINGS.iter().flat_map(|r| SETUPS.iter().map(move |n| (*r, *n))).collect();
     let mut rounds: Vec<Vec<Run>> = Vec::new();
     for round in 0..s.rounds {
@@ -256,9 +296,10 @@ fn main() {
         let mut runs = Vec::new();
         for (routing, setup) in order {
             let r = rt.block_on(one_run(routing, setup, round as u64, &s, &dir));
-            let (replicas, told) = setup;
+            let (replicas, sharing) = setup;
             println!(
-                "round {round} {routing:>15} x{replicas} told {told}: {} requests ({} failed), hit {:.1}%, peak held {:?} of {}, {:.0} s",
+                "round {round} {routing:>15} x{replicas} {}: {} requests ({} failed), hit {:.1}%, peak held {:?} of {}, {:.0} s",
+                sharing.name(),
                 r.records.len(),
                 r.records.iter().filter(|x| !x.ok).count(),
                 100.0 * r.hit / r.queried.max(1.0),
@@ -268,7 +309,7 @@ fn main() {
             );
             runs.push(r);
         }
-        runs.sort_by_key(|r| (ROUTINGS.iter().position(|x| *x == r.routing), r.replicas, r.told));
+        runs.sort_by_key(|r| (ROUTINGS.iter().position(|x| *x == r.routing), r.replicas, r.sharing));
         rounds.push(runs);
     }
     let wall = started.elapsed().as_secs_f64();
@@ -283,7 +324,7 @@ fn main() {
                         "range_ratio": s.shape.turn.range_ratio},
         },
         "rounds": rounds.iter().map(|runs| runs.iter().map(|r| json!({
-            "routing": r.routing, "replicas": r.replicas, "told": r.told, "queried_tokens": r.queried, "hit_tokens": r.hit,
+            "routing": r.routing, "replicas": r.replicas, "sharing": r.sharing.name(), "queried_tokens": r.queried, "hit_tokens": r.hit,
             "peaks": r.peaks, "wall_s": r.wall_s,
             "requests": r.records.iter().map(slim).collect::<Vec<_>>(),
         })).collect::<Vec<_>>()).collect::<Vec<_>>(),

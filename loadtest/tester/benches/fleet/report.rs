@@ -1,5 +1,5 @@
-//! The page: per routing policy, two and four replicas (told how many they are, and not)
-//! against one on the same requests, the prefix caches' hit rate, and each engine's peak
+//! The page: per routing policy, two and four replicas (not told how many they are, told,
+//! and asking the engines for places) against one on the same requests, the prefix caches' hit rate, and each engine's peak
 //! of requests held against its limit.
 
 use std::collections::BTreeMap;
@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use meridian_loadtest::record::RequestRecord;
 
 use crate::stats::{Metric, TARGET_RATIO, effect, verdict};
-use crate::{ROUTINGS, Run, SETUPS, SYSTEM_TOKENS, Settings};
+use crate::{ROUTINGS, Run, SETUPS, SYSTEM_TOKENS, Settings, Sharing};
 
 /// The tails compared, each lower is better.
 const TAILS: [(&str, Metric, f64); 4] = [
@@ -19,23 +19,28 @@ const TAILS: [(&str, Metric, f64); 4] = [
 ];
 
 /// One replica, the baseline.
-const ALONE: (usize, bool) = (1, true);
+const ALONE: (usize, Sharing) = (1, Sharing::Parts);
 
-fn run_of<'a>(runs: &'a [Run], routing: &str, (replicas, told): (usize, bool)) -> Option<&'a Run> {
-    runs.iter().find(|r| r.routing == routing && r.replicas == replicas && r.told == told)
+fn run_of<'a>(runs: &'a [Run], routing: &str, (replicas, sharing): (usize, Sharing)) -> Option<&'a Run> {
+    runs.iter().find(|r| r.routing == routing && r.replicas == replicas && r.sharing == sharing)
 }
 
-/// The replicas' `admission.replicas` in a setup.
-fn configured((replicas, told): (usize, bool)) -> usize {
-    if told { replicas } else { 1 }
+/// How the replicas' config shares the engines' limits, in a table cell.
+fn configured((replicas, sharing): (usize, Sharing)) -> String {
+    match sharing {
+        Sharing::NotTold => "replicas = 1".into(),
+        Sharing::Parts => format!("replicas = {replicas}"),
+        Sharing::Engine => "places = engine".into(),
+    }
 }
 
 /// A setup in a sentence.
-fn setup_text((n, told): (usize, bool)) -> String {
-    match (n, told) {
+fn setup_text((n, sharing): (usize, Sharing)) -> String {
+    match (n, sharing) {
         (1, _) => "1 replica".into(),
-        (n, true) => format!("{n} replicas told (`admission.replicas = {n}`)"),
-        (n, false) => format!("{n} replicas not told"),
+        (n, Sharing::Parts) => format!("{n} replicas told (`admission.replicas = {n}`)"),
+        (n, Sharing::NotTold) => format!("{n} replicas not told"),
+        (n, Sharing::Engine) => format!("{n} replicas asking the engines (`admission.places = \"engine\"`)"),
     }
 }
 
@@ -58,7 +63,7 @@ fn aligned(
 }
 
 /// The most requests any engine held at once, over the rounds, in a setup.
-fn most_held(rounds: &[Vec<Run>], routing: &str, setup: (usize, bool)) -> f64 {
+fn most_held(rounds: &[Vec<Run>], routing: &str, setup: (usize, Sharing)) -> f64 {
     rounds
         .iter()
         .filter_map(|runs| run_of(runs, routing, setup))
@@ -109,11 +114,18 @@ fn summary(md: &mut String, s: &Settings, rounds: &[Vec<Run>]) {
          (here {} of {} with two, {} with four), counted by its own open requests, so the parts \
          add up to the limit. Its cost is the pooling given up: a replica whose part is full \
          queues while another's part of the same engine stands idle, which shows in the start \
-         times below. {beside}\n",
+         times below. Asking the engines (`admission.places = \"engine\"`, ADR 0013), each \
+         replica claims a request's place from the engine before sending it, stating the places \
+         it holds; the engine, which every replica asks, grants while all the replicas' places \
+         fit its limit, so the places go by need (one replica may hold every place while the \
+         others are idle), at one round trip to the engine per request, and a refused request \
+         waits in its replica's queue until a place frees (its own replica's at once; another's \
+         when its replica next asks, {retry} ms later at most). {beside}\n",
         s.health_s,
         s.streams / 2,
         s.streams,
         s.streams / 4,
+        retry = 25,
     );
 }
 
@@ -156,9 +168,14 @@ pub(crate) fn report(s: &Settings, rounds: &[Vec<Run>], wall_s: f64) -> String {
          **Setup.** {engines} engine twins (`meridian-sim serve`, the `h100-qwen3-8b` profile in \
          real time, prefix cache on, stock's LRU eviction) serve one model. In front of them, 1, \
          2 or 4 proxy replicas (release build, each told of every engine), admission on at \
-         **{streams} streams per engine**; two and four replicas both told how many they are \
-         (`admission.replicas` and each its `admission.replica_index`) and not told \
-         (`admission.replicas` left at 1, as before it existed). The load tester starts {conv} conversations of {turns} \
+         **{streams} streams per engine**; two and four replicas told how many they are \
+         (`admission.replicas` and each its `admission.replica_index`), not told \
+         (`admission.replicas` left at 1, as before it existed), and asking the engines for \
+         each request's place (`admission.places = \"engine\"`). Every replica reads the \
+         engines through the policy channel's hello, each endpoint's `hook` being its twin, \
+         which serves the hello (its requests by phase) and grants places with the table the \
+         hook keeps (it takes no directives, so thinking is ended by vLLM's own budget field, \
+         as with a hook that cannot end it). The load tester starts {conv} conversations of {turns} \
          turns at {rate} a second (Poisson), each opening with a shared system prompt of {sys} \
          tokens; each turn sends the history (earlier messages and answers, the thinking \
          dropped) and a new message of about {inp} tokens, thinks about {think} (its \
@@ -196,7 +213,7 @@ pub(crate) fn report(s: &Settings, rounds: &[Vec<Run>], wall_s: f64) -> String {
     );
     let _ = writeln!(
         md,
-        "| routing | replicas | `admission.replicas` | peak held, per round (each engine) | above the limit |"
+        "| routing | replicas | `admission` | peak held, per round (each engine) | above the limit |"
     );
     let _ = writeln!(md, "|---|---:|---:|---|---|");
     for routing in ROUTINGS {
@@ -221,13 +238,13 @@ pub(crate) fn report(s: &Settings, rounds: &[Vec<Run>], wall_s: f64) -> String {
     let _ = writeln!(md, "\n## Answers as through one replica\n");
     let _ = writeln!(
         md,
-        "Each tail with 2 and 4 replicas, told and not, over the same routing's with 1, on the same requests of \
+        "Each tail with 2 and 4 replicas, each way of sharing, over the same routing's with 1, on the same requests of \
          the same round (a request that failed counts as slower than any), with a 90% interval \
          from resampling the requests and the rounds. Target: within 10% (at most {TARGET_RATIO:.2}): \
          met when the whole interval is at or below it, missed when the whole interval is above, \
          otherwise unresolved.\n"
     );
-    let _ = writeln!(md, "| routing | replicas | `admission.replicas` | metric | over 1 replica | verdict |");
+    let _ = writeln!(md, "| routing | replicas | `admission` | metric | over 1 replica | verdict |");
     let _ = writeln!(md, "|---|---:|---:|---|---:|---|");
     let mut left_out_total = 0;
     for routing in ROUTINGS {
@@ -281,7 +298,7 @@ pub(crate) fn report(s: &Settings, rounds: &[Vec<Run>], wall_s: f64) -> String {
     );
     let _ = writeln!(
         md,
-        "| routing | replicas | `admission.replicas` | hit rate, per round | over 1 replica, per round |"
+        "| routing | replicas | `admission` | hit rate, per round | over 1 replica, per round |"
     );
     let _ = writeln!(md, "|---|---:|---:|---|---|");
     for routing in ROUTINGS {
@@ -301,8 +318,7 @@ pub(crate) fn report(s: &Settings, rounds: &[Vec<Run>], wall_s: f64) -> String {
     }
     // Runs.
     let _ = writeln!(md, "\n## Each run\n");
-    let _ =
-        writeln!(md, "| round | routing | replicas | `admission.replicas` | requests | failed | wall time |");
+    let _ = writeln!(md, "| round | routing | replicas | `admission` | requests | failed | wall time |");
     let _ = writeln!(md, "|---:|---|---:|---:|---:|---:|---:|");
     for (i, runs) in rounds.iter().enumerate() {
         for r in runs {
@@ -312,7 +328,7 @@ pub(crate) fn report(s: &Settings, rounds: &[Vec<Run>], wall_s: f64) -> String {
                 "| {i} | {} | {} | {} | {} | {failed} | {:.0} s |",
                 r.routing,
                 r.replicas,
-                configured((r.replicas, r.told)),
+                configured((r.replicas, r.sharing)),
                 r.records.len(),
                 r.wall_s
             );

@@ -175,3 +175,31 @@ async fn requests_waiting_for_a_full_engine_ask_it_one_at_a_time() {
         w.abort();
     }
 }
+
+#[tokio::test]
+async fn a_freed_place_goes_to_the_request_that_waited_longest_whichever_replica_holds_it() {
+    let twin = slow_twin(Some("places-secret")).await;
+    let (a, b) = (replica(&twin, |_| {}).await, replica(&twin, |_| {}).await);
+    let (a1, a2) = (open(&a).await, open(&a).await);
+    let spawn_open = |proxy: &meridian_proxy::Server| {
+        let url = format!("http://{}/v1/chat/completions", proxy.local_addr);
+        tokio::spawn(async move { client().post(url).json(&chat(json!({}))).send().await.unwrap() })
+    };
+    // b's request waits first; then a newer one at a, the replica holding both places.
+    let older = spawn_open(&b);
+    eventually("b's request queued", || queued(&b) == 1.0).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let newer = spawn_open(&a);
+    eventually("a's request queued", || queued(&a) == 1.0).await;
+    // One of a's places frees. a hears of it first, but the place is kept for b's request.
+    drop(a1);
+    let got =
+        tokio::time::timeout(Duration::from_secs(5), older).await.expect("b's request let through").unwrap();
+    assert_eq!(got.status(), 200);
+    still_waiting("a's newer request waits for the next place", &newer).await;
+    assert_eq!(held_by(&twin).await, 2.0);
+    drop(a2);
+    let got =
+        tokio::time::timeout(Duration::from_secs(5), newer).await.expect("a's request let through").unwrap();
+    assert_eq!(got.status(), 200);
+}

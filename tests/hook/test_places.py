@@ -43,13 +43,13 @@ def test_replicas_get_the_engines_places_in_turn_and_never_more_than_the_limit(t
 
     before = {o: claims(o) for o in ("granted", "refused", "reported")}
     # Replica a takes both places while b is idle: places go by need.
-    assert claim("a", 0, 1) == {"granted": True, "held": 1, "total": 1}
-    assert claim("a", 1, 1) == {"granted": True, "held": 2, "total": 2}
+    assert claim("a", 0, 1) == {"granted": True, "held": 1, "total": 1, "ahead": 0}
+    assert claim("a", 1, 1) == {"granted": True, "held": 2, "total": 2, "ahead": 0}
     # b finds them held.
-    assert claim("b", 0, 1) == {"granted": False, "held": 0, "total": 2}
+    assert claim("b", 0, 1) == {"granted": False, "held": 0, "total": 2, "ahead": 0}
     # One of a's requests ends; its report frees the place, and b takes it.
-    assert claim("a", 1, 0) == {"granted": True, "held": 1, "total": 1}
-    assert claim("b", 0, 1) == {"granted": True, "held": 1, "total": 2}
+    assert claim("a", 1, 0) == {"granted": True, "held": 1, "total": 1, "ahead": 0}
+    assert claim("b", 0, 1) == {"granted": True, "held": 1, "total": 2, "ahead": 0}
     assert claim("a", 1, 1)["granted"] is False
     after = {o: claims(o) for o in ("granted", "refused", "reported")}
     assert {o: after[o] - before[o] for o in after} == {"granted": 3, "refused": 2, "reported": 1}
@@ -64,4 +64,4 @@ def test_replicas_get_the_engines_places_in_turn_and_never_more_than_the_limit(t
         raise AssertionError("a claim without its fields was taken")
     except urllib.error.HTTPError as e:
         assert e.code == 400 and "missing field" in e.read().decode()
-    assert claim("b", 1, 0) == {"granted": True, "held": 1, "total": 2}
+    assert claim("b", 1, 0) == {"granted": True, "held": 1, "total": 2, "ahead": 0}

@@ -15,6 +15,16 @@
 //! talking (it crashed, or lost the engine) loses its places when its lease runs out;
 //! replicas renew theirs every health round.
 //!
+//! Places go to requests in the order they would have had in one queue: a claim says how
+//! long its request has waited and its admission class, and a place that frees while
+//! requests at other replicas wait is kept for the one that has waited longest (its
+//! class first) until its replica asks again. Without that, the replica whose own request
+//! ended asks first (it hears of the end at once; the others when they next ask) and
+//! hands the place to its own newest waiter, while an older one at another replica waits
+//! on: the slowest starts of several replicas would be far slower than one replica's.
+//! A replica still waiting asks again within [`WAITING_STALE_S`]; one that stopped asking
+//! (its request went elsewhere, or left) holds nothing back after that.
+//!
 //! Places count the replicas' requests only: a client that bypasses every replica is not
 //! in the table (the replica's reading of the engine, `upstream::EngineReading`, sees it).
 //! The table is plain data with time passed in, so it is tested without a clock.
@@ -29,6 +39,9 @@ pub const PLACES_PATH: &str = "/meridian/v1/places";
 pub const MAX_LEASE_S: f64 = 300.0;
 /// The shortest: a claim renewed less often than a health round would lapse between them.
 pub const MIN_LEASE_S: f64 = 0.1;
+/// How long a refused claim keeps its turn without being asked again: replicas ask a full
+/// engine again every few tens of milliseconds while their request waits.
+pub const WAITING_STALE_S: f64 = 0.1;
 
 /// A replica's claim on an engine's places.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -48,6 +61,13 @@ pub struct Claim {
     /// How long the claim stands without another message from this holder, in seconds
     /// (clamped to [`MIN_LEASE_S`]..=[`MAX_LEASE_S`]).
     pub lease_s: f64,
+    /// How long the request asking has waited for a place so far, in seconds.
+    #[serde(default)]
+    pub waited_s: f64,
+    /// Its admission class, the most urgent first (0: an answer's start, 1: interactive,
+    /// 2: batch): a class goes before any wait in a later one.
+    #[serde(default)]
+    pub class: u8,
 }
 
 /// The engine's answer to a claim.
@@ -59,6 +79,10 @@ pub struct Granted {
     pub held: u32,
     /// The places every holder holds now.
     pub total: u32,
+    /// Requests at other replicas that wait for a place here and go before this one (an
+    /// earlier class, or a longer wait): the places kept for them.
+    #[serde(default)]
+    pub ahead: u32,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -68,26 +92,61 @@ struct Holding {
     until_s: f64,
 }
 
-/// The places an engine has granted, by holder.
+/// A holder's request refused a place and waiting for one.
+#[derive(Debug, Clone, Copy)]
+struct Waiting {
+    class: u8,
+    /// When it started waiting, on the caller's clock.
+    since_s: f64,
+    /// When its holder last asked for it.
+    seen_s: f64,
+}
+
+impl Waiting {
+    /// Whether it goes before `other`: an earlier class, or the same and a longer wait.
+    fn before(&self, other: &Waiting) -> bool {
+        (self.class, self.since_s) < (other.class, other.since_s)
+    }
+}
+
+/// The places an engine has granted, by holder, and the requests waiting for one.
 #[derive(Debug, Default)]
 pub struct Places {
     holders: HashMap<String, Holding>,
+    waiting: HashMap<String, Waiting>,
 }
 
 impl Places {
     /// Answers `claim` at `now_s` (any monotonic clock in seconds, the same every call):
-    /// lapsed holdings are dropped first; the claim is granted when every other holder's
-    /// places plus the claimant's holding and what it wants fit within its limit. Either
-    /// way the claimant's holding becomes what it stated (plus what was granted).
+    /// lapsed holdings and stale waiters are dropped first; the claim is granted when
+    /// every other holder's places, the places kept for the requests at other replicas
+    /// that go before it, and the claimant's holding and what it wants fit within its
+    /// limit. Either way the claimant's holding becomes what it stated (plus what was
+    /// granted); refused, its request waits for its turn.
     pub fn claim(&mut self, claim: &Claim, now_s: f64) -> Granted {
         self.holders.retain(|_, h| h.until_s >= now_s);
+        self.waiting.retain(|_, w| w.seen_s >= now_s - WAITING_STALE_S);
         let others: u32 = self
             .holders
             .iter()
             .filter(|(holder, _)| **holder != claim.holder)
             .fold(0u32, |sum, (_, h)| sum.saturating_add(h.held));
+        let waited = if claim.waited_s.is_finite() { claim.waited_s.max(0.0) } else { 0.0 };
+        let mine = Waiting { class: claim.class, since_s: now_s - waited, seen_s: now_s };
+        let ahead = match claim.want {
+            0 => 0,
+            _ => self.waiting.iter().filter(|(h, w)| **h != claim.holder && w.before(&mine)).count(),
+        };
+        let ahead = u32::try_from(ahead).unwrap_or(u32::MAX);
         let asked = claim.held.saturating_add(claim.want);
-        let granted = claim.want == 0 || others.saturating_add(asked) <= claim.limit;
+        let granted = claim.want == 0 || others.saturating_add(ahead).saturating_add(asked) <= claim.limit;
+        if claim.want > 0 {
+            if granted {
+                self.waiting.remove(&claim.holder);
+            } else {
+                self.waiting.insert(claim.holder.clone(), mine);
+            }
+        }
         let held = if granted { asked } else { claim.held };
         let lease = claim.lease_s.clamp(MIN_LEASE_S, MAX_LEASE_S);
         let lease = if lease.is_finite() { lease } else { MIN_LEASE_S };
@@ -102,7 +161,7 @@ impl Places {
                 }
             }
         }
-        Granted { granted, held, total: others.saturating_add(held) }
+        Granted { granted, held, total: others.saturating_add(held), ahead }
     }
 
     /// The places every holder holds at `now_s`, lapsed holdings left out.

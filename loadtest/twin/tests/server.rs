@@ -249,3 +249,63 @@ async fn with_its_prefix_cache_on_a_conversations_next_turn_hits_the_history_and
     let text = client().get(format!("{}/metrics", off.url())).send().await.unwrap().text().await.unwrap();
     assert!(!text.contains("prefix_cache"), "{text}");
 }
+
+#[tokio::test]
+async fn with_a_channel_secret_it_answers_the_hello_and_grants_places_as_the_hook_does() {
+    let plain = twin(50, 5).await;
+    let hello = |t: &TwinServer, bearer: &str| {
+        client()
+            .get(format!("{}/meridian/v1/hello", t.url()))
+            .header("authorization", format!("Bearer {bearer}"))
+            .header("meridian-protocol", "1")
+            .send()
+    };
+    assert_eq!(hello(&plain, "s").await.unwrap().status(), 404, "no secret, no channel");
+
+    let opts = TwinOptions {
+        channel_secret: Some("s3cret".into()),
+        ..TwinOptions::local(
+            meridian_sim::profile("h100-qwen3-8b").unwrap(),
+            WorkloadSpec::fixed(100, 2000, 5),
+            1.0,
+        )
+    };
+    let twin = TwinServer::start(opts, Box::new(Fcfs)).await.unwrap();
+    assert_eq!(hello(&twin, "wrong").await.unwrap().status(), 401);
+    // A thinking request in flight shows in the hello's engine state.
+    let running = client()
+        .post(format!("{}/v1/chat/completions", twin.url()))
+        .json(&json!({"model": "Qwen/Qwen3-8B", "stream": true, "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(running.status(), 200);
+    let said: Value = hello(&twin, "s3cret").await.unwrap().json().await.unwrap();
+    assert_eq!(said["can_end_thinking"], false, "it takes no directives");
+    let engine = &said["engine"];
+    let held = ["prefilling", "thinking", "answering", "waiting"].map(|k| engine[k].as_u64().unwrap());
+    assert_eq!(held.iter().sum::<u64>(), 1, "{engine}");
+
+    let claim = |holder: &str, held: u32| {
+        client()
+            .post(format!("{}/meridian/v1/places", twin.url()))
+            .header("authorization", "Bearer s3cret")
+            .header("meridian-protocol", "1")
+            .json(&json!({"holder": holder, "held": held, "want": 1, "limit": 1, "lease_s": 5.0}))
+            .send()
+    };
+    let first: Value = claim("a", 0).await.unwrap().json().await.unwrap();
+    assert_eq!(first["granted"], true);
+    let second: Value = claim("b", 0).await.unwrap().json().await.unwrap();
+    assert_eq!((second["granted"].as_bool(), second["total"].as_u64()), (Some(false), Some(1)));
+    let bad = client()
+        .post(format!("{}/meridian/v1/places", twin.url()))
+        .header("authorization", "Bearer s3cret")
+        .header("meridian-protocol", "1")
+        .body("{\"holder\": \"c\"}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+    drop(running);
+}

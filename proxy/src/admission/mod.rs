@@ -28,7 +28,7 @@ use crate::ctx::Class;
 use crate::error::ProxyError;
 use crate::telemetry::Metrics;
 use crate::upstream::places::{RENEW_EVERY, RETRY_AFTER_REFUSAL};
-use crate::upstream::{Claimed, InFlight, NoPick, Place, PlaceTerms, Upstream, UpstreamPool, Want};
+use crate::upstream::{Claimed, InFlight, NoPick, Place, PlaceTerms, Turn, Upstream, UpstreamPool, Want};
 use meridian_core::route::Work;
 
 /// When an upstream counts as saturated.
@@ -216,7 +216,8 @@ impl Admission {
         let mut in_line = None;
         loop {
             let guard = self.turn(&wanted, &mut in_line, deadline).await?;
-            if let Some(guard) = self.claim_place(guard).await {
+            let turn = Turn { class: class as u8, waited: started.elapsed() };
+            if let Some(guard) = self.claim_place(guard, turn).await {
                 self.metrics.record_admission(class.as_str(), started.elapsed());
                 return Ok(guard);
             }
@@ -297,17 +298,18 @@ impl Admission {
 
     /// With `admission.places = "engine"`, claims the request's place from its
     /// upstream's hook: the guard, now holding the place, or `None` when the engine's
-    /// places are all held (the upstream then counts as full here for a moment, and the
-    /// request must wait again). Upstreams without a hook, or whose hook left the last
+    /// places are all held, or kept for requests at other replicas that have waited longer
+    /// (`turn`; the upstream then counts as full here for a moment, and the request must
+    /// wait again). Upstreams without a hook, or whose hook left the last
     /// message unanswered, are decided by this replica alone.
-    async fn claim_place(&self, guard: InFlight) -> Option<InFlight> {
+    async fn claim_place(&self, guard: InFlight, turn: Turn) -> Option<InFlight> {
         let Some(terms) = &self.limits.places else { return Some(guard) };
         let upstream = Arc::clone(guard.upstream());
         let Some(addr) = upstream.hook.as_deref() else { return Some(guard) };
         if upstream.places.unanswered() {
             return Some(guard);
         }
-        match upstream.places.claim(terms, addr).await {
+        match upstream.places.claim(terms, addr, turn).await {
             Claimed::Granted => {
                 self.metrics.count_place_claim("granted");
                 // Waiters that stood behind a refusal of this engine may try it again.

@@ -50,9 +50,25 @@ impl std::fmt::Debug for PlaceTerms {
 }
 
 impl PlaceTerms {
-    fn claim(&self, held: u32, want: u32) -> Claim {
-        Claim { holder: self.holder.clone(), held, want, limit: self.limit, lease_s: LEASE.as_secs_f64() }
+    fn claim(&self, held: u32, want: u32, turn: Turn) -> Claim {
+        Claim {
+            holder: self.holder.clone(),
+            held,
+            want,
+            limit: self.limit,
+            lease_s: LEASE.as_secs_f64(),
+            waited_s: turn.waited.as_secs_f64(),
+            class: turn.class,
+        }
     }
+}
+
+/// Where a request asking for a place stands among the requests waiting at every replica:
+/// its admission class (0 first) and how long it has waited so far.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Turn {
+    pub class: u8,
+    pub waited: Duration,
 }
 
 /// How a claim ended.
@@ -97,14 +113,14 @@ impl EnginePlaces {
     /// Claims one place at the hook at `addr`. While the engine's last answer was a
     /// refusal, one claim at a time asks it again; the others are [`Claimed::Behind`]
     /// (requests let through together would each be refused).
-    pub async fn claim(&self, terms: &PlaceTerms, addr: &str) -> Claimed {
+    pub async fn claim(&self, terms: &PlaceTerms, addr: &str, turn: Turn) -> Claimed {
         let _probe = match self.refused.load(Ordering::Acquire) {
             true if self.probing.swap(true, Ordering::AcqRel) => return Claimed::Behind,
             true => Some(Probe(&self.probing)),
             false => None,
         };
         let mut held = self.held.lock().await;
-        match terms.channel.claim(addr, &terms.claim(*held, 1)).await {
+        match terms.channel.claim(addr, &terms.claim(*held, 1, turn)).await {
             Ok(Granted { granted: true, .. }) => {
                 *held += 1;
                 self.unanswered.store(false, Ordering::Relaxed);
@@ -140,7 +156,7 @@ impl EnginePlaces {
     }
 
     async fn report(&self, terms: &PlaceTerms, addr: &str, held: u32) {
-        let answered = terms.channel.claim(addr, &terms.claim(held, 0)).await;
+        let answered = terms.channel.claim(addr, &terms.claim(held, 0, Turn::default())).await;
         if let Err(e) = &answered {
             tracing::debug!(engine = addr, error = %e, "places: holding not reported");
         }

@@ -15,21 +15,20 @@ use meridian_core::channel::{self, Claim, Hello, PROTOCOL_HEADER};
 use super::Shared;
 
 /// Refuses what the hook's listener would refuse: a wrong bearer, another protocol.
-fn check(shared: &Shared, headers: &HeaderMap) -> Result<(), Response> {
+fn check(shared: &Shared, headers: &HeaderMap) -> Result<(), (StatusCode, String)> {
     let Some(secret) = shared.opts.channel_secret.as_deref() else {
-        return Err((StatusCode::NOT_FOUND, "this twin serves no policy channel").into_response());
+        return Err((StatusCode::NOT_FOUND, "this twin serves no policy channel".into()));
     };
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     channel::check_bearer(header("authorization"), secret)
-        .map_err(|e| (StatusCode::UNAUTHORIZED, e.to_string()).into_response())?;
-    channel::check_version(header(PROTOCOL_HEADER))
-        .map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()).into_response())?;
+        .map_err(|e| (StatusCode::UNAUTHORIZED, e.to_string()))?;
+    channel::check_version(header(PROTOCOL_HEADER)).map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?;
     Ok(())
 }
 
 pub(super) async fn hello(State(s): State<Arc<Shared>>, headers: HeaderMap) -> Response {
     if let Err(refused) = check(&s, &headers) {
-        return refused;
+        return refused.into_response();
     }
     let core = s.lock();
     axum::Json(Hello {
@@ -50,7 +49,7 @@ pub(super) async fn places(
     body: axum::body::Bytes,
 ) -> Response {
     if let Err(refused) = check(&s, &headers) {
-        return refused;
+        return refused.into_response();
     }
     let claim: Claim = match serde_json::from_slice(&body) {
         Ok(c) => c,

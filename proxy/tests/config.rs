@@ -106,6 +106,26 @@ fn a_replicas_place_must_be_among_the_replicas() {
 }
 
 #[test]
+fn places_from_the_engine_need_a_limit_and_a_hook_per_engine() {
+    let on = "[admission]\nenabled = true\nplaces = \"engine\"\n";
+    let err = validate(&format!("{on}max_waiting = 0\n")).unwrap_err();
+    assert!(err.contains("admission.places is \"engine\" but admission.max_streams is unset"), "{err}");
+    let err = validate(&format!("{on}max_streams = 8\n")).unwrap_err();
+    assert!(err.contains("no upstream.endpoints[].hook is set"), "{err}");
+    let two = |second: &str| {
+        format!(
+            "{on}max_streams = 8\n[[upstream.endpoints]]\nurl = \"http://a:8000\"\nhook = \"a:8100\"\n\
+             [[upstream.endpoints]]\nurl = \"http://b:8000\"\nhook = \"{second}\"\n"
+        )
+    };
+    let err = validate(&two("a:8100")).unwrap_err();
+    assert!(err.contains("two upstream.endpoints name the hook a:8100"), "{err}");
+    let ok = validate(&two("b:8100")).unwrap();
+    assert_eq!(ok.admission.places, meridian_proxy::config::PlacesFrom::Engine);
+    assert!(validate("[admission]\nplaces = \"everywhere\"\n").is_err(), "an unknown way is refused");
+}
+
+#[test]
 fn set_flags_parse_toml_literals_and_fall_back_to_strings() {
     let overrides = [
         Override::parse("upstream.max_attempts=3", "--set").unwrap(),

@@ -22,11 +22,12 @@
 //! ended asks first (it hears of the end at once; the others when they next ask) and
 //! hands the place to its own newest waiter, while an older one at another replica waits
 //! on: the slowest starts of several replicas would be far slower than one replica's.
-//! A replica still waiting asks again within [`WAITING_STALE_S`]; one that stopped asking
-//! (its request went elsewhere, or left) holds nothing back after that.
+//! A waiter keeps its turn for [`WAITING_STALE_S`] after its replica last asked (replicas
+//! ask again every few tens of milliseconds while a request waits); one whose replica
+//! stopped asking (its request went elsewhere, or left) holds nothing back after that.
 //!
 //! Places count the replicas' requests only: a client that bypasses every replica is not
-//! in the table (the replica's reading of the engine, `upstream::EngineReading`, sees it).
+//! in the table, and replicas that take places from the engine do not hold back for it.
 //! The table is plain data with time passed in, so it is tested without a clock.
 
 use std::collections::HashMap;
@@ -37,11 +38,14 @@ pub const PLACES_PATH: &str = "/meridian/v1/places";
 
 /// The longest lease a claim may ask for: a replica that died holds its places no longer.
 pub const MAX_LEASE_S: f64 = 300.0;
-/// The shortest: a claim renewed less often than a health round would lapse between them.
+/// The shortest: shorter than the replicas' renewals, a quiet replica's places would
+/// lapse between them.
 pub const MIN_LEASE_S: f64 = 0.1;
 /// How long a refused claim keeps its turn without being asked again: replicas ask a full
-/// engine again every few tens of milliseconds while their request waits.
-pub const WAITING_STALE_S: f64 = 0.1;
+/// engine again every few tens of milliseconds while their request waits, so this leaves
+/// room for a busy machine, and a place is kept idle no longer for a request that went
+/// elsewhere.
+pub const WAITING_STALE_S: f64 = 0.25;
 
 /// A replica's claim on an engine's places.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

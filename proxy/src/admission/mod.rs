@@ -27,8 +27,10 @@ use crate::ctx::Class;
 
 use crate::error::ProxyError;
 use crate::telemetry::Metrics;
-use crate::upstream::places::{RENEW_EVERY, RETRY_AFTER_REFUSAL};
-use crate::upstream::{Claimed, InFlight, NoPick, Place, PlaceTerms, Turn, Upstream, UpstreamPool, Want};
+use crate::upstream::places::RENEW_EVERY;
+use crate::upstream::{
+    Claimed, EnginePlaces, InFlight, NoPick, Place, PlaceTerms, Turn, Upstream, UpstreamPool, Want,
+};
 use meridian_core::route::Work;
 
 /// When an upstream counts as saturated.
@@ -69,7 +71,7 @@ impl Limits {
     /// holds back while its own requests there reach the limit or the engine refused a
     /// place a moment ago.
     fn engine_grants(&self, u: &Upstream) -> bool {
-        self.places.is_some() && u.hook.is_some() && !u.places.unanswered()
+        self.places.is_some() && u.hook.is_some() && !u.places.alone()
     }
 
     /// Whether `u` should take no new request now. Unknown engine gauges (no scrape yet,
@@ -217,9 +219,17 @@ impl Admission {
         loop {
             let guard = self.turn(&wanted, &mut in_line, deadline).await?;
             let turn = Turn { class: class as u8, waited: started.elapsed() };
-            if let Some(guard) = self.claim_place(guard, turn).await {
-                self.metrics.record_admission(class.as_str(), started.elapsed());
-                return Ok(guard);
+            // The claim counts against the same deadline as the wait in line.
+            match tokio::time::timeout_at(deadline, self.claim_place(guard, turn)).await {
+                Ok(Some(guard)) => {
+                    self.metrics.record_admission(class.as_str(), started.elapsed());
+                    return Ok(guard);
+                }
+                Ok(None) => {}
+                Err(_) => {
+                    self.metrics.count_admission_timed_out(class.as_str());
+                    return Err(ProxyError::AdmissionTimeout { after_s: self.timeout.as_secs_f64() });
+                }
             }
         }
     }
@@ -299,40 +309,36 @@ impl Admission {
     /// With `admission.places = "engine"`, claims the request's place from its
     /// upstream's hook: the guard, now holding the place, or `None` when the engine's
     /// places are all held, or kept for requests at other replicas that have waited longer
-    /// (`turn`; the upstream then counts as full here for a moment, and the request must
-    /// wait again). Upstreams without a hook, or whose hook left the last
-    /// message unanswered, are decided by this replica alone.
+    /// (`turn`), or its hook did not answer for a moment (the upstream then counts as full
+    /// here for a moment, and the request must wait again). Upstreams without a hook, or
+    /// whose hook takes no claims, are decided by this replica alone.
     async fn claim_place(&self, guard: InFlight, turn: Turn) -> Option<InFlight> {
         let Some(terms) = &self.limits.places else { return Some(guard) };
         let upstream = Arc::clone(guard.upstream());
         let Some(addr) = upstream.hook.as_deref() else { return Some(guard) };
-        if upstream.places.unanswered() {
+        if upstream.places.alone() {
             return Some(guard);
         }
-        match upstream.places.claim(terms, addr, turn).await {
+        let notice = self.pool.capacity_notice();
+        match EnginePlaces::claim(&upstream, addr, terms, turn, &notice).await {
             Claimed::Granted => {
                 self.metrics.count_place_claim("granted");
-                // Waiters that stood behind a refusal of this engine may try it again.
-                self.pool.capacity_changed();
                 Some(guard.with_place(Place::new(Arc::clone(terms))))
             }
-            Claimed::Behind => None,
             Claimed::Refused => {
                 self.metrics.count_place_claim("refused");
-                drop(guard);
-                // Another replica's place freeing shows only at the engine: ask again soon.
-                let pool = Arc::clone(&self.pool);
-                tokio::spawn(async move {
-                    tokio::time::sleep(RETRY_AFTER_REFUSAL).await;
-                    pool.capacity_changed();
-                });
                 None
             }
-            Claimed::Unanswered(error) => {
+            Claimed::Behind => None,
+            Claimed::Unanswered { error, alone } => {
                 self.metrics.count_place_claim("unanswered");
-                tracing::warn!(upstream = %upstream.name, %error,
-                    "admission: the engine's hook answered no claim; this replica decides its room alone until it does");
-                Some(guard)
+                if alone {
+                    tracing::warn!(upstream = %upstream.name, %error,
+                        "admission: the engine's hook takes no claims; this replica decides its room alone until it does");
+                    return Some(guard);
+                }
+                tracing::debug!(upstream = %upstream.name, %error, "admission: a claim went unanswered; the request waits");
+                None
             }
         }
     }
@@ -391,15 +397,21 @@ impl Admission {
             };
             let renew = async {
                 let Some(terms) = &self.limits.places else { return };
-                let mut every = tokio::time::interval(RENEW_EVERY);
+                // The first renewal one period in: the claims of the first requests say
+                // all there is to say before that.
+                let mut every =
+                    tokio::time::interval_at(tokio::time::Instant::now() + RENEW_EVERY, RENEW_EVERY);
                 every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
                     every.tick().await;
-                    for u in self.pool.all() {
-                        if let Some(addr) = u.hook.as_deref() {
-                            u.places.renew(terms, addr).await;
-                        }
-                    }
+                    // Every engine at once: one slow hook must not let the others' leases lapse.
+                    let renewals = self
+                        .pool
+                        .all()
+                        .iter()
+                        .filter_map(|u| Some((u, u.hook.as_deref()?)))
+                        .map(|(u, addr)| u.places.renew(terms, addr));
+                    futures::future::join_all(renewals).await;
                 }
             };
             tokio::join!(pump, renew);

@@ -60,9 +60,10 @@ pub struct AdmissionConfig {
     /// limit when told `replicas`). `engine`: before each request is sent, the engine's hook
     /// grants it one of the limit's places, counting every replica's (ADR 0013), so replicas
     /// share the places by need and together never pass the limit, however many run
-    /// (autoscaled included). It costs one round trip to the hook per admitted request.
-    /// Needs the hook's channel (`upstream.endpoints[].hook`); an engine whose hook does not
-    /// answer a claim is decided as under `replica` until it does.
+    /// (autoscaled included; answers handed over at the end of a thought and retries go
+    /// without a place). It costs one round trip to the hook per admitted request. Needs the
+    /// hook's channel (`upstream.endpoints[].hook`, one per engine); an engine whose hook
+    /// takes no claims is decided as under `replica` until it does.
     pub places: PlacesFrom,
 }
 
@@ -135,6 +136,16 @@ impl AdmissionConfig {
                 c.fail(
                     "admission.places",
                     "is \"engine\" but no upstream.endpoints[].hook is set: no engine could grant a place",
+                );
+            }
+            // Two endpoints on one hook would claim as one holder, each stating its own
+            // count: the engine would count the smaller.
+            let mut hooks: Vec<&str> = upstream.endpoints.iter().filter_map(|e| e.hook.as_deref()).collect();
+            hooks.sort_unstable();
+            if let Some(pair) = hooks.windows(2).find(|w| w[0] == w[1]) {
+                c.fail(
+                    "admission.places",
+                    format!("is \"engine\" but two upstream.endpoints name the hook {}: each engine's places need their own", pair[0]),
                 );
             }
         }

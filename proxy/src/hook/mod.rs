@@ -101,9 +101,13 @@ impl HookChannel {
     }
 
     /// Claims a place in the engine's limit, or reports this replica's holding
-    /// (`meridian_core::channel::places`).
-    pub async fn claim(&self, addr: &str, claim: &Claim) -> Result<Granted, HookError> {
-        let req = self.request(reqwest::Method::POST, addr, PLACES_PATH)?.json(claim);
+    /// (`meridian_core::channel::places`), waiting at most `within` (and the channel's
+    /// own timeout) for the answer.
+    pub async fn claim(&self, addr: &str, claim: &Claim, within: Duration) -> Result<Granted, HookError> {
+        let req = self
+            .request(reqwest::Method::POST, addr, PLACES_PATH)?
+            .json(claim)
+            .timeout(self.timeout.min(within));
         self.call(addr, req).await
     }
 

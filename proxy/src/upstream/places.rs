@@ -4,22 +4,27 @@
 //! Before a request is sent, admission claims a place for it; the place is the request's
 //! until its in-flight guard drops, which gives it back. Every message to one engine
 //! states this replica's whole holding, and they go one at a time (the holding's lock is
-//! held across each round trip), so the engine's table always ends up with the holding
-//! the replica last stated, whatever was lost on the way.
+//! held across each round trip, in a task of its own, so a request that goes away
+//! mid-claim does not cut a message short), so the engine's table always ends up with
+//! the holding the replica last stated, whatever was lost on the way.
 //!
 //! After a refusal the engine counts as full here for [`RETRY_AFTER_REFUSAL`], or until
 //! one of this replica's own places there frees: another replica's request ending shows
 //! only at the engine, so a full engine is asked again at that pace while requests wait
-//! for it. An engine whose hook does not answer a claim (none configured, unreachable, an
-//! older hook) leaves this replica to decide alone, by its reading and its part of the
-//! limit, until a renewal is answered again.
+//! for it. An engine whose hook cannot take claims (none configured, an older hook, a
+//! wrong secret) leaves this replica to decide alone, by its reading and its part of the
+//! limit, until a renewal is answered again; one that does not answer for a moment (a
+//! timeout) counts as full, and only after [`FAILURES_BEFORE_ALONE`] in a row as absent.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use meridian_core::channel::{Claim, Granted};
+use tokio::sync::Notify;
 
+use super::Upstream;
 use crate::hook::{HookChannel, HookError};
 
 /// How long a refused engine counts as full before it is asked again. Short next to a
@@ -32,6 +37,12 @@ pub const RETRY_AFTER_REFUSAL: Duration = Duration::from_millis(25);
 pub const LEASE: Duration = Duration::from_secs(5);
 /// How often every holding is restated, well inside [`LEASE`].
 pub const RENEW_EVERY: Duration = Duration::from_secs(1);
+/// The longest a message about places waits for the hook's answer (at most the
+/// channel's own `hook.timeout_s`): renewals to every engine fit inside [`LEASE`].
+pub const ANSWER_WITHIN: Duration = Duration::from_secs(1);
+/// Claims the hook does not answer in a row before this replica decides that engine's
+/// room alone: a moment's fault holds requests back, a hook gone lets them go.
+pub const FAILURES_BEFORE_ALONE: u32 = 3;
 
 /// What every claim of this replica states besides its holding.
 pub struct PlaceTerms {
@@ -75,13 +86,18 @@ pub struct Turn {
 #[derive(Debug)]
 pub enum Claimed {
     Granted,
-    /// The engine's places are all held.
+    /// The engine's places are all held, or kept for requests that go first.
     Refused,
     /// Not asked: the engine refused the last claim, and another claim is asking it again
     /// now; this one waits as if refused with it.
     Behind,
-    /// The engine could not be asked; this replica decides alone for now.
-    Unanswered(HookError),
+    /// The hook did not answer. `alone`: it cannot take claims, or has not answered
+    /// several in a row, so this replica decides alone for now; otherwise the engine
+    /// counts as full for a moment, as after a refusal.
+    Unanswered {
+        error: HookError,
+        alone: bool,
+    },
 }
 
 /// This replica's places at one engine.
@@ -91,16 +107,17 @@ pub struct EnginePlaces {
     held: tokio::sync::Mutex<u32>,
     /// Until when the engine counts as full after a refusal.
     full_until: Mutex<Option<Instant>>,
-    /// The last message went unanswered.
-    unanswered: AtomicBool,
+    /// This replica decides the engine's room alone (its hook takes no claims).
+    alone: AtomicBool,
+    /// Messages in a row the hook did not answer.
+    failures: AtomicU32,
     /// The engine refused the last claim (and granted none since).
     refused: AtomicBool,
     /// A claim is asking an engine that refused the last one.
     probing: AtomicBool,
 }
 
-/// Marks a claim as the one asking a full engine again, until dropped (also when the
-/// claim's request goes away mid-claim, so the next claim may ask).
+/// Marks a claim as the one asking a full engine again, until dropped.
 struct Probe<'a>(&'a AtomicBool);
 
 impl Drop for Probe<'_> {
@@ -110,33 +127,74 @@ impl Drop for Probe<'_> {
 }
 
 impl EnginePlaces {
-    /// Claims one place at the hook at `addr`. While the engine's last answer was a
-    /// refusal, one claim at a time asks it again; the others are [`Claimed::Behind`]
-    /// (requests let through together would each be refused).
-    pub async fn claim(&self, terms: &PlaceTerms, addr: &str, turn: Turn) -> Claimed {
-        let _probe = match self.refused.load(Ordering::Acquire) {
-            true if self.probing.swap(true, Ordering::AcqRel) => return Claimed::Behind,
-            true => Some(Probe(&self.probing)),
-            false => None,
+    /// Claims one place at `upstream`'s hook at `addr`. While the engine's last answer
+    /// was a refusal, one claim at a time asks it again; the others are
+    /// [`Claimed::Behind`] (requests let through together would each be refused). The
+    /// round trip runs in a task of its own: a request that goes away mid-claim leaves
+    /// the message whole, and a place granted to it goes back at once. `wake` (the
+    /// pool's capacity notice) is told when waiters may try the engine again.
+    pub async fn claim(
+        upstream: &Arc<Upstream>,
+        addr: &str,
+        terms: &Arc<PlaceTerms>,
+        turn: Turn,
+        wake: &Arc<Notify>,
+    ) -> Claimed {
+        let places = &upstream.places;
+        let probe = match places.refused.load(Ordering::Acquire) {
+            true if places.probing.swap(true, Ordering::AcqRel) => return Claimed::Behind,
+            probe => probe,
         };
-        let mut held = self.held.lock().await;
-        match terms.channel.claim(addr, &terms.claim(*held, 1, turn)).await {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (upstream, addr, terms, wake) =
+            (Arc::clone(upstream), addr.to_owned(), Arc::clone(terms), Arc::clone(wake));
+        tokio::spawn(async move {
+            let places = &upstream.places;
+            let _probe = probe.then(|| Probe(&places.probing));
+            let mut held = places.held.lock().await;
+            // A refusal that landed while this claim waited for its turn stands for it too.
+            if !probe && places.refused.load(Ordering::Acquire) {
+                let _ = tx.send(Claimed::Behind);
+                return;
+            }
+            let answer = terms.channel.claim(&addr, &terms.claim(*held, 1, turn), ANSWER_WITHIN).await;
+            let claimed = places.settle(answer, &mut held);
+            match &claimed {
+                Claimed::Refused | Claimed::Unanswered { alone: false, .. } => {
+                    places.set_full_until(Some(Instant::now() + RETRY_AFTER_REFUSAL));
+                    let wake = Arc::clone(&wake);
+                    tokio::spawn(async move {
+                        tokio::time::sleep(RETRY_AFTER_REFUSAL).await;
+                        wake.notify_one();
+                    });
+                }
+                // Waiters held back behind this claim may try the engine now.
+                _ => wake.notify_one(),
+            }
+            if let Err(Claimed::Granted) = tx.send(claimed) {
+                // Its request went away mid-claim: the place goes back.
+                *held = held.saturating_sub(1);
+                places.report(&terms, &addr, *held).await;
+            }
+        });
+        rx.await.unwrap_or(Claimed::Behind)
+    }
+
+    /// What a claim's answer makes of the holding and of this engine's state.
+    fn settle(&self, answer: Result<Granted, HookError>, held: &mut u32) -> Claimed {
+        match answer {
             Ok(Granted { granted: true, .. }) => {
                 *held += 1;
-                self.unanswered.store(false, Ordering::Relaxed);
+                self.answered();
                 self.refused.store(false, Ordering::Release);
                 Claimed::Granted
             }
             Ok(_) => {
-                self.unanswered.store(false, Ordering::Relaxed);
+                self.answered();
                 self.refused.store(true, Ordering::Release);
-                self.set_full_until(Some(Instant::now() + RETRY_AFTER_REFUSAL));
                 Claimed::Refused
             }
-            Err(e) => {
-                self.unanswered.store(true, Ordering::Relaxed);
-                Claimed::Unanswered(e)
-            }
+            Err(error) => Claimed::Unanswered { alone: self.unanswered_by(&error), error },
         }
     }
 
@@ -156,11 +214,31 @@ impl EnginePlaces {
     }
 
     async fn report(&self, terms: &PlaceTerms, addr: &str, held: u32) {
-        let answered = terms.channel.claim(addr, &terms.claim(held, 0, Turn::default())).await;
-        if let Err(e) = &answered {
-            tracing::debug!(engine = addr, error = %e, "places: holding not reported");
+        match terms.channel.claim(addr, &terms.claim(held, 0, Turn::default()), ANSWER_WITHIN).await {
+            Ok(_) => self.answered(),
+            Err(error) => {
+                tracing::debug!(engine = addr, %error, "places: holding not reported");
+                self.unanswered_by(&error);
+            }
         }
-        self.unanswered.store(answered.is_err(), Ordering::Relaxed);
+    }
+
+    fn answered(&self) {
+        self.failures.store(0, Ordering::Relaxed);
+        self.alone.store(false, Ordering::Relaxed);
+    }
+
+    /// Counts a message the hook did not answer; whether this replica now decides alone:
+    /// at once when the hook cannot take claims (it answered, with a refusal of the
+    /// message itself), after [`FAILURES_BEFORE_ALONE`] in a row when it did not answer.
+    fn unanswered_by(&self, error: &HookError) -> bool {
+        let failures = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
+        let cannot = !matches!(error, HookError::Unreachable { .. });
+        let alone = cannot || failures >= FAILURES_BEFORE_ALONE;
+        if alone {
+            self.alone.store(true, Ordering::Relaxed);
+        }
+        alone
     }
 
     /// Whether the engine counts as full here: a refusal still stands, or a claim is
@@ -170,9 +248,9 @@ impl EnginePlaces {
             || self.full_until.lock().map(|g| g.is_some_and(|t| Instant::now() < t)).unwrap_or(false)
     }
 
-    /// Whether the engine left the last message unanswered (this replica decides alone).
-    pub fn unanswered(&self) -> bool {
-        self.unanswered.load(Ordering::Relaxed)
+    /// Whether this replica decides the engine's room alone (its hook takes no claims).
+    pub fn alone(&self) -> bool {
+        self.alone.load(Ordering::Relaxed)
     }
 
     fn set_full_until(&self, until: Option<Instant>) {

@@ -1,6 +1,9 @@
 //! The policy channel's listener, a plain thread inside vLLM's engine-core process (no
-//! async runtime: the engine owns the process, the channel only needs a few requests a
-//! second).
+//! async runtime: the engine owns the process). It answers one request at a time: a few
+//! a second from each proxy replica for directives and hellos, and with
+//! `admission.places = "engine"` two per admitted request (the claim, the release) plus
+//! a few dozen a second from each replica whose requests wait for a full engine. Each is
+//! a small JSON body and a table update, far below a step's time.
 
 use std::io::Read;
 use std::sync::Arc;

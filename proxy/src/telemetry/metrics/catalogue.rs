@@ -126,7 +126,7 @@ pub(super) const ADMISSION_REJECTED: Def = Def::counter(
 );
 pub(super) const PLACE_CLAIMS: Def = Def::counter(
     "meridian_admission_place_claims_total",
-    "Places claimed from engines' hooks before sending (`admission.places = \"engine\"`): `granted`, `refused` (the engine's limit is held; the request waits on), or `unanswered` (this replica decided alone).",
+    "Places claimed from engines' hooks before sending (`admission.places = \"engine\"`): `granted`, `refused` (the engine's limit is held, or a place is kept for a request at another replica that goes first; the request waits on), or `unanswered` (the hook did not answer).",
 );
 pub(super) const EAT_PROBES: Def =
     Def::counter("meridian_eat_probes_total", "EAT probe requests the proxy sent, by outcome.");

@@ -231,8 +231,8 @@ impl Drop for InFlight {
         let now = self.upstream.in_flight.fetch_sub(1, Ordering::Relaxed) - 1;
         self.upstream.engine.ended();
         self.metrics.set_upstream_in_flight(&self.upstream.name, now);
-        // The place goes back to the engine in the background; this replica's own
-        // claims there wait for it, so the engine hears them in order.
+        // The place goes back to the engine in the background, and waiters are told
+        // once it has: a claim sent before the release would still count it held.
         if let (Some(place), Some(addr), Ok(rt)) =
             (self.place.take(), self.upstream.hook.clone(), tokio::runtime::Handle::try_current())
         {
@@ -240,9 +240,9 @@ impl Drop for InFlight {
             let released = Arc::clone(&self.released);
             rt.spawn(async move {
                 upstream.places.release(&place.terms, &addr).await;
-                // Waiters held back by a refusal may now try this engine again.
                 released.notify_one();
             });
+            return;
         }
         self.released.notify_one();
     }
@@ -308,6 +308,12 @@ impl UpstreamPool {
     }
 
     /// Wakes whoever waits for capacity (admission control).
+    /// The notice [`capacity_notified`](Self::capacity_notified) waits on, for a task
+    /// that outlives its caller.
+    pub fn capacity_notice(&self) -> Arc<Notify> {
+        Arc::clone(&self.released)
+    }
+
     pub fn capacity_changed(&self) {
         self.released.notify_one();
     }

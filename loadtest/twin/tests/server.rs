@@ -286,26 +286,20 @@ async fn with_a_channel_secret_it_answers_the_hello_and_grants_places_as_the_hoo
     let held = ["prefilling", "thinking", "answering", "waiting"].map(|k| engine[k].as_u64().unwrap());
     assert_eq!(held.iter().sum::<u64>(), 1, "{engine}");
 
-    let claim = |holder: &str, held: u32| {
+    let places = || {
         client()
             .post(format!("{}/meridian/v1/places", twin.url()))
             .header("authorization", "Bearer s3cret")
             .header("meridian-protocol", "1")
-            .json(&json!({"holder": holder, "held": held, "want": 1, "limit": 1, "lease_s": 5.0}))
-            .send()
+    };
+    let claim = |holder: &str, held: u32| {
+        places().json(&json!({"holder": holder, "held": held, "want": 1, "limit": 1, "lease_s": 5.0})).send()
     };
     let first: Value = claim("a", 0).await.unwrap().json().await.unwrap();
     assert_eq!(first["granted"], true);
     let second: Value = claim("b", 0).await.unwrap().json().await.unwrap();
     assert_eq!((second["granted"].as_bool(), second["total"].as_u64()), (Some(false), Some(1)));
-    let bad = client()
-        .post(format!("{}/meridian/v1/places", twin.url()))
-        .header("authorization", "Bearer s3cret")
-        .header("meridian-protocol", "1")
-        .body("{\"holder\": \"c\"}")
-        .send()
-        .await
-        .unwrap();
+    let bad = places().body("{\"holder\": \"c\"}").send().await.unwrap();
     assert_eq!(bad.status(), 400);
     drop(running);
 }

@@ -79,11 +79,10 @@ impl Limits {
     pub fn saturated(&self, u: &Upstream) -> bool {
         let (waiting, kv) = u.engine_load();
         let own = u32::try_from(u.in_flight()).unwrap_or(u32::MAX);
-        let engine_holds = u.engine.now().map(|n| n.requests);
         let full = match self.max_streams {
             None => false,
             Some(m) if self.engine_grants(u) => own >= m || u.places.held_back(),
-            Some(m) => !self.fleet.has_room(m, own, engine_holds),
+            Some(m) => !self.fleet.has_room(m, own, u.engine.now().map(|n| n.requests)),
         };
         full || matches!((self.max_waiting, waiting), (Some(m), Some(w)) if w > m)
             || matches!((self.max_kv_usage, kv), (Some(m), Some(k)) if k > m)
@@ -226,10 +225,7 @@ impl Admission {
                     return Ok(guard);
                 }
                 Ok(None) => {}
-                Err(_) => {
-                    self.metrics.count_admission_timed_out(class.as_str());
-                    return Err(ProxyError::AdmissionTimeout { after_s: self.timeout.as_secs_f64() });
-                }
+                Err(_) => return Err(self.timed_out(class)),
             }
         }
     }
@@ -245,12 +241,13 @@ impl Admission {
     ) -> Result<InFlight, ProxyError> {
         let Wanted { model, affinity, work, class, flow } = *wanted;
         let (tx, rx) = oneshot::channel();
-        let waiter = Waiter { model: model.to_owned(), affinity: affinity.map(str::to_owned), work, tx };
+        // Made only for a request that waits: one let straight through copies nothing.
+        let waiter = || Waiter { model: model.to_owned(), affinity: affinity.map(str::to_owned), work, tx };
         let (ticket, evicted) = {
             let mut q = self.lock();
             match *in_line {
                 Some(ticket) => {
-                    q.put_back(ticket, flow.0, waiter);
+                    q.put_back(ticket, flow.0, waiter());
                     self.publish(&q);
                     (ticket, None)
                 }
@@ -263,7 +260,7 @@ impl Admission {
                             Err(e) => return Err(no_pick_error(e, model)),
                         }
                     }
-                    let pushed = q.push(class, flow, waiter);
+                    let pushed = q.push(class, flow, waiter());
                     self.publish(&q);
                     match pushed {
                         Ok(queued) => queued,
@@ -299,11 +296,14 @@ impl Admission {
             Some(Ok(guard)) => Ok(guard),
             Some(Err(Refused::QueueFull)) => Err(ProxyError::AdmissionQueueFull),
             Some(Err(Refused::NoPick(e))) => Err(no_pick_error(e, model)),
-            None => {
-                self.metrics.count_admission_timed_out(class.as_str());
-                Err(ProxyError::AdmissionTimeout { after_s: self.timeout.as_secs_f64() })
-            }
+            None => Err(self.timed_out(class)),
         }
+    }
+
+    /// A request of `class` that waited `queue_timeout_s` in all, counted.
+    fn timed_out(&self, class: Class) -> ProxyError {
+        self.metrics.count_admission_timed_out(class.as_str());
+        ProxyError::AdmissionTimeout { after_s: self.timeout.as_secs_f64() }
     }
 
     /// With `admission.places = "engine"`, claims the request's place from its
@@ -423,10 +423,13 @@ impl Admission {
 /// names the pod, its process, and when it started, should a process id come round
 /// again).
 fn holder_name() -> String {
+    // Several proxies in one process (tests) are told apart by their count.
+    static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let host = std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()).unwrap_or_else(|| "meridian".into());
     let started =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    format!("{host}-{}-{:x}", std::process::id(), started & 0xffff_ffff)
+    let made = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{host}-{}-{:x}-{made}", std::process::id(), started & 0xffff_ffff)
 }
 
 fn no_pick_error(e: NoPick, model: &str) -> ProxyError {

@@ -307,13 +307,13 @@ impl UpstreamPool {
         self.routing.name()
     }
 
-    /// Wakes whoever waits for capacity (admission control).
     /// The notice [`capacity_notified`](Self::capacity_notified) waits on, for a task
     /// that outlives its caller.
     pub fn capacity_notice(&self) -> Arc<Notify> {
         Arc::clone(&self.released)
     }
 
+    /// Wakes whoever waits for capacity (admission control).
     pub fn capacity_changed(&self) {
         self.released.notify_one();
     }

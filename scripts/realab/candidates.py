@@ -29,7 +29,6 @@ from . import stats as S
 from .effects import PER_REQUEST
 from .sets import without_warmup
 
-QUANTILES = (0.5, 0.99)
 #: Resamples per interval: the twin's intervals are for reading, not verdicts.
 RESAMPLES = 300
 
@@ -70,8 +69,9 @@ def page(set_dir: Path, policies: list[str], loads: list[float], runs: dict, com
              "[every policy on a real engine](policies-real-engine.md): every round's stock requests replayed on "
              "the twin under each policy, at each load (a fraction of that twin's own capacity), on the rig's "
              "calibrated twin and on each GPU card's measured profile. Each cell is the policy over "
-             f"`{base}` on the same requests (p50 and p99, 90% bootstrap interval over the twin's requests and "
-             "rounds); below 1 is better. These are the model's figures, to choose what deserves rig time: "
+             f"`{base}` on the same requests (each round's ratio, their geometric mean over the rounds, at p50 and "
+             "at the highest tail every round's requests can set, 90% bootstrap interval over the twin's requests "
+             "and rounds); below 1 is better. These are the model's figures, to choose what deserves rig time: "
              "how far the twin is from vLLM is on the policies page.", "",
              "```", command, "```", ""]
     for (workload, side, load), by_policy in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1] != "rig",
@@ -83,7 +83,11 @@ def page(set_dir: Path, policies: list[str], loads: list[float], runs: dict, com
             cells = []
             for name in PER_REQUEST:
                 parts = []
-                for q in QUANTILES:
+                # Each round's ratio is a figure of its own: its tail must be one that
+                # the thinnest round's requests can set (`effects.effects`).
+                rounds = pairs[name].matched(policy, base)
+                tail = S.tail_for(min(map(len, rounds)), 0.99) if rounds else None
+                for q in (0.5, tail) if tail and tail > 0.5 else (0.5,):
                     e = S.paired_ratio(pairs[name], q, policy, base, resamples=RESAMPLES)
                     parts.append("-" if e is None else f"p{round(100 * q)} {e.text()}")
                 cells.append("<br>".join(parts))

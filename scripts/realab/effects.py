@@ -13,17 +13,18 @@ from . import stats as S
 PER_REQUEST = ["TTFT", "TTFO", "TTOT", "end-to-end", "largest answer gap", "answer ITL"]
 
 
-#: Effects already bootstrapped, by (raw dir, workload, load, config, resamples): the page
-#: and the README summary read the same ones.
-_EFFECTS: dict[tuple, tuple] = {}
+#: Effects already bootstrapped, by (raw dir, workload, load, config, resamples, rounds):
+#: the page and the README summary read the same ones (the page's worker processes hand
+#: theirs back into it: `policies._each_set`).
+EFFECTS: dict[tuple, tuple] = {}
 
 
 def effects_of(raw_dir: Path, workload: str, load: float, runs: dict, config: str, resamples: int) -> tuple:
     # The rounds are part of the key: a load's rounds that stood at it are judged apart.
     key = (raw_dir, workload, load, config, resamples, tuple(sorted(runs.get("stock", {}))))
-    if key not in _EFFECTS:
-        _EFFECTS[key] = effects(runs, config, resamples)
-    return _EFFECTS[key]
+    if key not in EFFECTS:
+        EFFECTS[key] = effects(runs, config, resamples)
+    return EFFECTS[key]
 
 
 def effects(runs: dict, config: str, resamples: int) -> tuple[dict[str, tuple], dict[str, S.Estimate | None]]:
@@ -34,7 +35,9 @@ def effects(runs: dict, config: str, resamples: int) -> tuple[dict[str, tuple], 
         pairs = S.pair_requests(runs, S.METRICS[name])
         rounds = pairs.matched(config, "stock")
         n = sum(len(r) for r in rounds)
-        tail = S.tail_for(n, 0.99)
+        # The effect is each round's own (`stats.paired_ratio`), so each round's quantile
+        # must be a tail: the thinnest round decides which tail can be quoted.
+        tail = S.tail_for(min(map(len, rounds)), 0.99) if rounds else None
         # Per-token ITL: each bootstrap resample re-sorts every token; fewer resamples.
         k = max(200, resamples // 5) if name == "answer ITL" else resamples
         p50 = S.paired_ratio(pairs, 0.5, config, "stock", resamples=k)

@@ -325,17 +325,6 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
     rig_pairs = {metric: S.pair_requests(rig_runs, S.METRICS[metric]) for metric in S.METRICS}
     card_pairs = {slug: {metric: S.pair_requests(runs, S.METRICS[metric]) for metric in S.METRICS}
                   for slug, runs in card_runs.items()}
-    measured_pairs = {metric: S.pair_requests(runs, S.METRICS[metric]) for metric in S.METRICS}
-    # Figures pooled across rounds whose loads differed can land where no round's does.
-    pooled_off: list[str] = []
-
-    def marked(text: str, who: str, label: str, pooled: float, pairs: S.Paired, q: float, config: str) -> str:
-        per_round = S.round_ratios(pairs, q, config, "stock")
-        if not S.beyond_every_round(pooled, per_round):
-            return text
-        pooled_off.append(f"{config} {label} {who} {pooled:.2f} against {min(per_round):.2f}-{max(per_round):.2f} "
-                          f"in its {len(per_round)} rounds")
-        return text + " (†)"
     for config, table in measured.items():
         if config not in rig_runs:
             continue
@@ -364,19 +353,10 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
                         forecasts.append("-")
                         continue
                     lo, hi = bar(g.point, m.point / t.point if t.point > 0 else 1.0)
-                    forecasts.append(marked(f"{g.point:.2f} [{lo:.2f}-{hi:.2f}]", cards[slug], label, g.point,
-                                            card_pairs[slug][metric], q, config))
-                lines.append(f"| {config} | {label} | "
-                             + marked(m.text(), "measured", label, m.point, measured_pairs[metric], q, config)
-                             + f" | {marked(f'{t.point:.2f}', 'twin on the rig', label, t.point, rig_pairs[metric], q, config)} | "
-                             f"{verdict} | " + " | ".join(forecasts) + " |")
+                    forecasts.append(f"{g.point:.2f} [{lo:.2f}-{hi:.2f}]")
+                lines.append(f"| {config} | {label} | {m.text()} | {t.point:.2f} | {verdict} | "
+                             + " | ".join(forecasts) + " |")
     agreed, judged = (sum(col) for col in zip(*per_config.values())) if per_config else (0, 0)
-    if pooled_off:
-        lines += ["", "(†) A ratio pooled over every round that lies beyond each round's own (by more than 5%): "
-                  "the rounds' values differ by more than the effect (they stood at different loads, or ran on "
-                  "machines of different speed), so one side's pooled quantile can fall among its fast rounds' "
-                  "values and the other's among its slow rounds', and the pooled figure says what no round does; "
-                  "read the rounds' range instead: " + "; ".join(pooled_off) + "."]
     lines += ["", f"The twin agrees with {agreed} of the {judged} effects the measurement resolves"
               + (f" (by configuration: {', '.join(f'{c} {a} of {n}' for c, (a, n) in per_config.items())})"
                  if per_config else "")

@@ -9,8 +9,9 @@ a platform engineer reads to decide whether the hook helps and what it costs.
 (and unloaded reference runs) out of the work directories it names, gzipped, into
 SET_DIR (a folder of PAGE_DIR), so the page can be rebuilt from the repository; `report`
 writes the page from every set, in name order, with `stats.py`: per workload and
-load, each configuration against stock on the same requests (paired ratio, 90% bootstrap
-interval over requests and rounds, widened for how few rounds there are: `stats.py`), at the median and at the highest tail that at least
+load, each configuration against stock on the same requests (each round's paired ratio,
+their geometric mean over the rounds, 90% bootstrap interval over requests and rounds,
+widened for how few rounds there are: `stats.py`), at the median and at the highest tail that at least
 five requests set; the shares of stalled answers and of requests meeting each SLO with
 Wilson intervals; and the "do no harm" verdict of the policy Meridian ships. Given the
 README, it also rewrites the README's generated summary: for each set, workload, load
@@ -21,8 +22,11 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
+import os
 import statistics
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from . import forecast as F
@@ -33,7 +37,7 @@ from . import slo
 from . import speed
 from . import shares as SH
 from . import stats as S
-from .effects import PER_REQUEST, effects_of, plain_effects, policies_of, throughput
+from .effects import EFFECTS, PER_REQUEST, effects_of, plain_effects, policies_of, throughput
 from .measure import STOCK_AGAIN, shipped_policy
 from .sets import WARMUP_SHARE, add, keep, read, references
 
@@ -207,6 +211,7 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
     lines = [heading, "",
              f"{rounds} round(s), {per_run:.0f} requests a run counted (the first {WARMUP_SHARE:.0%} of each run "
              f"left out while the queue fills); ratios are each configuration over stock on the same requests, "
+             f"taken in each round and combined by their geometric mean over the rounds, "
              f"with a 90% bootstrap interval over requests and rounds, widened for how few rounds there are "
              f"(`stats.run_spread_factor`: whole runs differ by more than their requests show); below 1 is better."
              + (" With a single round no interval can carry how one whole run differs from another (a burst "
@@ -318,10 +323,36 @@ def write(page_dir: Path, out: Path, resamples: int = 2000) -> list[str]:
              "in rotating order within a round; the page compares each request with itself under stock. "
              "A verdict is *met* or *missed* only when the whole interval says so, otherwise "
              "*unresolved*; a tail is quoted only where at least five requests set it.", ""]
-    for set_dir in sorted(p for p in page_dir.iterdir() if (p / "results.json").exists()):
-        lines += set_section(set_dir, resamples, readme)
+    set_dirs = sorted(p for p in page_dir.iterdir() if (p / "results.json").exists())
+    for set_lines, set_readme in _each_set(set_dirs, resamples):
+        lines += set_lines
+        readme += set_readme
     out.write_text("\n".join(lines))
     return readme
+
+
+def _each_set(set_dirs: list[Path], resamples: int) -> list[tuple[list[str], list[str]]]:
+    """Each set's section and README lines, in the sets' order. The bootstrap is pure
+    Python and takes most of an hour over every set, so the sets are written by
+    `REALAB_JOBS` processes (default: one per core), largest first; each hands back the
+    effects it computed, so the README's summary reads them rather than computing them
+    again (`effects.effects_of`)."""
+    jobs = int(os.environ.get("REALAB_JOBS") or os.cpu_count() or 1)
+    if jobs <= 1 or len(set_dirs) <= 1:
+        return [_one_set(d, resamples)[:2] for d in set_dirs]
+    by_size = sorted(set_dirs, key=lambda d: -sum(f.stat().st_size for f in (d / "raw").glob("*")))
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+        done = dict(zip(by_size, pool.map(_one_set, by_size, [resamples] * len(by_size))))
+    for _, _, computed in done.values():
+        EFFECTS.update(computed)
+    return [done[d][:2] for d in set_dirs]
+
+
+def _one_set(set_dir: Path, resamples: int) -> tuple[list[str], list[str], dict]:
+    before = set(EFFECTS)
+    set_readme: list[str] = []
+    set_lines = set_section(set_dir, resamples, set_readme)
+    return set_lines, set_readme, {k: v for k, v in EFFECTS.items() if k not in before}
 
 
 def delivery_core(data: dict) -> list[str]:

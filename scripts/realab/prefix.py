@@ -15,9 +15,10 @@ product runs) with prefix caching on and per-request cached-token counts
 round, at each cache size with meridian-loadtest `--dataset-name conversations`. The
 engines sample as they would in production (vLLM's CPU build takes no per-request seed), so
 the two sides share each turn's message, lengths and arrival time, not the answers' words:
-each history is as long on both sides, not the same text. `report` pairs the runs by conversation (a cluster bootstrap:
-conversations resampled within rounds, rounds resampled, widened for the rounds' count
-as every real-engine interval is) and, given the twin's binary, puts its prediction for
+each history is as long on both sides, not the same text. `report` pairs the runs by conversation (each round's
+own ratio, their geometric mean over the rounds, in a cluster bootstrap: conversations
+resampled within rounds, rounds resampled, widened for the rounds' count as every
+real-engine interval is) and, given the twin's binary, puts its prediction for
 the same conversations on the rig's fitted profile beside each measured effect.
 
 Knobs (environment): REALAB_PREFIX_BLOCKS (KV cache sizes in 128-token blocks, default
@@ -489,8 +490,9 @@ def report(results: Path, raw: Path, out_md: Path, sim: Path | None = None, prof
         for config in setup["configs"][1:]:
             eff = effects(raw, blocks, config)
             tput = throughput_ratios(data, blocks, config)
-            lines += [f"`{config}` over `stock` on the same conversations (90% intervals, conversations and "
-                      "rounds resampled; one round gives no interval a verdict may read):", "",
+            lines += [f"`{config}` over `stock` on the same conversations (each round's own ratio, their "
+                      "geometric mean over the rounds; 90% intervals, conversations and rounds resampled; one "
+                      "round gives no interval a verdict may read):", "",
                       "| effect | measured | target | verdict | the twin predicted |", "|---|---:|---:|---|---:|"]
             predicted = {"hit rate": twin and twin.get("hit_rate_ratio"),
                          "p95 TTFT": twin and twin.get("p95_ttft_ratio")}

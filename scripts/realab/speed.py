@@ -289,7 +289,7 @@ def load_line(standing: dict[tuple, Standing], workload: str, load: float) -> li
             f"the curve probe and by the runs' own steps, `speed.standings`; the load at their geometric mean): "
             f"{each}. "
             + (f"{len(off)} of {len(rounds)} rounds stood more than {100 * LOAD_TOLERANCE:.0f}% off "
-               f"{100 * load:.0f}% by every reading: the figures below pool them as measured, and the section "
+               f"{100 * load:.0f}% by every reading: the figures below take them in as measured, and the section "
                "after them judges only the rounds that did not." if off else ""), ""]
 
 

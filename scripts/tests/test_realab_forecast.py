@@ -165,22 +165,3 @@ def test_how_often_the_policy_capped_is_set_beside_the_twins_count(tmp_path: Pat
     text = " ".join(F.capping_lines(measured, even, "long", 0.9))
     assert "about as often" in text and "predicts" not in text
     assert F.capping_lines(measured, {}, "long", 0.9) == []
-
-
-def test_a_pooled_quantile_beyond_every_rounds_own_is_flagged():
-    # Two rounds at different loads: gaps of 10 ms in the light one and 100 ms in the
-    # loaded one, where the hook cuts each by a fifth but sends a few more tokens in the
-    # loaded round. Each round's own median ratio is 0.8; pooled, stock's median sits among
-    # the light round's values and the hook's among the loaded round's: 8x.
-    light = {"stock": [0.010] * 60, "hook": [0.008] * 40}
-    loaded = {"stock": [0.100] * 40, "hook": [0.080] * 60}
-    runs = {c: {0: [{"index": 0, "ok": True, "output_itl": light[c]}],
-                1: [{"index": 0, "ok": True, "output_itl": loaded[c]}]} for c in ("stock", "hook")}
-    pairs = S.pair_requests(runs, S.METRICS["answer ITL"])
-    per_round = S.round_ratios(pairs, 0.5, "hook", "stock")
-    assert per_round == pytest.approx([0.8, 0.8])
-    pooled = S.paired_ratio(pairs, 0.5, "hook", "stock", resamples=10).point
-    assert pooled == pytest.approx(8.0)
-    assert S.beyond_every_round(pooled, per_round)
-    assert not S.beyond_every_round(0.82, per_round), "within 5% of a round's own"
-    assert not S.beyond_every_round(8.0, [0.8]), "one round: nothing to set it against"

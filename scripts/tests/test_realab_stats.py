@@ -97,6 +97,38 @@ def test_pairing_makes_the_interval_much_narrower_than_resampling_each_side_alon
     assert (unpaired.high - unpaired.low) > 4 * (paired.high - paired.low)
 
 
+def test_rounds_at_different_loads_give_the_rounds_own_effect_not_a_pooled_one():
+    # Two rounds at different loads: gaps of 10 ms in the light one and 100 ms in the
+    # loaded one, where the hook cuts each by a fifth but sends a few more tokens in the
+    # loaded round. Each round's own median ratio is 0.8; one median over both rounds'
+    # values would set stock's among the light round's and the hook's among the loaded
+    # round's: 8x, an effect no round had.
+    light = {"stock": [0.010] * 60, "hook": [0.008] * 40}
+    loaded = {"stock": [0.100] * 40, "hook": [0.080] * 60}
+    runs = {c: {0: [request(0, 0.1, output_itl=light[c])], 1: [request(0, 0.1, output_itl=loaded[c])]}
+            for c in ("stock", "hook")}
+    e = paired_ratio(pair_requests(runs, answer_itl), 0.5, "hook", "stock", resamples=FAST)
+    assert e.point == pytest.approx(0.8)
+    assert e.low == pytest.approx(0.8) and e.high == pytest.approx(0.8)
+    # Each round's figure stood on its own values: the thinnest round's thinner side.
+    assert e.n_values == 40
+
+
+def test_the_rounds_own_ratios_combine_by_geometric_mean():
+    # Round 0: the hook doubles every TTOT; round 1: it halves them. Neither wins.
+    runs = {"stock": {0: [request(i, 0.1 * (i + 1)) for i in range(20)],
+                      1: [request(i, 0.1 * (i + 1)) for i in range(20)]},
+            "hook": {0: [request(i, 0.2 * (i + 1)) for i in range(20)],
+                     1: [request(i, 0.05 * (i + 1)) for i in range(20)]}}
+    pairs = pair_requests(runs, ttot)
+    for q in (0.5, 0.95, "mean"):
+        assert paired_ratio(pairs, q, "hook", "stock", resamples=FAST).point == pytest.approx(1.0)
+    # A round whose denominator is 0 says nothing and is left out, not counted as 0 or inf.
+    runs["stock"][2] = [request(i, 0.0) for i in range(20)]
+    runs["hook"][2] = [request(i, 0.3) for i in range(20)]
+    assert paired_ratio(pair_requests(runs, ttot), 0.5, "hook", "stock", resamples=FAST).point == pytest.approx(1.0)
+
+
 def test_the_same_seed_gives_the_same_interval_and_another_seed_another():
     pairs = pair_requests(ab(3, 40, lambda v, rng: v * rng.uniform(0.5, 1.5)), ttot)
     one = paired_ratio(pairs, 0.5, "hook", "stock", resamples=FAST, seed=3)

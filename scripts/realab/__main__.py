@@ -10,6 +10,7 @@
     python -m realab candidates SET_DIR SIM POLICIES LOADS OUT_MD  (candidate policies on the twin first)
     python -m realab prefix measure|report ...     (the prefix cache under conversations: prefix.py)
     python -m realab startcost SET_DIR CONFIG WORKLOAD LOAD OUT_MD [ROUNDS]  (where later starts come from)
+    python -m realab migration measure|report ...  (answers handed over between two engines: migration.py)
 
 `measure` starts the engines and proxies, measures, and writes RESULTS_JSON (every run's
 summary, the step traces' preemptions, the capacity, the setup); the step traces stay in
@@ -204,6 +205,21 @@ def main(argv: list[str]) -> None:
                            configs=plan.configs, first_round=plan.first_round, rig="gpu", calm_s=plan.calm_s)
 
         prefix.main(argv[1:], prefix_setup)
+    elif argv[0] == "migration":
+        from . import migration
+
+        def migration_setup(root: Path, model: Path, prompts: int) -> m.Setup:
+            work = Path(tempfile.mkdtemp(prefix="realab-migration-"))
+            print(f"work directory (logs, raw load-test JSON): {work}", flush=True)
+            ids = write_family(model, work / "models", (SERVED,))
+            # Both cores run an engine each: nothing is kept off either.
+            spec = engine_spec(model, None, RIGS["gpu"])
+            w = dataclasses.replace(migration.WORKLOAD, prompts=prompts)
+            return m.Setup(root=root, work=work, spec=spec, think_end_id=ids["</think>"], models_dir=work / "models",
+                           workloads=[w], loads=[], rounds=0, slo_ttot_ms=250.0, slo_gap_ms=250.0,
+                           configs=list(migration.CONFIGS), rig="gpu")
+
+        migration.main(argv[1:], migration_setup)
     elif argv[0] == "stepcost":
         from . import stepcost
 

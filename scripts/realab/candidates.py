@@ -8,8 +8,9 @@ send order and spacing as they were sent) replayed on the twin under each of POL
 each twin's own capacity, comma-separated), on the rig's calibrated twin and on every GPU
 card `forecast` knows (prompts scaled to the card's budget as there). The page at OUT_MD
 gives each candidate over the baseline on the same requests, every user-felt metric at
-the median and p99, with the paired bootstrap's interval over the twin's requests and
-rounds: what the policy does to these requests in the model, not what a run on vLLM
+the median and at the highest tail every round's requests can set, each round's ratio
+and their geometric mean, with the paired bootstrap's interval over the twin's requests
+and rounds: what the policy does to these requests in the model, not what a run on vLLM
 would show (the twin has no run-to-run noise, and its residuals on the rig are on the
 policies page). It says which candidates are worth rig time: one the twin cannot tell
 from the shipped policy is not.

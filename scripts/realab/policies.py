@@ -12,7 +12,7 @@ writes the page from every set, in name order, with `stats.py`: per workload and
 load, each configuration against stock on the same requests (each round's paired ratio,
 their geometric mean over the rounds, 90% bootstrap interval over requests and rounds,
 widened for how few rounds there are: `stats.py`), at the median and at the highest tail that at least
-five requests set; the shares of stalled answers and of requests meeting each SLO with
+five requests set in every round; the shares of stalled answers and of requests meeting each SLO with
 Wilson intervals; and the "do no harm" verdict of the policy Meridian ships. Given the
 README, it also rewrites the README's generated summary: for each set, workload, load
 and configuration (a set whose results.json says `"superseded": true` is left out), its
@@ -322,7 +322,7 @@ def write(page_dir: Path, out: Path, resamples: int = 2000) -> list[str]:
              "Each configuration serves the same requests (same seed: prompts, lengths, arrival times) "
              "in rotating order within a round; the page compares each request with itself under stock. "
              "A verdict is *met* or *missed* only when the whole interval says so, otherwise "
-             "*unresolved*; a tail is quoted only where at least five requests set it.", ""]
+             "*unresolved*; a tail is quoted only where at least five requests set it in every round.", ""]
     set_dirs = sorted(p for p in page_dir.iterdir() if (p / "results.json").exists())
     for set_lines, set_readme in _each_set(set_dirs, resamples):
         lines += set_lines
@@ -474,8 +474,9 @@ def set_section(set_dir: Path, resamples: int, readme: list[str] | None = None) 
         for load in w["loads"]:
             lines += section(data, raw_dir, w["name"], load, resamples, stretch, by_load[load], scales[load], limits,
                              standing)
-            off = speed.off_load(standing, w["name"], load)
-            if off and len(set(by_load[load][0].get("stock", {})) - off) >= 2:
+            # (Rounds that stood off this load; `off` above is the references run off pace.)
+            stood_off = speed.off_load(standing, w["name"], load)
+            if stood_off and len(set(by_load[load][0].get("stock", {})) - stood_off) >= 2:
                 lines += section(data, raw_dir, w["name"], load, resamples, stretch, by_load[load], scales[load],
                                  limits, standing, at_load=True)
         capacity = slo.capacity_lines(data, w["name"], by_load,

@@ -16,7 +16,8 @@ Why per round, not one quantile over every round's values pooled: rounds that ra
 different loads, or on machines of different speed, put each side's values in clusters,
 and a pooled quantile can fall in one side's fast rounds and the other's slow ones. On
 set 8 a pooled answer ITL p50 read 1.71x while every round's own read 0.76-1.00x. A mean
-of the rounds' own ratios always lies within them. So the tail rule holds round by
+of the rounds' own ratios always lies within them (a time quantile under
+`TIME_FLOOR_S` counts as that floor, so no round's ratio is 0 or undefined). So the tail rule holds round by
 round: a round's p99 over 135 requests is its second slowest, not a tail, however many
 rounds are averaged, so such a set quotes p95 (set by 7 requests in every round).
 
@@ -339,6 +340,12 @@ def _ratio(x: float, y: float) -> float | None:
     return x / y if y > 0 else None
 
 
+#: A time quantile below this counts as this: below what the tester's clock tells apart
+#: (a median gap of tokens delivered together is 0), so a round where either side's is
+#: 0 still has a ratio, a large or a small one, and no round is dropped for it.
+TIME_FLOOR_S = 1e-4
+
+
 def paired_ratio(pairs: Paired, q: float | str, num: str, den: str, *, resamples: int = 2000, seed: int = 0,
                  confidence: float = 0.9) -> Estimate | None:
     """The headline effect: num's q-quantile over den's in each round, their geometric
@@ -347,12 +354,13 @@ def paired_ratio(pairs: Paired, q: float | str, num: str, den: str, *, resamples
     None when nothing pairs."""
     if isinstance(q, str) and q != "mean" or not isinstance(q, str) and not 0 < q <= 1:
         raise ValueError(f"q must be a quantile in (0, 1] or 'mean', not {q!r}")
+    floor = TIME_FLOOR_S
     if q == "mean":
         def stat(a, b):
-            return _ratio(statistics.fmean(a), statistics.fmean(b))
+            return _ratio(max(statistics.fmean(a), floor), max(statistics.fmean(b), floor))
     else:
         def stat(a, b):
-            return _ratio(nearest_rank(sorted(a), q), nearest_rank(sorted(b), q))
+            return _ratio(max(nearest_rank(sorted(a), q), floor), max(nearest_rank(sorted(b), q), floor))
     return _estimate(pairs, num, den, stat, q, resamples, seed, confidence)
 
 

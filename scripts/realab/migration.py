@@ -505,11 +505,7 @@ def twin_lines(data: dict, raw: Path, sim: Path, profile_toml: Path, profile: st
     return ["**The twin's forecast for the same split** (`meridian-sim " + " ".join(shown_args) + "`: the rig's "
             "profile fitted on this run's steps (`plain-a-steps.jsonl.gz`), the lengths the engines reported, "
             "the connector at the cost the probe measured; "
-            "deterministic, five seeds of ten times a run's requests):", "", table.read_text(), "",
-            "The twin hands an answer over when the end-of-thought delimiter is sampled, so there the hand-over "
-            "lands in TTOT; the proxy hands it over at the first event after the thought, with the first answer "
-            "token from the think engine, so on the engines it lands in the largest answer gap. Read the twin's "
-            "TTOT beside the measured largest answer gap.", ""]
+            "deterministic, five seeds of ten times a run's requests):", "", table.read_text(), ""]
 
 
 def report(results: Path, raw: Path, out_md: Path, sim: Path | None = None, profile_toml: Path | None = None,

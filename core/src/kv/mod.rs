@@ -21,7 +21,12 @@
 //! vLLM: stock's queue with a finished request's think-complete blocks moved to its
 //! front. Where a request's blocks stop being reachable is one rule,
 //! [`first_dead_block`], used by the twin's pool and by the hook.
+//!
+//! Below the pool an [`Offload`] store can keep evicted blocks for a later request to
+//! copy back up (offload and ingest); under [`OffloadRule::SkipDead`] think-complete
+//! blocks are not copied down, since nothing can hit them.
 
+mod offload;
 mod pool;
 mod queue;
 #[cfg(test)]
@@ -29,6 +34,7 @@ mod tests;
 
 use std::hash::{Hash, Hasher};
 
+pub use offload::{Offload, OffloadRule};
 pub use pool::{Eviction, Held, KvPool, PrefixCounters};
 
 use crate::Phase;

@@ -2,12 +2,15 @@
 //! the cached blocks its prefix hits and fresh blocks for the rest; a fresh block comes
 //! from the front of the free queues, and if it was cached, its cache entry goes with
 //! it; a request gives its blocks back last block first, so that its tail is evicted
-//! before its head; a free block that is hit again leaves the queue.
+//! before its head; a free block that is hit again leaves the queue. With an
+//! [`Offload`] below it, an evicted cached block is copied down, and a request's prefix
+//! goes on from the pool's cached blocks into the ones stored there.
 
 use std::collections::HashMap;
 
 use smallvec::SmallVec;
 
+use super::offload::Offload;
 use super::queue::FreeQueue;
 use super::{BlockHash, Tier};
 
@@ -40,6 +43,7 @@ pub(super) struct Block {
 pub struct Held {
     pub(super) blocks: Vec<u32>,
     hit: u32,
+    ingested: u32,
 }
 
 impl Held {
@@ -55,6 +59,12 @@ impl Held {
     pub fn hit_blocks(&self) -> u32 {
         self.hit
     }
+
+    /// How many blocks after those were copied up from the offload store (fresh blocks
+    /// whose KV did not have to be computed).
+    pub fn ingested_blocks(&self) -> u32 {
+        self.ingested
+    }
 }
 
 /// What the prefix cache did, in vLLM's terms (`vllm:prefix_cache_queries` and
@@ -65,6 +75,9 @@ pub struct PrefixCounters {
     pub hit_tokens: u64,
     /// Cached blocks whose space was taken, by the tier they were freed into.
     pub evicted: [u64; 3],
+    /// Evicted blocks copied down to the offload store, and blocks copied back up.
+    pub offloaded: u64,
+    pub ingested: u64,
 }
 
 impl PrefixCounters {
@@ -83,6 +96,7 @@ pub struct KvPool {
     queues: [FreeQueue; 3],
     cached: HashMap<BlockHash, SmallVec<[u32; 1]>>,
     counters: PrefixCounters,
+    offload: Option<Offload>,
 }
 
 impl KvPool {
@@ -100,7 +114,18 @@ impl KvPool {
             queues,
             cached: HashMap::new(),
             counters: PrefixCounters::default(),
+            offload: None,
         }
+    }
+
+    /// The same pool with `offload` below it.
+    pub fn with_offload(mut self, offload: Offload) -> Self {
+        self.offload = Some(offload);
+        self
+    }
+
+    pub fn offload(&self) -> Option<&Offload> {
+        self.offload.as_ref()
     }
 
     pub fn block_size(&self) -> u32 {
@@ -149,9 +174,11 @@ impl KvPool {
     }
 
     /// Admits a request needing `blocks` blocks whose full blocks are named `hashes`:
-    /// the cached prefix is shared, the rest taken fresh; `query_tokens` (its prompt)
-    /// are counted as queried, the hit blocks' tokens as hits. `None`, and nothing
-    /// changed, when the pool cannot hold it.
+    /// the cached prefix is shared, the rest taken fresh, the first of those copied up
+    /// from the offload store where it holds how the prefix goes on (and cached again);
+    /// `query_tokens` (its prompt) are counted as queried, the hit blocks' tokens as hits
+    /// (ingested blocks apart, as vLLM counts a connector's tokens apart). `None`, and
+    /// nothing changed, when the pool cannot hold it.
     pub fn admit(&mut self, hashes: &[BlockHash], blocks: u32, query_tokens: u32) -> Option<Held> {
         let hits = self.cached_prefix(hashes).min(blocks);
         let hit_ids: SmallVec<[u32; 16]> =
@@ -160,7 +187,9 @@ impl KvPool {
         if blocks - hits > self.free() - free_hits {
             return None;
         }
-        let mut held = Held { blocks: Vec::with_capacity(blocks as usize), hit: hits };
+        let rest = &hashes[(hits as usize).min(hashes.len())..];
+        let ingested = self.offload.as_mut().map_or(0, |o| o.ingest_prefix(rest)).min(blocks - hits);
+        let mut held = Held { blocks: Vec::with_capacity(blocks as usize), hit: hits, ingested };
         for id in hit_ids {
             self.share(id);
             held.blocks.push(id);
@@ -168,8 +197,12 @@ impl KvPool {
         for _ in hits..blocks {
             held.blocks.push(self.take_fresh()?);
         }
+        for (i, &hash) in rest.iter().take(ingested as usize).enumerate() {
+            self.cache(&held, hits + i as u32, hash);
+        }
         self.counters.queried_tokens += u64::from(query_tokens);
         self.counters.hit_tokens += u64::from((hits * self.block_size).min(query_tokens));
+        self.counters.ingested += u64::from(ingested);
         Some(held)
     }
 
@@ -236,6 +269,9 @@ impl KvPool {
         let block = &mut self.blocks[id as usize];
         if let Some(hash) = block.hash.take() {
             self.counters.evicted[block.tier as usize] += 1;
+            if self.offload.as_mut().is_some_and(|o| o.store(hash, block.tier)) {
+                self.counters.offloaded += 1;
+            }
             if let Some(ids) = self.cached.get_mut(&hash) {
                 ids.retain(|i| *i != id);
                 if ids.is_empty() {

@@ -235,3 +235,114 @@ proptest! {
         }
     }
 }
+
+/// A pool of `capacity` blocks (LRU) with an offload store of `stored` blocks below it.
+fn offloading(capacity: u32, stored: u32, rule: OffloadRule) -> KvPool {
+    KvPool::new(capacity, BS, Eviction::Lru).with_offload(Offload::new(stored, rule))
+}
+
+#[test]
+fn a_prefix_the_pool_evicted_comes_back_from_the_offload_store_not_computed_again() {
+    let mut pool = offloading(4, 8, OffloadRule::All);
+    let (first, _) = admit(&mut pool, &tokens(1, 3), 3).unwrap();
+    pool.release(first, |_| Tier::OutputCritical);
+    // Another conversation takes all four blocks: the first one's three are evicted.
+    let (filler, _) = admit(&mut pool, &tokens(2, 4), 4).unwrap();
+    assert_eq!(pool.counters().offloaded, 3);
+    pool.release(filler, |_| Tier::OutputCritical);
+    // Its next turn: nothing in the pool, three blocks copied back up, one computed.
+    let mut next = tokens(1, 3);
+    next.extend([7; 4]);
+    let (again, hashes) = admit(&mut pool, &next, 4).unwrap();
+    assert_eq!((again.hit_blocks(), again.ingested_blocks()), (0, 3));
+    let c = pool.counters();
+    assert_eq!((c.ingested, c.hit_tokens), (3, 0), "a copy from below is no prefix-cache hit");
+    assert!(hashes[..3].iter().all(|h| pool.holds(*h)), "ingested blocks are cached again");
+    // Without the store, the same requests compute everything again.
+    let mut plain = KvPool::new(4, BS, Eviction::Lru);
+    let (f, _) = admit(&mut plain, &tokens(1, 3), 3).unwrap();
+    plain.release(f, |_| Tier::OutputCritical);
+    let (g, _) = admit(&mut plain, &tokens(2, 4), 4).unwrap();
+    plain.release(g, |_| Tier::OutputCritical);
+    let (h, _) = admit(&mut plain, &next, 4).unwrap();
+    assert_eq!((h.hit_blocks(), h.ingested_blocks()), (0, 0));
+}
+
+#[test]
+fn finished_thoughts_are_not_copied_down_under_the_skip_dead_rule() {
+    for (rule, stored) in [(OffloadRule::All, 3), (OffloadRule::SkipDead, 1)] {
+        let mut pool = offloading(3, 8, rule);
+        // One prompt block, then two blocks of a finished thought (think-complete).
+        let (held, _) = admit(&mut pool, &tokens(1, 1), 3).unwrap();
+        let thought = block_hashes(None, &tokens(101, 3), BS);
+        pool.cache(&held, 1, thought[1]);
+        pool.cache(&held, 2, thought[2]);
+        let released = Released::Finished { thought: true };
+        pool.release(held, |i| tier_at_release(i, BS, BS, released));
+        let _filler = admit(&mut pool, &tokens(2, 3), 3).unwrap();
+        assert_eq!(pool.counters().offloaded, stored, "{rule:?}");
+        assert!(
+            pool.offload().unwrap().holds(block_hashes(None, &tokens(1, 1), BS)[0]),
+            "the prompt went down"
+        );
+    }
+}
+
+#[test]
+fn the_offload_store_forgets_its_least_recently_used_block_first() {
+    let mut store = Offload::new(2, OffloadRule::All);
+    let [a, b, c] = [BlockHash(1), BlockHash(2), BlockHash(3)];
+    assert!(store.store(a, Tier::OutputCritical) && store.store(b, Tier::ThinkActive));
+    assert_eq!(store.ingest_prefix(&[a, c]), 1, "a is used again, b is now the oldest");
+    assert!(store.store(c, Tier::OutputCritical));
+    assert!(store.holds(a) && store.holds(c) && !store.holds(b));
+    assert_eq!(store.len(), 2);
+    assert!(!Offload::new(0, OffloadRule::All).store(a, Tier::OutputCritical), "no room at all");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn ingested_blocks_continue_the_cached_prefix_and_the_store_keeps_its_bound(
+        ops in prop::collection::vec(op(), 1..80),
+        stored in 0u32..10,
+        skip_dead in any::<bool>(),
+    ) {
+        let rule = if skip_dead { OffloadRule::SkipDead } else { OffloadRule::All };
+        let mut pool = offloading(12, stored, rule);
+        let mut held: Vec<(Held, u32)> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Admit { conversation, prompt, extra } => {
+                    let hashes = block_hashes(None, &tokens(conversation, prompt), BS);
+                    let in_pool = pool.cached_prefix(&hashes);
+                    let Some((h, _)) = admit(&mut pool, &tokens(conversation, prompt), prompt + extra) else {
+                        continue;
+                    };
+                    prop_assert_eq!(h.hit_blocks(), in_pool.min(prompt + extra));
+                    // What came up from below picks up where the pool's prefix stopped.
+                    let (hit, up) = (h.hit_blocks(), h.ingested_blocks());
+                    prop_assert!(hit + up <= hashes.len() as u32);
+                    prop_assert!(hashes[..(hit + up) as usize].iter().all(|x| pool.holds(*x)));
+                    held.push((h, prompt * BS));
+                }
+                Op::Release { which, released } => {
+                    if held.is_empty() {
+                        continue;
+                    }
+                    let (h, prompt_tokens) = held.remove(which % held.len());
+                    pool.release(h, |i| tier_at_release(i, prompt_tokens, BS, released));
+                }
+            }
+            let store = pool.offload().unwrap();
+            prop_assert!(store.len() <= stored, "{} stored, room for {}", store.len(), stored);
+            let c = pool.counters();
+            if skip_dead {
+                prop_assert!(c.offloaded <= c.evicted[1] + c.evicted[2], "a think-complete block went down");
+            } else {
+                prop_assert!(stored == 0 || c.offloaded == c.evicted.iter().sum::<u64>());
+            }
+        }
+    }
+}

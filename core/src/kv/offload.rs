@@ -9,7 +9,7 @@
 //! prompt drops), so only think-active and output-critical blocks go down, and the
 //! store's room goes to prefixes that can come back.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::{BlockHash, Tier};
 
@@ -31,12 +31,22 @@ pub struct Offload {
     used: HashMap<BlockHash, u64>,
     /// Stored blocks by last use, oldest first.
     by_use: BTreeMap<u64, BlockHash>,
+    /// Blocks an admission is copying back up: not forgotten to make room until it is
+    /// done (vLLM's offloading manager pins a lookup's blocks until their load ends).
+    pinned: HashSet<BlockHash>,
     clock: u64,
 }
 
 impl Offload {
     pub fn new(capacity: u32, rule: OffloadRule) -> Self {
-        Offload { capacity, rule, used: HashMap::new(), by_use: BTreeMap::new(), clock: 0 }
+        Offload {
+            capacity,
+            rule,
+            used: HashMap::new(),
+            by_use: BTreeMap::new(),
+            pinned: HashSet::new(),
+            clock: 0,
+        }
     }
 
     /// Blocks stored.
@@ -53,29 +63,43 @@ impl Offload {
     }
 
     /// A block of `tier` named `hash` leaves the pool: copied down unless the rule skips
-    /// it (or there is no room at all); the least recently used block makes room. Whether
-    /// it was stored.
+    /// it, the store holds it already (it is only marked used), or no block can make room
+    /// (none at all, or every one pinned); else the least recently used unpinned block
+    /// makes room. Whether it was copied down.
     pub(super) fn store(&mut self, hash: BlockHash, tier: Tier) -> bool {
         if self.capacity == 0 || (self.rule == OffloadRule::SkipDead && tier == Tier::ThinkComplete) {
             return false;
         }
-        if !self.used.contains_key(&hash) && self.len() >= self.capacity {
-            if let Some((_, oldest)) = self.by_use.pop_first() {
-                self.used.remove(&oldest);
-            }
+        if self.used.contains_key(&hash) {
+            self.touch(hash);
+            return false;
+        }
+        if self.len() >= self.capacity {
+            let Some((&stamp, &oldest)) = self.by_use.iter().find(|(_, h)| !self.pinned.contains(h)) else {
+                return false;
+            };
+            self.by_use.remove(&stamp);
+            self.used.remove(&oldest);
         }
         self.touch(hash);
         true
     }
 
-    /// How many of `hashes`, in a row from the first, the store holds; those are marked
-    /// used now (they are about to be copied back up).
-    pub(super) fn ingest_prefix(&mut self, hashes: &[BlockHash]) -> u32 {
-        let n = hashes.iter().take_while(|h| self.used.contains_key(h)).count();
+    /// How many of `hashes`, in a row from the first and at most `max`, the store holds;
+    /// those are marked used and pinned (they are about to be copied back up) until
+    /// [`Offload::unpin`].
+    pub(super) fn ingest_prefix(&mut self, hashes: &[BlockHash], max: u32) -> u32 {
+        let n = hashes.iter().take_while(|h| self.used.contains_key(h)).count().min(max as usize);
         for &h in &hashes[..n] {
             self.touch(h);
+            self.pinned.insert(h);
         }
         n as u32
+    }
+
+    /// The blocks an admission copied up may make room again.
+    pub(super) fn unpin(&mut self) {
+        self.pinned.clear();
     }
 
     fn touch(&mut self, hash: BlockHash) {

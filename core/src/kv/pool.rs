@@ -75,7 +75,8 @@ pub struct PrefixCounters {
     pub hit_tokens: u64,
     /// Cached blocks whose space was taken, by the tier they were freed into.
     pub evicted: [u64; 3],
-    /// Evicted blocks copied down to the offload store, and blocks copied back up.
+    /// Evicted blocks copied down to the offload store (not those it held already), and
+    /// blocks copied back up.
     pub offloaded: u64,
     pub ingested: u64,
 }
@@ -188,7 +189,7 @@ impl KvPool {
             return None;
         }
         let rest = &hashes[(hits as usize).min(hashes.len())..];
-        let ingested = self.offload.as_mut().map_or(0, |o| o.ingest_prefix(rest)).min(blocks - hits);
+        let ingested = self.offload.as_mut().map_or(0, |o| o.ingest_prefix(rest, blocks - hits));
         let mut held = Held { blocks: Vec::with_capacity(blocks as usize), hit: hits, ingested };
         for id in hit_ids {
             self.share(id);
@@ -199,6 +200,9 @@ impl KvPool {
         }
         for (i, &hash) in rest.iter().take(ingested as usize).enumerate() {
             self.cache(&held, hits + i as u32, hash);
+        }
+        if let Some(o) = self.offload.as_mut() {
+            o.unpin();
         }
         self.counters.queried_tokens += u64::from(query_tokens);
         self.counters.hit_tokens += u64::from((hits * self.block_size).min(query_tokens));

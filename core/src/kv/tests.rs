@@ -253,11 +253,19 @@ fn a_prefix_the_pool_evicted_comes_back_from_the_offload_store_not_computed_agai
     // Its next turn: nothing in the pool, three blocks copied back up, one computed.
     let mut next = tokens(1, 3);
     next.extend([7; 4]);
-    let (again, hashes) = admit(&mut pool, &next, 4).unwrap();
+    let hashes = block_hashes(None, &next, BS);
+    let again = pool.admit(&hashes, 4, next.len() as u32).unwrap();
     assert_eq!((again.hit_blocks(), again.ingested_blocks()), (0, 3));
     let c = pool.counters();
     assert_eq!((c.ingested, c.hit_tokens), (3, 0), "a copy from below is no prefix-cache hit");
-    assert!(hashes[..3].iter().all(|h| pool.holds(*h)), "ingested blocks are cached again");
+    for (i, hash) in hashes.iter().enumerate().take(3) {
+        assert_eq!(
+            pool.blocks[again.blocks[i] as usize].hash,
+            Some(*hash),
+            "block {i} cached again in place"
+        );
+    }
+    assert_eq!(pool.blocks[again.blocks[3] as usize].hash, None, "the computed block waits to be cached");
     // Without the store, the same requests compute everything again.
     let mut plain = KvPool::new(4, BS, Eviction::Lru);
     let (f, _) = admit(&mut plain, &tokens(1, 3), 3).unwrap();
@@ -293,11 +301,38 @@ fn the_offload_store_forgets_its_least_recently_used_block_first() {
     let mut store = Offload::new(2, OffloadRule::All);
     let [a, b, c] = [BlockHash(1), BlockHash(2), BlockHash(3)];
     assert!(store.store(a, Tier::OutputCritical) && store.store(b, Tier::ThinkActive));
-    assert_eq!(store.ingest_prefix(&[a, c]), 1, "a is used again, b is now the oldest");
+    assert_eq!(store.ingest_prefix(&[a, c], 2), 1, "a is used again, b is now the oldest");
+    store.unpin();
     assert!(store.store(c, Tier::OutputCritical));
     assert!(store.holds(a) && store.holds(c) && !store.holds(b));
     assert_eq!(store.len(), 2);
+    assert!(!store.store(c, Tier::OutputCritical), "held already: marked used, not copied again");
     assert!(!Offload::new(0, OffloadRule::All).store(a, Tier::OutputCritical), "no room at all");
+    // Only a run from the first counts: a prefix cannot skip a block it lacks.
+    assert_eq!(store.ingest_prefix(&[b, c], 2), 0, "b is gone, so c cannot follow");
+    assert_eq!(store.ingest_prefix(&[c, b, a], 1), 1, "at most what the admission needs");
+    store.unpin();
+    // While an admission copies blocks up they are pinned: no newcomer pushes them out.
+    assert_eq!(store.ingest_prefix(&[a, c], 2), 2);
+    assert!(!store.store(b, Tier::OutputCritical), "every block pinned: no room");
+    store.unpin();
+    assert!(store.store(b, Tier::OutputCritical));
+}
+
+#[test]
+fn an_admission_keeps_the_blocks_it_copies_up_though_its_own_evictions_fill_the_store() {
+    // A pool of 4, a store of 2: A's two blocks go down when B fills the pool; A's next
+    // turn copies them up while its fresh blocks evict all four of B's.
+    let mut pool = offloading(4, 2, OffloadRule::All);
+    let (a, a_hashes) = admit(&mut pool, &tokens(1, 2), 2).unwrap();
+    pool.release(a, |_| Tier::OutputCritical);
+    let (b, _) = admit(&mut pool, &tokens(2, 4), 4).unwrap();
+    pool.release(b, |_| Tier::OutputCritical);
+    let held = pool.admit(&a_hashes, 4, 2 * BS).unwrap();
+    assert_eq!(held.ingested_blocks(), 2);
+    let store = pool.offload().unwrap();
+    assert!(a_hashes.iter().all(|h| store.holds(*h)), "the blocks copied up were not forgotten mid-copy");
+    assert!(store.len() <= 2);
 }
 
 proptest! {
@@ -312,19 +347,31 @@ proptest! {
         let rule = if skip_dead { OffloadRule::SkipDead } else { OffloadRule::All };
         let mut pool = offloading(12, stored, rule);
         let mut held: Vec<(Held, u32)> = Vec::new();
+        let mut thoughts: Vec<BlockHash> = Vec::new();
         for op in ops {
             match op {
                 Op::Admit { conversation, prompt, extra } => {
+                    let total = prompt + extra;
                     let hashes = block_hashes(None, &tokens(conversation, prompt), BS);
-                    let in_pool = pool.cached_prefix(&hashes);
-                    let Some((h, _)) = admit(&mut pool, &tokens(conversation, prompt), prompt + extra) else {
-                        continue;
-                    };
-                    prop_assert_eq!(h.hit_blocks(), in_pool.min(prompt + extra));
-                    // What came up from below picks up where the pool's prefix stopped.
-                    let (hit, up) = (h.hit_blocks(), h.ingested_blocks());
-                    prop_assert!(hit + up <= hashes.len() as u32);
-                    prop_assert!(hashes[..(hit + up) as usize].iter().all(|x| pool.holds(*x)));
+                    // What the pool holds of the prefix, then what the store holds next.
+                    let hit = pool.cached_prefix(&hashes).min(total);
+                    let store = pool.offload().unwrap().clone();
+                    let up = hashes[hit as usize..].iter().take_while(|h| store.holds(**h)).count() as u32;
+                    let Some(h) = pool.admit(&hashes, total, prompt * BS) else { continue };
+                    prop_assert_eq!((h.hit_blocks(), h.ingested_blocks()), (hit, up.min(total - hit)));
+                    for i in 0..h.ingested_blocks() {
+                        let id = h.blocks[(hit + i) as usize];
+                        prop_assert_eq!(pool.blocks[id as usize].hash, Some(hashes[(hit + i) as usize]));
+                    }
+                    for (i, x) in hashes.iter().enumerate() {
+                        pool.cache(&h, i as u32, *x);
+                    }
+                    // A thought's block after the prompt: think-complete once it finishes.
+                    if extra > 0 {
+                        let thought = block_hashes(hashes.last().copied(), &[conversation + 50_000; BS as usize], BS)[0];
+                        pool.cache(&h, prompt, thought);
+                        thoughts.push(thought);
+                    }
                     held.push((h, prompt * BS));
                 }
                 Op::Release { which, released } => {
@@ -338,10 +385,9 @@ proptest! {
             let store = pool.offload().unwrap();
             prop_assert!(store.len() <= stored, "{} stored, room for {}", store.len(), stored);
             let c = pool.counters();
+            prop_assert!(c.offloaded <= c.evicted.iter().sum::<u64>());
             if skip_dead {
                 prop_assert!(c.offloaded <= c.evicted[1] + c.evicted[2], "a think-complete block went down");
-            } else {
-                prop_assert!(stored == 0 || c.offloaded == c.evicted.iter().sum::<u64>());
             }
         }
     }

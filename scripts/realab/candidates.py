@@ -84,10 +84,7 @@ def page(set_dir: Path, policies: list[str], loads: list[float], runs: dict, com
             cells = []
             for name in PER_REQUEST:
                 parts = []
-                # Each round's ratio is a figure of its own: its tail must be one that
-                # the thinnest round's requests can set (`effects.effects`).
-                rounds = pairs[name].matched(policy, base)
-                tail = S.tail_for(min(map(len, rounds)), 0.99) if rounds else None
+                tail = S.round_tail(pairs[name].matched(policy, base))
                 for q in (0.5, tail) if tail and tail > 0.5 else (0.5,):
                     e = S.paired_ratio(pairs[name], q, policy, base, resamples=RESAMPLES)
                     parts.append("-" if e is None else f"p{round(100 * q)} {e.text()}")

@@ -27,21 +27,21 @@ def effects_of(raw_dir: Path, workload: str, load: float, runs: dict, config: st
     return EFFECTS[key]
 
 
-def effects(runs: dict, config: str, resamples: int) -> tuple[dict[str, tuple], dict[str, S.Estimate | None]]:
-    """Per metric: (p50 estimate, tail estimate); and the estimates the harm verdict reads."""
+def effects(runs: dict, config: str, resamples: int,
+            base: str = "stock") -> tuple[dict[str, tuple], dict[str, S.Estimate | None]]:
+    """Per metric, `config` over `base`: (p50 estimate, tail estimate, the tail, requests
+    paired); and the estimates the harm verdict reads."""
     out: dict[str, tuple] = {}
     judged: dict[str, S.Estimate | None] = {}
     for name in PER_REQUEST:
         pairs = S.pair_requests(runs, S.METRICS[name])
-        rounds = pairs.matched(config, "stock")
+        rounds = pairs.matched(config, base)
         n = sum(len(r) for r in rounds)
-        # The effect is each round's own (`stats.paired_ratio`), so each round's quantile
-        # must be a tail: the thinnest round decides which tail can be quoted.
-        tail = S.tail_for(min(map(len, rounds)), 0.99) if rounds else None
+        tail = S.round_tail(rounds)
         # Per-token ITL: each bootstrap resample re-sorts every token; fewer resamples.
         k = max(200, resamples // 5) if name == "answer ITL" else resamples
-        p50 = S.paired_ratio(pairs, 0.5, config, "stock", resamples=k)
-        high = S.paired_ratio(pairs, tail, config, "stock", resamples=k) if tail and tail > 0.5 else None
+        p50 = S.paired_ratio(pairs, 0.5, config, base, resamples=k)
+        high = S.paired_ratio(pairs, tail, config, base, resamples=k) if tail and tail > 0.5 else None
         out[name] = (p50, high, tail, n)
         judged[f"{name} p50"] = p50
         if high is not None:

@@ -48,7 +48,7 @@ from pathlib import Path
 
 from . import drift, rig, stats as S
 from . import measure as m
-from .effects import PER_REQUEST
+from .effects import effects, plain_effects
 from .sets import read
 from .workloads import WORKLOADS
 
@@ -396,23 +396,12 @@ def ab_lines(data: dict, raw: Path, load: float, resamples: int = 2000) -> list[
         return []
     splits = [c for c in CONFIGS if c != "shared" and c in runs]
     lines = ["| configuration | metric | p50 | tail | requests |", "|---|---|---:|---:|---:|"]
-    judged: dict[str, dict[str, S.Estimate]] = {}
+    tables: dict[str, dict[str, tuple]] = {}
     for config in splits:
-        for name in PER_REQUEST:
-            pairs = S.pair_requests(runs, S.METRICS[name])
-            rounds = pairs.matched(config, "shared")
-            if not rounds:
-                continue
-            tail = S.tail_for(min(map(len, rounds)), 0.99)
-            k = max(200, resamples // 5) if name == "answer ITL" else resamples
-            p50 = S.paired_ratio(pairs, 0.5, config, "shared", resamples=k)
-            high = S.paired_ratio(pairs, tail, config, "shared", resamples=k) if tail and tail > 0.5 else None
-            judged.setdefault(config, {})[f"{name} p50"] = p50
-            if high is not None:
-                judged[config][f"{name} p{round(100 * tail)}"] = high
+        tables[config], _ = effects(runs, config, resamples, base="shared")
+        for name, (p50, high, tail, n) in tables[config].items():
             lines.append(f"| {config} | {name} | {p50.text() if p50 else '-'} | "
-                         + (f"p{round(100 * tail)} {high.text()}" if high else "-")
-                         + f" | {sum(map(len, rounds))} |")
+                         + (f"p{round(100 * tail)} {high.text()}" if high else "-") + f" | {n} |")
         ratios = throughput_ratios(data, load, config)
         lines.append(f"| {config} | token throughput (per round; higher is better) | "
                      + " ".join(f"{r:.3f}" for r in ratios) + " | | |")
@@ -433,11 +422,8 @@ def ab_lines(data: dict, raw: Path, load: float, resamples: int = 2000) -> list[
         lines.append(f"| {config} | {moved:.0f} / {no_room:.0f} | {ok:.0f} / {failed:.0f} | "
                      f"{engines[0]} | {engines[1]} |")
     lines.append("")
-    for config, estimates in judged.items():
-        costs = [f"{k} {e.point:.2f}x ({e.low:.2f}-{e.high:.2f})" for k, e in estimates.items()
-                 if e and e.run_aware and e.low > 1.05]
-        gains = [f"{k} {e.point:.2f}x ({e.low:.2f}-{e.high:.2f})" for k, e in estimates.items()
-                 if e and e.run_aware and e.high < 0.95]
+    for config, table in tables.items():
+        costs, gains = plain_effects(table)
         lines.append(f"- **{config} against shared**: costs resolved: {'; '.join(costs) or 'none'}; "
                      f"gains resolved: {'; '.join(gains) or 'none'}.")
     return lines + [""]

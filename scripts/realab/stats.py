@@ -169,6 +169,12 @@ def quotable(q: float, n: int) -> bool:
     return round((1 - q) * n, 9) >= MIN_TAIL_REQUESTS
 
 
+def round_tail(rounds: list, wanted: float = 0.99) -> float | None:
+    """The tail a per-round effect may quote (`Paired.matched`'s rounds): each round's
+    quantile stands alone, so the thinnest round decides (`tail_for`)."""
+    return tail_for(min(map(len, rounds)), wanted) if rounds else None
+
+
 def tail_for(n: int, wanted: float = 0.99) -> float | None:
     """The highest of p99, p95, p90, p50 (none above `wanted`) that n values can set."""
     return next((q for q in TAILS if q <= wanted and quotable(q, n)), None)

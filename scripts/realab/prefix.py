@@ -23,7 +23,10 @@ the same conversations on the rig's fitted profile beside each measured effect.
 
 Knobs (environment): REALAB_PREFIX_BLOCKS (KV cache sizes in 128-token blocks, default
 48,96), REALAB_PREFIX_RATE (conversations started per second, default 0.2),
-REALAB_CONVERSATIONS (default 30), REALAB_TURNS (default 5), REALAB_ROUNDS (default 2),
+REALAB_CONVERSATIONS (default 30), REALAB_TURNS (default 5), REALAB_PREFIX_THINK (a
+thought's tokens, default 128: longer thoughts leave more dead blocks a turn),
+REALAB_PREFIX_THINK_TIME_S (the mean wait between an answer and the next message, default
+3; a few tens of milliseconds is an agent's tool loop), REALAB_ROUNDS (default 2),
 REALAB_FIRST_ROUND, REALAB_CONFIGS (default stock,hook-fcfs), REALAB_CALM_S."""
 
 from __future__ import annotations
@@ -70,6 +73,14 @@ class Shape:
                 "--random-think-len", str(self.think), "--random-output-len", str(self.answer),
                 "--random-range-ratio", f"{self.range_ratio:g}"]
 
+    def longest_request(self, tokens_per_word: float = TOKENS_PER_WORD) -> int:
+        """The last turn's tokens at their longest: the system prompt, every turn's
+        message and every earlier answer (the history), then its own thought and answer."""
+        hi = 1 + self.range_ratio
+        history = (self.system + self.turns * self.message * hi) * tokens_per_word \
+            + (self.turns - 1) * self.answer * hi
+        return int(history + (self.think + self.answer) * hi) + 1
+
     def twin_workload(self, tokens_per_word: float = TOKENS_PER_WORD) -> str:
         """The same turn as a twin workload file (uniform lengths, in tokens)."""
         def uniform(n: float) -> str:
@@ -79,7 +90,9 @@ class Shape:
                 f"answer = {uniform(self.answer)}\n")
 
 
-#: The longest conversation must fit: 5 turns of this shape reach ~1,200 tokens.
+#: The longest conversation must fit: 5 turns of the default shape reach ~1,200 tokens,
+#: with 600-token thoughts ~1,850 (`Shape.longest_request`; `Plan.from_env` refuses a shape
+#: that does not fit).
 MAX_MODEL_LEN = 2048
 CONFIGS = ["stock", "hook-fcfs"]
 
@@ -101,15 +114,24 @@ class Plan:
         if configs[0] != "stock" or any(c != "stock" and not c.startswith("hook-") for c in configs):
             raise SystemExit(f"REALAB_CONFIGS: stock first, then hook-<policy>; got {configs}")
         try:
-            return Plan(blocks=[int(b) for b in os.environ.get("REALAB_PREFIX_BLOCKS", "48,96").split(",")],
+            default = Shape()
+            shape = Shape(turns=int(os.environ.get("REALAB_TURNS", str(default.turns))),
+                          think=int(os.environ.get("REALAB_PREFIX_THINK", str(default.think))),
+                          think_time_s=float(os.environ.get("REALAB_PREFIX_THINK_TIME_S",
+                                                            f"{default.think_time_s:g}")))
+            plan = Plan(blocks=[int(b) for b in os.environ.get("REALAB_PREFIX_BLOCKS", "48,96").split(",")],
                         rate=float(os.environ.get("REALAB_PREFIX_RATE", "0.2")),
                         conversations=int(os.environ.get("REALAB_CONVERSATIONS", "30")),
                         rounds=int(os.environ.get("REALAB_ROUNDS", "2")),
                         first_round=int(os.environ.get("REALAB_FIRST_ROUND", "0")),
                         configs=configs, calm_s=float(os.environ.get("REALAB_CALM_S", "60")),
-                        shape=Shape(turns=int(os.environ.get("REALAB_TURNS", "5"))))
+                        shape=shape)
         except ValueError as e:
             raise SystemExit(f"REALAB_PREFIX_*: {e}") from e
+        if shape.longest_request() > MAX_MODEL_LEN:
+            raise SystemExit(f"REALAB_PREFIX_*: a last turn of up to {shape.longest_request()} tokens does not "
+                             f"fit the engines' {MAX_MODEL_LEN}-token context; fewer turns or a shorter thought")
+        return plan
 
 
 def engine_spec(base: m.rig.EngineSpec, blocks: int) -> m.rig.EngineSpec:

@@ -82,6 +82,30 @@ def test_the_twin_workload_matches_the_testers_lengths():
     assert args[args.index("--num-prompts") + 1] == "7" and "conversations" in args
 
 
+def test_the_plan_takes_the_thought_and_the_wait_between_turns_from_the_environment(monkeypatch):
+    monkeypatch.setenv("REALAB_PREFIX_THINK", "600")
+    monkeypatch.setenv("REALAB_PREFIX_THINK_TIME_S", "0.05")
+    monkeypatch.setenv("REALAB_PREFIX_BLOCKS", "32,48")
+    plan = prefix.Plan.from_env()
+    assert plan.shape.think == 600 and plan.shape.think_time_s == 0.05 and plan.blocks == [32, 48]
+    args = plan.shape.tester_args(3)
+    assert args[args.index("--random-think-len") + 1] == "600" and args[args.index("--think-time") + 1] == "0.05"
+    # Unset, the shape is the one the first measured set ran.
+    for name in ("REALAB_PREFIX_THINK", "REALAB_PREFIX_THINK_TIME_S"):
+        monkeypatch.delenv(name)
+    assert prefix.Plan.from_env().shape == prefix.Shape()
+
+
+def test_a_conversation_longer_than_the_engines_context_is_refused_before_any_engine_starts(monkeypatch):
+    monkeypatch.setenv("REALAB_PREFIX_THINK", "900")
+    with pytest.raises(SystemExit, match="does not fit"):
+        prefix.Plan.from_env()
+    monkeypatch.setenv("REALAB_PREFIX_THINK", "600")
+    monkeypatch.setenv("REALAB_TURNS", "9")
+    with pytest.raises(SystemExit, match="does not fit"):
+        prefix.Plan.from_env()
+
+
 def test_the_engine_turns_the_prefix_cache_on():
     base = prefix.m.rig.EngineSpec(python="p", model="m", served_name="s", dtype="float32", max_model_len=8192,
                                    max_num_seqs=32, max_num_batched_tokens=256, kv_cache_gib=2, omp_threads=1,

@@ -176,8 +176,9 @@ async fn requests_waiting_for_a_full_engine_ask_it_one_at_a_time() {
     let before = claims(&b, "refused");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let asked = claims(&b, "refused") - before;
-    // After a refusal the engine is asked again every 25 ms by one claim, not by each of
-    // the six: about 20 in half a second (fewer on a busy machine), never six times that.
+    // After a refusal the engine is asked again every 100 ms by one claim (its hook wakes
+    // the replica when a place frees; an older hook's, every 25 ms), not by each of the
+    // six: about 5 in half a second, never six times that.
     assert!((1.0..=40.0).contains(&asked), "the full engine was asked {asked} times in 0.5 s");
     assert!(waiting.iter().all(|w| !w.is_finished()));
     holds(&twin, 2.0).await;
@@ -216,4 +217,32 @@ async fn a_freed_place_goes_to_the_request_that_waited_longest_whichever_replica
     let got =
         tokio::time::timeout(Duration::from_secs(5), newer).await.expect("a's request let through").unwrap();
     assert_eq!(got.status(), 200);
+}
+
+fn waits(proxy: &meridian_proxy::Server, outcome: &str) -> f64 {
+    sample(&proxy.state.metrics.render(), "meridian_admission_place_waits_total", &[("outcome", outcome)])
+        .unwrap_or(-1.0)
+}
+
+#[tokio::test]
+async fn a_place_freed_at_another_replica_wakes_the_waiting_one_through_the_engine() {
+    let twin = slow_twin(Some("places-secret")).await;
+    let (a, b) = (replica(&twin, |_| {}).await, replica(&twin, |_| {}).await);
+    let (a1, a2) = (open(&a).await, open(&a).await);
+    let waiting = tokio::spawn({
+        let url = format!("http://{}/v1/chat/completions", b.local_addr);
+        async move { client().post(url).json(&chat(json!({}))).send().await.unwrap() }
+    });
+    eventually("b's request queued", || queued(&b) == 1.0).await;
+    still_waiting("b waits while a holds every place", &waiting).await;
+    assert_eq!(waits(&a, "woken"), 0.0, "a, never refused, waits on no engine");
+    // One of a's requests ends. Only the engine hears of it; it answers the wait b's
+    // replica holds there, and b's request asks at once.
+    drop(a1);
+    let got = tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("b let through").unwrap();
+    assert_eq!(got.status(), 200);
+    assert!(waits(&b, "woken") >= 1.0, "b's replica was not woken by the engine");
+    assert_eq!(waits(&b, "failed"), 0.0);
+    holds(&twin, 2.0).await;
+    drop((a2, got));
 }

@@ -7,6 +7,8 @@ frees its places for the others at once."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 import urllib.request
 
 from conftest import metric
@@ -22,7 +24,11 @@ def claims(outcome: str) -> float:
     return metric(f'meridian_hook_place_claims_total{{outcome="{outcome}"}}')
 
 
-def test_replicas_get_the_engines_places_in_turn_and_never_more_than_the_limit(tmp_path, monkeypatch):
+def waits(outcome: str) -> float:
+    return metric(f'meridian_hook_place_waits_total{{outcome="{outcome}"}}')
+
+
+def listener(tmp_path, monkeypatch) -> str:
     cfg = tmp_path / "meridian.toml"
     cfg.write_text('[hook]\npolicy = "fcfs"\nlisten = "127.0.0.1:0"\n')
     monkeypatch.setenv("MERIDIAN_HOOK_CONFIG", str(cfg))
@@ -30,26 +36,49 @@ def test_replicas_get_the_engines_places_in_turn_and_never_more_than_the_limit(t
     build(MeridianScheduler, num_blocks=64)
     from meridian_hook.runtime import runtime
 
-    address = runtime().start_listener()
+    return runtime().start_listener()
 
-    def claim(holder: str, held: int, want: int) -> dict:
-        body = {"holder": holder, "held": held, "want": want, "limit": 2, "lease_s": 30.0}
-        request = urllib.request.Request(
-            f"http://{address}/meridian/v1/places", data=json.dumps(body).encode(), method="POST",
-            headers={"Authorization": f"Bearer {SECRET}", "meridian-protocol": str(PROTOCOL_VERSION),
-                     "Content-Type": "application/json"},
-        )
-        return json.loads(urllib.request.urlopen(request, timeout=5).read())
+
+def post(address: str, path: str, body: dict, timeout: float = 5) -> dict:
+    request = urllib.request.Request(
+        f"http://{address}{path}", data=json.dumps(body).encode(), method="POST",
+        headers={"Authorization": f"Bearer {SECRET}", "meridian-protocol": str(PROTOCOL_VERSION),
+                 "Content-Type": "application/json"},
+    )
+    return json.loads(urllib.request.urlopen(request, timeout=timeout).read())
+
+
+def claimer(address: str, limit: int = 2):
+    def claim(holder: str, held: int, want: int, lease_s: float = 30.0) -> dict:
+        body = {"holder": holder, "held": held, "want": want, "limit": limit, "lease_s": lease_s}
+        return post(address, "/meridian/v1/places", body)
+    return claim
+
+
+def test_replicas_get_the_engines_places_in_turn_and_never_more_than_the_limit(tmp_path, monkeypatch):
+    address = listener(tmp_path, monkeypatch)
+    claim = claimer(address)
 
     before = {o: claims(o) for o in ("granted", "refused", "reported")}
     # Replica a takes both places while b is idle: places go by need.
-    assert claim("a", 0, 1) == {"granted": True, "held": 1, "total": 1, "ahead": 0}
-    assert claim("a", 1, 1) == {"granted": True, "held": 2, "total": 2, "ahead": 0}
+    def answer(holder: str, held: int, want: int) -> dict:
+        # The count of openings is checked apart: a turn left stale on a slow machine
+        # (a refused claim not asked again within 250 ms) counts as one too.
+        got = claim(holder, held, want)
+        counts.append(got.pop("freed"))
+        return got
+
+    counts: list[int] = []
+    assert answer("a", 0, 1) == {"granted": True, "held": 1, "total": 1, "ahead": 0}
+    assert answer("a", 1, 1) == {"granted": True, "held": 2, "total": 2, "ahead": 0}
     # b finds them held.
-    assert claim("b", 0, 1) == {"granted": False, "held": 0, "total": 2, "ahead": 0}
-    # One of a's requests ends; its report frees the place, and b takes it.
-    assert claim("a", 1, 0) == {"granted": True, "held": 1, "total": 1, "ahead": 0}
-    assert claim("b", 0, 1) == {"granted": True, "held": 1, "total": 2, "ahead": 0}
+    assert answer("b", 0, 1) == {"granted": False, "held": 0, "total": 2, "ahead": 0}
+    refused_at = counts[-1]
+    # One of a's requests ends; its report frees the place (the count of openings
+    # moves), and b takes it.
+    assert answer("a", 1, 0) == {"granted": True, "held": 1, "total": 1, "ahead": 0}
+    assert counts[-1] > refused_at and counts == sorted(counts)
+    assert answer("b", 0, 1) == {"granted": True, "held": 1, "total": 2, "ahead": 0}
     assert claim("a", 1, 1)["granted"] is False
     after = {o: claims(o) for o in ("granted", "refused", "reported")}
     assert {o: after[o] - before[o] for o in after} == {"granted": 3, "refused": 2, "reported": 1}
@@ -64,4 +93,67 @@ def test_replicas_get_the_engines_places_in_turn_and_never_more_than_the_limit(t
         raise AssertionError("a claim without its fields was taken")
     except urllib.error.HTTPError as e:
         assert e.code == 400 and "missing field" in e.read().decode()
-    assert claim("b", 1, 0) == {"granted": True, "held": 1, "total": 2, "ahead": 0}
+    assert answer("b", 1, 0) == {"granted": True, "held": 1, "total": 2, "ahead": 0}
+    # Both leave the table, for the next test.
+    claim("a", 0, 0)
+    claim("b", 0, 0)
+
+
+def test_a_refused_replicas_wait_is_held_until_a_place_frees(tmp_path, monkeypatch):
+    address = listener(tmp_path, monkeypatch)
+    claim = claimer(address)
+    before = {o: waits(o) for o in ("woken", "expired")}
+    assert claim("a", 0, 2)["granted"]
+    refused = claim("b", 0, 1)
+    assert refused["granted"] is False
+    wait = {"after": refused["freed"], "wait_s": 4.0}
+
+    answered: dict = {}
+
+    def waiter():
+        answered.update(post(address, "/meridian/v1/places/wait", wait, timeout=10))
+        answered["at"] = time.monotonic()
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    # Nothing frees: the wait is held, and the listener still answers others. b asks
+    # again every 0.1 s meanwhile, as a replica does, which keeps its turn.
+    for _ in range(3):
+        time.sleep(0.1)
+        assert claim("b", 0, 1)["granted"] is False
+    assert not answered, f"answered before any place freed: {answered}"
+    released = time.monotonic()
+    claim("a", 1, 0)
+    thread.join(timeout=5)
+    assert answered["freed"] > refused["freed"]
+    assert answered["at"] - released < 2.0, "woken by the release, not by the wait's end"
+    assert claim("b", 0, 1)["granted"]
+
+    # A wait whose time runs out with nothing freed is answered with the count as it was.
+    t0 = time.monotonic()
+    assert post(address, "/meridian/v1/places/wait", {"after": answered["freed"], "wait_s": 0.3}) == {
+        "freed": answered["freed"]}
+    assert time.monotonic() - t0 >= 0.3
+    # A count passed already is answered at once.
+    t0 = time.monotonic()
+    assert post(address, "/meridian/v1/places/wait", {"after": 0, "wait_s": 4.0})["freed"] > 0
+    assert time.monotonic() - t0 < 2.0
+    after = {o: waits(o) for o in ("woken", "expired")}
+    assert after["woken"] - before["woken"] == 1 and after["expired"] - before["expired"] == 1
+
+    # A replica that died wakes the waiters when its lease lapses, with no message at all.
+    claim("a", 0, 0)
+    claim("b", 0, 0)
+    assert claim("gone", 0, 2, lease_s=0.5)["granted"]
+    refused = claim("b", 0, 1)
+    assert refused["granted"] is False
+    t0 = time.monotonic()
+    # b waits, and asks again each time it is woken (its own turn going stale wakes it
+    # too: an opening for any other waiter), as a replica does, until it is granted.
+    answer = refused
+    while not answer["granted"]:
+        assert time.monotonic() - t0 < 3.5, "the lapse woke no one"
+        post(address, "/meridian/v1/places/wait", {"after": answer["freed"], "wait_s": 4.0}, timeout=10)
+        answer = claim("b", 0, 1)
+    assert time.monotonic() - t0 >= 0.4, "granted before gone's lease ran out"
+    claim("b", 0, 0)

@@ -52,6 +52,9 @@ samples! {
     PlacesGranted = "meridian_hook_place_claims_total" "outcome=\"granted\"";
     PlacesRefused = "meridian_hook_place_claims_total" "outcome=\"refused\"";
     PlacesReported = "meridian_hook_place_claims_total" "outcome=\"reported\"";
+    PlacesWaitWoken = "meridian_hook_place_waits_total" "outcome=\"woken\"";
+    PlacesWaitExpired = "meridian_hook_place_waits_total" "outcome=\"expired\"";
+    PlacesWaitTurnedAway = "meridian_hook_place_waits_total" "outcome=\"turned_away\"";
     ErrorSchedule = "meridian_hook_errors_total" "site=\"scheduler\"";
     ErrorLogits = "meridian_hook_errors_total" "site=\"logits_processor\"";
     ErrorChannel = "meridian_hook_errors_total" "site=\"channel\"";
@@ -88,6 +91,10 @@ const HELP: &[(&str, &str)] = &[
     (
         "meridian_hook_place_claims_total",
         "Proxy replicas' claims on places in the engine's limit (admission.places = \"engine\"): granted, refused, or a holding reported.",
+    ),
+    (
+        "meridian_hook_place_waits_total",
+        "Refused replicas' waits for a place to free: woken (a place freed), expired (none did in time), or turned away (too many waits held).",
     ),
     (
         "meridian_hook_errors_total",

@@ -7,6 +7,7 @@
 //! | `POST /meridian/v1/directives` | bearer | [`DirectiveBatch`] → [`Accepted`]        |
 //! | `POST /meridian/v1/sync`     | bearer | [`SyncRequest`] → [`SyncReply`] (hook's own worker processes) |
 //! | `POST /meridian/v1/places`   | bearer | [`Claim`] → [`Granted`] (a place in the engine's limit, [`places`]) |
+//! | `POST /meridian/v1/places/wait` | bearer | [`PlacesWait`] → [`PlacesFreed`] (held until a place frees) |
 //! | `GET /health`, `GET /metrics`| none   | liveness, Prometheus text                  |
 //!
 //! Every authenticated request carries `Authorization: Bearer <secret>` and
@@ -25,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 pub use directives::{DirectiveTable, RequestDirectives};
 pub use ids::base_request_id;
-pub use places::{Claim, Granted, PLACES_PATH, Places};
+pub use places::{Claim, Granted, PLACES_PATH, PLACES_WAIT_PATH, Places, PlacesFreed, PlacesWait};
 
 /// The protocol major version this build speaks.
 pub const PROTOCOL_VERSION: u32 = 1;

@@ -23,8 +23,17 @@
 //! hands the place to its own newest waiter, while an older one at another replica waits
 //! on: the slowest starts of several replicas would be far slower than one replica's.
 //! A waiter keeps its turn for [`WAITING_STALE_S`] after its replica last asked (replicas
-//! ask again every few tens of milliseconds while a request waits); one whose replica
-//! stopped asking (its request went elsewhere, or left) holds nothing back after that.
+//! ask again every 100 ms while a request waits); one whose replica stopped asking (its
+//! request went elsewhere, or left) holds nothing back after that.
+//!
+//! A replica whose claim was refused need not ask again and again to learn that a place
+//! freed: it waits on the engine ([`PlacesWait`] at [`PLACES_WAIT_PATH`]), which answers
+//! as soon as its count of openings ([`Places::freed`]: places given back or lapsed, and
+//! places kept for a waiter that stopped asking or lost its turn) differs from the count
+//! the refusal carried (it grows; smaller, the engine started again). The
+//! replica then asks at once, instead of at its next retry, so a freed place stands idle
+//! for one round trip, not for a retry period. Replicas still ask again now and then
+//! while they wait: that keeps their turn, and mends a wake that was lost.
 //!
 //! Places count the replicas' requests only: a client that bypasses every replica is not
 //! in the table, and replicas that take places from the engine do not hold back for it.
@@ -35,6 +44,10 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 pub const PLACES_PATH: &str = "/meridian/v1/places";
+/// Where a refused replica waits for a place to free ([`PlacesWait`] → [`PlacesFreed`]).
+pub const PLACES_WAIT_PATH: &str = "/meridian/v1/places/wait";
+/// The longest an engine holds a wait before answering that nothing freed.
+pub const MAX_WAIT_S: f64 = 5.0;
 
 /// The longest lease a claim may ask for: a replica that died holds its places no longer.
 pub const MAX_LEASE_S: f64 = 300.0;
@@ -42,9 +55,9 @@ pub const MAX_LEASE_S: f64 = 300.0;
 /// lapse between them.
 pub const MIN_LEASE_S: f64 = 0.1;
 /// How long a refused claim keeps its turn without being asked again: replicas ask a full
-/// engine again every few tens of milliseconds while their request waits, so this leaves
-/// room for a busy machine, and a place is kept idle no longer for a request that went
-/// elsewhere.
+/// engine again every 100 ms while their request waits (every 25 ms against a hook that
+/// holds no waits), so this leaves room for a timer that runs late on a busy machine, and
+/// a place is kept idle no longer for a request that went elsewhere.
 pub const WAITING_STALE_S: f64 = 0.25;
 
 /// A replica's claim on an engine's places.
@@ -87,6 +100,35 @@ pub struct Granted {
     /// earlier class, or a longer wait): the places kept for them.
     #[serde(default)]
     pub ahead: u32,
+    /// The engine's count of openings when it answered ([`Places::freed`]): a replica
+    /// refused waits for it to grow ([`PlacesWait`]). 0 from hooks that keep no count.
+    #[serde(default)]
+    pub freed: u64,
+}
+
+/// A refused replica waits for a place: the engine answers once its count of openings
+/// differs from `after` (grown, or, after the engine started again, smaller), or after
+/// `wait_s` (at most [`MAX_WAIT_S`]) with the count as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlacesWait {
+    /// The count the replica last saw (its refusal's [`Granted::freed`]).
+    pub after: u64,
+    /// How long it will wait, in seconds.
+    pub wait_s: f64,
+}
+
+impl PlacesWait {
+    /// The wait an engine holds: `wait_s` within 0..=[`MAX_WAIT_S`] (0 for NaN).
+    pub fn held_s(&self) -> f64 {
+        if self.wait_s.is_nan() { 0.0 } else { self.wait_s.clamp(0.0, MAX_WAIT_S) }
+    }
+}
+
+/// The engine's answer to a wait: its count of openings now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlacesFreed {
+    pub freed: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -118,6 +160,8 @@ impl Waiting {
 pub struct Places {
     holders: HashMap<String, Holding>,
     waiting: HashMap<String, Waiting>,
+    /// Openings so far: places given back or lapsed, and kept turns dropped.
+    freed: u64,
 }
 
 impl Places {
@@ -128,8 +172,7 @@ impl Places {
     /// limit. Either way the claimant's holding becomes what it stated (plus what was
     /// granted); refused, its request waits for its turn.
     pub fn claim(&mut self, claim: &Claim, now_s: f64) -> Granted {
-        self.holders.retain(|_, h| h.until_s >= now_s);
-        self.waiting.retain(|_, w| w.seen_s >= now_s - WAITING_STALE_S);
+        self.tidy(now_s);
         let others: u32 = self
             .holders
             .iter()
@@ -147,13 +190,21 @@ impl Places {
         if claim.want > 0 {
             if granted {
                 self.waiting.remove(&claim.holder);
-            } else {
-                self.waiting.insert(claim.holder.clone(), mine);
+            } else if let Some(was) = self.waiting.insert(claim.holder.clone(), mine) {
+                // The holder's turn moved back (the request that had it left, and a newer
+                // one asks): a waiter it went before, it may no longer; for that one the
+                // place kept is an opening.
+                let passed =
+                    self.waiting.iter().any(|(h, w)| *h != claim.holder && was.before(w) && !mine.before(w));
+                self.freed = self.freed.saturating_add(u64::from(passed));
             }
         }
         let held = if granted { asked } else { claim.held };
         let lease = claim.lease_s.clamp(MIN_LEASE_S, MAX_LEASE_S);
         let lease = if lease.is_finite() { lease } else { MIN_LEASE_S };
+        // A holding stated lower than the table's gives places back.
+        let before = self.holders.get(&claim.holder).map_or(0, |h| h.held);
+        self.freed = self.freed.saturating_add(u64::from(before.saturating_sub(held)));
         if held == 0 {
             self.holders.remove(&claim.holder);
         } else {
@@ -165,7 +216,33 @@ impl Places {
                 }
             }
         }
-        Granted { granted, held, total: others.saturating_add(held), ahead }
+        Granted { granted, held, total: others.saturating_add(held), ahead, freed: self.freed }
+    }
+
+    /// Drops the holdings lapsed at `now_s` and the waiters stale by then, counting each
+    /// as an opening. Claims do this first; an engine holding waits does it as time
+    /// passes, so a replica that died wakes the others when its lease runs out.
+    pub fn tidy(&mut self, now_s: f64) {
+        let mut opened = 0u64;
+        self.holders.retain(|_, h| {
+            let keep = h.until_s >= now_s;
+            if !keep {
+                opened = opened.saturating_add(u64::from(h.held));
+            }
+            keep
+        });
+        let waiters = self.waiting.len();
+        self.waiting.retain(|_, w| w.seen_s >= now_s - WAITING_STALE_S);
+        opened = opened.saturating_add((waiters - self.waiting.len()) as u64);
+        self.freed = self.freed.saturating_add(opened);
+    }
+
+    /// Openings so far (places given back or lapsed, places kept for waiters that
+    /// stopped asking or lost their turn), as of the last claim or [`tidy`](Self::tidy):
+    /// a replica waiting for a place is woken when this moves from the count its refusal
+    /// carried. It only grows while the engine runs.
+    pub fn freed(&self) -> u64 {
+        self.freed
     }
 
     /// The places every holder holds at `now_s`, lapsed holdings left out.

@@ -301,5 +301,29 @@ async fn with_a_channel_secret_it_answers_the_hello_and_grants_places_as_the_hoo
     assert_eq!((second["granted"].as_bool(), second["total"].as_u64()), (Some(false), Some(1)));
     let bad = places().body("{\"holder\": \"c\"}").send().await.unwrap();
     assert_eq!(bad.status(), 400);
+
+    // b waits for a place; a's report that its request ended wakes it.
+    let after = second["freed"].as_u64().unwrap();
+    let wait = client()
+        .post(format!("{}/meridian/v1/places/wait", twin.url()))
+        .header("authorization", "Bearer s3cret")
+        .header("meridian-protocol", "1")
+        .json(&json!({"after": after, "wait_s": 4.0}))
+        .send();
+    let waiting = tokio::spawn(async move { wait.await.unwrap().json::<Value>().await.unwrap() });
+    // Nothing frees meanwhile; b asks again every 0.1 s, as a replica does, which keeps
+    // its turn (a turn not asked for within 0.25 s is an opening for the others).
+    for _ in 0..2 {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let again: Value = claim("b", 0).await.unwrap().json().await.unwrap();
+        assert_eq!(again["granted"], false);
+    }
+    assert!(!waiting.is_finished(), "answered before any place freed");
+    let report = places().json(&json!({"holder": "a", "held": 0, "want": 0, "limit": 1, "lease_s": 5.0}));
+    assert_eq!(report.send().await.unwrap().status(), 200);
+    let woken = tokio::time::timeout(std::time::Duration::from_secs(3), waiting).await.unwrap().unwrap();
+    assert!(woken["freed"].as_u64().unwrap() > after, "{woken}");
+    let third: Value = claim("b", 0).await.unwrap().json().await.unwrap();
+    assert_eq!(third["granted"], true);
     drop(running);
 }

@@ -59,9 +59,17 @@ impl Limits {
 
     /// Claims on each engine's places go over `channel` as `holder`, when the config
     /// asks the engines (`admission.places = "engine"`) and sets `max_streams`.
-    fn with_places(mut self, cfg: &AdmissionConfig, channel: HookChannel, holder: String) -> Self {
+    fn with_places(
+        mut self,
+        cfg: &AdmissionConfig,
+        channel: HookChannel,
+        holder: String,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         self.places = match (cfg.places, self.max_streams) {
-            (PlacesFrom::Engine, Some(limit)) => Some(Arc::new(PlaceTerms { channel, holder, limit })),
+            (PlacesFrom::Engine, Some(limit)) => {
+                Some(Arc::new(PlaceTerms { channel, holder, limit, metrics }))
+            }
             _ => None,
         };
         self
@@ -141,7 +149,7 @@ impl Admission {
         metrics: Arc<Metrics>,
         channel: HookChannel,
     ) -> Self {
-        let limits = Limits::from_config(cfg).with_places(cfg, channel, holder_name());
+        let limits = Limits::from_config(cfg).with_places(cfg, channel, holder_name(), Arc::clone(&metrics));
         if let Some(terms) = limits.places.as_ref().filter(|_| cfg.enabled) {
             tracing::info!(holder = %terms.holder, max_streams = terms.limit,
                 "admission: each engine's hook grants the places of its max_streams");

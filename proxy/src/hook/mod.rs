@@ -12,7 +12,7 @@ use crate::config::HookConfig;
 use axum::http::HeaderValue;
 use meridian_core::channel::{
     Accepted, Claim, DIRECTIVES_PATH, Directive, DirectiveBatch, Granted, HELLO_PATH, Hello, PLACES_PATH,
-    PROTOCOL_HEADER, PROTOCOL_VERSION,
+    PLACES_WAIT_PATH, PROTOCOL_HEADER, PROTOCOL_VERSION, PlacesFreed, PlacesWait,
 };
 
 use crate::streams::{Ending, OpenStreams};
@@ -109,6 +109,23 @@ impl HookChannel {
             .json(claim)
             .timeout(self.timeout.min(within));
         self.call(addr, req).await
+    }
+
+    /// Waits, up to `wait`, for the engine's count of openings to pass `after` (a place
+    /// freed since this replica's refusal); the count when the hook answered. The answer
+    /// itself gets `within` beyond the wait.
+    pub async fn wait_for_place(
+        &self,
+        addr: &str,
+        after: u64,
+        wait: Duration,
+        within: Duration,
+    ) -> Result<u64, HookError> {
+        let body = PlacesWait { after, wait_s: wait.as_secs_f64() };
+        let req =
+            self.request(reqwest::Method::POST, addr, PLACES_WAIT_PATH)?.json(&body).timeout(wait + within);
+        let freed: PlacesFreed = self.call(addr, req).await?;
+        Ok(freed.freed)
     }
 
     /// Sends directives to a hook.

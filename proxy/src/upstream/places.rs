@@ -8,17 +8,21 @@
 //! mid-claim does not cut a message short), so the engine's table always ends up with
 //! the holding the replica last stated, whatever was lost on the way.
 //!
-//! After a refusal the engine counts as full here for [`RETRY_AFTER_REFUSAL`], or until
-//! one of this replica's own places there frees: another replica's request ending shows
-//! only at the engine, so a full engine is asked again at that pace while requests wait
-//! for it. An engine whose hook cannot take claims (none configured, an older hook, a
+//! After a refusal the engine counts as full here until a place frees there: one of this
+//! replica's own places, which it sees at once, or another replica's, which only the
+//! engine sees. For those, the replica waits on the engine (one wait per engine, held
+//! open by the hook until its count of openings passes the one the refusal carried:
+//! `meridian_core::channel::places`), and asks again as soon as it is answered. It also
+//! asks again every [`RETRY_WHILE_WAITING`] whatever happens, which keeps its request's
+//! turn at the engine and mends a wake that was lost; a hook that holds no waits (an
+//! older one) is asked every [`RETRY_AFTER_REFUSAL`] instead. An engine whose hook cannot take claims (none configured, an older hook, a
 //! wrong secret) leaves this replica to decide alone, by its reading and its part of the
 //! limit, until a renewal is answered again; one that does not answer for a moment (a
 //! timeout) counts as full, and only after [`FAILURES_BEFORE_ALONE`] in a row as absent.
 
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use meridian_core::channel::{Claim, Granted};
@@ -27,11 +31,18 @@ use tokio::sync::Notify;
 use super::Upstream;
 use crate::hook::{HookChannel, HookError};
 
-/// How long a refused engine counts as full before it is asked again. Short next to a
-/// request's life (places free as requests end), long next to a claim's round trip, so a
-/// full engine is asked at most a few dozen times a second by each replica while
-/// requests wait for it.
+/// How long a refused engine whose hook holds no waits counts as full before it is
+/// asked again. Short next to a request's life (places free as requests end), long next
+/// to a claim's round trip, so a full engine is asked at most a few dozen times a second
+/// by each replica while requests wait for it.
 pub const RETRY_AFTER_REFUSAL: Duration = Duration::from_millis(25);
+/// How long a refused engine whose hook wakes waiters counts as full before it is asked
+/// again anyway: inside the engine's `WAITING_STALE_S` (a turn not asked for within it
+/// is dropped), and long enough that the waits, not the retries, let requests through.
+pub const RETRY_WHILE_WAITING: Duration = Duration::from_millis(100);
+/// How long one wait asks the hook to hold it; the replica waits again while the engine
+/// stays full.
+pub const WAIT_FOR_PLACE: Duration = Duration::from_secs(2);
 /// How long the engine keeps this replica's places without a word from it: a replica
 /// that died frees its places this long after its last message.
 pub const LEASE: Duration = Duration::from_secs(5);
@@ -51,6 +62,8 @@ pub struct PlaceTerms {
     pub holder: String,
     /// `admission.max_streams`.
     pub limit: u32,
+    /// Where the waits on full engines are counted.
+    pub metrics: Arc<crate::telemetry::Metrics>,
 }
 
 impl std::fmt::Debug for PlaceTerms {
@@ -115,6 +128,18 @@ pub struct EnginePlaces {
     refused: AtomicBool,
     /// A claim is asking an engine that refused the last one.
     probing: AtomicBool,
+    /// The engine's count of openings as last heard (a refusal's, or a wait's answer).
+    freed_seen: AtomicU64,
+    /// Refusals so far: a wait that ends with none since finds nobody here waiting.
+    refusals: AtomicU64,
+    /// Times a wait told this replica that a place freed: a claim out meanwhile, refused
+    /// on the count before, asks again at once.
+    wakes: AtomicU64,
+    /// A wait for a place at this engine is under way.
+    waiting: AtomicBool,
+    /// The hook refused a wait (an older hook: no such path): retries alone tell this
+    /// replica that a place freed, until a claim's answer shows the hook counts openings.
+    holds_no_waits: AtomicBool,
 }
 
 /// Marks a claim as the one asking a full engine again, until dropped.
@@ -141,7 +166,7 @@ impl EnginePlaces {
         wake: &Arc<Notify>,
     ) -> Claimed {
         let places = &upstream.places;
-        let probe = match places.refused.load(Ordering::Acquire) {
+        let probe = match places.refused.load(Ordering::SeqCst) {
             true if places.probing.swap(true, Ordering::AcqRel) => return Claimed::Behind,
             probe => probe,
         };
@@ -150,26 +175,42 @@ impl EnginePlaces {
             (Arc::clone(upstream), addr.to_owned(), Arc::clone(terms), Arc::clone(wake));
         tokio::spawn(async move {
             let places = &upstream.places;
-            let _probe = probe.then(|| Probe(&places.probing));
+            let asking = probe.then(|| Probe(&places.probing));
             let mut held = places.held.lock().await;
             // A refusal that landed while this claim waited for its turn stands for it too.
-            if !probe && places.refused.load(Ordering::Acquire) {
+            if !probe && places.refused.load(Ordering::SeqCst) {
                 let _ = tx.send(Claimed::Behind);
                 return;
             }
+            let wakes = places.wakes.load(Ordering::SeqCst);
             let answer = terms.channel.claim(&addr, &terms.claim(*held, 1, turn), ANSWER_WITHIN).await;
             let claimed = places.settle(answer, &mut held);
+            // The answer is in: the next claim may ask, and the waiters woken below see so.
+            drop(asking);
             match &claimed {
+                // A wait told of a place freed while this claim was out: the refusal is
+                // older than that news, so the waiting requests ask again now.
+                Claimed::Refused if places.wakes.load(Ordering::SeqCst) != wakes => {
+                    places.set_full_until(None);
+                    wake.notify_one();
+                }
                 Claimed::Refused | Claimed::Unanswered { alone: false, .. } => {
-                    places.set_full_until(Some(Instant::now() + RETRY_AFTER_REFUSAL));
-                    let wake = Arc::clone(&wake);
+                    let retry = match places.holds_no_waits.load(Ordering::Relaxed) {
+                        true => RETRY_AFTER_REFUSAL,
+                        false => RETRY_WHILE_WAITING,
+                    };
+                    places.set_full_until(Some(Instant::now() + retry));
+                    let again = Arc::clone(&wake);
                     tokio::spawn(async move {
-                        tokio::time::sleep(RETRY_AFTER_REFUSAL).await;
-                        wake.notify_one();
+                        tokio::time::sleep(retry).await;
+                        again.notify_one();
                     });
                 }
                 // Waiters held back behind this claim may try the engine now.
                 _ => wake.notify_one(),
+            }
+            if matches!(claimed, Claimed::Refused) {
+                EnginePlaces::wait_for_place(&upstream, &addr, &terms, &wake);
             }
             if let Err(Claimed::Granted) = tx.send(claimed) {
                 // Its request went away mid-claim: the place goes back.
@@ -180,18 +221,95 @@ impl EnginePlaces {
         rx.await.unwrap_or(Claimed::Behind)
     }
 
+    /// Waits on the engine, in a task of its own, until a place frees there, and then
+    /// tells the pool (`wake`) so the waiting requests ask again at once; waits again
+    /// while requests here are still refused. One wait per engine at a time; none where
+    /// the hook holds no waits. It ends when a claim is granted, when a wait passes with
+    /// no refusal here (nobody waits for this engine any more), or when a wait fails (the
+    /// retries go on, and the next refusal waits again).
+    fn wait_for_place(upstream: &Arc<Upstream>, addr: &str, terms: &Arc<PlaceTerms>, wake: &Arc<Notify>) {
+        let places = &upstream.places;
+        if places.holds_no_waits.load(Ordering::Relaxed) || places.waiting.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let (upstream, addr, terms, wake) =
+            (Arc::clone(upstream), addr.to_owned(), Arc::clone(terms), Arc::clone(wake));
+        tokio::spawn(async move {
+            let places = &upstream.places;
+            let mut seen = places.refusals.load(Ordering::SeqCst);
+            loop {
+                while places.refused.load(Ordering::SeqCst) {
+                    let after = places.freed_seen.load(Ordering::SeqCst);
+                    seen = places.refusals.load(Ordering::SeqCst);
+                    let asked = Instant::now();
+                    match terms.channel.wait_for_place(&addr, after, WAIT_FOR_PLACE, ANSWER_WITHIN).await {
+                        // Moved: a place freed (or, smaller, the engine started again, and
+                        // its room is worth asking for too).
+                        Ok(freed) if freed != after => {
+                            terms.metrics.count_place_wait("woken");
+                            places.freed_seen.store(freed, Ordering::SeqCst);
+                            places.wakes.fetch_add(1, Ordering::SeqCst);
+                            places.set_full_until(None);
+                            wake.notify_one();
+                        }
+                        Ok(_) => {
+                            terms.metrics.count_place_wait("expired");
+                            if places.refusals.load(Ordering::SeqCst) == seen {
+                                break;
+                            }
+                            // Answered early with nothing freed: the hook holds too many
+                            // waits already. Wait out a retry before asking for another.
+                            if asked.elapsed() < WAIT_FOR_PLACE / 2 {
+                                tokio::time::sleep(RETRY_WHILE_WAITING).await;
+                            }
+                        }
+                        Err(error) => {
+                            terms.metrics.count_place_wait("failed");
+                            if !matches!(error, HookError::Unreachable { .. }) {
+                                tracing::debug!(engine = %addr, %error,
+                                    "places: the hook holds no waits; asking again on a timer");
+                                places.holds_no_waits.store(true, Ordering::Relaxed);
+                            }
+                            places.waiting.store(false, Ordering::SeqCst);
+                            return;
+                        }
+                    }
+                }
+                places.waiting.store(false, Ordering::SeqCst);
+                // A refusal that landed as this task was leaving, whose claim found it
+                // still running, is waited for here.
+                let again =
+                    places.refusals.load(Ordering::SeqCst) != seen && places.refused.load(Ordering::SeqCst);
+                if !again || places.waiting.swap(true, Ordering::SeqCst) {
+                    return;
+                }
+            }
+        });
+    }
+
     /// What a claim's answer makes of the holding and of this engine's state.
     fn settle(&self, answer: Result<Granted, HookError>, held: &mut u32) -> Claimed {
+        if let Ok(granted) = &answer {
+            // The larger: a wait may have heard a newer count while this claim was out.
+            // (A restarted engine's smaller count comes through the wait, which answers
+            // any count that differs.)
+            self.freed_seen.fetch_max(granted.freed, Ordering::SeqCst);
+            // A hook that counts openings (an upgraded one) holds waits.
+            if granted.freed > 0 {
+                self.holds_no_waits.store(false, Ordering::Relaxed);
+            }
+        }
         match answer {
             Ok(Granted { granted: true, .. }) => {
                 *held += 1;
                 self.answered();
-                self.refused.store(false, Ordering::Release);
+                self.refused.store(false, Ordering::SeqCst);
                 Claimed::Granted
             }
             Ok(_) => {
                 self.answered();
-                self.refused.store(true, Ordering::Release);
+                self.refusals.fetch_add(1, Ordering::SeqCst);
+                self.refused.store(true, Ordering::SeqCst);
                 Claimed::Refused
             }
             Err(error) => Claimed::Unanswered { alone: self.unanswered_by(&error), error },

@@ -1,16 +1,25 @@
 //! The policy channel's listener, a plain thread inside vLLM's engine-core process (no
 //! async runtime: the engine owns the process). It answers one request at a time: a few
 //! a second from each proxy replica for directives and hellos, and with
-//! `admission.places = "engine"` two per admitted request (the claim, the release) plus
-//! a few dozen a second from each replica whose requests wait for a full engine. Each is
-//! a small JSON body and a table update, far below a step's time.
+//! `admission.places = "engine"` two per admitted request (the claim, the release), a
+//! wait from each replica refused a place, and a few a second from each replica whose
+//! requests wait for a full engine. Each is a small JSON body and a table update, far
+//! below a step's time.
+//!
+//! A wait for a place is not answered at once: the listener holds it (its connection
+//! stays open) and answers when the count of openings moves from the one the replica saw,
+//! looking after every message and, while it holds waits, every [`TIDY_EVERY`] (a lease
+//! that lapses, a waiter that stopped asking, frees a place with no message at all).
 
 use std::io::Read;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use meridian_core::channel::{
-    self, Accepted, ChannelError, Claim, DISABLED_POLICY, DirectiveBatch, Hello, PROTOCOL_HEADER, SyncRequest,
+    self, Accepted, ChannelError, Claim, DISABLED_POLICY, DirectiveBatch, Hello, PROTOCOL_HEADER,
+    PlacesFreed, PlacesWait, SyncRequest,
 };
 use serde::Serialize;
 use tiny_http::{Header, Method, Request, Response, Server};
@@ -20,9 +29,19 @@ use crate::error::HookError;
 use crate::metrics::Counter;
 
 const MAX_BODY: u64 = 1 << 20;
+/// While waits are held, how often the listener looks at the place table with no message
+/// to prompt it (lapsed leases, stale waiters): well inside the replicas' own retry.
+const TIDY_EVERY: Duration = Duration::from_millis(20);
+/// With no wait held, how long the listener sleeps between looks at its stop flag.
+const IDLE_EVERY: Duration = Duration::from_secs(1);
+/// The most waits held at once (each an open connection, which tiny_http serves from a
+/// thread of its own); beyond, a wait is answered at once, its count unchanged, and its
+/// replica waits out its retry before it waits again.
+const MAX_WAITS: usize = 256;
 
 pub struct ChannelServer {
     server: Arc<Server>,
+    stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     pub addr: std::net::SocketAddr,
 }
@@ -33,25 +52,114 @@ impl ChannelServer {
         let server = Server::http(listen).map_err(|e| fail(e.to_string()))?;
         let addr = server.server_addr().to_ip().ok_or_else(|| fail("not an IP listener".into()))?;
         let server = Arc::new(server);
-        let worker = Arc::clone(&server);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (worker, stopped) = (Arc::clone(&server), Arc::clone(&stop));
         let thread = std::thread::Builder::new()
             .name("meridian-channel".into())
-            .spawn(move || {
-                for request in worker.incoming_requests() {
-                    handle(request, &secret, &hello, &shared);
-                }
-            })
+            .spawn(move || serve(&worker, &stopped, &secret, &hello, &shared))
             .map_err(|e| fail(e.to_string()))?;
-        Ok(ChannelServer { server, thread: Some(thread), addr })
+        Ok(ChannelServer { server, stop, thread: Some(thread), addr })
     }
 }
 
 impl Drop for ChannelServer {
     fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
         self.server.unblock();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+/// The listener's loop: one message at a time, and the waits it holds answered as places
+/// free or their time runs out; on stop, every wait still held is answered.
+fn serve(server: &Server, stop: &AtomicBool, secret: &str, hello: &Hello, shared: &Shared) {
+    let mut waits = Waits::default();
+    while !stop.load(Ordering::Acquire) {
+        match server.recv_timeout(waits.next_look(Instant::now())) {
+            Ok(Some(request)) => {
+                if let Some(held) = handle(request, secret, hello, shared) {
+                    waits.hold(held, shared);
+                }
+            }
+            Ok(None) => {}
+            // The accept thread's error (a connection it could not take): the listener
+            // goes on with the next.
+            Err(_) => shared.counters.add(Counter::ErrorChannel, 1),
+        }
+        waits.answer(shared, Instant::now(), false);
+    }
+    waits.answer(shared, Instant::now(), true);
+}
+
+/// A replica's wait for a place, held open.
+struct HeldWait {
+    request: Request,
+    after: u64,
+    until: Instant,
+}
+
+/// The waits the listener holds.
+#[derive(Default)]
+struct Waits {
+    held: Vec<HeldWait>,
+}
+
+impl Waits {
+    /// How long the listener may sleep before it must look at the waits again.
+    fn next_look(&self, now: Instant) -> Duration {
+        match self.held.iter().map(|w| w.until).min() {
+            Some(first) => first.saturating_duration_since(now).min(TIDY_EVERY),
+            None => IDLE_EVERY,
+        }
+    }
+
+    /// Holds a wait, unless too many are held already (then it is answered at once).
+    fn hold(&mut self, wait: HeldWait, shared: &Shared) {
+        if self.held.len() >= MAX_WAITS {
+            shared.counters.add(Counter::PlacesWaitTurnedAway, 1);
+            let freed = freed_now(shared);
+            respond(wait.request, json(200, &PlacesFreed { freed }), shared);
+            return;
+        }
+        self.held.push(wait);
+    }
+
+    /// Answers each wait whose count has moved, or whose time is up (every wait, with
+    /// `all`).
+    fn answer(&mut self, shared: &Shared, now: Instant, all: bool) {
+        if self.held.is_empty() {
+            return;
+        }
+        let freed = freed_now(shared);
+        let (due, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|w| all || freed != w.after || now >= w.until);
+        self.held = kept;
+        for w in due {
+            let counter =
+                if freed != w.after { Counter::PlacesWaitWoken } else { Counter::PlacesWaitExpired };
+            shared.counters.add(counter, 1);
+            respond(w.request, json(200, &PlacesFreed { freed }), shared);
+        }
+    }
+}
+
+/// The engine's count of openings, its lapsed leases and stale waiters counted first.
+fn freed_now(shared: &Shared) -> u64 {
+    match shared.places.lock() {
+        Ok(mut places) => {
+            places.tidy(shared.started.now_s());
+            places.freed()
+        }
+        Err(_) => 0,
+    }
+}
+
+fn respond(request: Request, reply: Reply, shared: &Shared) {
+    if request.respond(reply).is_err() {
+        shared.counters.add(Counter::ErrorChannel, 1);
     }
 }
 
@@ -77,21 +185,37 @@ fn error(status: u16, kind: &str, message: String) -> Reply {
     json(status, &serde_json::json!({"error": {"type": kind, "message": message}}))
 }
 
-fn handle(mut request: Request, secret: &str, hello: &Hello, shared: &Shared) {
+/// What a message gets: its reply now, or (a wait for a place) held until a place frees.
+enum Answer {
+    Now(Reply),
+    Hold { after: u64, until: Instant },
+}
+
+/// Answers one message, or hands back a wait to hold.
+fn handle(mut request: Request, secret: &str, hello: &Hello, shared: &Shared) -> Option<HeldWait> {
     let path = request.url().split('?').next().unwrap_or("").to_owned();
     let method = request.method().clone();
-    let reply = match (&method, path.as_str()) {
-        (Method::Get, "/health") => Response::from_string("ok").with_status_code(200),
+    let answer = match (&method, path.as_str()) {
+        (Method::Get, "/health") => Answer::Now(Response::from_string("ok").with_status_code(200)),
         (Method::Get, "/metrics") => {
-            typed(Response::from_string(shared.counters.render()), "text/plain; version=0.0.4")
+            Answer::Now(typed(Response::from_string(shared.counters.render()), "text/plain; version=0.0.4"))
         }
-        (_, channel::HELLO_PATH | channel::DIRECTIVES_PATH | channel::SYNC_PATH | channel::PLACES_PATH) => {
-            authenticated(&mut request, &method, &path, secret, hello, shared)
-        }
-        _ => error(404, "not_found", format!("no route {path}")),
+        (
+            _,
+            channel::HELLO_PATH
+            | channel::DIRECTIVES_PATH
+            | channel::SYNC_PATH
+            | channel::PLACES_PATH
+            | channel::PLACES_WAIT_PATH,
+        ) => authenticated(&mut request, &method, &path, secret, hello, shared),
+        _ => Answer::Now(error(404, "not_found", format!("no route {path}"))),
     };
-    if request.respond(reply).is_err() {
-        shared.counters.add(Counter::ErrorChannel, 1);
+    match answer {
+        Answer::Now(reply) => {
+            respond(request, reply, shared);
+            None
+        }
+        Answer::Hold { after, until } => Some(HeldWait { request, after, until }),
     }
 }
 
@@ -102,21 +226,33 @@ fn authenticated(
     secret: &str,
     hello: &Hello,
     shared: &Shared,
-) -> Reply {
+) -> Answer {
     let counters = &shared.counters;
     if let Err(e) = channel::check_bearer(header(request, "Authorization"), secret) {
         counters.add(Counter::ChannelUnauthorized, 1);
-        return error(401, "unauthorized", e.to_string());
+        return Answer::Now(error(401, "unauthorized", e.to_string()));
     }
     if let Err(e) = channel::check_version(header(request, PROTOCOL_HEADER)) {
         counters.add(Counter::ChannelVersion, 1);
-        return error(400, "protocol_version", e.to_string());
+        return Answer::Now(error(400, "protocol_version", e.to_string()));
     }
     let mut body = Vec::new();
     if request.as_reader().take(MAX_BODY + 1).read_to_end(&mut body).is_err() || body.len() as u64 > MAX_BODY
     {
         counters.add(Counter::ChannelBad, 1);
-        return error(400, "bad_request", format!("body unreadable or over {MAX_BODY} bytes"));
+        return Answer::Now(error(400, "bad_request", format!("body unreadable or over {MAX_BODY} bytes")));
+    }
+    if (method, path) == (&Method::Post, channel::PLACES_WAIT_PATH) {
+        return match place_wait(&body, shared) {
+            Ok(answer) => {
+                counters.add(Counter::ChannelOk, 1);
+                answer
+            }
+            Err(e) => {
+                counters.add(Counter::ChannelBad, 1);
+                Answer::Now(error(400, "bad_request", e.to_string()))
+            }
+        };
     }
     let result = match (method, path) {
         (Method::Get, channel::HELLO_PATH) => {
@@ -138,13 +274,27 @@ fn authenticated(
     match result {
         Ok(r) => {
             counters.add(Counter::ChannelOk, 1);
-            r
+            Answer::Now(r)
         }
         Err(e) => {
             counters.add(Counter::ChannelBad, 1);
-            error(400, "bad_request", e.to_string())
+            Answer::Now(error(400, "bad_request", e.to_string()))
         }
     }
+}
+
+/// A refused replica waits for a place: answered at once when the count of openings is
+/// no longer what it saw (a place freed since; or this engine started again, and its
+/// count with it), or it asks to wait no time; otherwise held.
+fn place_wait(body: &[u8], shared: &Shared) -> Result<Answer, ChannelError> {
+    let wait: PlacesWait =
+        serde_json::from_slice(body).map_err(|e| ChannelError::BadMessage(e.to_string()))?;
+    let freed = freed_now(shared);
+    let held_s = wait.held_s();
+    if freed != wait.after || held_s <= 0.0 {
+        return Ok(Answer::Now(json(200, &PlacesFreed { freed })));
+    }
+    Ok(Answer::Hold { after: wait.after, until: Instant::now() + Duration::from_secs_f64(held_s) })
 }
 
 fn directives(body: &[u8], shared: &Shared) -> Result<Reply, ChannelError> {

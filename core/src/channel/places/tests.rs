@@ -5,7 +5,7 @@ fn claim(holder: &str, held: u32, want: u32, limit: u32) -> Claim {
 }
 
 fn granted(granted: bool, held: u32, total: u32) -> Granted {
-    Granted { granted, held, total, ahead: 0 }
+    Granted { granted, held, total, ahead: 0, freed: 0 }
 }
 
 #[test]
@@ -17,10 +17,10 @@ fn replicas_share_every_place_of_the_limit_by_need() {
     }
     assert_eq!(p.claim(&claim("b", 0, 1, 8), 0.0), granted(false, 0, 8));
     // Two of a's requests end; its report frees both places for b at once.
-    assert_eq!(p.claim(&claim("a", 6, 0, 8), 0.1), granted(true, 6, 6));
+    assert_eq!(p.claim(&claim("a", 6, 0, 8), 0.1), Granted { freed: 2, ..granted(true, 6, 6) });
     assert!(p.claim(&claim("b", 0, 1, 8), 0.12).granted);
     assert!(p.claim(&claim("b", 1, 1, 8), 0.12).granted);
-    assert_eq!(p.claim(&claim("a", 6, 1, 8), 0.12), granted(false, 6, 8));
+    assert_eq!(p.claim(&claim("a", 6, 1, 8), 0.12), Granted { freed: 2, ..granted(false, 6, 8) });
     assert_eq!((p.total(0.12), p.holders(0.12)), (8, 2));
 }
 
@@ -90,6 +90,73 @@ fn a_freed_place_goes_to_the_request_that_has_waited_longest_at_any_replica() {
     assert_eq!((later.granted, later.ahead), (true, 0));
 }
 
+#[test]
+fn a_refused_replica_learns_of_a_place_given_back_by_the_count_of_openings() {
+    let mut p = Places::default();
+    assert!(p.claim(&claim("a", 0, 2, 2), 0.0).granted);
+    let refused = p.claim(&claim("b", 0, 1, 2), 0.01);
+    assert!(!refused.granted);
+    // Renewals and refusals open nothing: a waiting replica is not woken for them.
+    p.claim(&claim("a", 2, 0, 2), 0.02);
+    assert!(!p.claim(&claim("b", 0, 1, 2), 0.03).granted);
+    assert_eq!(p.freed(), refused.freed);
+    // One of a's requests ends: the count moves, and b's claim is granted.
+    p.claim(&claim("a", 1, 0, 2), 0.04);
+    assert_eq!(p.freed(), refused.freed + 1);
+    assert!(p.claim(&claim("b", 0, 1, 2), 0.05).granted);
+    // A grant takes a place and opens none.
+    assert_eq!(p.freed(), refused.freed + 1);
+}
+
+#[test]
+fn a_lapsed_holding_and_a_turn_no_one_asks_for_count_as_openings_as_time_passes() {
+    let mut p = Places::default();
+    p.claim(&Claim { lease_s: 1.0, ..claim("gone", 0, 3, 3) }, 0.0);
+    assert!(!p.claim(&claim("b", 0, 1, 3), 0.5).granted);
+    let seen = p.freed();
+    // No message arrives; an engine holding b's wait tidies as time passes.
+    p.tidy(0.7);
+    assert_eq!(p.freed(), seen, "b asked 0.2 s ago: its turn stands, and the lease holds");
+    p.tidy(0.5 + WAITING_STALE_S + 0.01);
+    assert_eq!(p.freed(), seen + 1, "b's turn, no longer asked for");
+    p.tidy(1.01);
+    assert_eq!(p.freed(), seen + 4, "gone's three places lapsed");
+    assert_eq!(p.total(1.01), 0);
+}
+
+#[test]
+fn a_turn_that_moves_back_opens_the_kept_place_to_the_waiter_it_went_before() {
+    let mut p = Places::default();
+    let at = |holder: &str, waited_s: f64| Claim { waited_s, ..claim(holder, 0, 1, 1) };
+    p.claim(&claim("a", 0, 1, 1), 0.0);
+    assert!(!p.claim(&at("b", 0.0), 0.0).granted);
+    assert!(!p.claim(&at("c", 0.0), 0.01).granted);
+    p.claim(&claim("a", 0, 0, 1), 0.02);
+    let kept = p.claim(&at("c", 0.02), 0.03);
+    assert_eq!((kept.granted, kept.ahead), (false, 1), "kept for b");
+    // b's request left; its replica's next one asks, newer than c's: c goes first now,
+    // and the count tells c so.
+    let seen = p.freed();
+    assert!(!p.claim(&at("b", 0.0), 0.04).granted);
+    assert_eq!(p.freed(), seen + 1);
+    // b asking again for the same request (its wait as before) moves nothing.
+    assert!(!p.claim(&at("b", 0.01), 0.05).granted);
+    assert_eq!(p.freed(), seen + 1);
+    assert!(p.claim(&at("c", 0.05), 0.06).granted);
+}
+
+#[test]
+fn a_wait_is_held_for_a_bounded_time() {
+    let wait = |wait_s| PlacesWait { after: 0, wait_s }.held_s();
+    assert_eq!(wait(0.5), 0.5);
+    assert_eq!(wait(-1.0), 0.0);
+    assert_eq!(wait(f64::INFINITY), MAX_WAIT_S);
+    assert_eq!(wait(f64::NAN), 0.0);
+    // A message from an older replica (no count) still reads.
+    let old: Granted = serde_json::from_str(r#"{"granted":false,"held":0,"total":2}"#).unwrap();
+    assert_eq!((old.freed, old.ahead), (0, 0));
+}
+
 /// One replica as the proxy runs it: the places it believes it holds, changed only by
 /// a reply it received.
 #[derive(Debug, Clone, Copy, Default)]
@@ -140,6 +207,64 @@ proptest::proptest! {
             }
             let believed: u32 = replicas.iter().map(|x| x.held).sum();
             proptest::prop_assert!(believed <= limit, "replicas hold {believed} of {limit}");
+        }
+    }
+
+    /// Replicas whose requests wait (each its own wait, as the proxy states it) and end in
+    /// any order: the count of openings never goes back, and a replica that was refused
+    /// is granted only after the count has passed the one its refusal carried, so a
+    /// replica that asks again only when woken by the count misses no place.
+    #[test]
+    fn no_refused_replica_is_granted_a_place_the_count_did_not_announce(
+        limit in 1u32..6,
+        ops in proptest::collection::vec((0usize..4, 0u8..4), 1..300),
+    ) {
+        let mut places = Places::default();
+        let mut held = [0u32; 4];
+        let mut waiting_since: [Option<f64>; 4] = [None; 4];
+        let mut refused_at: [Option<u64>; 4] = [None; 4];
+        let names = ["r0", "r1", "r2", "r3"];
+        let mut last = 0u64;
+        for (step, (r, op)) in ops.into_iter().enumerate() {
+            let now = step as f64 * 0.01;
+            // Each replica's requests keep one class (r0 answers' starts, r1 and r3
+            // interactive, r2 batch), as a request's class does not change while it waits.
+            let class = [0u8, 1, 2, 1][r];
+            match op {
+                // A request asks (or asks again) for a place.
+                0 | 1 => {
+                    let since = *waiting_since[r].get_or_insert(now);
+                    let answer = places.claim(
+                        &Claim { waited_s: now - since, class, ..claim(names[r], held[r], 1, limit) },
+                        now,
+                    );
+                    if answer.granted {
+                        if let Some(seen) = refused_at[r] {
+                            proptest::prop_assert!(answer.freed > seen,
+                                "granted at count {} after a refusal at {seen}", answer.freed);
+                        }
+                        held[r] += 1;
+                        waiting_since[r] = None;
+                        refused_at[r] = None;
+                    } else {
+                        refused_at[r] = Some(answer.freed);
+                    }
+                }
+                // One of its requests ends.
+                2 => {
+                    if held[r] > 0 {
+                        held[r] -= 1;
+                        places.claim(&claim(names[r], held[r], 0, limit), now);
+                    }
+                }
+                // Its waiting request leaves (went elsewhere): it stops asking.
+                _ => {
+                    waiting_since[r] = None;
+                    refused_at[r] = None;
+                }
+            }
+            proptest::prop_assert!(places.freed() >= last, "the count went back");
+            last = places.freed();
         }
     }
 }

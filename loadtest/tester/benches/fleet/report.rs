@@ -120,14 +120,14 @@ fn summary(md: &mut String, s: &Settings, rounds: &[Vec<Run>]) {
          fit its limit, so the places go by need (one replica may hold every place while the \
          others are idle), at one round trip to the engine per request, and a refused request \
          waits in its replica's queue until a place frees (its own replica's at once; another's \
-         when its replica next asks, {retry} ms later at most); a freed place is kept for the \
+         when the engine wakes the replica, which waits on it for a place, one round trip \
+         later); a freed place is kept for the \
          request that has waited longest at any replica (its class first) while its replica \
          still asks, as one queue would order them. {beside}\n",
         s.health_s,
         s.streams / 2,
         s.streams,
         s.streams / 4,
-        retry = 25,
     );
 }
 

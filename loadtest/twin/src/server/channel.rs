@@ -1,7 +1,8 @@
 //! The part of Meridian's policy channel an engine twin serves (`meridian-sim serve
 //! --channel-token-env`): the hello with the engine's requests by phase, and the places of
 //! its limit granted to proxy replicas (`meridian_core::channel::places`), decided by the
-//! same table the hook keeps. Directives are not taken: the hello says the twin cannot
+//! same table the hook keeps, with the waits of refused replicas answered as places free.
+//! Directives are not taken: the hello says the twin cannot
 //! end thinking, so a proxy drives it through its HTTP API, as an engine whose hook
 //! cannot (the twin reads vLLM's `thinking_token_budget` field).
 
@@ -10,7 +11,7 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use meridian_core::channel::{self, Claim, Hello, PROTOCOL_HEADER};
+use meridian_core::channel::{self, Claim, Hello, PROTOCOL_HEADER, PlacesFreed, PlacesWait};
 
 use super::Shared;
 
@@ -60,7 +61,52 @@ pub(super) async fn places(
     let now_s = s.started.elapsed().as_secs_f64();
     let granted = s.places.lock().map(|mut p| p.claim(&claim, now_s));
     match granted {
-        Ok(g) => axum::Json(g).into_response(),
+        Ok(g) => {
+            s.places_freed.send_if_modified(|seen| std::mem::replace(seen, g.freed) != g.freed);
+            axum::Json(g).into_response()
+        }
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "place table unavailable").into_response(),
+    }
+}
+
+/// How often a held wait looks at the table with no claim to prompt it (lapsed leases,
+/// stale waiters), as the hook's listener does.
+const TIDY_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// A refused replica waits for a place: answered once the count of openings moves from
+/// what it saw (a claim that gives places back, a lease that lapses), or when its wait is
+/// up.
+pub(super) async fn place_wait(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    if let Err(refused) = check(&s, &headers) {
+        return refused.into_response();
+    }
+    let wait: PlacesWait = match serde_json::from_slice(&body) {
+        Ok(w) => w,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("bad wait: {e}")).into_response(),
+    };
+    let until = tokio::time::Instant::now() + std::time::Duration::from_secs_f64(wait.held_s());
+    let mut changed = s.places_freed.subscribe();
+    loop {
+        let now_s = s.started.elapsed().as_secs_f64();
+        let Ok(freed) = s.places.lock().map(|mut p| {
+            p.tidy(now_s);
+            p.freed()
+        }) else {
+            return (StatusCode::INTERNAL_SERVER_ERROR, "place table unavailable").into_response();
+        };
+        if freed != wait.after || tokio::time::Instant::now() >= until {
+            if freed != wait.after {
+                s.lock().metrics.place_waits_woken += 1;
+            }
+            return axum::Json(PlacesFreed { freed }).into_response();
+        }
+        let look = until.min(tokio::time::Instant::now() + TIDY_EVERY);
+        // A claim's change, or the next look; a closed sender cannot happen while the
+        // server holds it.
+        let _ = tokio::time::timeout_at(look, changed.changed()).await;
     }
 }

@@ -55,6 +55,9 @@ pub struct TwinMetrics {
     /// The most requests held at once (running and waiting), as of each arrival: what an
     /// admission limit in front of the engine should bound.
     pub requests_peak: usize,
+    /// Waits for a place (`admission.places = "engine"`) answered because a place freed,
+    /// as the hook's `meridian_hook_place_waits_total{outcome="woken"}`.
+    pub place_waits_woken: u64,
 }
 
 impl Default for TwinMetrics {
@@ -68,6 +71,7 @@ impl Default for TwinMetrics {
             finished: 0,
             aborted: 0,
             requests_peak: 0,
+            place_waits_woken: 0,
         }
     }
 }
@@ -106,6 +110,7 @@ pub fn render(m: &TwinMetrics, g: &EngineGauges, model: &str, policy: &str) -> S
     );
     gauge("meridian_sim_virtual_seconds", "gauge", g.virtual_s.to_string());
     gauge("meridian_sim_requests_peak", "gauge", m.requests_peak.to_string());
+    gauge("meridian_sim_place_waits_woken_total", "counter", m.place_waits_woken.to_string());
     if let Some(p) = &g.prefix {
         gauge("vllm:prefix_cache_queries_total", "counter", p.queried_tokens.to_string());
         gauge("vllm:prefix_cache_hits_total", "counter", p.hit_tokens.to_string());

@@ -89,6 +89,8 @@ pub(crate) struct Shared {
     fingerprint: Arc<str>,
     /// Places granted to proxy replicas, when the channel is served.
     places: Mutex<meridian_core::channel::Places>,
+    /// The place table's count of openings, for replicas waiting on it.
+    places_freed: tokio::sync::watch::Sender<u64>,
 }
 
 /// Response header on everything the twin serves: its answers are simulated.
@@ -136,6 +138,7 @@ impl TwinServer {
             started: Instant::now(),
             fingerprint,
             places: Mutex::default(),
+            places_freed: tokio::sync::watch::Sender::new(0),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
@@ -145,6 +148,7 @@ impl TwinServer {
             .route("/metrics", get(metrics_text))
             .route(meridian_core::channel::HELLO_PATH, get(channel::hello))
             .route(meridian_core::channel::PLACES_PATH, post(channel::places))
+            .route(meridian_core::channel::PLACES_WAIT_PATH, post(channel::place_wait))
             .with_state(shared.clone())
             .layer(axum::middleware::map_response(move |mut response: Response| {
                 response.headers_mut().insert(SIMULATED_HEADER, simulated.clone());

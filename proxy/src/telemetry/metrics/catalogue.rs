@@ -128,6 +128,10 @@ pub(super) const PLACE_CLAIMS: Def = Def::counter(
     "meridian_admission_place_claims_total",
     "Places claimed from engines' hooks before sending (`admission.places = \"engine\"`): `granted`, `refused` (the engine's limit is held, or a place is kept for a request at another replica that goes first; the request waits on), or `unanswered` (the hook did not answer).",
 );
+pub(super) const PLACE_WAITS: Def = Def::counter(
+    "meridian_admission_place_waits_total",
+    "Waits on a full engine for a place to free (`admission.places = \"engine\"`, one at a time per engine): `woken` (the engine said a place freed, and the waiting requests asked at once), `expired` (none freed in the wait's time), or `failed` (the hook did not hold the wait; the replica asks again on its timer).",
+);
 pub(super) const EAT_PROBES: Def =
     Def::counter("meridian_eat_probes_total", "EAT probe requests the proxy sent, by outcome.");
 pub(super) const ENTROPY_EXITS: Def = Def::counter(
@@ -167,7 +171,7 @@ pub(super) const TENANT_TOKENS: Def = Def::counter(
     "Tokens generated for a tenant's requests (thinking and answer), as its token-rate limit counts them, by tenant.",
 );
 
-pub(super) const ALL: [Def; 31] = [
+pub(super) const ALL: [Def; 32] = [
     REQUESTS,
     TTFT,
     TTFO,
@@ -189,6 +193,7 @@ pub(super) const ALL: [Def; 31] = [
     ADMISSION_TIMED_OUT,
     ADMISSION_REJECTED,
     PLACE_CLAIMS,
+    PLACE_WAITS,
     EAT_PROBES,
     ENTROPY_EXITS,
     CONTINUATIONS,

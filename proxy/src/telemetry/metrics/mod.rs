@@ -32,6 +32,7 @@ const ADMISSION_CLASSES: [&str; 3] = ["output", "interactive", "batch"];
 const EAT_OUTCOMES: [&str; 2] = ["ok", "failed"];
 const ENTROPY_SIGNALS: [&str; 2] = ["eat", "rpdi"];
 const PLACE_OUTCOMES: [&str; 3] = ["granted", "refused", "unanswered"];
+const PLACE_WAIT_OUTCOMES: [&str; 3] = ["woken", "expired", "failed"];
 /// The routes whose budgets only an engine's hook can enforce.
 const HOOK_ONLY_ROUTES: [&str; 2] = ["responses", "messages"];
 /// In the order `crate::streams::OpenStreams::streams_by_phase` counts them.
@@ -105,6 +106,7 @@ pub struct Metrics {
     continuations: Vec<(&'static str, Counter)>,
     handovers: Vec<(&'static str, Counter)>,
     place_claims: Vec<(&'static str, Counter)>,
+    place_waits: Vec<(&'static str, Counter)>,
     kv_exports: Vec<(&'static str, Counter)>,
     budgets_unenforced: Vec<(&'static str, Counter)>,
     requests: Lazy<(&'static str, &'static str), Counter>,
@@ -160,6 +162,7 @@ impl Metrics {
             continuations: counters(catalogue::CONTINUATIONS, "reason", &CONTINUATION_REASONS),
             handovers: counters(catalogue::HANDOVERS, "outcome", &["moved", "no_room"]),
             place_claims: counters(catalogue::PLACE_CLAIMS, "outcome", &PLACE_OUTCOMES),
+            place_waits: counters(catalogue::PLACE_WAITS, "outcome", &PLACE_WAIT_OUTCOMES),
             kv_exports: counters(catalogue::KV_EXPORTS, "outcome", &["ok", "failed"]),
             budgets_unenforced: counters(catalogue::BUDGET_UNENFORCED, "route", &HOOK_ONLY_ROUTES),
             requests: Lazy::default(),
@@ -323,6 +326,11 @@ impl Metrics {
     /// A place claimed from an engine's hook: `granted`, `refused` or `unanswered`.
     pub fn count_place_claim(&self, outcome: &'static str) {
         self.count_in(&self.place_claims, catalogue::PLACE_CLAIMS, "outcome", outcome);
+    }
+
+    /// A wait on a full engine for a place: `woken`, `expired` or `failed`.
+    pub fn count_place_wait(&self, outcome: &'static str) {
+        self.count_in(&self.place_waits, catalogue::PLACE_WAITS, "outcome", outcome);
     }
 
     /// A `think` upstream's KV export before a hand-over: done, or failed.

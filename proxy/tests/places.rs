@@ -176,9 +176,9 @@ async fn requests_waiting_for_a_full_engine_ask_it_one_at_a_time() {
     let before = claims(&b, "refused");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let asked = claims(&b, "refused") - before;
-    // After a refusal the engine is asked again every 100 ms by one claim (its hook wakes
-    // the replica when a place frees; an older hook's, every 25 ms), not by each of the
-    // six: about 5 in half a second, never six times that.
+    // After a refusal the engine is asked again every 25 ms by one claim (and when its
+    // hook wakes the replica, which nothing here does), not by each of the six: about 20
+    // in half a second (fewer on a busy machine), never six times that.
     assert!((1.0..=40.0).contains(&asked), "the full engine was asked {asked} times in 0.5 s");
     assert!(waiting.iter().all(|w| !w.is_finished()));
     holds(&twin, 2.0).await;

@@ -23,7 +23,7 @@
 //! hands the place to its own newest waiter, while an older one at another replica waits
 //! on: the slowest starts of several replicas would be far slower than one replica's.
 //! A waiter keeps its turn for [`WAITING_STALE_S`] after its replica last asked (replicas
-//! ask again every 100 ms while a request waits); one whose replica stopped asking (its
+//! ask again every 25 ms while a request waits); one whose replica stopped asking (its
 //! request went elsewhere, or left) holds nothing back after that.
 //!
 //! A replica whose claim was refused need not ask again and again to learn that a place
@@ -55,8 +55,8 @@ pub const MAX_LEASE_S: f64 = 300.0;
 /// lapse between them.
 pub const MIN_LEASE_S: f64 = 0.1;
 /// How long a refused claim keeps its turn without being asked again: replicas ask a full
-/// engine again every 100 ms while their request waits (every 25 ms against a hook that
-/// holds no waits), so this leaves room for a timer that runs late on a busy machine, and
+/// engine again every 25 ms while their request waits (as well as when a wait on the
+/// engine wakes them), so this leaves room for a busy machine, and
 /// a place is kept idle no longer for a request that went elsewhere.
 pub const WAITING_STALE_S: f64 = 0.25;
 

@@ -13,9 +13,11 @@
 //! engine sees. For those, the replica waits on the engine (one wait per engine, held
 //! open by the hook until its count of openings passes the one the refusal carried:
 //! `meridian_core::channel::places`), and asks again as soon as it is answered. It also
-//! asks again every [`RETRY_WHILE_WAITING`] whatever happens, which keeps its request's
-//! turn at the engine and mends a wake that was lost; a hook that holds no waits (an
-//! older one) is asked every [`RETRY_AFTER_REFUSAL`] instead. An engine whose hook cannot take claims (none configured, an older hook, a
+//! asks again every [`RETRY_AFTER_REFUSAL`] whatever happens, as it did before engines
+//! held waits (and still does against an older hook): that keeps its request's turn at
+//! the engine, which a busy machine's late timers must not lose (a fleet run with
+//! retries every 100 ms and the waits started later at the tail than one with 25 ms and
+//! none), and mends a wake that was lost. An engine whose hook cannot take claims (none configured, an older hook, a
 //! wrong secret) leaves this replica to decide alone, by its reading and its part of the
 //! limit, until a renewal is answered again; one that does not answer for a moment (a
 //! timeout) counts as full, and only after [`FAILURES_BEFORE_ALONE`] in a row as absent.
@@ -31,15 +33,12 @@ use tokio::sync::Notify;
 use super::Upstream;
 use crate::hook::{HookChannel, HookError};
 
-/// How long a refused engine whose hook holds no waits counts as full before it is
-/// asked again. Short next to a request's life (places free as requests end), long next
-/// to a claim's round trip, so a full engine is asked at most a few dozen times a second
-/// by each replica while requests wait for it.
+/// How long a refused engine counts as full before it is asked again, whether or not a
+/// wait on it wakes this replica sooner. Short next to a request's life (places free as
+/// requests end) and far inside the engine's `WAITING_STALE_S` (a turn not asked for
+/// within it is dropped), long next to a claim's round trip, so a full engine is asked
+/// at most a few dozen times a second by each replica while requests wait for it.
 pub const RETRY_AFTER_REFUSAL: Duration = Duration::from_millis(25);
-/// How long a refused engine whose hook wakes waiters counts as full before it is asked
-/// again anyway: inside the engine's `WAITING_STALE_S` (a turn not asked for within it
-/// is dropped), and long enough that the waits, not the retries, let requests through.
-pub const RETRY_WHILE_WAITING: Duration = Duration::from_millis(100);
 /// How long one wait asks the hook to hold it; the replica waits again while the engine
 /// stays full.
 pub const WAIT_FOR_PLACE: Duration = Duration::from_secs(2);
@@ -195,14 +194,10 @@ impl EnginePlaces {
                     wake.notify_one();
                 }
                 Claimed::Refused | Claimed::Unanswered { alone: false, .. } => {
-                    let retry = match places.holds_no_waits.load(Ordering::Relaxed) {
-                        true => RETRY_AFTER_REFUSAL,
-                        false => RETRY_WHILE_WAITING,
-                    };
-                    places.set_full_until(Some(Instant::now() + retry));
+                    places.set_full_until(Some(Instant::now() + RETRY_AFTER_REFUSAL));
                     let again = Arc::clone(&wake);
                     tokio::spawn(async move {
-                        tokio::time::sleep(retry).await;
+                        tokio::time::sleep(RETRY_AFTER_REFUSAL).await;
                         again.notify_one();
                     });
                 }
@@ -260,7 +255,7 @@ impl EnginePlaces {
                             // Answered early with nothing freed: the hook holds too many
                             // waits already. Wait out a retry before asking for another.
                             if asked.elapsed() < WAIT_FOR_PLACE / 2 {
-                                tokio::time::sleep(RETRY_WHILE_WAITING).await;
+                                tokio::time::sleep(RETRY_AFTER_REFUSAL).await;
                             }
                         }
                         Err(error) => {

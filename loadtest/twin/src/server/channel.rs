@@ -44,17 +44,27 @@ pub(super) async fn hello(State(s): State<Arc<Shared>>, headers: HeaderMap) -> R
     .into_response()
 }
 
+/// An authenticated message's body, or the answer that refuses it (boxed: a response
+/// is large beside the message).
+fn message<T: serde::de::DeserializeOwned>(
+    s: &Shared,
+    headers: &HeaderMap,
+    body: &[u8],
+    what: &str,
+) -> Result<T, Box<Response>> {
+    check(s, headers).map_err(|refused| Box::new(refused.into_response()))?;
+    serde_json::from_slice(body)
+        .map_err(|e| Box::new((StatusCode::BAD_REQUEST, format!("bad {what}: {e}")).into_response()))
+}
+
 pub(super) async fn places(
     State(s): State<Arc<Shared>>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    if let Err(refused) = check(&s, &headers) {
-        return refused.into_response();
-    }
-    let claim: Claim = match serde_json::from_slice(&body) {
+    let claim: Claim = match message(&s, &headers, &body, "claim") {
         Ok(c) => c,
-        Err(e) => return (StatusCode::BAD_REQUEST, format!("bad claim: {e}")).into_response(),
+        Err(refused) => return *refused,
     };
     // Leases run on the wall clock: replicas renew them in real time, whatever the
     // twin's speed.
@@ -81,12 +91,9 @@ pub(super) async fn place_wait(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    if let Err(refused) = check(&s, &headers) {
-        return refused.into_response();
-    }
-    let wait: PlacesWait = match serde_json::from_slice(&body) {
+    let wait: PlacesWait = match message(&s, &headers, &body, "wait") {
         Ok(w) => w,
-        Err(e) => return (StatusCode::BAD_REQUEST, format!("bad wait: {e}")).into_response(),
+        Err(refused) => return *refused,
     };
     let until = tokio::time::Instant::now() + std::time::Duration::from_secs_f64(wait.held_s());
     let mut changed = s.places_freed.subscribe();

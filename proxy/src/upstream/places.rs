@@ -11,14 +11,16 @@
 //! After a refusal the engine counts as full here until a place frees there: one of this
 //! replica's own places, which it sees at once, or another replica's, which only the
 //! engine sees. For those, the replica waits on the engine (one wait per engine, held
-//! open by the hook until its count of openings passes the one the refusal carried:
+//! open by the hook until its count of openings moves from the one the refusal carried:
 //! `meridian_core::channel::places`), and asks again as soon as it is answered. It also
 //! asks again every [`RETRY_AFTER_REFUSAL`] whatever happens, as it did before engines
 //! held waits (and still does against an older hook): that keeps its request's turn at
 //! the engine, which a busy machine's late timers must not lose (a fleet run with
 //! retries every 100 ms and the waits started later at the tail than one with 25 ms and
-//! none), and mends a wake that was lost. An engine whose hook cannot take claims (none configured, an older hook, a
-//! wrong secret) leaves this replica to decide alone, by its reading and its part of the
+//! none), and mends a wake that was lost.
+//!
+//! An engine whose hook cannot take claims (none configured, an older hook, a wrong
+//! secret) leaves this replica to decide alone, by its reading and its part of the
 //! limit, until a renewal is answered again; one that does not answer for a moment (a
 //! timeout) counts as full, and only after [`FAILURES_BEFORE_ALONE`] in a row as absent.
 

@@ -23,7 +23,8 @@
 //! round, every condition on fresh engines and proxies, the same conversations (the
 //! round's seed) in each.
 //!
-//! Per condition: p99 TTOT, p99 answer ITL and p99 TTFT over the baseline's on the same
+//! Per condition: p99 TTFT, p99 TTOT, p99 answer ITL (every gap between answer tokens,
+//! pooled), p99 time per output token and the p99 answer's largest gap over the baseline's on the same
 //! requests (a 90% interval from resampling the requests and the rounds; target: within
 //! 10%), the share of prompt tokens the engines' prefix caches held (summed over the
 //! engines' own counters), and the most requests any engine held at once against its
@@ -196,7 +197,34 @@ pub(crate) struct Run {
     pub(crate) hit: f64,
     /// The most requests each engine held at once.
     pub(crate) peaks: Vec<f64>,
+    /// Summed over the replicas (`admission.places = "engine"`; zero otherwise).
+    pub(crate) places: PlaceCounts,
     pub(crate) wall_s: f64,
+}
+
+/// What the replicas' place claims and waits came to in a run, summed over the replicas
+/// (`meridian_admission_place_claims_total`, `meridian_admission_place_waits_total`).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct PlaceCounts {
+    pub(crate) granted: f64,
+    pub(crate) refused: f64,
+    pub(crate) unanswered: f64,
+    pub(crate) woken: f64,
+    pub(crate) expired: f64,
+    pub(crate) failed: f64,
+}
+
+impl PlaceCounts {
+    fn add_from(&mut self, metrics: &str) {
+        let claims = "meridian_admission_place_claims_total";
+        let waits = "meridian_admission_place_waits_total";
+        self.granted += sample(metrics, claims, "outcome=\"granted\"");
+        self.refused += sample(metrics, claims, "outcome=\"refused\"");
+        self.unanswered += sample(metrics, claims, "outcome=\"unanswered\"");
+        self.woken += sample(metrics, waits, "outcome=\"woken\"");
+        self.expired += sample(metrics, waits, "outcome=\"expired\"");
+        self.failed += sample(metrics, waits, "outcome=\"failed\"");
+    }
 }
 
 async fn one_run(
@@ -258,9 +286,13 @@ async fn one_run(
         hit += sample(&text, "vllm:prefix_cache_hits_total", "");
         peaks.push(sample(&text, "meridian_sim_requests_peak", ""));
     }
+    let mut places = PlaceCounts::default();
+    for (_, url) in &proxies {
+        places.add_from(&c.get(format!("{url}/metrics")).send().await.unwrap().text().await.unwrap());
+    }
     drop(proxies);
     drop(engines);
-    Run { routing, replicas, sharing, records: out.records, queried, hit, peaks, wall_s }
+    Run { routing, replicas, sharing, records: out.records, queried, hit, peaks, places, wall_s }
 }
 
 fn slim(r: &RequestRecord) -> serde_json::Value {
@@ -268,6 +300,8 @@ fn slim(r: &RequestRecord) -> serde_json::Value {
         "index": r.index, "conversation": r.conversation, "turn": r.turn, "sent_at": r.sent_at, "ok": r.ok,
         "outcome": r.outcome, "ttft": r.ttft, "think_to_output": r.think_to_output, "tpot": r.tpot,
         "max_output_gap": r.max_output_gap, "e2e": r.e2e,
+        // Milliseconds to a hundredth: the page's pooled answer ITL, at a third of the size.
+        "output_itl_ms": r.output_itl.iter().map(|x| (x * 1e5).round() / 100.0).collect::<Vec<_>>(),
     })
 }
 
@@ -298,13 +332,14 @@ fn main() {
             let r = rt.block_on(one_run(routing, setup, round as u64, &s, &dir));
             let (replicas, sharing) = setup;
             println!(
-                "round {round} {routing:>15} x{replicas} {}: {} requests ({} failed), hit {:.1}%, peak held {:?} of {}, {:.0} s",
+                "round {round} {routing:>15} x{replicas} {}: {} requests ({} failed), hit {:.1}%, peak held {:?} of {}, places {:?}, {:.0} s",
                 sharing.name(),
                 r.records.len(),
                 r.records.iter().filter(|x| !x.ok).count(),
                 100.0 * r.hit / r.queried.max(1.0),
                 r.peaks,
                 s.streams,
+                r.places,
                 r.wall_s
             );
             runs.push(r);
@@ -326,11 +361,18 @@ fn main() {
         "rounds": rounds.iter().map(|runs| runs.iter().map(|r| json!({
             "routing": r.routing, "replicas": r.replicas, "sharing": r.sharing.name(), "queried_tokens": r.queried, "hit_tokens": r.hit,
             "peaks": r.peaks, "wall_s": r.wall_s,
+            "places": {"granted": r.places.granted, "refused": r.places.refused, "unanswered": r.places.unanswered,
+                       "waits_woken": r.places.woken, "waits_expired": r.places.expired, "waits_failed": r.places.failed},
             "requests": r.records.iter().map(slim).collect::<Vec<_>>(),
         })).collect::<Vec<_>>()).collect::<Vec<_>>(),
     });
     std::fs::create_dir_all(out.join(&s.page)).unwrap();
-    std::fs::write(out.join(&s.page).join("runs.json"), serde_json::to_string(&data).unwrap()).unwrap();
+    // Gzipped: every answer's token gaps are in it.
+    let file = std::fs::File::create(out.join(&s.page).join("runs.json.gz")).unwrap();
+    let mut gz = flate2::write::GzEncoder::new(file, flate2::Compression::best());
+    serde_json::to_writer(&mut gz, &data).unwrap();
+    gz.finish().unwrap();
+    let _ = std::fs::remove_file(out.join(&s.page).join("runs.json"));
     let _ = std::fs::remove_dir_all(&dir);
     println!("wrote docs/src/benchmarks/{}.md ({wall:.0} s)", s.page);
 }

@@ -45,13 +45,22 @@ pub(crate) struct Effect {
 }
 
 pub(crate) fn effect(pairs: &[(&[RequestRecord], &[RequestRecord])], m: Metric, p: f64) -> Effect {
+    effect_of(pairs, |run, idx| stat(run, idx, m, p))
+}
+
+/// Paired ratio (cond over alone) of any statistic of a run's requests `idx`, across
+/// rounds, with its 90% bootstrap interval over the rounds and their requests.
+pub(crate) fn effect_of(
+    pairs: &[(&[RequestRecord], &[RequestRecord])],
+    stat: impl Fn(&[RequestRecord], &[usize]) -> f64,
+) -> Effect {
     let ratio = |rounds: &[(usize, Vec<usize>)]| {
         let mut num = 0.0;
         let mut den = 0.0;
         for (r, idx) in rounds {
             let (base, cond) = pairs[*r];
-            num += stat(cond, idx, m, p).ln();
-            den += stat(base, idx, m, p).ln();
+            num += stat(cond, idx).ln();
+            den += stat(base, idx).ln();
         }
         ((num - den) / rounds.len() as f64).exp()
     };

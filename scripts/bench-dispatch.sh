@@ -17,7 +17,7 @@ tables and plots. Medians do not apply: one run is the exact answer for its seed
 Policies:
 
 - `fcfs`: vLLM's default.
-- `output-first` (Meridian's default): answering requests first in each step; thinking
+- `output-first` (Meridian's default until ADR 0010): answering requests first in each step; thinking
   (or prefilling) requests preempted first, the latest arrival among them; **express
   steps**: while a request has finished thinking and awaits its first visible token, the
   step runs answering requests only (no thinking decodes, no prefill), so that token
@@ -32,8 +32,11 @@ Policies:
   (no express steps, a 512-token prefill cap), for comparison.
 - `reasoning-first` (after PASCAL): thinking first, answers paced to a 25 tokens/s
   reader with a 50-token lead, answers ahead of their reader preempted first.
-- `slo-driven`: output-first while the smoothed step time (every answer's inter-token
-  latency) is above a 50 ms target, reasoning-first once it is below 70% of it.
+- `slo-driven` (the shipped default, ADR 0010 and 0012): output-first's limits while the
+  smoothed step time (every answer's inter-token latency) is above a 100 ms target and
+  no request has waited over a second in the queue to start; vLLM's own order, with no
+  limits, once the step time is below 70% of the target (it starts there). Where steps
+  stay under the target it schedules exactly as `fcfs`, and its rows match `fcfs`'s.
 
 Metrics: TTFO is request start to first visible token; TTOT is the think-to-output gap
 (last thinking token to first visible token); output ITL pools the gaps between visible

@@ -214,6 +214,7 @@ mod twin {
             served_model: cfg.served_model.clone(),
             prefix_cache: None,
             channel_secret: None,
+            place_waits: true,
         };
         let policy = meridian_core::sched::policy_by_name(&cfg.policy)
             .ok_or_else(|| format!("twin.policy: unknown {:?}", cfg.policy))?;

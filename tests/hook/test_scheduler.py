@@ -464,6 +464,32 @@ def test_reasoning_first_paces_an_answer_ahead_of_its_reader(tmp_path, monkeypat
     assert set(e.step({}).num_scheduled_tokens) == {"thinker"}
 
 
+def test_reasoning_first_serves_the_answers_before_the_newest_prompt(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    # Reasoning-first ranks a request computing its prompt ahead of the answering ones,
+    # but its victim, the newest arrival, goes last in vLLM's running list, which vLLM
+    # serves in order: the answers keep their token each step and the prompt takes the
+    # rest of the budget. The twin schedules the same way
+    # (loadtest/twin/tests/engine.rs::the_victim_is_served_last_as_the_hook_hands_it_to_vllm).
+    cfg = tmp_path / "meridian.toml"
+    cfg.write_text('[hook]\npolicy = "reasoning-first"\n')
+    monkeypatch.setenv("MERIDIAN_HOOK_CONFIG", str(cfg))
+    e = build(MeridianScheduler, num_blocks=512)
+    answerers = [f"ans{i}" for i in range(3)]
+    for i, rid in enumerate(answerers):
+        e.add(rid, PROMPT, arrival=float(i))
+    e.step({})
+    e.step(dict.fromkeys(answerers, THINK_END))  # their thoughts end
+    e.step({})
+    e.add("thinker", PROMPT, arrival=5.0)
+    e.step({})
+    e.add("long", [1] * 1500 + [THINK_START], arrival=10.0)
+    for _ in range(4):
+        out = e.step({})
+        assert ids(e.scheduler.running)[-1] == "long", "the newest arrival, the policy's victim, last"
+        assert {rid: out.num_scheduled_tokens.get(rid) for rid in answerers} == dict.fromkeys(answerers, 1)
+        assert out.num_scheduled_tokens["long"] == 256 - 4, "the prompt takes what the others leave"
+
+
 def test_output_first_never_paces_answers():
     e = answerer_beside_thinker(MeridianScheduler)
     for _ in range(5):

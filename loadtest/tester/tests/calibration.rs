@@ -35,6 +35,7 @@ async fn fitting_a_load_test_of_the_twin_recovers_its_cost_model() {
         served_model: "m".into(),
         prefix_cache: None,
         channel_secret: None,
+        place_waits: true,
     };
     let twin = TwinServer::start(opts, Box::new(Fcfs)).await.unwrap();
     let dir = std::env::temp_dir().join(format!("calib-{}", std::process::id()));

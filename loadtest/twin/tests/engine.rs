@@ -2,7 +2,7 @@
 //! random workloads.
 
 use meridian_core::Phase;
-use meridian_core::sched::{Fcfs, RequestView, SchedulingPolicy};
+use meridian_core::sched::{Fcfs, ReasoningFirst, RequestView, SchedulingPolicy};
 use meridian_sim::engine::SubmitError;
 use meridian_sim::{Engine, EngineConfig, NewRequest, profile};
 use proptest::prelude::*;
@@ -95,6 +95,38 @@ fn budget_is_shared_in_running_order_and_new_requests_wait() {
     assert_eq!(s1.scheduled, vec![(0, 20), (1, 12)]);
     let s2 = e.step().unwrap();
     assert_eq!(s2.scheduled, vec![(0, 1), (1, 8)]);
+}
+
+#[test]
+fn the_victim_is_served_last_as_the_hook_hands_it_to_vllm() {
+    // Reasoning-first ranks a request computing its prompt before the answering ones, but
+    // its victim is the newest arrival, and the hook puts the victim last in vLLM's running
+    // list, which vLLM serves in order: the answers keep their token each step while the
+    // newcomer's prompt takes the rest of the budget (checked on vLLM's own scheduler:
+    // tests/hook/test_scheduler.py). Without that, the prompt's chunks took the whole
+    // budget and the answers stalled for as long as it computed.
+    let mut e = Engine::new(tiny(), Box::new(ReasoningFirst::default()));
+    for id in ["a0", "a1", "a2"] {
+        e.submit(req(id, 4, 1, 60)).unwrap();
+    }
+    let mut answering = std::collections::BTreeSet::new();
+    for _ in 0..10 {
+        let s = e.step().unwrap();
+        answering.extend(s.tokens.iter().filter(|t| t.phase == Phase::Output).map(|t| t.seq));
+        if answering.len() == 3 {
+            break;
+        }
+    }
+    assert_eq!(answering.len(), 3, "all three answer");
+    let long = e.submit(req("long", 200, 5, 5)).unwrap();
+    for _ in 0..4 {
+        let s = e.step().unwrap();
+        assert_eq!(
+            s.scheduled,
+            vec![(0, 1), (1, 1), (2, 1), (long, 29)],
+            "the answers first, the prompt last"
+        );
+    }
 }
 
 fn tight() -> EngineConfig {

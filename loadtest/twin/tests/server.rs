@@ -327,3 +327,34 @@ async fn with_a_channel_secret_it_answers_the_hello_and_grants_places_as_the_hoo
     assert_eq!(third["granted"], true);
     drop(running);
 }
+
+#[tokio::test]
+async fn without_place_waits_it_grants_places_and_answers_a_wait_as_an_older_hook_does() {
+    let opts = TwinOptions {
+        channel_secret: Some("s3cret".into()),
+        place_waits: false,
+        ..TwinOptions::local(
+            meridian_sim::profile("h100-qwen3-8b").unwrap(),
+            WorkloadSpec::fixed(100, 8, 5),
+            1.0,
+        )
+    };
+    let twin = TwinServer::start(opts, Box::new(Fcfs)).await.unwrap();
+    let post = |path: &str, body: Value| {
+        client()
+            .post(format!("{}{path}", twin.url()))
+            .header("authorization", "Bearer s3cret")
+            .header("meridian-protocol", "1")
+            .json(&body)
+            .send()
+    };
+    let claim = json!({"holder": "a", "held": 0, "want": 1, "limit": 1, "lease_s": 5.0});
+    let granted: Value = post("/meridian/v1/places", claim).await.unwrap().json().await.unwrap();
+    assert_eq!(granted["granted"], true, "places as before");
+    let wait = post("/meridian/v1/places/wait", json!({"after": 0, "wait_s": 1.0})).await.unwrap();
+    assert_eq!(
+        wait.status(),
+        404,
+        "no waits held: a replica asks again on its timer, as against an older hook"
+    );
+}

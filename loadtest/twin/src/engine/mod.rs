@@ -328,6 +328,7 @@ impl Engine {
         let views = self.order_running(now);
         self.policy.observe_waiting(self.oldest_waiting_start());
         let limits = self.policy.step_limits(&views, now);
+        self.victim_last(views, limits.max_prefill_tokens.is_some_and(|cap| cap > 0), now);
         let mut prefill_left = limits.max_prefill_tokens.unwrap_or(u32::MAX);
         let mut think_left = limits.max_think_decodes.unwrap_or(u32::MAX);
         // The earliest time a request the policy paced this step may run again.
@@ -407,6 +408,25 @@ impl Engine {
         views
     }
 
+    /// The running list as the hook hands it to vLLM: the policy's victim last (vLLM
+    /// preempts the last entry, and schedules in order, so the victim is also served
+    /// last: under reasoning-first, the newest arrival, usually the request computing its
+    /// prompt, comes after the answers instead of taking the step's budget before them),
+    /// and, in a step whose prompt tokens the policy caps, the requests computing their
+    /// prompts behind the decoding ones.
+    fn victim_last(&mut self, mut views: Vec<meridian_core::sched::RequestView>, capped: bool, now: f64) {
+        if views.is_empty() {
+            return;
+        }
+        let victim = self.policy.pick_victim(&views, now).min(views.len() - 1);
+        let v = views.remove(victim);
+        views.push(v);
+        if capped && let Some((_victim, rest)) = views.split_last_mut() {
+            rest.sort_by_key(|v| v.prefill_remaining > 0);
+        }
+        self.running = views.iter().map(|v| v.seq).collect();
+    }
+
     /// Makes room for `n_new` more tokens of `running[i]`, preempting as needed. False
     /// when `running[i]` itself was preempted (the caller must not advance `i`).
     fn grow_or_preempt(&mut self, i: usize, n_new: u32, now: f64, report: &mut StepReport) -> bool {
@@ -418,10 +438,10 @@ impl Engine {
             if self.pool.grow(&mut r.held, need) {
                 return true;
             }
-            // Victims come from the requests not yet scheduled this step, this one included.
-            let candidates: Vec<_> = self.running[i..].iter().map(|s| self.requests[s].view()).collect();
-            let v = self.policy.pick_victim(&candidates, now).min(candidates.len() - 1);
-            let victim = self.running.remove(i + v);
+            // vLLM preempts the running list's last entry: the policy's victim, put there
+            // at the step's start (`victim_last`), then the list's end in the policy's
+            // order. It is never one scheduled earlier in the step (those come before `i`).
+            let Some(victim) = self.running.pop() else { return true };
             self.policy.on_preempted(now);
             self.preempt(victim);
             report.preempted.push(victim);

@@ -48,6 +48,11 @@ pub struct TwinOptions {
     /// answers the hello and grants places of its limit as the hook does
     /// ([`channel`]).
     pub channel_secret: Option<String>,
+    /// With the channel served, whether it holds refused replicas' waits for a place
+    /// (`/meridian/v1/places/wait`); without, that path is not found, as on a hook that
+    /// predates the waits, and replicas ask again on their timer alone. The fleet bench
+    /// measures the waits against their absence this way.
+    pub place_waits: bool,
 }
 
 impl TwinOptions {
@@ -62,6 +67,7 @@ impl TwinOptions {
             served_model: "Qwen/Qwen3-8B".into(),
             prefix_cache: None,
             channel_secret: None,
+            place_waits: true,
         }
     }
 }
@@ -140,6 +146,7 @@ impl TwinServer {
             places: Mutex::default(),
             places_freed: tokio::sync::watch::Sender::new(0),
         });
+        let waits = shared.opts.place_waits;
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
             .route("/v1/completions", post(completions))
@@ -148,7 +155,10 @@ impl TwinServer {
             .route("/metrics", get(metrics_text))
             .route(meridian_core::channel::HELLO_PATH, get(channel::hello))
             .route(meridian_core::channel::PLACES_PATH, post(channel::places))
-            .route(meridian_core::channel::PLACES_WAIT_PATH, post(channel::place_wait))
+            .route(
+                meridian_core::channel::PLACES_WAIT_PATH,
+                if waits { post(channel::place_wait) } else { post(|| async { StatusCode::NOT_FOUND }) },
+            )
             .with_state(shared.clone())
             .layer(axum::middleware::map_response(move |mut response: Response| {
                 response.headers_mut().insert(SIMULATED_HEADER, simulated.clone());

@@ -132,6 +132,11 @@ pub struct ServeArgs {
     /// `upstream.endpoints[].hook` at the twin's own address.
     #[arg(long)]
     pub channel_token_env: Option<String>,
+    /// With the channel: hold no waits for a place (`/meridian/v1/places/wait` answers
+    /// 404, as a hook that predates them does), so refused replicas ask again on their
+    /// timer alone.
+    #[arg(long)]
+    pub no_place_waits: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
 }

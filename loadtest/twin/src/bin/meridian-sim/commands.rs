@@ -23,7 +23,16 @@ fn eviction_named(name: &str) -> Result<meridian_sim::engine::Eviction, String> 
 }
 
 pub async fn serve(args: ServeArgs) -> Result<(), String> {
-    let ServeArgs { listen, served_model, speed, policy, prefix_cache, channel_token_env, engine } = args;
+    let ServeArgs {
+        listen,
+        served_model,
+        speed,
+        policy,
+        prefix_cache,
+        channel_token_env,
+        no_place_waits,
+        engine,
+    } = args;
     let prefix_cache =
         prefix_cache.as_deref().map(eviction_named).transpose().map_err(|e| format!("--prefix-cache {e}"))?;
     if !(speed.is_finite() && speed > 0.0) {
@@ -45,6 +54,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
         served_model,
         prefix_cache,
         channel_secret,
+        place_waits: !no_place_waits,
     };
     let twin = TwinServer::start(opts, pick(&policy)?).await.map_err(|e| e.to_string())?;
     println!("listening on {} (engine twin, policy {})", twin.url(), twin.policy_name());

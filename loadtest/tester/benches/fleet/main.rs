@@ -19,7 +19,9 @@
 //! per routing policy (`phase-aware`, the default, and `prefix-affinity`): one replica
 //! (the baseline), two, four, each told how many replicas share the engines
 //! (`admission.replicas`, with its `replica_index`) and, for two and four, not told (each
-//! replica takes all the room it sees, as with the default of 1); the order rotated each
+//! replica takes all the room it sees, as with the default of 1), asking the engines for
+//! each request's place (`admission.places = "engine"`), and the same with engines that
+//! hold no waits for a place (what the waits do); the order rotated each
 //! round, every condition on fresh engines and proxies, the same conversations (the
 //! round's seed) in each.
 //!
@@ -105,6 +107,10 @@ pub(crate) enum Sharing {
     Parts,
     /// Each request's place granted by the engine (`admission.places = "engine"`).
     Engine,
+    /// As `Engine`, the engines holding no waits for a place (`meridian-sim serve
+    /// --no-place-waits`, as a hook that predates them): refused replicas ask again on
+    /// their 25 ms timer alone. Beside `Engine`, it measures what the waits do.
+    EngineNoWaits,
 }
 
 impl Sharing {
@@ -113,45 +119,52 @@ impl Sharing {
             Sharing::NotTold => "not_told",
             Sharing::Parts => "parts",
             Sharing::Engine => "engine",
+            Sharing::EngineNoWaits => "engine_no_waits",
         }
+    }
+
+    /// Whether the replicas take each request's place from the engines.
+    pub(crate) fn asks_the_engine(self) -> bool {
+        matches!(self, Sharing::Engine | Sharing::EngineNoWaits)
     }
 }
 
 /// Replica counts, and how they share each engine's limit; one replica's
 /// `admission.replicas = 1` is right, so it counts as told.
-pub(crate) const SETUPS: [(usize, Sharing); 7] = [
+pub(crate) const SETUPS: [(usize, Sharing); 9] = [
     (1, Sharing::Parts),
     (2, Sharing::NotTold),
     (2, Sharing::Parts),
     (2, Sharing::Engine),
+    (2, Sharing::EngineNoWaits),
     (4, Sharing::NotTold),
     (4, Sharing::Parts),
     (4, Sharing::Engine),
+    (4, Sharing::EngineNoWaits),
 ];
 
 /// The secret of the twins' policy channel, in the environment of every process.
 const CHANNEL_TOKEN: (&str, &str) = ("MERIDIAN_HOOK_TOKEN", "fleet-bench");
 
-fn start_engine(workload: &Path) -> (Proc, String) {
+fn start_engine(workload: &Path, sharing: Sharing) -> (Proc, String) {
     let workload = workload.to_str().unwrap();
-    start(
-        "meridian-sim",
-        &[
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--profile",
-            "h100-qwen3-8b",
-            "--prefix-cache",
-            "lru",
-            "--workload",
-            workload,
-            "--channel-token-env",
-            CHANNEL_TOKEN.0,
-        ],
-        &[QUIET[0], CHANNEL_TOKEN],
-        SCRIPT,
-    )
+    let no_waits = if sharing == Sharing::EngineNoWaits { "--no-place-waits" } else { "" };
+    let args = [
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--profile",
+        "h100-qwen3-8b",
+        "--prefix-cache",
+        "lru",
+        "--workload",
+        workload,
+        "--channel-token-env",
+        CHANNEL_TOKEN.0,
+        no_waits,
+    ];
+    let args: Vec<&str> = args.into_iter().filter(|a| !a.is_empty()).collect();
+    start("meridian-sim", &args, &[QUIET[0], CHANNEL_TOKEN], SCRIPT)
 }
 
 /// The config of replica `index` of `replicas`, sharing the engines' limits as `sharing`
@@ -167,7 +180,7 @@ fn proxy_config(
     let fleet = match sharing {
         Sharing::NotTold => String::new(),
         Sharing::Parts => format!("replicas = {replicas}\nreplica_index = {index}\n"),
-        Sharing::Engine => "places = \"engine\"\n".into(),
+        Sharing::Engine | Sharing::EngineNoWaits => "places = \"engine\"\n".into(),
     };
     let mut text = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\n[upstream]\nhealth_interval_s = {}\nidle_timeout_s = 120.0\n\
@@ -235,7 +248,7 @@ async fn one_run(
     dir: &Path,
 ) -> Run {
     let workload = dir.join("workload.toml");
-    let engines: Vec<(Proc, String)> = (0..s.engines).map(|_| start_engine(&workload)).collect();
+    let engines: Vec<(Proc, String)> = (0..s.engines).map(|_| start_engine(&workload, sharing)).collect();
     let urls: Vec<String> = engines.iter().map(|(_, u)| u.clone()).collect();
     let proxies: Vec<(Proc, String)> = (0..replicas)
         .map(|r| {

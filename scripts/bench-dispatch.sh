@@ -98,17 +98,19 @@ mechanisms behind them, not the numbers.
   ahead of them. The steps it frees go to thinking requests, but a step's cost is mostly
   fixed, so leaving a few answering requests out of a step barely shortens it. Its paced
   answers also keep the engine busy after the last arrival, which counts against its
-  throughput in a finite run. `slo-driven` runs as reasoning-first while the smoothed
-  step time is under 35 ms (70% of its 50 ms target), so where steps are that short its
-  rows follow reasoning-first's.
+  throughput in a finite run. Its victim is an answer ahead of its reader, else the newest
+  arrival, and the hook puts the victim last in vLLM's running list, which vLLM serves in
+  order: so a newcomer computing its prompt comes after the answers, not before them, and
+  under KV pressure a paced answer is the one preempted (the twin schedules the same way).
+  `slo-driven` runs as vLLM does while the smoothed step time is under 70 ms (70% of its
+  100 ms target), so where steps are that short its rows match `fcfs`'s.
 - These are simulations: the cost model's step times come from datasheets and the
   model's shape (docs: the engine twin), calibrated against a real vLLM only on CPU. The
   H100 profile was checked against engine steps of a Qwen3-8B-shaped model timed on an
   H100 (gpu-step-curve.md, which also runs this A/B on the measured profile: the default
   mix's verdicts keep their direction there). The same policy code runs inside vLLM
   through the hook (ordering, victims, KV tiers, express steps; the prefill cap as vLLM's
-  per-request chunk limit), tested in vLLM's own scheduler on CPU; reasoning-first's
-  answer pacing is not applied there (the hook does not hold decoding requests back).
-  A GPU vLLM under this A/B is still to be measured.
+  per-request chunk limit, reasoning-first's pacing as answers held out of a step), tested
+  in vLLM's own scheduler on CPU. A GPU vLLM under this A/B is still to be measured.
 MD
 echo "wrote $out"

@@ -71,8 +71,13 @@ pub(super) async fn places(
     let now_s = s.started.elapsed().as_secs_f64();
     let granted = s.places.lock().map(|mut p| p.claim(&claim, now_s));
     match granted {
-        Ok(g) => {
+        Ok(mut g) => {
             s.places_freed.send_if_modified(|seen| std::mem::replace(seen, g.freed) != g.freed);
+            if !s.opts.place_waits {
+                // As a hook that predates the waits, which counts no openings: a replica
+                // takes a count in a grant as a hook that holds waits.
+                g.freed = 0;
+            }
             axum::Json(g).into_response()
         }
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "place table unavailable").into_response(),

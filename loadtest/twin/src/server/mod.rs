@@ -49,9 +49,10 @@ pub struct TwinOptions {
     /// ([`channel`]).
     pub channel_secret: Option<String>,
     /// With the channel served, whether it holds refused replicas' waits for a place
-    /// (`/meridian/v1/places/wait`); without, that path is not found, as on a hook that
-    /// predates the waits, and replicas ask again on their timer alone. The fleet bench
-    /// measures the waits against their absence this way.
+    /// (`/meridian/v1/places/wait`); without, it answers as a hook that predates the
+    /// waits (that path not found, no count of openings in its grants), and replicas ask
+    /// again on their timer alone. The fleet bench measures the waits against their
+    /// absence this way.
     pub place_waits: bool,
 }
 

@@ -122,7 +122,13 @@ fn places_from_the_engine_need_a_limit_and_a_hook_per_engine() {
     assert!(err.contains("two upstream.endpoints name the hook a:8100"), "{err}");
     let ok = validate(&two("b:8100")).unwrap();
     assert_eq!(ok.admission.places, meridian_proxy::config::PlacesFrom::Engine);
+    assert!(!ok.admission.place_waits, "no waits on the engines unless asked for (ADR 0013)");
     assert!(validate("[admission]\nplaces = \"everywhere\"\n").is_err(), "an unknown way is refused");
+    let err = validate("[admission]\nplace_waits = true\n").unwrap_err();
+    assert!(err.contains("admission.place_waits is true but admission.places is not \"engine\""), "{err}");
+    let waits =
+        validate(&two("b:8100").replacen("max_streams = 8\n", "max_streams = 8\nplace_waits = true\n", 1));
+    assert!(waits.unwrap().admission.place_waits);
 }
 
 #[test]

@@ -227,7 +227,8 @@ fn waits(proxy: &meridian_proxy::Server, outcome: &str) -> f64 {
 #[tokio::test]
 async fn a_place_freed_at_another_replica_wakes_the_waiting_one_through_the_engine() {
     let twin = slow_twin(Some("places-secret")).await;
-    let (a, b) = (replica(&twin, |_| {}).await, replica(&twin, |_| {}).await);
+    let with_waits = |c: &mut MeridianConfig| c.admission.place_waits = true;
+    let (a, b) = (replica(&twin, with_waits).await, replica(&twin, with_waits).await);
     let (a1, a2) = (open(&a).await, open(&a).await);
     let waiting = tokio::spawn({
         let url = format!("http://{}/v1/chat/completions", b.local_addr);
@@ -244,5 +245,25 @@ async fn a_place_freed_at_another_replica_wakes_the_waiting_one_through_the_engi
     assert!(waits(&b, "woken") >= 1.0, "b's replica was not woken by the engine");
     assert_eq!(waits(&b, "failed"), 0.0);
     holds(&twin, 2.0).await;
+    drop((a2, got));
+}
+
+#[tokio::test]
+async fn by_default_a_refused_replica_asks_again_on_its_timer_and_holds_no_wait() {
+    let twin = slow_twin(Some("places-secret")).await;
+    let (a, b) = (replica(&twin, |_| {}).await, replica(&twin, |_| {}).await);
+    let (a1, a2) = (open(&a).await, open(&a).await);
+    let waiting = tokio::spawn({
+        let url = format!("http://{}/v1/chat/completions", b.local_addr);
+        async move { client().post(url).json(&chat(json!({}))).send().await.unwrap() }
+    });
+    eventually("b's request queued", || queued(&b) == 1.0).await;
+    still_waiting("b waits while a holds every place", &waiting).await;
+    drop(a1);
+    let got = tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("b let through").unwrap();
+    assert_eq!(got.status(), 200);
+    for outcome in ["woken", "expired", "failed"] {
+        assert_eq!(waits(&b, outcome), 0.0, "no wait held on the engine ({outcome})");
+    }
     drop((a2, got));
 }

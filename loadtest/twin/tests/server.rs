@@ -353,7 +353,11 @@ async fn without_place_waits_it_grants_places_and_answers_a_wait_as_an_older_hoo
     assert_eq!(granted["granted"], true, "places as before");
     let gave_back = json!({"holder": "a", "held": 0, "want": 0, "limit": 1, "lease_s": 5.0});
     let report: Value = post("/meridian/v1/places", gave_back).await.unwrap().json().await.unwrap();
-    assert_eq!(report["freed"].as_u64().unwrap_or(0), 0, "no count of openings, which would say it holds waits");
+    assert_eq!(
+        report["freed"].as_u64().unwrap_or(0),
+        0,
+        "no count of openings, which would say it holds waits"
+    );
     let wait = post("/meridian/v1/places/wait", json!({"after": 0, "wait_s": 1.0})).await.unwrap();
     assert_eq!(
         wait.status(),

@@ -68,7 +68,7 @@ impl Limits {
     ) -> Self {
         self.places = match (cfg.places, self.max_streams) {
             (PlacesFrom::Engine, Some(limit)) => {
-                Some(Arc::new(PlaceTerms { channel, holder, limit, metrics }))
+                Some(Arc::new(PlaceTerms { channel, holder, limit, metrics, waits: cfg.place_waits }))
             }
             _ => None,
         };

@@ -65,6 +65,9 @@ pub struct PlaceTerms {
     pub limit: u32,
     /// Where the waits on full engines are counted.
     pub metrics: Arc<crate::telemetry::Metrics>,
+    /// Whether a refused replica waits on the engine for a place (`admission.place_waits`)
+    /// beside asking again on its timer.
+    pub waits: bool,
 }
 
 impl std::fmt::Debug for PlaceTerms {
@@ -206,7 +209,7 @@ impl EnginePlaces {
                 // Waiters held back behind this claim may try the engine now.
                 _ => wake.notify_one(),
             }
-            if matches!(claimed, Claimed::Refused) {
+            if matches!(claimed, Claimed::Refused) && terms.waits {
                 EnginePlaces::wait_for_place(&upstream, &addr, &terms, &wake);
             }
             if let Err(Claimed::Granted) = tx.send(claimed) {

@@ -180,7 +180,8 @@ fn proxy_config(
     let fleet = match sharing {
         Sharing::NotTold => String::new(),
         Sharing::Parts => format!("replicas = {replicas}\nreplica_index = {index}\n"),
-        Sharing::Engine | Sharing::EngineNoWaits => "places = \"engine\"\n".into(),
+        Sharing::Engine => "places = \"engine\"\nplace_waits = true\n".into(),
+        Sharing::EngineNoWaits => "places = \"engine\"\n".into(),
     };
     let mut text = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\n[upstream]\nhealth_interval_s = {}\nidle_timeout_s = 120.0\n\

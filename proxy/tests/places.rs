@@ -219,6 +219,20 @@ async fn a_freed_place_goes_to_the_request_that_waited_longest_whichever_replica
     assert_eq!(got.status(), 200);
 }
 
+/// A request sent through `proxy` that must queue there and stay queued: its handle.
+async fn queued_behind(
+    proxy: &meridian_proxy::Server,
+    what: &str,
+) -> tokio::task::JoinHandle<reqwest::Response> {
+    let waiting = tokio::spawn({
+        let url = format!("http://{}/v1/chat/completions", proxy.local_addr);
+        async move { client().post(url).json(&chat(json!({}))).send().await.unwrap() }
+    });
+    eventually("the request queued", || queued(proxy) == 1.0).await;
+    still_waiting(what, &waiting).await;
+    waiting
+}
+
 fn waits(proxy: &meridian_proxy::Server, outcome: &str) -> f64 {
     sample(&proxy.state.metrics.render(), "meridian_admission_place_waits_total", &[("outcome", outcome)])
         .unwrap_or(-1.0)
@@ -230,12 +244,7 @@ async fn a_place_freed_at_another_replica_wakes_the_waiting_one_through_the_engi
     let with_waits = |c: &mut MeridianConfig| c.admission.place_waits = true;
     let (a, b) = (replica(&twin, with_waits).await, replica(&twin, with_waits).await);
     let (a1, a2) = (open(&a).await, open(&a).await);
-    let waiting = tokio::spawn({
-        let url = format!("http://{}/v1/chat/completions", b.local_addr);
-        async move { client().post(url).json(&chat(json!({}))).send().await.unwrap() }
-    });
-    eventually("b's request queued", || queued(&b) == 1.0).await;
-    still_waiting("b waits while a holds every place", &waiting).await;
+    let waiting = queued_behind(&b, "b waits while a holds every place").await;
     assert_eq!(waits(&a, "woken"), 0.0, "a, never refused, waits on no engine");
     // One of a's requests ends. Only the engine hears of it; it answers the wait b's
     // replica holds there, and b's request asks at once.
@@ -253,12 +262,7 @@ async fn by_default_a_refused_replica_asks_again_on_its_timer_and_holds_no_wait(
     let twin = slow_twin(Some("places-secret")).await;
     let (a, b) = (replica(&twin, |_| {}).await, replica(&twin, |_| {}).await);
     let (a1, a2) = (open(&a).await, open(&a).await);
-    let waiting = tokio::spawn({
-        let url = format!("http://{}/v1/chat/completions", b.local_addr);
-        async move { client().post(url).json(&chat(json!({}))).send().await.unwrap() }
-    });
-    eventually("b's request queued", || queued(&b) == 1.0).await;
-    still_waiting("b waits while a holds every place", &waiting).await;
+    let waiting = queued_behind(&b, "b waits while a holds every place").await;
     drop(a1);
     let got = tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("b let through").unwrap();
     assert_eq!(got.status(), 200);

@@ -148,8 +148,7 @@ const CHANNEL_TOKEN: (&str, &str) = ("MERIDIAN_HOOK_TOKEN", "fleet-bench");
 
 fn start_engine(workload: &Path, sharing: Sharing) -> (Proc, String) {
     let workload = workload.to_str().unwrap();
-    let no_waits = if sharing == Sharing::EngineNoWaits { "--no-place-waits" } else { "" };
-    let args = [
+    let mut args = vec![
         "serve",
         "--listen",
         "127.0.0.1:0",
@@ -161,9 +160,10 @@ fn start_engine(workload: &Path, sharing: Sharing) -> (Proc, String) {
         workload,
         "--channel-token-env",
         CHANNEL_TOKEN.0,
-        no_waits,
     ];
-    let args: Vec<&str> = args.into_iter().filter(|a| !a.is_empty()).collect();
+    if sharing == Sharing::EngineNoWaits {
+        args.push("--no-place-waits");
+    }
     start("meridian-sim", &args, &[QUIET[0], CHANNEL_TOKEN], SCRIPT)
 }
 

@@ -49,8 +49,9 @@ def post(address: str, path: str, body: dict, timeout: float = 5) -> dict:
 
 
 def claimer(address: str, limit: int = 2):
-    def claim(holder: str, held: int, want: int, lease_s: float = 30.0) -> dict:
-        body = {"holder": holder, "held": held, "want": want, "limit": limit, "lease_s": lease_s}
+    def claim(holder: str, held: int, want: int, lease_s: float = 30.0, waited_s: float = 0.0) -> dict:
+        body = {"holder": holder, "held": held, "want": want, "limit": limit, "lease_s": lease_s,
+                "waited_s": waited_s}
         return post(address, "/meridian/v1/places", body)
     return claim
 
@@ -132,7 +133,7 @@ def test_a_refused_replicas_wait_is_held_until_a_place_frees(tmp_path, monkeypat
     # A wait whose time runs out with nothing freed is answered with the count as it was.
     t0 = time.monotonic()
     assert post(address, "/meridian/v1/places/wait", {"after": answered["freed"], "wait_s": 0.3}) == {
-        "freed": answered["freed"]}
+        "freed": answered["freed"], "woken": False}
     assert time.monotonic() - t0 >= 0.3
     # A count passed already is answered at once.
     t0 = time.monotonic()
@@ -157,3 +158,52 @@ def test_a_refused_replicas_wait_is_held_until_a_place_frees(tmp_path, monkeypat
         answer = claim("b", 0, 1)
     assert time.monotonic() - t0 >= 0.4, "granted before gone's lease ran out"
     claim("b", 0, 0)
+
+
+def test_a_freed_place_wakes_only_the_replica_whose_turn_it_keeps(tmp_path, monkeypatch):
+    """Several replicas wait for a full engine: a place that frees is kept for the
+    request that has waited longest, so the engine wakes that replica alone; the others
+    would ask only to be refused (the thundering herd the fleet bench measured)."""
+    address = listener(tmp_path, monkeypatch)
+    claim = claimer(address)
+    # Each replica states how long its request has waited, as a replica does: b's longest.
+    waited = {"b": 10.0, "c": 5.0}
+    assert claim("a", 0, 2)["granted"]
+    refused = {h: claim(h, 0, 1, waited_s=w) for h, w in waited.items()}
+    assert [r["granted"] for r in refused.values()] == [False, False]
+    assert refused["c"]["ahead"] == 1, "b's request goes first"
+    answered: dict[str, dict] = {}
+
+    def waiter(holder: str) -> None:
+        body = {"after": refused[holder]["freed"], "wait_s": 4.0, "holder": holder}
+        answered[holder] = post(address, "/meridian/v1/places/wait", body, timeout=10)
+
+    threads = {h: threading.Thread(target=waiter, args=(h,)) for h in waited}
+    for t in threads.values():
+        t.start()
+
+    def keep_turns(seconds: float) -> None:
+        # Replicas ask again every 0.1 s while they wait, which keeps their turns.
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for h in waited:
+                if h not in answered:
+                    assert claim(h, 0, 1, waited_s=waited[h])["granted"] is False
+            time.sleep(0.1)
+
+    keep_turns(0.2)
+    assert not answered, f"answered before any place freed: {answered}"
+    # One of a's requests ends: b is woken, c is not.
+    claim("a", 1, 0)
+    threads["b"].join(timeout=5)
+    assert answered["b"]["woken"] is True
+    assert claim("b", 0, 1, waited_s=waited["b"])["granted"]
+    keep_turns(0.2)
+    assert "c" not in answered, f"c woken for the place kept for b: {answered}"
+    # a's other request ends: now c's turn.
+    claim("a", 0, 0)
+    threads["c"].join(timeout=5)
+    assert answered["c"]["woken"] is True
+    assert claim("c", 0, 1, waited_s=waited["c"])["granted"]
+    for h in ("b", "c"):
+        claim(h, 0, 0)

@@ -28,12 +28,14 @@
 //!
 //! A replica whose claim was refused need not ask again and again to learn that a place
 //! freed: it waits on the engine ([`PlacesWait`] at [`PLACES_WAIT_PATH`]), which answers
-//! as soon as its count of openings ([`Places::freed`]: places given back or lapsed, and
-//! places kept for a waiter that stopped asking or lost its turn) differs from the count
-//! the refusal carried (it grows; smaller, the engine started again). The
-//! replica then asks at once, instead of at its next retry, so a freed place stands idle
-//! for one round trip, not for a retry period. Replicas still ask again now and then
-//! while they wait: that keeps their turn, and mends a wake that was lost.
+//! as soon as the place is there for that replica ([`Places::wakes`]: its refused claim,
+//! made again, would be granted; or its turn went stale; or the engine started again).
+//! A place that frees while several replicas wait is kept for one of them, so only that
+//! one is woken: waking every waiter at each opening (the first form of the waits, which
+//! answered any change of the count of openings, [`Places::freed`]) had all but one ask
+//! in vain. The replica then asks at once, instead of at its next retry, so a freed place
+//! stands idle for one round trip, not for a retry period. Replicas still ask again now
+//! and then while they wait: that keeps their turn, and mends a wake that was lost.
 //!
 //! Places count the replicas' requests only: a client that bypasses every replica is not
 //! in the table, and replicas that take places from the engine do not hold back for it.
@@ -106,16 +108,21 @@ pub struct Granted {
     pub freed: u64,
 }
 
-/// A refused replica waits for a place: the engine answers once its count of openings
-/// differs from `after` (grown, or, after the engine started again, smaller), or after
-/// `wait_s` (at most [`MAX_WAIT_S`]) with the count as it is.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+/// A refused replica waits for a place: the engine answers once the place is there for
+/// it ([`Places::wakes`]), or after `wait_s` (at most [`MAX_WAIT_S`]) with the count of
+/// openings as it is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlacesWait {
     /// The count the replica last saw (its refusal's [`Granted::freed`]).
     pub after: u64,
     /// How long it will wait, in seconds.
     pub wait_s: f64,
+    /// The replica waiting (its claims' [`Claim::holder`]): with it, the engine wakes it
+    /// only when its refused claim, made again, would be granted; without it (replicas
+    /// before ADR 0013's targeted wake), at any opening.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
 }
 
 impl PlacesWait {
@@ -125,10 +132,23 @@ impl PlacesWait {
     }
 }
 
-/// The engine's answer to a wait: its count of openings now.
+/// The engine's answer to a wait: its count of openings now, and whether the place is
+/// there for the replica ([`Places::wakes`]) or the wait's time ran out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlacesFreed {
     pub freed: u64,
+    /// None from engines before the targeted wake, which answered early only when the
+    /// count moved: read it as `freed != after` ([`PlacesFreed::woke`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub woken: Option<bool>,
+}
+
+impl PlacesFreed {
+    /// Whether the wait ended because a place is there for the replica, for a wait that
+    /// carried `after`.
+    pub fn woke(&self, after: u64) -> bool {
+        self.woken.unwrap_or(self.freed != after)
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -146,6 +166,10 @@ struct Waiting {
     since_s: f64,
     /// When its holder last asked for it.
     seen_s: f64,
+    /// What the refused claim asked for on top of its holding, and the limit it stated:
+    /// enough to tell when the same claim would be granted ([`Places::wakes`]).
+    want: u32,
+    limit: u32,
 }
 
 impl Waiting {
@@ -173,18 +197,19 @@ impl Places {
     /// granted); refused, its request waits for its turn.
     pub fn claim(&mut self, claim: &Claim, now_s: f64) -> Granted {
         self.tidy(now_s);
-        let others: u32 = self
-            .holders
-            .iter()
-            .filter(|(holder, _)| **holder != claim.holder)
-            .fold(0u32, |sum, (_, h)| sum.saturating_add(h.held));
+        let others = self.held_by_others(&claim.holder);
         let waited = if claim.waited_s.is_finite() { claim.waited_s.max(0.0) } else { 0.0 };
-        let mine = Waiting { class: claim.class, since_s: now_s - waited, seen_s: now_s };
+        let mine = Waiting {
+            class: claim.class,
+            since_s: now_s - waited,
+            seen_s: now_s,
+            want: claim.want,
+            limit: claim.limit,
+        };
         let ahead = match claim.want {
             0 => 0,
-            _ => self.waiting.iter().filter(|(h, w)| **h != claim.holder && w.before(&mine)).count(),
+            _ => self.ahead_of(&claim.holder, &mine),
         };
-        let ahead = u32::try_from(ahead).unwrap_or(u32::MAX);
         let asked = claim.held.saturating_add(claim.want);
         let granted = claim.want == 0 || others.saturating_add(ahead).saturating_add(asked) <= claim.limit;
         if claim.want > 0 {
@@ -217,6 +242,50 @@ impl Places {
             }
         }
         Granted { granted, held, total: others.saturating_add(held), ahead, freed: self.freed }
+    }
+
+    /// Whether a held `wait` is answered now: the place is there for its replica (its
+    /// refused claim, made again as it stands, would be granted: the places held by the
+    /// others, those kept for the requests that go before it and its own fit the limit
+    /// it stated), or its replica no longer waits here (its turn went stale, so any
+    /// opening may be its), or the engine started again (the count is below the one the
+    /// wait carries). A wait that names no holder is answered at any opening.
+    ///
+    /// Why not every wait at every opening: a place that frees while several replicas
+    /// wait is kept for one of them, so waking all of them makes the others ask in vain
+    /// and be refused (a thundering herd the fleet bench measured: 4 replicas made
+    /// 10-15 thousand refused claims a run, and slower starts than no waits at all).
+    pub fn wakes(&self, wait: &PlacesWait) -> bool {
+        if self.freed < wait.after {
+            return true;
+        }
+        if self.freed == wait.after {
+            return false;
+        }
+        let Some(holder) = wait.holder.as_deref() else {
+            return true;
+        };
+        let Some(mine) = self.waiting.get(holder) else {
+            return true;
+        };
+        let held = self.holders.get(holder).map_or(0, |h| h.held);
+        let needed = self
+            .held_by_others(holder)
+            .saturating_add(self.ahead_of(holder, mine))
+            .saturating_add(held)
+            .saturating_add(mine.want);
+        needed <= mine.limit
+    }
+
+    /// The places every holder but `holder` holds (lapsed ones too, until a tidy).
+    fn held_by_others(&self, holder: &str) -> u32 {
+        self.holders.iter().filter(|(h, _)| *h != holder).fold(0u32, |sum, (_, h)| sum.saturating_add(h.held))
+    }
+
+    /// The requests at other replicas that wait here and go before `mine`.
+    fn ahead_of(&self, holder: &str, mine: &Waiting) -> u32 {
+        let ahead = self.waiting.iter().filter(|(h, w)| *h != holder && w.before(mine)).count();
+        u32::try_from(ahead).unwrap_or(u32::MAX)
     }
 
     /// Drops the holdings lapsed at `now_s` and the waiters stale by then, counting each

@@ -292,8 +292,12 @@ async fn with_a_channel_secret_it_answers_the_hello_and_grants_places_as_the_hoo
             .header("authorization", "Bearer s3cret")
             .header("meridian-protocol", "1")
     };
+    // Each replica's request states how long it has waited, as a replica's does: b's
+    // longer than c's, so b's goes first however the two interleave.
     let claim = |holder: &str, held: u32| {
-        places().json(&json!({"holder": holder, "held": held, "want": 1, "limit": 1, "lease_s": 5.0})).send()
+        let waited_s = if holder == "b" { 10.0 } else { 5.0 };
+        let body = json!({"holder": holder, "held": held, "want": 1, "limit": 1, "lease_s": 5.0, "waited_s": waited_s});
+        places().json(&body).send()
     };
     let first: Value = claim("a", 0).await.unwrap().json().await.unwrap();
     assert_eq!(first["granted"], true);
@@ -302,29 +306,46 @@ async fn with_a_channel_secret_it_answers_the_hello_and_grants_places_as_the_hoo
     let bad = places().body("{\"holder\": \"c\"}").send().await.unwrap();
     assert_eq!(bad.status(), 400);
 
-    // b waits for a place; a's report that its request ended wakes it.
+    // b, then c, wait for a place; a's report that its request ended wakes b, whose
+    // turn the place is kept for, and not c.
     let after = second["freed"].as_u64().unwrap();
-    let wait = client()
-        .post(format!("{}/meridian/v1/places/wait", twin.url()))
-        .header("authorization", "Bearer s3cret")
-        .header("meridian-protocol", "1")
-        .json(&json!({"after": after, "wait_s": 4.0}))
-        .send();
-    let waiting = tokio::spawn(async move { wait.await.unwrap().json::<Value>().await.unwrap() });
-    // Nothing frees meanwhile; b asks again every 0.1 s, as a replica does, which keeps
-    // its turn (a turn not asked for within 0.25 s is an opening for the others).
+    let c_refused: Value = claim("c", 0).await.unwrap().json().await.unwrap();
+    assert_eq!((c_refused["granted"].as_bool(), c_refused["ahead"].as_u64()), (Some(false), Some(1)));
+    let wait = |holder: &str, after: u64| {
+        let wait = client()
+            .post(format!("{}/meridian/v1/places/wait", twin.url()))
+            .header("authorization", "Bearer s3cret")
+            .header("meridian-protocol", "1")
+            .json(&json!({"after": after, "wait_s": 4.0, "holder": holder}))
+            .send();
+        tokio::spawn(async move { wait.await.unwrap().json::<Value>().await.unwrap() })
+    };
+    let (b_waiting, c_waiting) = (wait("b", after), wait("c", after));
+    // Nothing frees meanwhile; b and c ask again every 0.1 s, as a replica does, which
+    // keeps their turns (a turn not asked for within 0.25 s is an opening for the others).
     for _ in 0..2 {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        let again: Value = claim("b", 0).await.unwrap().json().await.unwrap();
-        assert_eq!(again["granted"], false);
+        for holder in ["b", "c"] {
+            let again: Value = claim(holder, 0).await.unwrap().json().await.unwrap();
+            assert_eq!(again["granted"], false);
+        }
     }
-    assert!(!waiting.is_finished(), "answered before any place freed");
+    assert!(!b_waiting.is_finished() && !c_waiting.is_finished(), "answered before any place freed");
     let report = places().json(&json!({"holder": "a", "held": 0, "want": 0, "limit": 1, "lease_s": 5.0}));
     assert_eq!(report.send().await.unwrap().status(), 200);
-    let woken = tokio::time::timeout(std::time::Duration::from_secs(3), waiting).await.unwrap().unwrap();
+    let woken = tokio::time::timeout(std::time::Duration::from_secs(3), b_waiting).await.unwrap().unwrap();
     assert!(woken["freed"].as_u64().unwrap() > after, "{woken}");
+    assert_eq!(woken["woken"], true, "{woken}");
     let third: Value = claim("b", 0).await.unwrap().json().await.unwrap();
     assert_eq!(third["granted"], true);
+    // The place was b's: c, still waiting, was not woken to be refused.
+    assert!(!c_waiting.is_finished(), "c woken for a place kept for b");
+    // b's request ends: now the place is c's.
+    let report = places().json(&json!({"holder": "b", "held": 0, "want": 0, "limit": 1, "lease_s": 5.0}));
+    assert_eq!(report.send().await.unwrap().status(), 200);
+    let woken = tokio::time::timeout(std::time::Duration::from_secs(3), c_waiting).await.unwrap().unwrap();
+    assert_eq!(woken["woken"], true, "{woken}");
+    assert_eq!(claim("c", 0).await.unwrap().json::<Value>().await.unwrap()["granted"], true);
     drop(running);
 }
 

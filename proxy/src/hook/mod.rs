@@ -111,21 +111,22 @@ impl HookChannel {
         self.call(addr, req).await
     }
 
-    /// Waits, up to `wait`, for the engine's count of openings to pass `after` (a place
-    /// freed since this replica's refusal); the count when the hook answered. The answer
+    /// Waits, up to `wait`, for a place to be there for `holder` (the engine's table
+    /// would grant its refused claim now; `after`: the count of openings its refusal
+    /// carried); the engine's answer, which says whether it woke or ran out. The answer
     /// itself gets `within` beyond the wait.
     pub async fn wait_for_place(
         &self,
         addr: &str,
+        holder: &str,
         after: u64,
         wait: Duration,
         within: Duration,
-    ) -> Result<u64, HookError> {
-        let body = PlacesWait { after, wait_s: wait.as_secs_f64() };
+    ) -> Result<PlacesFreed, HookError> {
+        let body = PlacesWait { after, wait_s: wait.as_secs_f64(), holder: Some(holder.to_owned()) };
         let req =
             self.request(reqwest::Method::POST, addr, PLACES_WAIT_PATH)?.json(&body).timeout(wait + within);
-        let freed: PlacesFreed = self.call(addr, req).await?;
-        Ok(freed.freed)
+        self.call(addr, req).await
     }
 
     /// Sends directives to a hook.

@@ -242,12 +242,16 @@ impl EnginePlaces {
                     let after = places.freed_seen.load(Ordering::SeqCst);
                     seen = places.refusals.load(Ordering::SeqCst);
                     let asked = Instant::now();
-                    match terms.channel.wait_for_place(&addr, after, WAIT_FOR_PLACE, ANSWER_WITHIN).await {
-                        // Moved: a place freed (or, smaller, the engine started again, and
-                        // its room is worth asking for too).
-                        Ok(freed) if freed != after => {
+                    let answer = terms
+                        .channel
+                        .wait_for_place(&addr, &terms.holder, after, WAIT_FOR_PLACE, ANSWER_WITHIN)
+                        .await;
+                    match answer {
+                        // A place is there for this replica (or the engine started again,
+                        // and its room is worth asking for too).
+                        Ok(freed) if freed.woke(after) => {
                             terms.metrics.count_place_wait("woken");
-                            places.freed_seen.store(freed, Ordering::SeqCst);
+                            places.freed_seen.store(freed.freed, Ordering::SeqCst);
                             places.wakes.fetch_add(1, Ordering::SeqCst);
                             places.set_full_until(None);
                             wake.notify_one();

@@ -96,7 +96,7 @@ fn serve(server: &Server, stop: &AtomicBool, secret: &str, hello: &Hello, shared
 /// A replica's wait for a place, held open.
 struct HeldWait {
     request: Request,
-    after: u64,
+    wait: PlacesWait,
     until: Instant,
 }
 
@@ -120,29 +120,38 @@ impl Waits {
         if self.held.len() >= MAX_WAITS {
             shared.counters.add(Counter::PlacesWaitTurnedAway, 1);
             let freed = freed_now(shared);
-            respond(wait.request, json(200, &PlacesFreed { freed }), shared);
+            respond(wait.request, json(200, &PlacesFreed { freed, woken: Some(false) }), shared);
             return;
         }
         self.held.push(wait);
     }
 
-    /// Answers each wait whose count has moved, or whose time is up (every wait, with
-    /// `all`).
+    /// Answers each wait whose place is there for it (`Places::wakes`), or whose time is
+    /// up (every wait, with `all`).
     fn answer(&mut self, shared: &Shared, now: Instant, all: bool) {
         if self.held.is_empty() {
             return;
         }
-        let freed = freed_now(shared);
-        let (due, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held)
-            .into_iter()
-            .partition(|w| all || freed != w.after || now >= w.until);
-        self.held = kept;
-        for w in due {
-            let counter =
-                if freed != w.after { Counter::PlacesWaitWoken } else { Counter::PlacesWaitExpired };
+        // One look at the table for every wait; a poisoned table wakes them all (they
+        // ask again, and their claims are refused with the table's error).
+        let (freed, woken): (u64, Vec<bool>) = match shared.places.lock() {
+            Ok(mut places) => {
+                places.tidy(shared.started.now_s());
+                (places.freed(), self.held.iter().map(|w| places.wakes(&w.wait)).collect())
+            }
+            Err(_) => (0, vec![true; self.held.len()]),
+        };
+        let mut kept = Vec::with_capacity(self.held.len());
+        for (w, woken) in std::mem::take(&mut self.held).into_iter().zip(woken) {
+            if !(all || woken || now >= w.until) {
+                kept.push(w);
+                continue;
+            }
+            let counter = if woken { Counter::PlacesWaitWoken } else { Counter::PlacesWaitExpired };
             shared.counters.add(counter, 1);
-            respond(w.request, json(200, &PlacesFreed { freed }), shared);
+            respond(w.request, json(200, &PlacesFreed { freed, woken: Some(woken) }), shared);
         }
+        self.held = kept;
     }
 }
 
@@ -188,7 +197,7 @@ fn error(status: u16, kind: &str, message: String) -> Reply {
 /// What a message gets: its reply now, or (a wait for a place) held until a place frees.
 enum Answer {
     Now(Reply),
-    Hold { after: u64, until: Instant },
+    Hold { wait: PlacesWait, until: Instant },
 }
 
 /// Answers one message, or hands back a wait to hold.
@@ -215,7 +224,7 @@ fn handle(mut request: Request, secret: &str, hello: &Hello, shared: &Shared) ->
             respond(request, reply, shared);
             None
         }
-        Answer::Hold { after, until } => Some(HeldWait { request, after, until }),
+        Answer::Hold { wait, until } => Some(HeldWait { request, wait, until }),
     }
 }
 
@@ -283,18 +292,24 @@ fn authenticated(
     }
 }
 
-/// A refused replica waits for a place: answered at once when the count of openings is
-/// no longer what it saw (a place freed since; or this engine started again, and its
-/// count with it), or it asks to wait no time; otherwise held.
+/// A refused replica waits for a place: answered at once when the place is there for it
+/// already (`Places::wakes`: one freed for it since, or this engine started again), or
+/// it asks to wait no time; otherwise held.
 fn place_wait(body: &[u8], shared: &Shared) -> Result<Answer, ChannelError> {
     let wait: PlacesWait =
         serde_json::from_slice(body).map_err(|e| ChannelError::BadMessage(e.to_string()))?;
-    let freed = freed_now(shared);
+    let (freed, woken) = match shared.places.lock() {
+        Ok(mut places) => {
+            places.tidy(shared.started.now_s());
+            (places.freed(), places.wakes(&wait))
+        }
+        Err(_) => return Err(ChannelError::BadMessage("place table unavailable".into())),
+    };
     let held_s = wait.held_s();
-    if freed != wait.after || held_s <= 0.0 {
-        return Ok(Answer::Now(json(200, &PlacesFreed { freed })));
+    if woken || held_s <= 0.0 {
+        return Ok(Answer::Now(json(200, &PlacesFreed { freed, woken: Some(woken) })));
     }
-    Ok(Answer::Hold { after: wait.after, until: Instant::now() + Duration::from_secs_f64(held_s) })
+    Ok(Answer::Hold { wait, until: Instant::now() + Duration::from_secs_f64(held_s) })
 }
 
 fn directives(body: &[u8], shared: &Shared) -> Result<Reply, ChannelError> {

@@ -145,9 +145,74 @@ fn a_turn_that_moves_back_opens_the_kept_place_to_the_waiter_it_went_before() {
     assert!(p.claim(&at("c", 0.05), 0.06).granted);
 }
 
+fn wait_of(holder: Option<&str>, after: u64) -> PlacesWait {
+    PlacesWait { after, wait_s: 1.0, holder: holder.map(str::to_owned) }
+}
+
+#[test]
+fn a_freed_place_wakes_only_the_replica_whose_turn_it_keeps() {
+    let mut p = Places::default();
+    let at = |holder: &str, waited_s: f64| Claim { waited_s, ..claim(holder, 0, 1, 2) };
+    p.claim(&claim("a", 0, 2, 2), 0.0);
+    // Three replicas' requests find the engine full, b's first.
+    let after = p.claim(&at("b", 0.0), 0.0).freed;
+    p.claim(&at("c", 0.0), 0.01);
+    p.claim(&at("d", 0.0), 0.02);
+    let wakes = |p: &Places, h: &str| p.wakes(&wait_of(Some(h), after));
+    assert!(!wakes(&p, "b") && !wakes(&p, "c") && !wakes(&p, "d"), "nothing freed");
+    // One of a's requests ends: the place is b's, and only b is woken.
+    p.claim(&claim("a", 1, 0, 2), 0.03);
+    assert!(wakes(&p, "b"));
+    assert!(!wakes(&p, "c") && !wakes(&p, "d"), "their claims would be refused: kept for b");
+    // A wait that names no replica (a replica before the targeted wake) wakes at any opening.
+    assert!(p.wakes(&wait_of(None, after)));
+    // b takes it: still nothing for c or d.
+    assert!(p.claim(&at("b", 0.04), 0.04).granted);
+    assert!(!wakes(&p, "c") && !wakes(&p, "d"));
+    // a's other request ends: c's turn.
+    p.claim(&claim("a", 0, 0, 2), 0.05);
+    assert!(wakes(&p, "c") && !wakes(&p, "d"));
+    // c's replica stops asking (its request went elsewhere): once its turn is stale, the
+    // place is d's.
+    p.claim(&at("d", 0.04), 0.06);
+    p.tidy(0.05 + WAITING_STALE_S + 0.01);
+    assert!(wakes(&p, "d"));
+    // Two places freed at once wake the two waiters they are kept for.
+    let mut p = Places::default();
+    p.claim(&claim("a", 0, 2, 2), 0.0);
+    let after = p.claim(&at("b", 0.0), 0.0).freed;
+    p.claim(&at("c", 0.0), 0.01);
+    p.claim(&at("d", 0.0), 0.02);
+    p.claim(&claim("a", 0, 0, 2), 0.03);
+    let woken: Vec<bool> = ["b", "c", "d"].iter().map(|h| p.wakes(&wait_of(Some(h), after))).collect();
+    assert_eq!(woken, [true, true, false]);
+}
+
+#[test]
+fn a_wait_wakes_when_the_engine_started_again_and_not_before_anything_opened() {
+    let p = Places::default();
+    // A restarted engine's count is below what the replica saw: its room is worth asking.
+    assert!(p.wakes(&wait_of(Some("b"), 7)));
+    // Nothing opened since the refusal: held, for a named replica or not.
+    assert!(!p.wakes(&wait_of(Some("b"), 0)) && !p.wakes(&wait_of(None, 0)));
+    // A replica with no turn kept (never refused here, or stale) wakes at any opening.
+    let mut p = Places::default();
+    p.claim(&claim("a", 0, 1, 1), 0.0);
+    p.claim(&claim("a", 0, 0, 1), 0.1);
+    assert!(p.wakes(&wait_of(Some("unknown"), 0)));
+    // The answer says whether it woke; an engine before the targeted wake did not say,
+    // and woke only when its count moved.
+    let old: PlacesFreed = serde_json::from_str(r#"{"freed":3}"#).unwrap();
+    assert!(old.woke(2) && !old.woke(3));
+    assert!(!PlacesFreed { freed: 3, woken: Some(false) }.woke(2));
+    // A wait that names no holder reads and writes as before.
+    let plain = serde_json::to_string(&wait_of(None, 1)).unwrap();
+    assert_eq!(plain, r#"{"after":1,"wait_s":1.0}"#);
+}
+
 #[test]
 fn a_wait_is_held_for_a_bounded_time() {
-    let wait = |wait_s| PlacesWait { after: 0, wait_s }.held_s();
+    let wait = |wait_s| PlacesWait { after: 0, wait_s, holder: None }.held_s();
     assert_eq!(wait(0.5), 0.5);
     assert_eq!(wait(-1.0), 0.0);
     assert_eq!(wait(f64::INFINITY), MAX_WAIT_S);
@@ -213,7 +278,9 @@ proptest::proptest! {
     /// Replicas whose requests wait (each its own wait, as the proxy states it) and end in
     /// any order: the count of openings never goes back, and a replica that was refused
     /// is granted only after the count has passed the one its refusal carried, so a
-    /// replica that asks again only when woken by the count misses no place.
+    /// replica that asks again only when woken by the count misses no place; and a wait
+    /// naming the replica wakes exactly when its claim, asked again, is granted: no
+    /// place goes unannounced, and no replica is woken to be refused.
     #[test]
     fn no_refused_replica_is_granted_a_place_the_count_did_not_announce(
         limit in 1u32..6,
@@ -223,6 +290,7 @@ proptest::proptest! {
         let mut held = [0u32; 4];
         let mut waiting_since: [Option<f64>; 4] = [None; 4];
         let mut refused_at: [Option<u64>; 4] = [None; 4];
+        let mut asked_at: [Option<f64>; 4] = [None; 4];
         let names = ["r0", "r1", "r2", "r3"];
         let mut last = 0u64;
         for (step, (r, op)) in ops.into_iter().enumerate() {
@@ -234,10 +302,24 @@ proptest::proptest! {
                 // A request asks (or asks again) for a place.
                 0 | 1 => {
                     let since = *waiting_since[r].get_or_insert(now);
+                    places.tidy(now);
+                    let woken = refused_at[r]
+                        .map(|after| places.wakes(&PlacesWait { after, wait_s: 1.0, holder: Some(names[r].into()) }));
                     let answer = places.claim(
                         &Claim { waited_s: now - since, class, ..claim(names[r], held[r], 1, limit) },
                         now,
                     );
+                    if let Some(woken) = woken {
+                        // A turn gone stale (its replica did not ask for a while) is
+                        // woken at any opening, to ask and take its turn back.
+                        let kept = asked_at[r].is_some_and(|at| at >= now - WAITING_STALE_S);
+                        if kept {
+                            proptest::prop_assert_eq!(woken, answer.granted, "woken, against the claim it prompts");
+                        } else {
+                            proptest::prop_assert!(woken || !answer.granted, "a grant no wake announced");
+                        }
+                    }
+                    asked_at[r] = Some(now);
                     if answer.granted {
                         if let Some(seen) = refused_at[r] {
                             proptest::prop_assert!(answer.freed > seen,

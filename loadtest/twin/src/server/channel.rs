@@ -88,9 +88,9 @@ pub(super) async fn places(
 /// stale waiters), as the hook's listener does.
 const TIDY_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// A refused replica waits for a place: answered once the count of openings moves from
-/// what it saw (a claim that gives places back, a lease that lapses), or when its wait is
-/// up.
+/// A refused replica waits for a place: answered once the place is there for it
+/// (`Places::wakes`: a claim that gives places back, a lease that lapses, the waiters
+/// before it served or gone), or when its wait is up.
 pub(super) async fn place_wait(
     State(s): State<Arc<Shared>>,
     headers: HeaderMap,
@@ -104,17 +104,17 @@ pub(super) async fn place_wait(
     let mut changed = s.places_freed.subscribe();
     loop {
         let now_s = s.started.elapsed().as_secs_f64();
-        let Ok(freed) = s.places.lock().map(|mut p| {
+        let Ok((freed, woken)) = s.places.lock().map(|mut p| {
             p.tidy(now_s);
-            p.freed()
+            (p.freed(), p.wakes(&wait))
         }) else {
             return (StatusCode::INTERNAL_SERVER_ERROR, "place table unavailable").into_response();
         };
-        if freed != wait.after || tokio::time::Instant::now() >= until {
-            if freed != wait.after {
+        if woken || tokio::time::Instant::now() >= until {
+            if woken {
                 s.lock().metrics.place_waits_woken += 1;
             }
-            return axum::Json(PlacesFreed { freed }).into_response();
+            return axum::Json(PlacesFreed { freed, woken: Some(woken) }).into_response();
         }
         let look = until.min(tokio::time::Instant::now() + TIDY_EVERY);
         // A claim's change, or the next look; a closed sender cannot happen while the

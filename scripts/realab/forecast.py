@@ -11,7 +11,11 @@ files named as the measured ones, so the page reads prediction and measurement w
 same paired statistics. Matching the load's fraction, not its rate, matters because
 queueing is steep near capacity: a twin a third faster than its engine, replaying the
 same send times, runs at 67% load where the engine ran at 90%, and predicts the queue's
-effects a third too small. Then the same requests on each GPU profile measured in `gpu-step-curve/`
+effects a third too small. The same replays again at each run's own pace
+(`SET_DIR/twin/rig-paced/`): every step of the twin as much slower or faster as that run's
+engine stepped against its round's stock run (`run_paces`), which the page sets beside
+the one-pace twin to tell the twin's scheduling errors from the rig's run-to-run pace.
+Then the same requests on each GPU profile measured in `gpu-step-curve/`
 (the H100, and every other card kept under it: `CARDS`) with the step budget the rig
 stands for (2,048 tokens): prompts scaled by the budgets' ratio (the same count of
 chunks), thoughts and answers as they were (the same count of steps), and send times
@@ -25,6 +29,7 @@ import gzip
 import json
 import re
 import shutil
+import statistics
 import subprocess
 import tempfile
 from pathlib import Path
@@ -41,8 +46,43 @@ H100_PROFILE = "h100-qwen3-8b-pytorch"
 #: The cards forecast: (folder under twin/, label, measured curve under gpu-step-curve/,
 #: profile name). A card whose curve is not there is left out.
 CARDS = [("h100", "H100", ".", H100_PROFILE), ("h200", "H200", "h200", "h200-qwen3-8b-pytorch")]
+#: Where the rig twin's replays at each run's own pace go, under `twin/` (`run_paces`).
+PACED = "rig-paced"
 #: Policies of the configurations without a hook: vLLM's own order.
 STOCK_POLICY = "fcfs"
+#: The cost model's time terms (`meridian-sim calibrate`'s profile), which a run's pace
+#: multiplies: every step of the paced twin takes that much longer.
+PACED_TERMS = ("fixed_s", "per_token_s", "per_context_token_s", "per_decode_request_s", "per_prefill_attention_s")
+
+
+def run_paces(set_dir: Path, data: dict) -> dict[tuple, float]:
+    """{run key: how much slower its engine stepped than the same round's stock run's}:
+    the median of each run's decode-only steps measured over the twin's fit
+    (`regime.decode_ratios`, at least `MIN_STEPS_PER_RUN` of them), over stock's.
+
+    Why: the rig's engine does not run at one pace. The A/A rounds show the same stock
+    engine a tenth or more faster in one run of a round than in the next, and at 90% load
+    that alone moves every tail. The round's machine is already in the replay (its
+    standing sets the load); this is what is left, run by run. A hooked engine that costs
+    more per step shows it here too, which is a cost of the hook on this rig."""
+    ratios = R.decode_ratios(set_dir, data) or {}
+    medians = {k: statistics.median(v) for k, v in ratios.items() if len(v) >= R.MIN_STEPS_PER_RUN}
+    out = {}
+    for (config, workload, load, rnd), m in medians.items():
+        stock = medians.get(("stock", workload, load, rnd))
+        if stock:
+            out[(config, workload, load, rnd)] = m / stock
+    return out
+
+
+def paced_profile(text: str, pace: float) -> str:
+    """A profile's TOML with every time term (`PACED_TERMS`) multiplied by `pace`."""
+    def scale(m: re.Match) -> str:
+        return f"{m.group(1)} = {float(m.group(2)) * pace!r}"
+    out, n = re.subn(rf"^({'|'.join(PACED_TERMS)}) = (\S+)$", scale, text, flags=re.M)
+    if n != len(PACED_TERMS):
+        raise ValueError(f"a profile with {n} of the {len(PACED_TERMS)} time terms {PACED_TERMS}")
+    return out
 
 
 def keep_steps(data: dict, set_dir: Path) -> int:
@@ -182,13 +222,26 @@ def calibrate(sim: Path, set_dir: Path, data: dict, tmp: Path) -> Path:
                     # the twin beside the rig's steps in those windows (regime.twin_ratios).
                     *(a for w in windows for a in ("--curve-window", f"{w[0]},{w[1]}"))],
                    check=True, stdout=subprocess.DEVNULL)
+    # The fit's input was a temporary file: the kept profile names what it was made of.
+    profile.write_text(profile.read_text().replace(str(joined), "the set's steps/stock-*.jsonl.gz"))
     shutil.copy(profile, set_dir / "twin" / "rig-profile.toml")
     return profile
 
 
 def _write(path: Path, report: dict) -> None:
-    with gzip.open(path, "wt") as f:
-        json.dump(report, f)
+    """Writes a replay, leaving a file that already holds the same replay alone (its
+    gzip header included: a regenerated page changes only the files whose figures moved);
+    a new file's header carries no time, for the same reason."""
+    body = json.dumps(report).encode()
+    if path.exists():
+        try:
+            with gzip.open(path, "rb") as old:
+                if old.read() == body:
+                    return
+        except (OSError, EOFError):
+            pass  # not a readable gzip: written anew
+    with path.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
+        f.write(body)
 
 
 def forecast(set_dir: Path, sim: Path) -> dict:
@@ -203,15 +256,17 @@ def forecast(set_dir: Path, sim: Path) -> dict:
     standing = speed.standings(set_dir, data)
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
-        rig = Twin(sim, calibrate(sim, set_dir, data, tmp), "rig", tmp)
+        rig_profile = calibrate(sim, set_dir, data, tmp)
+        rig = Twin(sim, rig_profile, "rig", tmp)
+        paces = run_paces(set_dir, data)
         cards: dict[str, Twin] = {}
         summary: dict = {"rig_profile": "twin/rig-profile.toml", "gpu_budget": H100_BUDGET,
-                         "prompt_scale": prompt_scale, "cards": {}, "rounds": {}}
+                         "prompt_scale": prompt_scale, "cards": {}, "rounds": {}, "paces": {}}
         for slug, (twin, label, card_file) in card_twins(curves, sim, tmp).items():
             cards[slug] = twin
             shutil.copy(card_file, set_dir / "twin" / f"{slug}-profile.toml")
             summary["cards"][slug] = {"label": label, "profile": f"twin/{slug}-profile.toml"}
-        for side in ("rig", *cards):
+        for side in ("rig", PACED, *cards):
             (set_dir / "twin" / side).mkdir(exist_ok=True)
         for w in data["setup"]["workloads"]:
             for load in w["loads"]:
@@ -237,6 +292,14 @@ def forecast(set_dir: Path, sim: Path) -> dict:
                         name = f"{w['name']}-{load:g}-{rnd}-{config}.json.gz"
                         policy = policy_for(config, policies)
                         _write(set_dir / "twin" / "rig" / name, rig.replay(on_rig, policy))
+                        # Stock's pace is 1 by definition: its replay is the one above,
+                        # which the page reads for it (`paced_side`).
+                        pace = paces.get((config, w["name"], load, rnd)) if config != "stock" else None
+                        if pace is not None:
+                            summary["paces"][name.removesuffix(".json.gz")] = pace
+                            paced = tmp / "paced.toml"
+                            paced.write_text(paced_profile(rig_profile.read_text(), pace))
+                            _write(set_dir / "twin" / PACED / name, Twin(sim, paced, "rig", tmp).replay(on_rig, policy))
                         for slug, twin in cards.items():
                             _write(set_dir / "twin" / slug / name, twin.replay(on_card[slug], policy))
     (set_dir / "twin" / "forecast.json").write_text(json.dumps(summary, indent=1))
@@ -244,6 +307,10 @@ def forecast(set_dir: Path, sim: Path) -> dict:
 
 
 # --- the page -----------------------------------------------------------------------------
+
+#: Every section's count of agreement, by (set, workload, load): (agreed, judged) for the
+#: twin at one pace and at the runs' own paces; the page sums them (`tally_lines`).
+TALLIES: dict[tuple[str, str, float], tuple[int, int, int, int]] = {}
 
 #: A prediction agrees with a measured effect when it lies inside the measured interval
 #: or within this relative distance of the measured point.
@@ -288,6 +355,10 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
     rig_runs, _ = read(twin_dir / "rig", workload, load)
     if "stock" not in rig_runs:
         return []
+    paced_runs = paced_side(twin_dir, rig_runs, workload, load)
+    # A configuration is read at its runs' paces only where every round it has on the
+    # rig has its pace: otherwise its paced ratio would pair other rounds than the rest.
+    paced_configs = {c for c, rounds in paced_runs.items() if set(rounds) == set(rig_runs.get(c, {}))}
     cards = {slug: c["label"] for slug, c in summary.get("cards", {}).items() if (twin_dir / slug).is_dir()}
     card_runs = {slug: read(twin_dir / slug, workload, load)[0] for slug in cards}
     labels = " and ".join(cards.values()) or "GPU"
@@ -315,14 +386,21 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
              "that card's twin capacity"
              + (f" (twin capacity: {capacities})" if caps and capacities else "")
              + ". Its bracket runs from the twin's figure to that figure times the rig's residual (measured over "
-             "predicted, same metric and quantile): a forecast, not a measurement.", "",
-             "| configuration | metric | measured | twin on the rig | agrees | "
+             "predicted, same metric and quantile): a forecast, not a measurement. *At the run's pace*: the same "
+             "replay with every step of the twin as much slower (or faster) as that run's engine stepped against "
+             "the same round's stock run (`forecast.run_paces`; stock's own replay is the same at both): what "
+             "the twin's schedule predicts given the speed each engine really ran at, which tests the twin's "
+             "scheduling apart from the rig's run-to-run pace; no forecast uses it.", "",
+             "| configuration | metric | measured | twin on the rig | agrees | twin at the run's pace | agrees | "
              + " | ".join(f"{label} forecast [bracket]" for label in cards.values()) + " |",
-             "|---|---|---:|---:|---|" + "---:|" * len(cards)]
-    misses = []
+             "|---|---|---:|---:|---|---:|---|" + "---:|" * len(cards)]
+    misses, paced_misses = [], []
     per_config: dict[str, list[int]] = {}  # config: [agreed, judged]
+    paced_tally = [0, 0]  # [agreed, judged]
     # Each metric paired once per side: the pairing reads every configuration's requests.
     rig_pairs = {metric: S.pair_requests(rig_runs, S.METRICS[metric]) for metric in S.METRICS}
+    paced_pairs = ({metric: S.pair_requests(paced_runs, S.METRICS[metric]) for metric in S.METRICS}
+                   if "stock" in paced_runs else {})
     card_pairs = {slug: {metric: S.pair_requests(runs, S.METRICS[metric]) for metric in S.METRICS}
                   for slug, runs in card_runs.items()}
     for config, table in measured.items():
@@ -337,6 +415,9 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
                     continue
                 label = f"{metric} p{round(100 * q)}"
                 verdict = "not resolved"
+                p = (S.paired_ratio(paced_pairs[metric], q, config, "stock", resamples=resamples)
+                     if paced_pairs and config in paced_configs else None)
+                paced_verdict = "not resolved" if p is not None else "-"
                 if resolved(m):
                     ok = agrees(m, t.point)
                     tally = per_config.setdefault(config, [0, 0])
@@ -345,6 +426,14 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
                     verdict = "yes" if ok else "**no**"
                     if not ok:
                         misses.append(f"{config} {label} (measured {m.point:.2f}, twin {t.point:.2f})")
+                    if p is not None:
+                        paced_ok = agrees(m, p.point)
+                        paced_tally[0] += paced_ok
+                        paced_tally[1] += 1
+                        paced_verdict = "yes" if paced_ok else "**no**"
+                        if not paced_ok:
+                            paced_misses.append(f"{config} {label} (measured {m.point:.2f}, twin at its pace "
+                                                f"{p.point:.2f})")
                 forecasts = []
                 for slug in cards:
                     g = (S.paired_ratio(card_pairs[slug][metric], q, config, "stock", resamples=resamples)
@@ -354,19 +443,81 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
                         continue
                     lo, hi = bar(g.point, m.point / t.point if t.point > 0 else 1.0)
                     forecasts.append(f"{g.point:.2f} [{lo:.2f}-{hi:.2f}]")
-                lines.append(f"| {config} | {label} | {m.text()} | {t.point:.2f} | {verdict} | "
-                             + " | ".join(forecasts) + " |")
+                paced_cell = f"{p.point:.2f}" if p is not None else "-"
+                lines.append(f"| {config} | {label} | {m.text()} | {t.point:.2f} | {verdict} | {paced_cell} | "
+                             f"{paced_verdict} | " + " | ".join(forecasts) + " |")
     agreed, judged = (sum(col) for col in zip(*per_config.values())) if per_config else (0, 0)
+    TALLIES[(set_dir.name, workload, load)] = (agreed, judged, *paced_tally)
     lines += ["", f"The twin agrees with {agreed} of the {judged} effects the measurement resolves"
               + (f" (by configuration: {', '.join(f'{c} {a} of {n}' for c, (a, n) in per_config.items())})"
                  if per_config else "")
               + (f"; it misses {'; '.join(misses)}." if misses else ".")
               + " A configuration whose rig effects the twin misses more often than it meets has no credible "
               "GPU forecast yet: its bracket says how far off the twin was, not where the GPU will be.", ""]
+    lines += pace_lines(summary.get("paces", {}), workload, load, paced_tally, paced_misses)
     lines += capping_lines(limits or {}, twin_capped(twin_dir / "rig", workload, load), workload, load)
     if decode_s:
         lines += delivery_lines(runs, rig_runs, decode_s)
     return lines
+
+
+def tally_lines(tallies: dict[tuple[str, str, float], tuple[int, int, int, int]]) -> list[str]:
+    """The page's count of where the twin meets the measured effects, over every set and
+    load, at one pace and at the runs' own paces."""
+    judged = {k: v for k, v in tallies.items() if v[1]}
+    if not judged:
+        return []
+    agreed, total, paced_agreed, paced_total = (sum(col) for col in zip(*judged.values()))
+    by_set: dict[str, list[int]] = {}
+    for (set_name, _w, _l), v in sorted(judged.items()):
+        acc = by_set.setdefault(set_name, [0, 0, 0, 0])
+        for i in range(4):
+            acc[i] += v[i]
+    cells = "; ".join(f"set {name.split('-')[0]} {a} of {n}" + (f" ({pa} of {pn} at the runs' paces)" if pn else "")
+                      for name, (a, n, pa, pn) in sorted(by_set.items(), key=lambda kv: int(kv[0].split("-")[0])))
+    return ["**The twin against the measurement, over every set.** Of the effects the measurements resolve, the "
+            f"twin at one pace (as it forecasts a GPU) meets {agreed} of {total}; replayed at each run's own pace "
+            f"(`forecast.run_paces`), {paced_agreed} of the {paced_total} it has paces for. By set: {cells}. "
+            "An effect the twin meets only at the runs' paces was made by how fast each run's engine stepped "
+            "(the rig's run-to-run pace, the hook's own cost per step, or step shapes the twin's fit prices "
+            "wrong), not by the schedule, which is what a GPU forecast carries; each set's section names them.", ""]
+
+
+def paced_side(twin_dir: Path, rig_runs: dict, workload: str, load: float) -> dict:
+    """The replays at each run's own pace ({config: {round: requests}}), stock's being its
+    replays at one pace (its pace is 1 by definition); empty where there are none."""
+    from .sets import read
+
+    if not (twin_dir / PACED).is_dir():
+        return {}
+    paced = read(twin_dir / PACED, workload, load)[0]
+    return {"stock": rig_runs["stock"], **paced} if paced else {}
+
+
+def pace_lines(paces: dict[str, float], workload: str, load: float, tally: list[int],
+               misses: list[str]) -> list[str]:
+    """What each run's own pace says of the twin's misses: every configuration's paces
+    over the rounds (against the round's stock run), and how many resolved effects the
+    twin meets when it replays each run at its pace."""
+    prefix = f"{workload}-{load:g}-"
+    by_config: dict[str, list[float]] = {}
+    for name, pace in paces.items():
+        rnd, _, config = name[len(prefix):].partition("-") if name.startswith(prefix) else ("", "", "")
+        if rnd.isdigit() and config and config != "stock":
+            by_config.setdefault(config, []).append(pace)
+    if not by_config:
+        return []
+    cells = "; ".join(f"{c} {min(v):.2f}-{max(v):.2f} over {len(v)} run{'s' if len(v) > 1 else ''}"
+                      if len(v) > 1 else f"{c} {v[0]:.2f} (1 run)" for c, v in sorted(by_config.items()))
+    agreed, judged = tally
+    return ["**Each run's own pace.** How much longer each run's decode steps took than the same round's stock "
+            f"run's (median over its decode-only steps, each against the twin's fit): {cells}. Replayed at those "
+            f"paces, the twin agrees with {agreed} of the {judged} resolved effects it has paces for"
+            + (f"; it misses {'; '.join(misses)}" if misses else "")
+            + ". Where the paced twin meets an effect the twin at one pace misses, the effect was made by how "
+            "fast each run's engine stepped, not by the schedule the twin models: the rig's run-to-run pace, the "
+            "hook's own cost per step, or step shapes the twin's fit prices wrong, which a configuration whose "
+            "runs stepped faster or slower than stock's in every round points to.", ""]
 
 
 def twin_capped(rig_dir: Path, workload: str, load: float) -> dict[str, dict[int, tuple[int, int]]]:

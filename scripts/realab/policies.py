@@ -324,7 +324,10 @@ def write(page_dir: Path, out: Path, resamples: int = 2000) -> list[str]:
              "A verdict is *met* or *missed* only when the whole interval says so, otherwise "
              "*unresolved*; a tail is quoted only where at least five requests set it in every round.", ""]
     set_dirs = sorted(p for p in page_dir.iterdir() if (p / "results.json").exists())
-    for set_lines, set_readme in _each_set(set_dirs, resamples):
+    F.TALLIES.clear()
+    sets = _each_set(set_dirs, resamples)
+    lines += F.tally_lines(F.TALLIES)
+    for set_lines, set_readme in sets:
         lines += set_lines
         readme += set_readme
     out.write_text("\n".join(lines))
@@ -343,16 +346,20 @@ def _each_set(set_dirs: list[Path], resamples: int) -> list[tuple[list[str], lis
     by_size = sorted(set_dirs, key=lambda d: -sum(f.stat().st_size for f in (d / "raw").glob("*")))
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork")) as pool:
         done = dict(zip(by_size, pool.map(_one_set, by_size, [resamples] * len(by_size))))
-    for _, _, computed in done.values():
+    for _, _, computed, tallies in done.values():
         EFFECTS.update(computed)
+        F.TALLIES.update(tallies)
     return [done[d][:2] for d in set_dirs]
 
 
-def _one_set(set_dir: Path, resamples: int) -> tuple[list[str], list[str], dict]:
-    before = set(EFFECTS)
+def _one_set(set_dir: Path, resamples: int) -> tuple[list[str], list[str], dict, dict]:
+    """A set's section and README lines, and what it added to `EFFECTS` and to the twin's
+    `forecast.TALLIES` (a worker process hands them back)."""
+    before, tallied = set(EFFECTS), set(F.TALLIES)
     set_readme: list[str] = []
     set_lines = set_section(set_dir, resamples, set_readme)
-    return set_lines, set_readme, {k: v for k, v in EFFECTS.items() if k not in before}
+    return (set_lines, set_readme, {k: v for k, v in EFFECTS.items() if k not in before},
+            {k: v for k, v in F.TALLIES.items() if k not in tallied})
 
 
 def delivery_core(data: dict) -> list[str]:

@@ -70,7 +70,8 @@ def test_the_page_puts_the_twin_beside_each_measured_effect(tmp_path: Path):
     assert "#### The twin beside the measurement, and its H100 and H200 forecast" in page
     # Measured 0.6 (resolved), twin 0.9: 50% off and outside the interval; each card's
     # forecast moved by the same residual (0.6 / 0.9).
-    assert ("| hook-output-first | TTFT p50 | 0.60 (0.60-0.60) | 0.90 | **no** | 0.80 [0.53-0.80] "
+    # No replay at the runs' own paces: those cells say so.
+    assert ("| hook-output-first | TTFT p50 | 0.60 (0.60-0.60) | 0.90 | **no** | - | - | 0.80 [0.53-0.80] "
             "| 0.70 [0.47-0.70] |") in page
     # fcfs measured 1.00 (1.00-1.00): not resolved, not judged.
     assert "| hook-fcfs | TTFO p50 | 1.00 (1.00-1.00) | 1.00 | not resolved |" in page
@@ -165,3 +166,109 @@ def test_how_often_the_policy_capped_is_set_beside_the_twins_count(tmp_path: Pat
     text = " ".join(F.capping_lines(measured, even, "long", 0.9))
     assert "about as often" in text and "predicts" not in text
     assert F.capping_lines(measured, {}, "long", 0.9) == []
+
+
+def test_a_twin_replayed_at_each_runs_pace_is_judged_beside_the_one_pace_twin(tmp_path: Path):
+    # The engine measured 0.6 for the hook; the twin at one pace says 0.9 (a miss); the
+    # hook's run stepped a third faster than stock's, and the twin replayed at that pace
+    # says 0.62: the schedule was not wrong, the run's pace made the effect.
+    set_dir = tmp_path / "1-set"
+    write_set(set_dir, {"stock": 1.0, "hook-output-first": 0.6, "hook-fcfs": 1.0})
+    twin_dir(set_dir, "rig", {"stock": 1.0, "hook-output-first": 0.9, "hook-fcfs": 1.0})
+    # Stock's pace is 1 by definition: the page reads its one-pace replay for it.
+    twin_dir(set_dir, F.PACED, {"hook-output-first": 0.62, "hook-fcfs": 1.0})
+    (set_dir / "twin" / "forecast.json").write_text(json.dumps(
+        {"gpu_budget": 2048, "prompt_scale": 8, "cards": {}, "rounds": {},
+         "paces": {"long-0.9-0-stock": 1.0, "long-0.9-0-hook-output-first": 0.67, "long-0.9-0-hook-fcfs": 1.02}}))
+    page = page_of(tmp_path, resamples=100)
+    assert "| hook-output-first | TTFT p50 | 0.60 (0.60-0.60) | 0.90 | **no** | 0.62 | yes |" in page
+    assert "| hook-fcfs | TTFO p50 | 1.00 (1.00-1.00) | 1.00 | not resolved | 1.00 | not resolved |" in page
+    assert "The twin agrees with 0 of the 12 effects the measurement resolves" in page
+    assert "hook-fcfs 1.02 (1 run); hook-output-first 0.67 (1 run)" in page
+    assert "Replayed at those paces, the twin agrees with 12 of the 12 resolved effects it has paces for." in page
+    # The page's own count, over every set, heads it.
+    assert ("twin at one pace (as it forecasts a GPU) meets 0 of 12; replayed at each run's own pace "
+            "(`forecast.run_paces`), 12 of the 12 it has paces for. By set: set 1 0 of 12 (12 of 12 at the "
+            "runs' paces).") in page
+    assert page.index("over every set.**") < page.index("## ")
+
+
+def test_a_configuration_is_read_at_its_pace_only_where_every_round_has_one(tmp_path: Path):
+    # Round 1 of the hook has a replay at one pace but none at its own (its trace was
+    # not kept): a paced ratio would pair round 0 alone, so none is given.
+    set_dir = tmp_path / "1-set"
+    write_set(set_dir, {"stock": 1.0, "hook-output-first": 0.6})
+    twin_dir(set_dir, "rig", {"stock": 1.0, "hook-output-first": 0.9})
+    twin_dir(set_dir, F.PACED, {"hook-output-first": 0.62})
+    F._write(set_dir / "twin" / "rig" / "long-0.9-1-hook-output-first.json.gz",
+             {"runs": [{"requests": [request(i, 0.9) for i in range(100)]}]})
+    (set_dir / "twin" / "forecast.json").write_text(json.dumps(
+        {"gpu_budget": 2048, "prompt_scale": 8, "cards": {}, "rounds": {}, "paces": {}}))
+    page = page_of(tmp_path, resamples=100)
+    assert "| hook-output-first | TTFT p50 | 0.60 (0.60-0.60) | 0.90 | **no** | - | - |" in page
+    assert "Each run's own pace" not in page
+
+
+def test_a_paced_profile_multiplies_every_time_term_and_nothing_else():
+    text = ("[[profile]]\nname = \"rig\"\nfixed_s = 0.01\nper_token_s = 2e-4\nper_context_token_s = 1e-6\n"
+            "per_decode_request_s = 3e-4\nper_prefill_attention_s = 2e-7\nweight_read_tokens = 0\n"
+            "max_num_batched_tokens = 256\n")
+    import tomllib
+    paced = tomllib.loads(F.paced_profile(text, 1.5))["profile"][0]
+    one = tomllib.loads(text)["profile"][0]
+    for term in F.PACED_TERMS:
+        assert paced[term] == pytest.approx(1.5 * one[term])
+    assert paced["max_num_batched_tokens"] == 256 and paced["weight_read_tokens"] == 0 and paced["name"] == "rig"
+    with pytest.raises(ValueError, match="4 of the 5 time terms"):
+        F.paced_profile(text.replace("fixed_s = 0.01\n", ""), 1.5)
+
+
+def test_a_runs_pace_is_its_decode_steps_against_the_same_rounds_stock_run(tmp_path: Path):
+    # The fit says every decode step takes 10 ms. Round 0: stock's steps took 10 ms, the
+    # hook's 12 ms (pace 1.2); round 1 ran on a slower machine, stock 15 ms and the hook
+    # 15 ms (pace 1.0: the machine is the round's, not the hook's). A run with too few
+    # steps to say gets no pace.
+    set_dir = tmp_path / "set"
+    (set_dir / "twin").mkdir(parents=True)
+    (set_dir / "twin" / "rig-profile.toml").write_text(
+        "[[profile]]\nname = \"rig\"\nfixed_s = 0.01\nper_token_s = 0.0\nper_context_token_s = 0.0\n"
+        "per_decode_request_s = 0.0\nper_prefill_attention_s = 0.0\n")
+    (set_dir / "steps").mkdir()
+    runs = []
+
+    def trace(name: str, steps: list[tuple[float, float]]) -> None:
+        with gzip.open(set_dir / "steps" / f"{name}.jsonl.gz", "wt") as f:
+            for t, step_s in steps:
+                f.write(json.dumps({"t": t, "step_s": step_s, "tokens": 2, "decode_reqs": 2, "decode_context": 100,
+                                    "prefill_tokens": 0}) + "\n")
+
+    stock, hook = [], []
+    for rnd, (stock_s, hook_s, n_hook) in enumerate(((0.010, 0.012, 50), (0.015, 0.015, 50), (0.010, 0.02, 5))):
+        start = 1000.0 * rnd
+        stock += [(start + i, stock_s) for i in range(50)]
+        hook += [(start + 100 + i, hook_s) for i in range(n_hook)]
+        runs += [{"config": "stock", "workload": "long", "load": 0.9, "round": rnd, "work": "w",
+                  "window": [start, start + 60]},
+                 {"config": "hook", "workload": "long", "load": 0.9, "round": rnd, "work": "w",
+                  "window": [start + 100, start + 160]}]
+    trace("stock-w", stock)
+    trace("hook@w", hook)
+    paces = F.run_paces(set_dir, {"runs": runs})
+    assert paces[("hook", "long", 0.9, 0)] == pytest.approx(1.2)
+    assert paces[("hook", "long", 0.9, 1)] == pytest.approx(1.0)
+    assert ("hook", "long", 0.9, 2) not in paces
+    assert paces[("stock", "long", 0.9, 0)] == 1.0
+
+
+def test_a_replay_that_comes_out_the_same_leaves_its_file_alone(tmp_path: Path):
+    path = tmp_path / "long-0.9-0-stock.json.gz"
+    F._write(path, {"runs": [], "steps": 3})
+    first = path.read_bytes()
+    assert first[4:8] == bytes(4), "no time in the gzip header (RFC 1952: MTIME, bytes 4-7)"
+    with gzip.open(path, "wt") as f:  # the same replay, written with a time in its header
+        json.dump({"runs": [], "steps": 3}, f)
+    kept = path.read_bytes()
+    F._write(path, {"runs": [], "steps": 3})
+    assert path.read_bytes() == kept, "the same replay: the file is left as it was"
+    F._write(path, {"runs": [], "steps": 4})
+    assert json.loads(gzip.open(path, "rt").read())["steps"] == 4

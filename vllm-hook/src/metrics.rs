@@ -94,7 +94,7 @@ const HELP: &[(&str, &str)] = &[
     ),
     (
         "meridian_hook_place_waits_total",
-        "Refused replicas' waits for a place to free: woken (a place freed), expired (none did in time), or turned away (too many waits held).",
+        "Refused replicas' waits for a place to free: woken (a place is there for the waiting replica), expired (none was in time), or turned away (too many waits held).",
     ),
     (
         "meridian_hook_errors_total",

@@ -66,10 +66,10 @@ pub struct AdmissionConfig {
     /// takes no claims is decided as under `replica` until it does.
     pub places: PlacesFrom,
     /// With `places = "engine"`: whether a refused replica also waits on the engine for a
-    /// place to free (the hook answers the wait as soon as one does) beside asking again
-    /// every 25 ms. Off by default: measured on the fleet bench, a freed place wakes every
-    /// waiting replica, all but one are refused, and the slowest starts came later
-    /// (TTFT p99 1.17x to 1.29x of the same without the waits; ADR 0013).
+    /// place (the hook answers the wait as soon as one is there for this replica) beside
+    /// asking again every 25 ms. Off by default: measured on the fleet bench, the slowest
+    /// starts came later with the waits than without (TTFT p99 1.07x to 1.19x, three of
+    /// four intervals above 1; ADR 0013).
     pub place_waits: bool,
 }
 

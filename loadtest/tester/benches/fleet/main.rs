@@ -105,11 +105,13 @@ pub(crate) enum Sharing {
     NotTold,
     /// Told (`admission.replicas`, `admission.replica_index`): fixed parts.
     Parts,
-    /// Each request's place granted by the engine (`admission.places = "engine"`).
+    /// Each request's place granted by the engine (`admission.places = "engine"`), a
+    /// refused replica also waiting on the engine for one (`admission.place_waits`).
     Engine,
-    /// As `Engine`, the engines holding no waits for a place (`meridian-sim serve
-    /// --no-place-waits`, as a hook that predates them): refused replicas ask again on
-    /// their 25 ms timer alone. Beside `Engine`, it measures what the waits do.
+    /// As shipped: places granted by the engine, no waits (refused replicas ask again on
+    /// their 25 ms timer alone; the engines hold none either, `meridian-sim serve
+    /// --no-place-waits`, as a hook that predates them). Beside `Engine`, it measures what
+    /// the waits do.
     EngineNoWaits,
 }
 

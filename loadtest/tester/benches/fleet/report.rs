@@ -73,8 +73,8 @@ fn configured((replicas, sharing): (usize, Sharing)) -> String {
     match sharing {
         Sharing::NotTold => "replicas = 1".into(),
         Sharing::Parts => format!("replicas = {replicas}"),
-        Sharing::Engine => "places = engine".into(),
-        Sharing::EngineNoWaits => "places = engine, no waits".into(),
+        Sharing::Engine => "places = engine, place_waits".into(),
+        Sharing::EngineNoWaits => "places = engine (no waits, as shipped)".into(),
     }
 }
 
@@ -84,8 +84,12 @@ fn setup_text((n, sharing): (usize, Sharing)) -> String {
         (1, _) => "1 replica".into(),
         (n, Sharing::Parts) => format!("{n} replicas told (`admission.replicas = {n}`)"),
         (n, Sharing::NotTold) => format!("{n} replicas not told"),
-        (n, Sharing::Engine) => format!("{n} replicas asking the engines (`admission.places = \"engine\"`)"),
-        (n, Sharing::EngineNoWaits) => format!("{n} replicas asking engines that hold no waits"),
+        (n, Sharing::Engine) => {
+            format!("{n} replicas asking the engines and waiting on them (`admission.place_waits`)")
+        }
+        (n, Sharing::EngineNoWaits) => {
+            format!("{n} replicas asking the engines (`admission.places = \"engine\"`, no waits, as shipped)")
+        }
     }
 }
 
@@ -139,9 +143,10 @@ fn waits_section(md: &mut String, rounds: &[Vec<Run>]) {
         md,
         "\n### What the waits on the engine do\n\n\
          Asking the engines for places, with the engines holding refused replicas' waits \
-         (woken when a place frees) over the same without them (the replicas ask again every \
-         25 ms alone, as against a hook that predates the waits), on the same requests of the \
-         same round, 90% interval as above; below 1, the waits help.\n"
+         (`admission.place_waits`; the engine wakes only the replica a freed place is kept \
+         for, `Places::wakes`) over the same without them (the replicas ask again every \
+         25 ms alone, as shipped), on the same requests of the same round, 90% interval as \
+         above; below 1, the waits help.\n"
     );
     let _ = writeln!(md, "| routing | replicas | metric | with waits over without |");
     let _ = writeln!(md, "|---|---:|---|---:|");
@@ -225,12 +230,12 @@ fn summary(md: &mut String, s: &Settings, rounds: &[Vec<Run>]) {
          fit its limit, so the places go by need (one replica may hold every place while the \
          others are idle), at one round trip to the engine per request, and a refused request \
          waits in its replica's queue until a place frees (its own replica's at once; another's \
-         when the engine wakes the replica, which waits on it for a place, one round trip \
-         later); a freed place is kept for the \
+         when the replica next asks, every 25 ms); a freed place is kept for the \
          request that has waited longest at any replica (its class first) while its replica \
-         still asks, as one queue would order them. The same with engines that hold no \
-         waits (`meridian-sim serve --no-place-waits`, as a hook that predates them: the \
-         refused replicas ask again every 25 ms alone) shows what the waits do. {beside}\n",
+         still asks, as one queue would order them. That is how the proxy ships; with \
+         `admission.place_waits` a refused replica also waits on the engine, which wakes it \
+         as soon as a place is there for it (only the replica whose request the place is kept \
+         for), one round trip later: both are measured, on the same requests. {beside}\n",
         s.health_s,
         s.streams / 2,
         s.streams,
@@ -422,9 +427,9 @@ pub(crate) fn report(s: &Settings, rounds: &[Vec<Run>], wall_s: f64) -> String {
         md,
         "Places asked of the engines (`places = engine`), summed over the replicas: claims granted, \
          refused (the request waited on in its replica's queue) and unanswered; and the waits a \
-         refused replica held on a full engine, woken (a place freed, and the replica asked at \
-         once) or expired (the wait's time passed with none freed; the replica also asks again \
-         every 25 ms while refused).\n"
+         refused replica held on a full engine (with `admission.place_waits`), woken (a place was \
+         there for it, and the replica asked at once) or expired (the wait's time passed with \
+         none for it; the replica also asks again every 25 ms while refused).\n"
     );
     let _ = writeln!(
         md,

@@ -55,8 +55,9 @@ pub struct TwinMetrics {
     /// The most requests held at once (running and waiting), as of each arrival: what an
     /// admission limit in front of the engine should bound.
     pub requests_peak: usize,
-    /// Waits for a place (`admission.places = "engine"`) answered because a place freed,
-    /// as the hook's `meridian_hook_place_waits_total{outcome="woken"}`.
+    /// Waits for a place (`admission.places = "engine"`) answered because a place is
+    /// there for the waiting replica (`Places::wakes`), as the hook's
+    /// `meridian_hook_place_waits_total{outcome="woken"}`.
     pub place_waits_woken: u64,
 }
 

@@ -130,7 +130,7 @@ pub(super) const PLACE_CLAIMS: Def = Def::counter(
 );
 pub(super) const PLACE_WAITS: Def = Def::counter(
     "meridian_admission_place_waits_total",
-    "Waits on a full engine for a place to free (`admission.places = \"engine\"` with `admission.place_waits`, one at a time per engine): `woken` (the engine said a place freed, and the waiting requests asked at once), `expired` (none freed in the wait's time), or `failed` (the hook did not hold the wait; the replica asks again on its timer).",
+    "Waits on a full engine for a place to free (`admission.places = \"engine\"` with `admission.place_waits`, one at a time per engine): `woken` (the engine said a place is there for this replica, and the waiting requests asked at once), `expired` (none was in the wait's time), or `failed` (the hook did not hold the wait; the replica asks again on its timer).",
 );
 pub(super) const EAT_PROBES: Def =
     Def::counter("meridian_eat_probes_total", "EAT probe requests the proxy sent, by outcome.");

@@ -114,6 +114,23 @@ fn aligned(
 /// One round's two runs, aligned on the requests both sent.
 type RoundPair = (Vec<RequestRecord>, Vec<RequestRecord>);
 
+/// Every tail's paired effect of `other` over `base` under `routing` (none where no round
+/// ran both), and how many requests were left out of the pairs.
+fn tail_effects(
+    rounds: &[Vec<Run>],
+    routing: &str,
+    base: (usize, Sharing),
+    other: (usize, Sharing),
+) -> (Vec<(&'static str, Effect)>, usize) {
+    let (owned, left_out) = paired_runs(rounds, routing, base, other);
+    if owned.is_empty() {
+        return (Vec::new(), left_out);
+    }
+    let pairs: Vec<(&[RequestRecord], &[RequestRecord])> =
+        owned.iter().map(|(a, b)| (a.as_slice(), b.as_slice())).collect();
+    (TAILS.iter().map(|&(name, tail)| (name, tail.effect(&pairs))).collect(), left_out)
+}
+
 /// Each round's two runs of `base` and `other` under `routing`, aligned on the requests
 /// both sent, and how many requests were left out.
 fn paired_runs(
@@ -152,14 +169,9 @@ fn waits_section(md: &mut String, rounds: &[Vec<Run>]) {
     let _ = writeln!(md, "|---|---:|---|---:|");
     for routing in ROUTINGS {
         for n in [2, 4] {
-            let (owned, _) = paired_runs(rounds, routing, (n, Sharing::EngineNoWaits), (n, Sharing::Engine));
-            if owned.is_empty() {
-                continue;
-            }
-            let pairs: Vec<(&[RequestRecord], &[RequestRecord])> =
-                owned.iter().map(|(a, b)| (a.as_slice(), b.as_slice())).collect();
-            for (name, tail) in TAILS {
-                let e = tail.effect(&pairs);
+            let (effects, _) =
+                tail_effects(rounds, routing, (n, Sharing::EngineNoWaits), (n, Sharing::Engine));
+            for (name, e) in effects {
                 let _ = writeln!(
                     md,
                     "| {routing} | {n} | {name} | {} ({}–{}) |",
@@ -364,15 +376,9 @@ pub(crate) fn report(s: &Settings, rounds: &[Vec<Run>], wall_s: f64) -> String {
     for routing in ROUTINGS {
         for setup in SETUPS.into_iter().filter(|s| *s != ALONE) {
             let (n, conf) = (setup.0, configured(setup));
-            let (pairs_owned, left) = paired_runs(rounds, routing, ALONE, setup);
+            let (effects, left) = tail_effects(rounds, routing, ALONE, setup);
             left_out_total += left;
-            if pairs_owned.is_empty() {
-                continue;
-            }
-            let pairs: Vec<(&[RequestRecord], &[RequestRecord])> =
-                pairs_owned.iter().map(|(a, b)| (a.as_slice(), b.as_slice())).collect();
-            for (name, tail) in TAILS {
-                let e = tail.effect(&pairs);
+            for (name, e) in effects {
                 let _ = writeln!(
                     md,
                     "| {routing} | {n} | {conf} | {name} | {} ({}–{}) | {} |",

@@ -29,7 +29,7 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from . import forecast as F
+from . import twinpage as TP
 from . import readme
 from . import machine
 from . import regime as R
@@ -306,7 +306,7 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
     if at_load:
         return lines
     decode_ms = (data.get("step_shape") or {}).get("decode_ms")
-    lines += F.section(raw_dir.parent, workload, load, tables, runs, decode_ms / 1000 if decode_ms else None,
+    lines += TP.section(raw_dir.parent, workload, load, tables, runs, decode_ms / 1000 if decode_ms else None,
                        limits=limits)
     return lines
 
@@ -324,9 +324,9 @@ def write(page_dir: Path, out: Path, resamples: int = 2000) -> list[str]:
              "A verdict is *met* or *missed* only when the whole interval says so, otherwise "
              "*unresolved*; a tail is quoted only where at least five requests set it in every round.", ""]
     set_dirs = sorted(p for p in page_dir.iterdir() if (p / "results.json").exists())
-    F.TALLIES.clear()
+    TP.TALLIES.clear()
     sets = _each_set(set_dirs, resamples)
-    lines += F.tally_lines(F.TALLIES)
+    lines += TP.tally_lines(TP.TALLIES)
     for set_lines, set_readme in sets:
         lines += set_lines
         readme += set_readme
@@ -348,18 +348,18 @@ def _each_set(set_dirs: list[Path], resamples: int) -> list[tuple[list[str], lis
         done = dict(zip(by_size, pool.map(_one_set, by_size, [resamples] * len(by_size))))
     for _, _, computed, tallies in done.values():
         EFFECTS.update(computed)
-        F.TALLIES.update(tallies)
+        TP.TALLIES.update(tallies)
     return [done[d][:2] for d in set_dirs]
 
 
 def _one_set(set_dir: Path, resamples: int) -> tuple[list[str], list[str], dict, dict]:
     """A set's section and README lines, and what it added to `EFFECTS` and to the twin's
-    `forecast.TALLIES` (a worker process hands them back)."""
-    before, tallied = set(EFFECTS), set(F.TALLIES)
+    `twinpage.TALLIES` (a worker process hands them back)."""
+    before, tallied = set(EFFECTS), set(TP.TALLIES)
     set_readme: list[str] = []
     set_lines = set_section(set_dir, resamples, set_readme)
     return (set_lines, set_readme, {k: v for k, v in EFFECTS.items() if k not in before},
-            {k: v for k, v in F.TALLIES.items() if k not in tallied})
+            {k: v for k, v in TP.TALLIES.items() if k not in tallied})
 
 
 def delivery_core(data: dict) -> list[str]:

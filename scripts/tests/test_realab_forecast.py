@@ -12,6 +12,7 @@ import pytest
 
 
 from realab import forecast as F
+from realab import twinpage as TP
 from realab import stats as S
 from test_realab_policies import page_of, request, write_set
 
@@ -41,11 +42,11 @@ def test_agreement_is_judged_only_where_the_measurement_resolves():
         return S.Estimate(point=point, low=low, high=high, n_requests=90, n_rounds=1, q=0.5, n_values=90)
 
     gain = est(0.6, 0.5, 0.8)
-    assert F.resolved(gain) and not F.resolved(est(0.9, 0.7, 1.1))
-    assert F.agrees(gain, 0.79), "inside the interval"
-    assert F.agrees(gain, 0.46), "within 25% of the point"
-    assert not F.agrees(gain, 1.0)
-    assert F.bar(0.5, 1.2) == (0.5, 0.6) and F.bar(0.5, 0.8) == (0.4, 0.5)
+    assert TP.resolved(gain) and not TP.resolved(est(0.9, 0.7, 1.1))
+    assert TP.agrees(gain, 0.79), "inside the interval"
+    assert TP.agrees(gain, 0.46), "within 25% of the point"
+    assert not TP.agrees(gain, 1.0)
+    assert TP.bar(0.5, 1.2) == (0.5, 0.6) and TP.bar(0.5, 0.8) == (0.4, 0.5)
 
 
 def twin_dir(set_dir: Path, side: str, scales: dict[str, float], n: int = 100) -> None:
@@ -125,13 +126,13 @@ def test_a_think_to_answer_gap_shorter_than_a_step_is_called_delivery():
     measured = runs({"stock": [0.005, 0.05, 0.06, 0.07], "hook-output-first": [0.001, 0.002, 0.05, 0.09],
                      "hook-fcfs": [0.05, 0.06]})
     twin = runs({"stock": [0.03, 0.05], "hook-output-first": [0.02, 0.03], "hook-fcfs": [0.04, 0.05]})
-    assert F.late_thought_shares(measured, 0.015) == {"stock": (0.25, 4), "hook-output-first": (0.5, 4),
+    assert TP.late_thought_shares(measured, 0.015) == {"stock": (0.25, 4), "hook-output-first": (0.5, 4),
                                                       "hook-fcfs": (0.0, 2)}
-    text = " ".join(F.delivery_lines(measured, twin, 0.015))
+    text = " ".join(TP.delivery_lines(measured, twin, 0.015))
     assert "(15.0 ms at the median)" in text
     assert "stock 25.0% of 4; hook-output-first 50.0% of 4; hook-fcfs 0.0% of 2; in the twin at most 0.0%" in text
     assert "more often than with stock in 1 of 2 other configurations (hook-output-first)" in text
-    assert F.delivery_lines({}, twin, 0.015) == []
+    assert TP.delivery_lines({}, twin, 0.015) == []
 
 
 def test_how_often_the_policy_capped_is_set_beside_the_twins_count(tmp_path: Path):
@@ -144,11 +145,11 @@ def test_how_often_the_policy_capped_is_set_beside_the_twins_count(tmp_path: Pat
         F._write(rig / f"long-0.9-{rnd}-stock.json.gz", {"steps": 900, "prefill_capped_steps": 0, "runs": []})
     # A replay written before the twin counted is left out, not read as none capped.
     F._write(rig / "long-0.9-2-hook.json.gz", {"steps": 1000, "runs": []})
-    twin = F.twin_capped(rig, "long", 0.9)
+    twin = TP.twin_capped(rig, "long", 0.9)
     assert twin == {"hook": {0: (10, 1000), 1: (30, 1000)}, "stock": {0: (0, 900), 1: (0, 900)}}
     measured = {("hook", "long", 0.9, 0): (100, 1000), ("hook", "long", 0.9, 1): (200, 1000),
                 ("hook", "long", 0.9, 2): (500, 1000), ("hook", "mix", 0.9, 0): (999, 1000)}
-    text = " ".join(F.capping_lines(measured, twin, "long", 0.9))
+    text = " ".join(TP.capping_lines(measured, twin, "long", 0.9))
     # Pooled over rounds 0 and 1 only (round 2 has no counted replay): 300 of 2,000
     # measured, 40 of 2,000 in the twin; stock capped nothing on either side.
     assert "hook 15.0% measured, 2.0% in the twin (2 rounds)" in text
@@ -158,14 +159,14 @@ def test_how_often_the_policy_capped_is_set_beside_the_twins_count(tmp_path: Pat
     assert "more often" not in text
     # The other way round: the twin capping more often over-predicts, and says so.
     busy = {"hook": {0: (400, 1000), 1: (400, 1000)}}
-    text = " ".join(F.capping_lines(measured, busy, "long", 0.9))
+    text = " ".join(TP.capping_lines(measured, busy, "long", 0.9))
     assert "the twin caps more often than the engine did for hook" in text
     assert "over-predicts" in text and "under-predicts" not in text
     # Within a tenth of each other: neither direction is claimed.
     even = {"hook": {0: (140, 1000), 1: (160, 1000)}}
-    text = " ".join(F.capping_lines(measured, even, "long", 0.9))
+    text = " ".join(TP.capping_lines(measured, even, "long", 0.9))
     assert "about as often" in text and "predicts" not in text
-    assert F.capping_lines(measured, {}, "long", 0.9) == []
+    assert TP.capping_lines(measured, {}, "long", 0.9) == []
 
 
 def test_a_twin_replayed_at_each_runs_pace_is_judged_beside_the_one_pace_twin(tmp_path: Path):

@@ -188,7 +188,16 @@ impl Admission {
 
     fn pick(&self, model: &str, affinity: Option<&str>, work: Work) -> Result<InFlight, NoPick> {
         let want = Want { model: Some(model), affinity, work };
-        self.pool.pick_where(want, &[], &self.metrics, |u| !self.limits.saturated(u))
+        let open = |u: &Upstream| !self.limits.saturated(u);
+        // An engine that woke this replica keeps a place for it: the request goes there
+        // whatever the routing policy would prefer (`EnginePlaces::kept_here`).
+        if self.limits.places.is_some() && self.pool.all().iter().any(|u| u.places.kept_here()) {
+            let kept = self.pool.pick_where(want, &[], &self.metrics, |u| u.places.kept_here() && open(u));
+            if kept.is_ok() {
+                return kept;
+            }
+        }
+        self.pool.pick_where(want, &[], &self.metrics, open)
     }
 
     /// Whether `u` has room for one more request (answers handed over at the end of a
@@ -439,6 +448,9 @@ fn holder_name() -> String {
     let made = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     format!("{host}-{}-{:x}-{made}", std::process::id(), started & 0xffff_ffff)
 }
+
+#[cfg(test)]
+mod tests;
 
 fn no_pick_error(e: NoPick, model: &str) -> ProxyError {
     match e {

@@ -29,6 +29,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use meridian_core::channel::places::WAITING_STALE_S;
 use meridian_core::channel::{Claim, Granted};
 use tokio::sync::Notify;
 
@@ -44,6 +45,9 @@ pub const RETRY_AFTER_REFUSAL: Duration = Duration::from_millis(25);
 /// How long one wait asks the hook to hold it; the replica waits again while the engine
 /// stays full.
 pub const WAIT_FOR_PLACE: Duration = Duration::from_secs(2);
+/// How long a place an engine woke this replica for counts as kept for it: as long as
+/// the engine keeps a turn that is not asked for again.
+pub const KEPT_FOR: Duration = Duration::from_millis((WAITING_STALE_S * 1000.0) as u64);
 /// How long the engine keeps this replica's places without a word from it: a replica
 /// that died frees its places this long after its last message.
 pub const LEASE: Duration = Duration::from_secs(5);
@@ -124,6 +128,9 @@ pub struct EnginePlaces {
     held: tokio::sync::Mutex<u32>,
     /// Until when the engine counts as full after a refusal.
     full_until: Mutex<Option<Instant>>,
+    /// Until when the engine keeps a place for this replica: a wait woke it (the place
+    /// freed there is this replica's turn), and no claim has asked for it since.
+    kept_until: Mutex<Option<Instant>>,
     /// This replica decides the engine's room alone (its hook takes no claims).
     alone: AtomicBool,
     /// Messages in a row the hook did not answer.
@@ -254,6 +261,7 @@ impl EnginePlaces {
                             places.freed_seen.store(freed.freed, Ordering::SeqCst);
                             places.wakes.fetch_add(1, Ordering::SeqCst);
                             places.set_full_until(None);
+                            places.keep_until(Some(Instant::now() + KEPT_FOR));
                             wake.notify_one();
                         }
                         Ok(_) => {
@@ -293,6 +301,8 @@ impl EnginePlaces {
 
     /// What a claim's answer makes of the holding and of this engine's state.
     fn settle(&self, answer: Result<Granted, HookError>, held: &mut u32) -> Claimed {
+        // Whatever the answer, a place kept for this replica has been asked for.
+        self.keep_until(None);
         if let Ok(granted) = &answer {
             // The larger: a wait may have heard a newer count while this claim was out.
             // (A restarted engine's smaller count comes through the wait, which answers
@@ -370,6 +380,15 @@ impl EnginePlaces {
             || self.full_until.lock().map(|g| g.is_some_and(|t| Instant::now() < t)).unwrap_or(false)
     }
 
+    /// Whether the engine keeps a place for this replica: a wait woke it a moment ago,
+    /// and no claim has asked there since. The next request goes there (admission picks
+    /// such an engine before any other): sent elsewhere by the routing policy, it would
+    /// be refused where no place is kept for it, while the kept place stood idle,
+    /// refusing the other replicas, until its turn went stale at the engine.
+    pub fn kept_here(&self) -> bool {
+        self.kept_until.lock().map(|g| g.is_some_and(|t| Instant::now() < t)).unwrap_or(false)
+    }
+
     /// Whether this replica decides the engine's room alone (its hook takes no claims).
     pub fn alone(&self) -> bool {
         self.alone.load(Ordering::Relaxed)
@@ -377,6 +396,14 @@ impl EnginePlaces {
 
     fn set_full_until(&self, until: Option<Instant>) {
         if let Ok(mut g) = self.full_until.lock() {
+            *g = until;
+        }
+    }
+
+    /// Counts the engine as keeping a place for this replica until `until` (a wait woke
+    /// it), or no longer (a claim asked there).
+    pub(crate) fn keep_until(&self, until: Option<Instant>) {
+        if let Ok(mut g) = self.kept_until.lock() {
             *g = until;
         }
     }

@@ -68,7 +68,10 @@ def fit_profile(data: Path, meta: dict, sheet: dict, name: str = MEASURED) -> tu
         "--profile-out", str(toml_path), "--name", name, "--gpu", meta["facts"].get("device", "unknown"),
         "--model", "Qwen3-8B shape, random bf16 weights, plain PyTorch step replayed as a CUDA graph",
         "--kv-blocks", str(sheet["kv_blocks"]), "--block-size", str(sheet["block_size"]),
-        "--max-num-seqs", str(sheet["max_num_seqs"]), "--max-num-batched-tokens", str(sheet["max_num_batched_tokens"]))
+        "--max-num-seqs", str(sheet["max_num_seqs"]), "--max-num-batched-tokens", str(sheet["max_num_batched_tokens"]),
+        # A sweep of shapes, each timed alone: its residuals are the fit's error by shape,
+        # not how a serving engine's steps vary, so the forecasts' steps take the fit's time.
+        "--no-spread")
     fitted = tomllib.loads(toml_path.read_text())["profile"][0]
     return fitted, json.loads((data / "fit.json").read_text())["fit"], printout
 

@@ -41,6 +41,18 @@ def bar(forecast: float, residual: float) -> tuple[float, float]:
     return min(forecast, moved), max(forecast, moved)
 
 
+def spread_clause(spread: dict | None) -> str:
+    """How the twin's steps vary around the fit (`meridian-sim calibrate`'s spread of the
+    stock engine's steps), for the page's account of the twin; none: every step of one
+    shape takes one time."""
+    if not spread:
+        return "; every step of one shape takes the fitted time"
+    at = dict(zip(spread["probabilities"], spread["quantiles"]))
+    return ("; each step's time varied around the fit as the stock engine's did, a draw from its measured "
+            f"spread: median {at[0.5]:.2f}x, p90 {at[0.9]:.2f}x, p99 {at[0.99]:.2f}x the fitted time, "
+            f"mean {spread['mean']:.2f}x")
+
+
 def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple], runs: dict,
             decode_s: float | None, resamples: int = 200,
             limits: dict[tuple, tuple[int, int]] | None = None) -> list[str]:
@@ -77,6 +89,7 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
              "The twin (`meridian-sim replay`), calibrated on this rig's stock engine (its step traces"
              + (f"; fit over {fit['samples']:,} steps: median error {fit['median_abs_pct_error']:.1f}%, "
                f"`{fit['formula']}`" if "median_abs_pct_error" in fit else "")
+             + spread_clause(cal.get("spread"))
              + "), replays each round's requests (the lengths the engine reported) under each configuration's "
              "policy, their send times rescaled so the load is the same fraction of the twin's capacity as the run's "
              "was of stock's measured capacity (on the run's own machine: `speed.standings`)"

@@ -213,13 +213,16 @@ def test_a_configuration_is_read_at_its_pace_only_where_every_round_has_one(tmp_
 def test_a_paced_profile_multiplies_every_time_term_and_nothing_else():
     text = ("[[profile]]\nname = \"rig\"\nfixed_s = 0.01\nper_token_s = 2e-4\nper_context_token_s = 1e-6\n"
             "per_decode_request_s = 3e-4\nper_prefill_attention_s = 2e-7\nweight_read_tokens = 0\n"
-            "max_num_batched_tokens = 256\n")
+            "max_num_batched_tokens = 256\n"
+            f"step_spread = [{', '.join(str(0.5 + i / 20) for i in range(21))}]\n")
     import tomllib
     paced = tomllib.loads(F.paced_profile(text, 1.5))["profile"][0]
     one = tomllib.loads(text)["profile"][0]
     for term in F.PACED_TERMS:
         assert paced[term] == pytest.approx(1.5 * one[term])
     assert paced["max_num_batched_tokens"] == 256 and paced["weight_read_tokens"] == 0 and paced["name"] == "rig"
+    # The spread is each step over the fit's time: a pace moves the fit, not the spread.
+    assert paced["step_spread"] == one["step_spread"]
     with pytest.raises(ValueError, match="4 of the 5 time terms"):
         F.paced_profile(text.replace("fixed_s = 0.01\n", ""), 1.5)
 
@@ -273,3 +276,14 @@ def test_a_replay_that_comes_out_the_same_leaves_its_file_alone(tmp_path: Path):
     assert path.read_bytes() == kept, "the same replay: the file is left as it was"
     F._write(path, {"runs": [], "steps": 4})
     assert json.loads(gzip.open(path, "rt").read())["steps"] == 4
+
+
+def test_the_page_says_how_the_twins_steps_vary_around_the_fit():
+    probabilities = [0.0, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.97, 0.98, 0.99,
+                     0.995, 0.998, 0.999, 0.9999, 1.0]
+    spread = {"probabilities": probabilities, "quantiles": [0.5 + p for p in probabilities], "mean": 1.0}
+    assert TP.spread_clause(spread) == (
+        "; each step's time varied around the fit as the stock engine's did, a draw from its measured spread: "
+        "median 1.00x, p90 1.40x, p99 1.49x the fitted time, mean 1.00x")
+    # A profile fitted before the spread existed (or to a load test's report) has none.
+    assert TP.spread_clause(None) == "; every step of one shape takes the fitted time"

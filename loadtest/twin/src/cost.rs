@@ -129,6 +129,10 @@ pub struct Profile {
     pub block_size: u32,
     pub max_num_seqs: u32,
     pub max_num_batched_tokens: u32,
+    /// How a step's time varies around the fit (`measured / fitted` at
+    /// [`crate::spread::PROBABILITIES`]); none: every step takes the fitted time.
+    #[serde(default)]
+    pub step_spread: Option<crate::spread::StepSpread>,
     /// Where the numbers come from.
     pub derivation: String,
 }

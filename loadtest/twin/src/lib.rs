@@ -1,7 +1,8 @@
 //! `meridian-sim`, the engine twin: a discrete-time model of a vLLM server under load —
 //! continuous batching under a per-step token budget, chunked prefill, a finite KV cache
 //! in blocks, and preemption with recompute when blocks run out — with step times from a
-//! documented cost model ([`cost`]). The scheduling decisions come from
+//! documented cost model ([`cost`]), varied step by step as the engine it was fitted to
+//! varied ([`spread`]). The scheduling decisions come from
 //! `meridian_core::sched`, so the stock vLLM behaviour and Meridian's phase-aware
 //! policies are the same code here as in the engine hook.
 //!
@@ -17,6 +18,7 @@ pub mod experiment;
 pub mod migration;
 pub mod replay;
 pub mod server;
+pub mod spread;
 pub mod workload;
 
 pub use cost::{CostModel, Profile, StepShape, profile};

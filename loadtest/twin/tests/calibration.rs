@@ -126,3 +126,40 @@ fn the_curve_can_be_drawn_from_several_windows() {
     assert_eq!(written["fit"]["samples"].as_u64(), Some(samples_from_steps(&steps).len() as u64));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The profile `calibrate` writes carries how the real engine's steps spread around the
+/// fit, loads back with it, and leaves it out when asked (`--no-spread`).
+#[test]
+fn the_written_profile_carries_the_steps_spread_around_the_fit() {
+    let dir = std::env::temp_dir().join(format!("meridian-sim-spread-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    let trace = dir.join("steps.jsonl");
+    std::fs::write(&trace, TRACE).expect("the trace is written");
+    let profile_of = |extra: &[&str]| {
+        let out = dir.join("profile.toml");
+        let run = std::process::Command::new(env!("CARGO_BIN_EXE_meridian-sim"))
+            .args(["calibrate", "--steps"])
+            .arg(&trace)
+            .arg("--profile-out")
+            .arg(&out)
+            .args(extra)
+            .output()
+            .expect("meridian-sim runs");
+        assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+        meridian_sim::cost::profiles_from_file(&out).expect("the profile loads").remove(0)
+    };
+    let spread = profile_of(&[]).step_spread.expect("a spread from a step trace");
+    // As this engine measured: the fit's own median, a slow tail above it.
+    let fit = real_fit();
+    let expected = meridian_sim::spread::StepSpread::of(
+        samples_from_steps(&real_steps()).iter().map(|s| (s.seconds, fit.cost.step_seconds(&s.shape))),
+    )
+    .expect("a spread");
+    for (written, exact) in spread.quantiles().iter().zip(expected.quantiles()) {
+        assert!((written - exact).abs() < 1e-4, "{written} against {exact}");
+    }
+    assert!((0.8..1.2).contains(&spread.factor_at(0.5)), "median {}", spread.factor_at(0.5));
+    assert!(spread.factor_at(0.99) > 1.3, "p99 {}", spread.factor_at(0.99));
+    assert_eq!(profile_of(&["--no-spread"]).step_spread, None);
+    let _ = std::fs::remove_dir_all(&dir);
+}

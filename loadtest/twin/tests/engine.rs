@@ -55,6 +55,44 @@ fn one_request_step_by_step() {
     assert_eq!(e.kv_usage(), 0.0, "blocks returned");
 }
 
+/// Every step's duration over its fitted time, for one request decoding alone.
+fn step_factors(config: EngineConfig) -> Vec<f64> {
+    let fitted = tiny();
+    let mut e = Engine::new(EngineConfig { kv_blocks: 1000, ..config }, Box::new(Fcfs));
+    e.submit(req("a", 1, 400, 0)).unwrap();
+    let mut out = Vec::new();
+    let mut context = 0u64;
+    while let Some(step) = e.step() {
+        let shape = meridian_sim::StepShape::decode(1, context + 1);
+        if context > 0 {
+            out.push(step.duration_s / fitted.cost.step_seconds(&shape));
+        }
+        context += 1;
+    }
+    out
+}
+
+#[test]
+fn steps_vary_around_the_fit_as_the_profile_measured_them_the_same_way_every_replay() {
+    let mut spread_profile = profile("tiny-test").unwrap();
+    assert!(spread_profile.step_spread.is_none(), "tiny-test varies nothing");
+    assert!(step_factors(tiny()).iter().all(|f| close(*f, 1.0)), "without a spread every step is the fit's");
+
+    // Measured steps from 0.8x to 1x of the fit evenly (half of them under 0.9x), and
+    // one in a hundred at 3x, in an order where no step is like the one before.
+    let measured = (0..1000u32).map(|i| match (i * 617) % 1000 {
+        k if k < 990 => (0.8 + f64::from(k) * 0.0002, 1.0),
+        _ => (3.0, 1.0),
+    });
+    spread_profile.step_spread = Some(meridian_sim::spread::StepSpread::of(measured).unwrap());
+    let varied = step_factors(EngineConfig::from(&spread_profile));
+    assert_eq!(varied, step_factors(EngineConfig::from(&spread_profile)), "another replay drew otherwise");
+    let slow = varied.iter().filter(|f| **f >= 2.0).count();
+    assert!((1..=12).contains(&slow), "{slow} of {} steps at 2x or more", varied.len());
+    let fast = varied.iter().filter(|f| **f < 0.9).count() as f64 / varied.len() as f64;
+    assert!((0.4..0.6).contains(&fast), "{fast} of the steps under 0.9x");
+}
+
 #[test]
 fn kv_that_came_with_a_request_is_held_not_computed() {
     let mut e = Engine::new(tiny(), Box::new(Fcfs));

@@ -34,6 +34,7 @@ pub use request::{NewRequest, TokenIds};
 use request::{SimRequest, State};
 
 use crate::cost::{CostModel, Profile, StepShape};
+use crate::spread::StepSpread;
 use meridian_core::kv::{Held, KvPool, Released, tier_at_release};
 
 /// Engine limits and costs.
@@ -47,6 +48,9 @@ pub struct EngineConfig {
     /// vLLM's prefix caching, with the order its free blocks are evicted in (stock:
     /// [`Eviction::Lru`]; the hook: [`Eviction::DeadFirst`]); `None`: off.
     pub prefix_cache: Option<Eviction>,
+    /// How each step's time varies around the cost model's (`crate::spread`); none:
+    /// every step takes the model's time.
+    pub step_spread: Option<StepSpread>,
 }
 
 impl From<&Profile> for EngineConfig {
@@ -58,6 +62,7 @@ impl From<&Profile> for EngineConfig {
             max_num_seqs: p.max_num_seqs,
             max_num_batched_tokens: p.max_num_batched_tokens,
             prefix_cache: None,
+            step_spread: p.step_spread,
         }
     }
 }
@@ -524,7 +529,8 @@ impl Engine {
                 shape.add_prefill(u64::from(*n), u64::from(r.computed));
             }
         }
-        let duration = self.config.cost.step_seconds(&shape);
+        let spread = self.config.step_spread.map_or(1.0, |s| s.factor(self.steps));
+        let duration = self.config.cost.step_seconds(&shape) * spread;
         self.clock_s += duration;
         self.steps += 1;
         report.duration_s = duration;

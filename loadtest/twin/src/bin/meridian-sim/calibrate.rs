@@ -3,6 +3,7 @@
 //! as a twin profile for `--profile-file`.
 
 use meridian_sim::calibrate as fit_model;
+use meridian_sim::spread::{PROBABILITIES, StepSpread};
 
 use crate::cli::CalibrateArgs;
 
@@ -21,6 +22,7 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), String> {
         curve_window: curve_windows,
         no_floor,
         profile_out,
+        no_spread,
         limits,
     } = args;
     let (source, samples, trace) = match (&report, &steps) {
@@ -38,9 +40,31 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), String> {
     println!("# fitted from {} samples in {}", fit.samples, source.display());
     println!("# fit error: median |error| {:.1}%, R^2 {:.3}", fit.median_abs_pct_error, fit.r_squared);
     println!("# {}", fit.cost.describe());
+    // How the steps spread around the fit, from a step trace only: times inferred from a
+    // report's token arrivals carry the delivery path's jitter as well as the engine's.
+    let spread = if trace.is_some() && !no_spread {
+        let pairs = samples.iter().map(|s| (s.seconds, fit.cost.step_seconds(&s.shape)));
+        Some(StepSpread::of(pairs).map_err(|e| e.to_string())?)
+    } else {
+        None
+    };
+    if let Some(spread) = &spread {
+        let q = |p: f64| spread.factor_at(p);
+        println!(
+            "# steps over the fit: median {:.2}, p90 {:.2}, p99 {:.2}, mean {:.2}",
+            q(0.5),
+            q(0.9),
+            q(0.99),
+            spread.mean()
+        );
+    }
     let c = &fit.cost;
+    let spread_line = spread.as_ref().map_or(String::new(), |s| {
+        let q: Vec<String> = s.quantiles().iter().map(|v| format!("{v:.4}")).collect();
+        format!("step_spread = [{}]\n", q.join(", "))
+    });
     let toml = format!(
-        "[[profile]]\nname = {:?}\ngpu = {:?}\nmodel = {:?}\nfixed_s = {:e}\nper_token_s = {:e}\nper_context_token_s = {:e}\nper_decode_request_s = {:e}\nper_prefill_attention_s = {:e}\nweight_read_tokens = {}\nkv_blocks = {}\nblock_size = {}\nmax_num_seqs = {}\nmax_num_batched_tokens = {}\nderivation = {:?}\n",
+        "[[profile]]\nname = {:?}\ngpu = {:?}\nmodel = {:?}\nfixed_s = {:e}\nper_token_s = {:e}\nper_context_token_s = {:e}\nper_decode_request_s = {:e}\nper_prefill_attention_s = {:e}\nweight_read_tokens = {}\nkv_blocks = {}\nblock_size = {}\nmax_num_seqs = {}\nmax_num_batched_tokens = {}\n{spread_line}derivation = {:?}\n",
         limits.name,
         limits.gpu,
         limits.model,
@@ -85,6 +109,11 @@ pub fn calibrate(args: CalibrateArgs) -> Result<(), String> {
                 "r_squared": fit.r_squared,
                 "formula": fit.cost.describe(),
             },
+            "spread": spread.as_ref().map(|s| serde_json::json!({
+                "probabilities": PROBABILITIES,
+                "quantiles": s.quantiles(),
+                "mean": s.mean(),
+            })),
             "curve": curve.as_ref().map(|c| c.to_json(&fit.cost)),
             // Over every step whatever the window: for comparing two engines' traces.
             "curve_all": trace.as_deref().map(|t| fit_model::StepCurve::of(t).to_json(&fit.cost)),

@@ -329,6 +329,12 @@ pub struct CalibrateArgs {
     /// Write the fit as a twin profile (TOML) here, for `--profile-file`.
     #[arg(long)]
     pub profile_out: Option<PathBuf>,
+    /// Leave the steps' spread around the fit out of the profile (its steps then take
+    /// the fitted time exactly): for a trace of shapes each timed alone, say a step-time
+    /// sweep, whose residuals are the fit's error by shape, not how a serving engine's
+    /// steps vary.
+    #[arg(long)]
+    pub no_spread: bool,
     #[command(flatten)]
     pub limits: ProfileLimits,
 }

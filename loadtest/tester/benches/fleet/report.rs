@@ -247,7 +247,8 @@ fn summary(md: &mut String, s: &Settings, rounds: &[Vec<Run>]) {
          still asks, as one queue would order them. That is how the proxy ships; with \
          `admission.place_waits` a refused replica also waits on the engine, which wakes it \
          as soon as a place is there for it (only the replica whose request the place is kept \
-         for), one round trip later: both are measured, on the same requests. {beside}\n",
+         for), one round trip later, and sends its next request to that engine whatever its \
+         routing would prefer: both are measured, on the same requests. {beside}\n",
         s.health_s,
         s.streams / 2,
         s.streams,

@@ -271,3 +271,62 @@ async fn by_default_a_refused_replica_asks_again_on_its_timer_and_holds_no_wait(
     }
     drop((a2, got));
 }
+
+/// A claim sent straight to `twin`'s places as another replica would: `held` places held,
+/// `want` asked for, waiting since `waited_s`.
+async fn raw_claim(twin: &TwinServer, holder: &str, held: u32, want: u32) -> meridian_core::channel::Granted {
+    let hook = meridian_core::config::HookConfig { token_env: TOKEN_ENV.into(), ..Default::default() };
+    let channel = meridian_proxy::hook::HookChannel::new(&hook, reqwest::Client::new());
+    let claim = meridian_core::channel::Claim {
+        holder: holder.into(),
+        held,
+        want,
+        limit: 1,
+        lease_s: 30.0,
+        waited_s: 0.0,
+        class: 1,
+        withdraw: false,
+    };
+    channel.claim(&twin.addr.to_string(), &claim, Duration::from_secs(2)).await.unwrap()
+}
+
+#[tokio::test]
+async fn a_replica_whose_request_got_a_place_elsewhere_withdraws_its_turn_at_the_full_engine() {
+    let (e1, e2) = (slow_twin(Some("places-secret")).await, slow_twin(Some("places-secret")).await);
+    let b = {
+        // SAFETY: every test here sets the same value before anything reads it.
+        unsafe { std::env::set_var(TOKEN_ENV, "places-secret") };
+        let mut cfg = config_for(&[e1.url(), e2.url()]);
+        cfg.upstream.endpoints[0].hook = Some(e1.addr.to_string());
+        cfg.upstream.endpoints[1].hook = Some(e2.addr.to_string());
+        cfg.upstream.health_interval_s = 0.1;
+        cfg.hook.token_env = TOKEN_ENV.into();
+        cfg.admission.enabled = true;
+        cfg.admission.max_streams = Some(1);
+        cfg.admission.queue_timeout_s = 20.0;
+        cfg.admission.places = PlacesFrom::Engine;
+        start_proxy(cfg).await
+    };
+    // Another replica holds both engines' only place.
+    assert!(raw_claim(&e1, "other", 0, 1).await.granted && raw_claim(&e2, "other", 0, 1).await.granted);
+    let waiting = tokio::spawn({
+        let url = format!("http://{}/v1/chat/completions", b.local_addr);
+        async move { client().post(url).json(&chat(json!({}))).send().await.unwrap() }
+    });
+    // b's request is refused at both, and keeps its turn at e1: a newer request asking
+    // there finds one ahead of it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while raw_claim(&e1, "probe", 0, 1).await.ahead == 0 {
+        assert!(std::time::Instant::now() < deadline, "b's turn never showed at e1");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(claims(&b, "withdrawn"), -1.0, "nothing to withdraw yet");
+    // e2's place frees; b's request takes it, and b, with nobody else waiting, gives up
+    // its turn at e1 at once instead of letting it hold e1's next place a while.
+    raw_claim(&e2, "other", 0, 0).await;
+    let got = tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("b let through").unwrap();
+    assert_eq!(got.status(), 200);
+    eventually("b withdrew its turn at e1", || claims(&b, "withdrawn") == 1.0).await;
+    assert_eq!(raw_claim(&e1, "probe", 0, 1).await.ahead, 0, "e1 still keeps a turn for b");
+    drop(got);
+}

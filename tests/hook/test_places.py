@@ -207,3 +207,26 @@ def test_a_freed_place_wakes_only_the_replica_whose_turn_it_keeps(tmp_path, monk
     assert claim("c", 0, 1, waited_s=waited["c"])["granted"]
     for h in ("b", "c"):
         claim(h, 0, 0)
+
+
+def test_a_replica_withdraws_its_turn_when_its_request_got_a_place_elsewhere(tmp_path, monkeypatch):
+    """A replica refused here whose request then got a place at another engine withdraws
+    its turn: the place that frees next goes to the replica still waiting, at once, not
+    after the withdrawn turn would have gone stale."""
+    address = listener(tmp_path, monkeypatch)
+    claim = claimer(address, limit=1)
+    assert claim("a", 0, 1)["granted"]
+    assert not claim("b", 0, 1, waited_s=10.0)["granted"]
+    refused = claim("c", 0, 1, waited_s=5.0)
+    assert refused["ahead"] == 1, "b's request goes first"
+    # b's request was granted elsewhere; b withdraws its turn here (a plain report would not).
+    assert claim("b", 0, 0)["granted"]
+    assert claim("c", 0, 1, waited_s=5.0)["ahead"] == 1, "a report keeps b's turn"
+    withdrawn = post(address, "/meridian/v1/places", {"holder": "b", "held": 0, "want": 0, "limit": 1,
+                                                     "lease_s": 30.0, "withdraw": True})
+    assert withdrawn["granted"] and withdrawn["freed"] > refused["freed"], "the withdrawal opens the kept turn"
+    assert claim("c", 0, 1, waited_s=5.0)["ahead"] == 0
+    # a's request ends: the place is c's.
+    claim("a", 0, 0)
+    assert claim("c", 0, 1, waited_s=5.0)["granted"]
+    claim("c", 0, 0)

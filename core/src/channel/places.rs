@@ -24,7 +24,10 @@
 //! on: the slowest starts of several replicas would be far slower than one replica's.
 //! A waiter keeps its turn for [`WAITING_STALE_S`] after its replica last asked (replicas
 //! ask again every 25 ms while a request waits); one whose replica stopped asking (its
-//! request went elsewhere, or left) holds nothing back after that.
+//! request went elsewhere, or left) holds nothing back after that. A replica whose
+//! request was granted a place at another engine, with nothing else waiting, withdraws
+//! its turn here at once ([`Claim::withdraw`]): kept until stale, it held a freed place
+//! idle for a quarter of a second while the other replicas' requests waited.
 //!
 //! A replica whose claim was refused need not ask again and again to learn that a place
 //! freed: it waits on the engine ([`PlacesWait`] at [`PLACES_WAIT_PATH`]), which answers
@@ -87,6 +90,12 @@ pub struct Claim {
     /// 2: batch): a class goes before any wait in a later one.
     #[serde(default)]
     pub class: u8,
+    /// The holder has no request waiting for a place here any more (it was granted one at
+    /// another engine): its turn goes at once, not when it goes stale, and a place kept
+    /// for it opens for the next. Sent only with `want` 0, and only when true: a hook
+    /// from before it refuses the field, and the replica then lets its turns go stale.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub withdraw: bool,
 }
 
 /// The engine's answer to a claim.
@@ -223,6 +232,10 @@ impl Places {
                     self.waiting.iter().any(|(h, w)| *h != claim.holder && was.before(w) && !mine.before(w));
                 self.freed = self.freed.saturating_add(u64::from(passed));
             }
+        }
+        if claim.withdraw && claim.want == 0 && self.waiting.remove(&claim.holder).is_some() {
+            // As a turn gone stale: an opening for whoever it went before.
+            self.freed = self.freed.saturating_add(1);
         }
         let held = if granted { asked } else { claim.held };
         let lease = claim.lease_s.clamp(MIN_LEASE_S, MAX_LEASE_S);

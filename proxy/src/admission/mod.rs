@@ -340,6 +340,7 @@ impl Admission {
         match EnginePlaces::claim(&upstream, addr, terms, turn, &notice).await {
             Claimed::Granted => {
                 self.metrics.count_place_claim("granted");
+                self.withdraw_turns(&upstream, terms);
                 Some(guard.with_place(Place::new(Arc::clone(terms))))
             }
             Claimed::Refused => {
@@ -356,6 +357,27 @@ impl Admission {
                 }
                 tracing::debug!(upstream = %upstream.name, %error, "admission: a claim went unanswered; the request waits");
                 None
+            }
+        }
+    }
+
+    /// After a place was granted at `granted`: with nobody left waiting in this replica's
+    /// queue, gives up the turns its refused claims keep at the other engines
+    /// ([`EnginePlaces::withdraw`]), which would otherwise hold their next freed place for
+    /// a request that no longer needs it.
+    fn withdraw_turns(&self, granted: &Arc<Upstream>, terms: &Arc<PlaceTerms>) {
+        let kept = |u: &&Arc<Upstream>| !Arc::ptr_eq(u, granted) && u.places.refused();
+        if !self.pool.all().iter().any(|u| kept(&u)) {
+            return;
+        }
+        // Read before the queue: a refusal after this one is a request waiting again.
+        let seen: Vec<u64> = self.pool.all().iter().map(|u| u.places.refusals()).collect();
+        if !self.lock().is_empty() {
+            return;
+        }
+        for (u, refusals) in self.pool.all().iter().zip(seen) {
+            if let (true, Some(addr)) = (kept(&u), u.hook.as_deref()) {
+                EnginePlaces::withdraw(u, addr, terms, refusals);
             }
         }
     }

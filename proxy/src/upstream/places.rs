@@ -17,7 +17,10 @@
 //! held waits (and still does against an older hook): that keeps its request's turn at
 //! the engine, which a busy machine's late timers must not lose (a fleet run with
 //! retries every 100 ms and the waits started later at the tail than one with 25 ms and
-//! none), and mends a wake that was lost.
+//! none), and mends a wake that was lost. A request granted a place at one engine may
+//! have been refused at others before, each keeping a turn for this replica; with
+//! nobody else waiting here, the replica withdraws those turns ([`EnginePlaces::withdraw`])
+//! so none holds a freed place for it.
 //!
 //! An engine whose hook cannot take claims (none configured, an older hook, a wrong
 //! secret) leaves this replica to decide alone, by its reading and its part of the
@@ -91,6 +94,7 @@ impl PlaceTerms {
             lease_s: LEASE.as_secs_f64(),
             waited_s: turn.waited.as_secs_f64(),
             class: turn.class,
+            withdraw: false,
         }
     }
 }
@@ -151,6 +155,9 @@ pub struct EnginePlaces {
     /// The hook refused a wait (an older hook: no such path): retries alone tell this
     /// replica that a place freed, until a claim's answer shows the hook counts openings.
     holds_no_waits: AtomicBool,
+    /// The hook refused a withdrawal (a hook from before them): this replica's turns there
+    /// go stale instead.
+    takes_no_withdrawals: AtomicBool,
 }
 
 /// Marks a claim as the one asking a full engine again, until dropped.
@@ -297,6 +304,59 @@ impl EnginePlaces {
                 }
             }
         });
+    }
+
+    /// Gives up this replica's turn at the engine, in a task of its own, when its last
+    /// claim there was refused and nothing was refused there since `refusals_seen` (what
+    /// [`refusals`](Self::refusals) read when the caller found nobody waiting): its request
+    /// was granted a place elsewhere. Kept, the turn would hold a freed place idle,
+    /// refusing the other replicas' requests, until it went stale at the engine (a quarter
+    /// of a second). A request that asks there later claims a turn of its own again, in
+    /// its place by how long it has waited. Against a hook that refuses withdrawals the
+    /// turns go stale as before.
+    pub fn withdraw(upstream: &Arc<Upstream>, addr: &str, terms: &Arc<PlaceTerms>, refusals_seen: u64) {
+        let places = &upstream.places;
+        if !places.refused.load(Ordering::SeqCst) || places.takes_no_withdrawals.load(Ordering::Relaxed) {
+            return;
+        }
+        let (upstream, addr, terms) = (Arc::clone(upstream), addr.to_owned(), Arc::clone(terms));
+        tokio::spawn(async move {
+            let places = &upstream.places;
+            let held = places.held.lock().await;
+            // A claim refused meanwhile is a request waiting here again: its turn stays.
+            let refused_since = places.refusals.load(Ordering::SeqCst) != refusals_seen;
+            if refused_since
+                || !places.refused.load(Ordering::SeqCst)
+                || places.probing.load(Ordering::Acquire)
+            {
+                return;
+            }
+            let claim = Claim { withdraw: true, ..terms.claim(*held, 0, Turn::default()) };
+            match terms.channel.claim(&addr, &claim, ANSWER_WITHIN).await {
+                Ok(_) => {
+                    places.answered();
+                    places.refused.store(false, Ordering::SeqCst);
+                    terms.metrics.count_place_claim("withdrawn");
+                }
+                // Not heard: the turn goes stale at the engine.
+                Err(HookError::Unreachable { .. }) => {}
+                Err(error) => {
+                    tracing::debug!(engine = %addr, %error,
+                        "places: the hook takes no withdrawals; this replica's turns there go stale instead");
+                    places.takes_no_withdrawals.store(true, Ordering::Relaxed);
+                }
+            }
+        });
+    }
+
+    /// Refusals so far at this engine (for [`withdraw`](Self::withdraw)).
+    pub fn refusals(&self) -> u64 {
+        self.refusals.load(Ordering::SeqCst)
+    }
+
+    /// Whether this replica's last claim at the engine was refused (its turn kept there).
+    pub fn refused(&self) -> bool {
+        self.refused.load(Ordering::SeqCst)
     }
 
     /// What a claim's answer makes of the holding and of this engine's state.

@@ -1,7 +1,16 @@
 use super::*;
 
 fn claim(holder: &str, held: u32, want: u32, limit: u32) -> Claim {
-    Claim { holder: holder.into(), held, want, limit, lease_s: 10.0, waited_s: 0.0, class: 1 }
+    Claim {
+        holder: holder.into(),
+        held,
+        want,
+        limit,
+        lease_s: 10.0,
+        waited_s: 0.0,
+        class: 1,
+        withdraw: false,
+    }
 }
 
 fn granted(granted: bool, held: u32, total: u32) -> Granted {
@@ -143,6 +152,41 @@ fn a_turn_that_moves_back_opens_the_kept_place_to_the_waiter_it_went_before() {
     assert!(!p.claim(&at("b", 0.01), 0.05).granted);
     assert_eq!(p.freed(), seen + 1);
     assert!(p.claim(&at("c", 0.05), 0.06).granted);
+}
+
+#[test]
+fn a_withdrawn_turn_holds_nothing_back_and_wakes_the_waiter_it_went_before() {
+    let mut p = Places::default();
+    let at = |holder: &str, waited_s: f64| Claim { waited_s, ..claim(holder, 0, 1, 1) };
+    p.claim(&claim("a", 0, 1, 1), 0.0);
+    assert!(!p.claim(&at("b", 0.0), 0.0).granted);
+    let after = p.claim(&at("c", 0.0), 0.01).freed;
+    // a's request ends; the place is kept for b, whose request meanwhile got a place at
+    // another engine.
+    p.claim(&claim("a", 0, 0, 1), 0.02);
+    assert_eq!(p.claim(&at("c", 0.02), 0.03).ahead, 1, "kept for b");
+    assert!(!p.wakes(&wait_of(Some("c"), after)));
+    // A report without the withdrawal keeps b's turn; with it, the turn goes at once (long
+    // before it would go stale), and c's wait wakes.
+    p.claim(&claim("b", 0, 0, 1), 0.04);
+    assert_eq!(p.claim(&at("c", 0.04), 0.05).ahead, 1, "a plain report keeps the turn");
+    p.claim(&Claim { withdraw: true, ..claim("b", 0, 0, 1) }, 0.06);
+    assert!(p.wakes(&wait_of(Some("c"), after)));
+    assert!(p.claim(&at("c", 0.07), 0.07).granted);
+    // Withdrawing a turn not held, or with a place asked for, moves nothing.
+    let seen = p.freed();
+    p.claim(&Claim { withdraw: true, ..claim("d", 0, 0, 1) }, 0.08);
+    assert_eq!(p.freed(), seen);
+    let asked = p.claim(&Claim { withdraw: true, ..at("d", 0.0) }, 0.09);
+    assert!(!asked.granted);
+    assert_eq!(p.claim(&at("e", 0.0), 0.1).ahead, 1, "d's turn stands: it asked for a place");
+    // Only a withdrawal carries the field, so a hook from before it reads every other claim.
+    let plain = serde_json::to_string(&claim("b", 0, 0, 1)).unwrap();
+    assert!(!plain.contains("withdraw"), "{plain}");
+    let from_before: Claim = serde_json::from_str(&plain).unwrap();
+    assert!(!from_before.withdraw);
+    let withdrawal = serde_json::to_string(&Claim { withdraw: true, ..claim("b", 0, 0, 1) }).unwrap();
+    assert!(withdrawal.contains(r#""withdraw":true"#), "{withdrawal}");
 }
 
 fn wait_of(holder: Option<&str>, after: u64) -> PlacesWait {

@@ -126,7 +126,7 @@ pub(super) const ADMISSION_REJECTED: Def = Def::counter(
 );
 pub(super) const PLACE_CLAIMS: Def = Def::counter(
     "meridian_admission_place_claims_total",
-    "Places claimed from engines' hooks before sending (`admission.places = \"engine\"`): `granted`, `refused` (the engine's limit is held, or a place is kept for a request at another replica that goes first; the request waits on), or `unanswered` (the hook did not answer).",
+    "Places claimed from engines' hooks before sending (`admission.places = \"engine\"`): `granted`, `refused` (the engine's limit is held, or a place is kept for a request at another replica that goes first; the request waits on), `unanswered` (the hook did not answer), or `withdrawn` (a turn given up at an engine that had refused a request since granted a place elsewhere).",
 );
 pub(super) const PLACE_WAITS: Def = Def::counter(
     "meridian_admission_place_waits_total",

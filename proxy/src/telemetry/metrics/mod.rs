@@ -323,7 +323,8 @@ impl Metrics {
         self.count_in(&self.handovers, catalogue::HANDOVERS, "outcome", outcome);
     }
 
-    /// A place claimed from an engine's hook: `granted`, `refused` or `unanswered`.
+    /// A place claimed from an engine's hook: `granted`, `refused` or `unanswered`; or a
+    /// turn given up there: `withdrawn`.
     pub fn count_place_claim(&self, outcome: &'static str) {
         self.count_in(&self.place_claims, catalogue::PLACE_CLAIMS, "outcome", outcome);
     }

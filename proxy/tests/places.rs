@@ -32,10 +32,21 @@ async fn slow_twin(secret: Option<&str>) -> TwinServer {
 
 /// A replica in front of `twin` whose hook is the twin's own address, `max_streams` 2.
 async fn replica(twin: &TwinServer, tweak: impl FnOnce(&mut MeridianConfig)) -> meridian_proxy::Server {
+    replica_of(&[twin], tweak).await
+}
+
+/// A replica in front of `twins`, each engine's hook its twin's own address,
+/// `max_streams` 2.
+async fn replica_of(
+    twins: &[&TwinServer],
+    tweak: impl FnOnce(&mut MeridianConfig),
+) -> meridian_proxy::Server {
     // SAFETY: every test here sets the same value before anything reads it.
     unsafe { std::env::set_var(TOKEN_ENV, "places-secret") };
-    let mut cfg = config_for(&[twin.url()]);
-    cfg.upstream.endpoints[0].hook = Some(twin.addr.to_string());
+    let mut cfg = config_for(&twins.iter().map(|t| t.url()).collect::<Vec<_>>());
+    for (endpoint, twin) in cfg.upstream.endpoints.iter_mut().zip(twins) {
+        endpoint.hook = Some(twin.addr.to_string());
+    }
     cfg.upstream.health_interval_s = 0.1;
     cfg.hook.token_env = TOKEN_ENV.into();
     cfg.admission.enabled = true;
@@ -293,20 +304,7 @@ async fn raw_claim(twin: &TwinServer, holder: &str, held: u32, want: u32) -> mer
 #[tokio::test]
 async fn a_replica_whose_request_got_a_place_elsewhere_withdraws_its_turn_at_the_full_engine() {
     let (e1, e2) = (slow_twin(Some("places-secret")).await, slow_twin(Some("places-secret")).await);
-    let b = {
-        // SAFETY: every test here sets the same value before anything reads it.
-        unsafe { std::env::set_var(TOKEN_ENV, "places-secret") };
-        let mut cfg = config_for(&[e1.url(), e2.url()]);
-        cfg.upstream.endpoints[0].hook = Some(e1.addr.to_string());
-        cfg.upstream.endpoints[1].hook = Some(e2.addr.to_string());
-        cfg.upstream.health_interval_s = 0.1;
-        cfg.hook.token_env = TOKEN_ENV.into();
-        cfg.admission.enabled = true;
-        cfg.admission.max_streams = Some(1);
-        cfg.admission.queue_timeout_s = 20.0;
-        cfg.admission.places = PlacesFrom::Engine;
-        start_proxy(cfg).await
-    };
+    let b = replica_of(&[&e1, &e2], |c| c.admission.max_streams = Some(1)).await;
     // Another replica holds both engines' only place.
     assert!(raw_claim(&e1, "other", 0, 1).await.granted && raw_claim(&e2, "other", 0, 1).await.granted);
     let waiting = tokio::spawn({

@@ -304,7 +304,13 @@ async fn raw_claim(twin: &TwinServer, holder: &str, held: u32, want: u32) -> mer
 #[tokio::test]
 async fn a_replica_whose_request_got_a_place_elsewhere_withdraws_its_turn_at_the_full_engine() {
     let (e1, e2) = (slow_twin(Some("places-secret")).await, slow_twin(Some("places-secret")).await);
-    let b = replica_of(&[&e1, &e2], |c| c.admission.max_streams = Some(1)).await;
+    let b = replica_of(&[&e1, &e2], |c| {
+        c.admission.max_streams = Some(1);
+        // Probes that time out after 0.1 s on a busy machine would mark both twins down
+        // (and fail the waiting request) before the places are what is tested.
+        c.upstream.health_interval_s = 1.0;
+    })
+    .await;
     // Another replica holds both engines' only place.
     assert!(raw_claim(&e1, "other", 0, 1).await.granted && raw_claim(&e2, "other", 0, 1).await.granted);
     let waiting = tokio::spawn({
@@ -323,7 +329,8 @@ async fn a_replica_whose_request_got_a_place_elsewhere_withdraws_its_turn_at_the
     // its turn at e1 at once instead of letting it hold e1's next place a while.
     raw_claim(&e2, "other", 0, 0).await;
     let got = tokio::time::timeout(Duration::from_secs(5), waiting).await.expect("b let through").unwrap();
-    assert_eq!(got.status(), 200);
+    let status = got.status();
+    assert_eq!(status, 200, "{}", got.text().await.unwrap_or_default());
     eventually("b withdrew its turn at e1", || claims(&b, "withdrawn") == 1.0).await;
     assert_eq!(raw_claim(&e1, "probe", 0, 1).await.ahead, 0, "e1 still keeps a turn for b");
     drop(got);

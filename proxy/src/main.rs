@@ -193,16 +193,25 @@ mod twin {
         cfg: &meridian_proxy::config::TwinConfig,
         config_dir: Option<&std::path::Path>,
     ) -> Result<meridian_sim::server::TwinServer, String> {
-        let profile = meridian_sim::profile(&cfg.profile).map_err(|e| format!("twin.profile: {e}"))?;
-        let workload = match &cfg.workload {
-            Some(p) => {
-                let path = match config_dir {
-                    Some(dir) if std::path::Path::new(p).is_relative() => dir.join(p),
-                    _ => std::path::PathBuf::from(p),
-                };
-                meridian_sim::workload::WorkloadSpec::from_file(&path)
-                    .map_err(|e| format!("twin.workload: {e}"))?
+        let beside_config = |p: &str| match config_dir {
+            Some(dir) if std::path::Path::new(p).is_relative() => dir.join(p),
+            _ => std::path::PathBuf::from(p),
+        };
+        let profile = match &cfg.profile_file {
+            None => meridian_sim::profile(&cfg.profile).map_err(|e| format!("twin.profile: {e}"))?,
+            Some(file) => {
+                let path = beside_config(file);
+                let all = meridian_sim::cost::profiles_from_file(&path)
+                    .map_err(|e| format!("twin.profile_file: {e}"))?;
+                let known = all.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ");
+                all.into_iter().find(|p| p.name == cfg.profile).ok_or_else(|| {
+                    format!("twin.profile: {:?} is not in {} (it has: {known})", cfg.profile, path.display())
+                })?
             }
+        };
+        let workload = match &cfg.workload {
+            Some(p) => meridian_sim::workload::WorkloadSpec::from_file(&beside_config(p))
+                .map_err(|e| format!("twin.workload: {e}"))?,
             None => meridian_sim::workload::WorkloadSpec::default(),
         };
         let opts = meridian_sim::server::TwinOptions {

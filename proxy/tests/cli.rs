@@ -109,11 +109,13 @@ fn the_twin_is_refused_beside_real_upstreams() {
     assert!(err.contains("twin.enabled"), "{err}");
 }
 
-#[test]
-fn serve_twin_answers_say_they_are_simulated() {
+/// `meridian serve --twin` with `extra` arguments, running: the child, its URL, and
+/// whether it said it serves simulated answers before it listened.
+fn serve_twin(extra: &[&str]) -> (std::process::Child, String, bool) {
     use std::io::{BufRead, BufReader};
     let mut child = Command::new(env!("CARGO_BIN_EXE_meridian"))
         .args(["serve", "--twin", "--listen", "127.0.0.1:0", "--set", "twin.speed=50", "--log-level", "warn"])
+        .args(extra)
         .current_dir(std::env::temp_dir())
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -127,6 +129,12 @@ fn serve_twin_answers_say_they_are_simulated() {
             break rest.trim().to_owned();
         }
     };
+    (child, url, said_simulated)
+}
+
+#[test]
+fn serve_twin_answers_say_they_are_simulated() {
+    let (mut child, url, said_simulated) = serve_twin(&[]);
     assert!(said_simulated);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let c = reqwest::Client::builder().no_proxy().build().unwrap();
@@ -170,4 +178,41 @@ fn a_missing_twin_workload_file_is_reported_before_serving() {
     );
     assert_eq!(code, 2);
     assert!(err.contains("twin.workload: cannot read /nonexistent/wl.toml"), "{err}");
+}
+
+#[test]
+fn the_twin_steps_on_a_measured_profile_from_a_file() {
+    let measured =
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/src/benchmarks/gpu-step-curve/fitted-profile.toml");
+    let file = format!("twin.profile_file={measured}");
+    let (mut child, url, _) = serve_twin(&["--set", &file, "--set", "twin.profile=h100-qwen3-8b-pytorch"]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let answer = rt.block_on(async {
+        let body = serde_json::json!({"model": "Qwen/Qwen3-8B", "max_tokens": 8,
+            "messages": [{"role": "user", "content": "hi"}]});
+        let c = reqwest::Client::builder().no_proxy().build().unwrap();
+        c.post(format!("{url}/v1/chat/completions")).json(&body).send().await.unwrap()
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(answer.status(), 200);
+    let header = answer.headers().get("x-meridian-simulated").map(|v| v.to_str().unwrap().to_owned());
+    assert_eq!(header.as_deref(), Some("meridian-twin/h100-qwen3-8b-pytorch"));
+    // A name the file does not hold is refused before serving, with what it does hold.
+    let (code, _, err) = meridian(
+        &[
+            "serve",
+            "--twin",
+            "--listen",
+            "127.0.0.1:0",
+            "--set",
+            &file,
+            "--set",
+            "twin.profile=h100-qwen3-8b",
+        ],
+        &[],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("twin.profile: \"h100-qwen3-8b\" is not in"), "{err}");
+    assert!(err.contains("it has: h100-qwen3-8b-pytorch"), "{err}");
 }

@@ -335,3 +335,44 @@ async fn a_replica_whose_request_got_a_place_elsewhere_withdraws_its_turn_at_the
     assert_eq!(raw_claim(&e1, "probe", 0, 1).await.ahead, 0, "e1 still keeps a turn for b");
     drop(got);
 }
+
+#[tokio::test]
+async fn a_retry_goes_only_where_the_engine_grants_it_a_place() {
+    let engine = slow_twin(Some("places-secret")).await;
+    // An engine without the hook that refuses the request (503), so it is retried.
+    let refusing = meridian_mock_upstream::MockUpstream::start(mock_options()).await.unwrap();
+    // SAFETY: every test here sets the same value before anything reads it.
+    unsafe { std::env::set_var(TOKEN_ENV, "places-secret") };
+    let mut cfg = config_for(&[refusing.url(), engine.url()]);
+    cfg.upstream.endpoints[1].hook = Some(engine.addr.to_string());
+    cfg.upstream.health_interval_s = 1.0;
+    cfg.hook.token_env = TOKEN_ENV.into();
+    cfg.admission.enabled = true;
+    cfg.admission.max_streams = Some(1);
+    cfg.admission.queue_timeout_s = 20.0;
+    cfg.admission.places = PlacesFrom::Engine;
+    let b = start_proxy(cfg).await;
+    let send = || {
+        client()
+            .post(format!("http://{}/v1/chat/completions", b.local_addr))
+            .header("x-mock-status", "503")
+            .json(&chat(json!({})))
+            .send()
+    };
+    // Another replica holds the engine's only place: the request refused by the other
+    // upstream has nowhere to go, and says the client may try again.
+    assert!(raw_claim(&engine, "other", 0, 1).await.granted);
+    let got = tokio::time::timeout(Duration::from_secs(10), send()).await.expect("answered").unwrap();
+    assert_eq!(got.status(), 502, "{}", got.text().await.unwrap_or_default());
+    assert_eq!(got.headers()["x-meridian-retry-safe"], "true");
+    holds(&engine, 0.0).await;
+    assert_eq!(held_by(&engine).await, 0.0, "the retry took the engine past its limit");
+    // With the place free, the retry claims it there and is served.
+    raw_claim(&engine, "other", 0, 0).await;
+    let granted = claims(&b, "granted").max(0.0);
+    let got = tokio::time::timeout(Duration::from_secs(10), send()).await.expect("answered").unwrap();
+    assert_eq!(got.status(), 200);
+    assert_eq!(claims(&b, "granted"), granted + 1.0, "served without a place");
+    holds(&engine, 1.0).await;
+    drop(got);
+}

@@ -340,7 +340,7 @@ impl Admission {
         match EnginePlaces::claim(&upstream, addr, terms, turn, &notice).await {
             Claimed::Granted => {
                 self.metrics.count_place_claim("granted");
-                self.withdraw_turns(&upstream, terms);
+                self.withdraw_turns(Some(&upstream), terms);
                 Some(guard.with_place(Place::new(Arc::clone(terms))))
             }
             Claimed::Refused => {
@@ -361,12 +361,41 @@ impl Admission {
         }
     }
 
-    /// After a place was granted at `granted`: with nobody left waiting in this replica's
-    /// queue, gives up the turns its refused claims keep at the other engines
-    /// ([`EnginePlaces::withdraw`]), which would otherwise hold their next freed place for
-    /// a request that no longer needs it.
-    fn withdraw_turns(&self, granted: &Arc<Upstream>, terms: &Arc<PlaceTerms>) {
-        let kept = |u: &&Arc<Upstream>| !Arc::ptr_eq(u, granted) && u.places.refused();
+    /// An upstream for another attempt at an admitted request whose attempt at `tried`'s
+    /// last upstream failed before its first byte: one with room (as [`admit`](Self::admit)
+    /// decides room), not tried yet, whose engine grants it a place when
+    /// `admission.places = "engine"`, so a retry never takes an engine past its limit. It
+    /// does not wait in line: the request waited its turn once, and its failure is one the
+    /// client may retry. An engine that refuses the place counts as tried. `None`: no
+    /// upstream left with room; the turns its refused claims took are given back (nobody
+    /// waits for them).
+    pub async fn retry_at(
+        &self,
+        want: Want<'_>,
+        tried: &mut Vec<Arc<Upstream>>,
+        class: Class,
+    ) -> Option<InFlight> {
+        let open = |u: &Upstream| !self.limits.saturated(u);
+        while let Ok(guard) = self.pool.pick_where(want, tried, &self.metrics, open) {
+            let upstream = Arc::clone(guard.upstream());
+            let turn = Turn { class: class as u8, waited: Duration::ZERO };
+            match self.claim_place(guard, turn).await {
+                Some(guard) => return Some(guard),
+                None => tried.push(upstream),
+            }
+        }
+        if let Some(terms) = &self.limits.places {
+            self.withdraw_turns(None, terms);
+        }
+        None
+    }
+
+    /// After a place was granted at `granted` (or a retry gave up: `None`): with nobody
+    /// left waiting in this replica's queue, gives up the turns its refused claims keep at
+    /// the other engines ([`EnginePlaces::withdraw`]), which would otherwise hold their
+    /// next freed place for a request that no longer needs it.
+    fn withdraw_turns(&self, granted: Option<&Arc<Upstream>>, terms: &Arc<PlaceTerms>) {
+        let kept = |u: &&Arc<Upstream>| !granted.is_some_and(|g| Arc::ptr_eq(u, g)) && u.places.refused();
         if !self.pool.all().iter().any(|u| kept(&u)) {
             return;
         }

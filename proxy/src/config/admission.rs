@@ -60,8 +60,8 @@ pub struct AdmissionConfig {
     /// limit when told `replicas`). `engine`: before each request is sent, the engine's hook
     /// grants it one of the limit's places, counting every replica's (ADR 0013), so replicas
     /// share the places by need and together never pass the limit, however many run
-    /// (autoscaled included; answers handed over at the end of a thought and retries go
-    /// without a place). It costs one round trip to the hook per admitted request. Needs the
+    /// (autoscaled included; answers handed over at the end of a thought go without a
+    /// place; a retry claims one). It costs one round trip to the hook per admitted request. Needs the
     /// hook's channel (`upstream.endpoints[].hook`, one per engine); an engine whose hook
     /// takes no claims is decided as under `replica` until it does.
     pub places: PlacesFrom,
@@ -69,7 +69,7 @@ pub struct AdmissionConfig {
     /// place (the hook answers the wait as soon as one is there for this replica) beside
     /// asking again every 25 ms, and sends its next request to the engine that woke it.
     /// Off by default: measured on the fleet bench, the waits gained nothing a user feels
-    /// (TTFT p99 with them over without 1.01x to 1.15x, one of four intervals above 1 and
+    /// (TTFT p99 with them over without 1.00x to 1.29x, three of four intervals above 1 and
     /// none below; ADR 0013).
     pub place_waits: bool,
 }

@@ -22,8 +22,18 @@ pub struct TwinConfig {
     #[schemars(extend("x-range" = "only with no `upstream.endpoints`"))]
     pub enabled: bool,
     /// Cost model of the embedded twin; used only with `twin.enabled`.
-    #[schemars(length(min = 1), extend("x-range" = "a profile in `loadtest/twin/profiles.toml`"))]
+    #[schemars(
+        length(min = 1),
+        extend("x-range" = "a profile in `loadtest/twin/profiles.toml`, or in `twin.profile_file` when set")
+    )]
     pub profile: String,
+    /// A file of cost-model profiles to take `twin.profile` from instead of the built-in
+    /// ones, relative to the config file: the format of `loadtest/twin/profiles.toml`, as
+    /// `meridian-sim calibrate` writes one from an engine's measured steps (for example the
+    /// H100's, `docs/src/benchmarks/gpu-step-curve/fitted-profile.toml`), so the twin steps
+    /// as your own GPU does. Unset: the built-in profiles.
+    #[schemars(length(min = 1), extend("x-kind" = "path", "x-range" = "existing file"))]
+    pub profile_file: Option<String>,
     /// Model name the twin serves and the proxy resolves to a family.
     #[schemars(length(min = 1))]
     pub served_model: String,
@@ -46,6 +56,7 @@ impl Default for TwinConfig {
         TwinConfig {
             enabled: false,
             profile: "h100-qwen3-8b".into(),
+            profile_file: None,
             served_model: "Qwen/Qwen3-8B".into(),
             speed: 1.0,
             seed: 0,
@@ -71,6 +82,9 @@ impl TwinConfig {
         c.policy("twin.policy", &self.policy);
         if self.profile.trim().is_empty() {
             c.fail("twin.profile", "must name a profile");
+        }
+        if self.profile_file.as_deref().is_some_and(|f| f.trim().is_empty()) {
+            c.fail("twin.profile_file", "must name a file when set");
         }
         if self.workload.as_deref().is_some_and(|w| w.trim().is_empty()) {
             c.fail("twin.workload", "must name a file when set");

@@ -1,7 +1,10 @@
 //! Sends a request upstream. Attempts move to another healthy upstream only while the
 //! failure is retry-safe ([`ProxyError::retry_safe`]): connection failures and 502/503
 //! answers. A timeout is not retried, since the engine may well be working on the
-//! request and a second copy would only add load.
+//! request and a second copy would only add load. A request that admission let through
+//! is retried only where admission finds room and, with the engine's places, a place
+//! ([`Admission::retry_at`](crate::admission::Admission::retry_at)): a retry must not take
+//! an engine past its limit any more than a first attempt.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,6 +13,7 @@ use axum::http::{HeaderMap, HeaderValue, Method};
 use bytes::Bytes;
 use meridian_core::Outcome;
 
+use crate::ctx::Class;
 use crate::error::ProxyError;
 use crate::request_id::REQUEST_ID;
 use crate::state::AppState;
@@ -33,6 +37,9 @@ pub struct UpstreamRequest<'a> {
     pub want: Want<'a>,
     /// The upstream of the first attempt, already chosen (by admission control).
     pub first: Option<InFlight>,
+    /// The admission class of a request admission let through (`first`): its retries
+    /// go through admission too.
+    pub admitted: Option<Class>,
     /// The request's span, parent of each attempt's (`Span::none()`: untraced).
     pub span: tracing::Span,
 }
@@ -57,9 +64,12 @@ pub async fn send_with_retries(state: &AppState, mut req: UpstreamRequest<'_>) -
     let mut tried: Vec<Arc<Upstream>> = Vec::new();
     let mut last_error = ProxyError::NoHealthyUpstream;
     for attempt in 0..cfg.max_attempts {
-        let picked = match req.first.take() {
-            Some(g) => Ok(g),
-            None => state.pool.pick(req.want, &tried, &state.metrics),
+        let picked = match (req.first.take(), req.admitted) {
+            (Some(g), _) => Ok(g),
+            (None, Some(class)) if attempt > 0 => {
+                state.admission.retry_at(req.want, &mut tried, class).await.ok_or(NoPick::Saturated)
+            }
+            (None, _) => state.pool.pick(req.want, &tried, &state.metrics),
         };
         let guard = match picked {
             Ok(g) => g,

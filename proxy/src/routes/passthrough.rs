@@ -48,6 +48,7 @@ pub async fn passthrough(State(state): State<Arc<AppState>>, req: Request) -> Re
                 request_id: &id,
                 want: Want::model(None),
                 first: None,
+                admitted: None,
                 // Untracked routes have no request span: the client's trace context
                 // passes through as it came.
                 span: tracing::Span::none(),

@@ -244,7 +244,9 @@ fn summary(md: &mut String, s: &Settings, rounds: &[Vec<Run>]) {
          waits in its replica's queue until a place frees (its own replica's at once; another's \
          when the replica next asks, every 25 ms); a freed place is kept for the \
          request that has waited longest at any replica (its class first) while its replica \
-         still asks, as one queue would order them. That is how the proxy ships; with \
+         still asks, as one queue would order them (a replica whose request got a place at \
+         another engine, with nothing else waiting, withdraws its turn at once). That is how \
+         the proxy ships; with \
          `admission.place_waits` a refused replica also waits on the engine, which wakes it \
          as soon as a place is there for it (only the replica whose request the place is kept \
          for), one round trip later, and sends its next request to that engine whatever its \

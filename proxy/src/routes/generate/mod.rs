@@ -188,6 +188,7 @@ async fn serve(
             hook_body: prepared.hook_body.take(),
             request_id: &ctx.arrival.request_id,
             want: Want { model: Some(&ctx.model), affinity: ctx.affinity_key.as_deref(), work: ctx.work() },
+            admitted: first.is_some().then_some(ctx.class),
             first,
             span: ctx.span().clone(),
         },

@@ -5,8 +5,10 @@
 //!   FLOOD_ROUNDS=1 FLOOD_VICTIMS=200 scripts/bench-tenants.sh       a quick look
 //!
 //! The proxy (`meridian serve --twin`, the release build) runs in front of its embedded
-//! engine twin (the H100 Qwen3-8B profile, real time) with admission on, the engine's
-//! limit `FLOOD_STREAMS` streams. Two tenants send open-loop Poisson arrivals through it:
+//! engine twin (real time) with admission on, the engine's limit `FLOOD_STREAMS` streams.
+//! The twin steps as the H100 measured on the [GPU step-time curve] (`FLOOD_PROFILE_FILE`,
+//! by default that page's fitted profile, and `FLOOD_PROFILE`, its name there), or on a
+//! built-in profile (`FLOOD_PROFILE_FILE=` empty, `FLOOD_PROFILE=h100-qwen3-8b`). Two tenants send open-loop Poisson arrivals through it:
 //! the victim at `FLOOD_VICTIM_LOAD` of the capacity measured first, the flood at
 //! `FLOOD_LOAD` of it. Every request thinks `think` tokens (its `thinking_token_budget`)
 //! and answers `answer` tokens (its `max_tokens`), drawn per request from the seed, so the
@@ -61,7 +63,15 @@ pub(crate) struct Settings {
     /// `upstream.health_interval_s`: how often the proxy reads the engine's own count.
     pub(crate) health_s: f64,
     pub(crate) lengths: RandomLengths,
+    /// The twin's cost model (`twin.profile`), from `profile_file` when set.
+    pub(crate) profile: String,
+    /// `twin.profile_file`: a measured profile; `None`, the built-in ones.
+    pub(crate) profile_file: Option<PathBuf>,
 }
+
+/// The H100's measured step-time profile (docs/src/benchmarks/gpu-step-curve.md) and its name.
+pub(crate) const MEASURED_PROFILE: (&str, &str) =
+    ("docs/src/benchmarks/gpu-step-curve/fitted-profile.toml", "h100-qwen3-8b-pytorch");
 
 impl Settings {
     fn from_env() -> Self {
@@ -74,6 +84,12 @@ impl Settings {
             cap: env_or("FLOOD_CAP", env_or("FLOOD_STREAMS", 32u32) / 4),
             health_s: env_or("FLOOD_HEALTH_S", 0.25),
             lengths: RandomLengths { input: 200, output: 100, think: Some(300), range_ratio: 0.5 },
+            profile: std::env::var("FLOOD_PROFILE").unwrap_or_else(|_| MEASURED_PROFILE.1.to_owned()),
+            profile_file: match std::env::var("FLOOD_PROFILE_FILE") {
+                Ok(f) if f.is_empty() => None,
+                Ok(f) => Some(PathBuf::from(f)),
+                Err(_) => Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(MEASURED_PROFILE.0)),
+            },
         }
     }
 }
@@ -138,8 +154,8 @@ idle_timeout_s = 120.0
 first_byte_timeout_s = 120.0
 [twin]
 enabled = true
-profile = "h100-qwen3-8b"
-speed = 1.0
+profile = "{profile}"
+{profile_file}speed = 1.0
 workload = "{workload}"
 [admission]
 enabled = true
@@ -156,6 +172,11 @@ name = "flood"
 api_key_sha256 = ["{flood}"]
 {flood_cap}"#,
         workload = workload.display(),
+        profile = s.profile,
+        profile_file = s
+            .profile_file
+            .as_ref()
+            .map_or(String::new(), |f| format!("profile_file = \"{}\"\n", f.display())),
         streams = s.streams,
         health = s.health_s,
         enabled = cond != Condition::Off,

@@ -38,10 +38,30 @@ pub(crate) fn victims_of(runs: &[Run], c: Condition) -> &[RequestRecord] {
 
 pub(crate) fn report(s: &Settings, cap: f64, rounds: &[Vec<Run>], wall_s: f64) -> String {
     let mut md = String::new();
+    // The twin's profile is named only when it is not the default measured one.
+    let measured = s.profile_file.as_ref().is_some_and(|f| f.ends_with(crate::MEASURED_PROFILE.0))
+        && s.profile == crate::MEASURED_PROFILE.1;
+    let profile_env = match &s.profile_file {
+        Some(_) if measured => String::new(),
+        Some(f) => format!("FLOOD_PROFILE_FILE={} FLOOD_PROFILE={} ", f.display(), s.profile),
+        None => format!("FLOOD_PROFILE_FILE= FLOOD_PROFILE={} ", s.profile),
+    };
     let cmd = format!(
-        "FLOOD_ROUNDS={} FLOOD_VICTIMS={} FLOOD_VICTIM_LOAD={} FLOOD_LOAD={} FLOOD_STREAMS={} scripts/bench-tenants.sh",
+        "{profile_env}FLOOD_ROUNDS={} FLOOD_VICTIMS={} FLOOD_VICTIM_LOAD={} FLOOD_LOAD={} FLOOD_STREAMS={} scripts/bench-tenants.sh",
         s.rounds, s.victims, s.victim_load, s.flood_load, s.streams
     );
+    let profile = if measured {
+        format!(
+            "stepping as the H100 measured on the [GPU step-time curve](gpu-step-curve.md): its fitted \
+             profile `{}`, in which a step costs the same up to 192 tokens (the weight-read floor)",
+            s.profile
+        )
+    } else {
+        match &s.profile_file {
+            Some(f) => format!("on the `{}` profile of `{}`", s.profile, f.display()),
+            None => format!("on the built-in `{}` profile", s.profile),
+        }
+    };
     let think = s.lengths.think.unwrap_or(0);
     let _ = write!(
         md,
@@ -50,7 +70,7 @@ pub(crate) fn report(s: &Settings, cap: f64, rounds: &[Vec<Run>], wall_s: f64) -
          ```text\n{cmd}\n```\n\n\
          Does a tenant that sends {flood:.1}× what the engine can serve slow another tenant's \
          answers down? The proxy (release build) runs in front of its embedded engine twin \
-         (the `h100-qwen3-8b` profile, in real time) with admission on and the engine's limit \
+         ({profile}, in real time) with admission on and the engine's limit \
          at {streams} streams; its capacity there, measured first in a closed loop, is \
          **{cap:.2} requests/s**. The victim tenant sends {victims} requests at {vl:.0}% of \
          that (Poisson arrivals), the flood tenant {flood:.1}× it over the same span. Every \
@@ -178,16 +198,22 @@ pub(crate) fn report(s: &Settings, cap: f64, rounds: &[Vec<Run>], wall_s: f64) -
          victim's steps are those of a full batch (its time per output token). `capped` keeps \
          {free} of the engine's slots out of the flood's reach, so the victim finds a free one at \
          once, and the batch stays smaller; its verdict holds for this cap, which leaves the \
-         victim the slots its own traffic needs, and a looser cap moves it. The twin's H100 \
-         profile charges every token of a step (6 ms plus 33 µs a token), while a measured H100 \
-         step costs the same up to ~192 tokens ([GPU step-time curve](gpu-step-curve.md)): on a \
-         GPU the batch part of the flood's cost should be smaller than here, and the wait for a \
-         slot remains.\n\n\
+         victim the slots its own traffic needs, and a looser cap moves it. {batch}\n\n\
          These are the twin's figures: the proxy, its queue and the tenants' limits are the \
          real ones (the release binary), the engine is simulated. Limits and fair shares are \
          per proxy replica ([Tenants](../architecture/tenants.md)).",
         streams = s.streams,
         free = s.streams - s.cap,
+        batch = if measured {
+            "The twin steps as the measured H100 does, so a larger batch of decodes costs a step \
+             little until its tokens pass the weight-read floor; what the flood's requests add to \
+             the victim's steps is mostly their prompts' chunks."
+        } else {
+            "This profile charges every token of a step (its fixed part plus a cost per token), \
+             while a measured H100 step costs the same up to ~192 tokens ([GPU step-time \
+             curve](gpu-step-curve.md)): on a GPU the batch part of the flood's cost should be \
+             smaller than here, and the wait for a slot remains."
+        },
     );
     md
 }

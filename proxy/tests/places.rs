@@ -41,11 +41,21 @@ async fn replica_of(
     twins: &[&TwinServer],
     tweak: impl FnOnce(&mut MeridianConfig),
 ) -> meridian_proxy::Server {
+    let engines: Vec<_> = twins.iter().map(|t| (t.url(), Some(t.addr.to_string()))).collect();
+    replica_in_front_of(&engines, tweak).await
+}
+
+/// A replica in front of `engines` (each its URL and, for one with the hook, the
+/// channel's address), asking them for places, `max_streams` 2.
+async fn replica_in_front_of(
+    engines: &[(String, Option<String>)],
+    tweak: impl FnOnce(&mut MeridianConfig),
+) -> meridian_proxy::Server {
     // SAFETY: every test here sets the same value before anything reads it.
     unsafe { std::env::set_var(TOKEN_ENV, "places-secret") };
-    let mut cfg = config_for(&twins.iter().map(|t| t.url()).collect::<Vec<_>>());
-    for (endpoint, twin) in cfg.upstream.endpoints.iter_mut().zip(twins) {
-        endpoint.hook = Some(twin.addr.to_string());
+    let mut cfg = config_for(&engines.iter().map(|(url, _)| url.clone()).collect::<Vec<_>>());
+    for (endpoint, (_, hook)) in cfg.upstream.endpoints.iter_mut().zip(engines) {
+        endpoint.hook = hook.clone();
     }
     cfg.upstream.health_interval_s = 0.1;
     cfg.hook.token_env = TOKEN_ENV.into();
@@ -341,17 +351,12 @@ async fn a_retry_goes_only_where_the_engine_grants_it_a_place() {
     let engine = slow_twin(Some("places-secret")).await;
     // An engine without the hook that refuses the request (503), so it is retried.
     let refusing = meridian_mock_upstream::MockUpstream::start(mock_options()).await.unwrap();
-    // SAFETY: every test here sets the same value before anything reads it.
-    unsafe { std::env::set_var(TOKEN_ENV, "places-secret") };
-    let mut cfg = config_for(&[refusing.url(), engine.url()]);
-    cfg.upstream.endpoints[1].hook = Some(engine.addr.to_string());
-    cfg.upstream.health_interval_s = 1.0;
-    cfg.hook.token_env = TOKEN_ENV.into();
-    cfg.admission.enabled = true;
-    cfg.admission.max_streams = Some(1);
-    cfg.admission.queue_timeout_s = 20.0;
-    cfg.admission.places = PlacesFrom::Engine;
-    let b = start_proxy(cfg).await;
+    let engines = [(refusing.url(), None), (engine.url(), Some(engine.addr.to_string()))];
+    let b = replica_in_front_of(&engines, |c| {
+        c.admission.max_streams = Some(1);
+        c.upstream.health_interval_s = 1.0;
+    })
+    .await;
     let send = || {
         client()
             .post(format!("http://{}/v1/chat/completions", b.local_addr))

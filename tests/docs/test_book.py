@@ -32,6 +32,7 @@ OPTIONAL_FIELDS = {
     "budget.think_tokens": "unset",
     "budget.think_seconds": "unset",
     "budget.per_family.*": "empty",
+    "twin.profile_file": "unset",
     "twin.workload": "unset",
     "admin.listen": "unset",
     "admission.max_streams": "unset",

@@ -224,6 +224,7 @@ mod twin {
             prefix_cache: None,
             channel_secret: None,
             place_waits: true,
+            place_turn_kept_s: meridian_core::channel::WAITING_STALE_S,
         };
         let policy = meridian_core::sched::policy_by_name(&cfg.policy)
             .ok_or_else(|| format!("twin.policy: unknown {:?}", cfg.policy))?;

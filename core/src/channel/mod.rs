@@ -26,7 +26,9 @@ use serde::{Deserialize, Serialize};
 
 pub use directives::{DirectiveTable, RequestDirectives};
 pub use ids::base_request_id;
-pub use places::{Claim, Granted, PLACES_PATH, PLACES_WAIT_PATH, Places, PlacesFreed, PlacesWait};
+pub use places::{
+    Claim, Granted, PLACES_PATH, PLACES_WAIT_PATH, Places, PlacesFreed, PlacesWait, WAITING_STALE_S,
+};
 
 /// The protocol major version this build speaks.
 pub const PROTOCOL_VERSION: u32 = 1;

@@ -189,15 +189,31 @@ impl Waiting {
 }
 
 /// The places an engine has granted, by holder, and the requests waiting for one.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Places {
     holders: HashMap<String, Holding>,
     waiting: HashMap<String, Waiting>,
     /// Openings so far: places given back or lapsed, and kept turns dropped.
     freed: u64,
+    /// How long a refused claim keeps its turn unasked ([`WAITING_STALE_S`] but in tests).
+    turn_kept_s: f64,
+}
+
+impl Default for Places {
+    fn default() -> Self {
+        Places { holders: HashMap::new(), waiting: HashMap::new(), freed: 0, turn_kept_s: WAITING_STALE_S }
+    }
 }
 
 impl Places {
+    /// A table whose refused claims keep their turn `turn_kept_s` unasked instead of
+    /// [`WAITING_STALE_S`]: for tests over real sockets on a busy machine, where a
+    /// replica's next ask can come later than a quarter of a second through no fault of
+    /// the table's.
+    pub fn keeping_turns_for(turn_kept_s: f64) -> Self {
+        Places { turn_kept_s, ..Places::default() }
+    }
+
     /// Answers `claim` at `now_s` (any monotonic clock in seconds, the same every call):
     /// lapsed holdings and stale waiters are dropped first; the claim is granted when
     /// every other holder's places, the places kept for the requests at other replicas
@@ -314,7 +330,8 @@ impl Places {
             keep
         });
         let waiters = self.waiting.len();
-        self.waiting.retain(|_, w| w.seen_s >= now_s - WAITING_STALE_S);
+        let kept_s = self.turn_kept_s;
+        self.waiting.retain(|_, w| w.seen_s >= now_s - kept_s);
         opened = opened.saturating_add((waiters - self.waiting.len()) as u64);
         self.freed = self.freed.saturating_add(opened);
     }

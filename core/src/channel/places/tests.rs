@@ -134,6 +134,18 @@ fn a_lapsed_holding_and_a_turn_no_one_asks_for_count_as_openings_as_time_passes(
 }
 
 #[test]
+fn a_table_keeping_turns_longer_lets_them_go_stale_only_after_that() {
+    let mut p = Places::keeping_turns_for(2.0);
+    p.claim(&claim("a", 0, 1, 1), 0.0);
+    assert!(!p.claim(&claim("b", 0, 1, 1), 0.0).granted);
+    let seen = p.freed();
+    p.tidy(WAITING_STALE_S + 0.5);
+    assert_eq!(p.freed(), seen, "unasked for longer than the default, b's turn stands");
+    p.tidy(2.01);
+    assert_eq!(p.freed(), seen + 1, "and goes once the table's own time is up");
+}
+
+#[test]
 fn a_turn_that_moves_back_opens_the_kept_place_to_the_waiter_it_went_before() {
     let mut p = Places::default();
     let at = |holder: &str, waited_s: f64| Claim { waited_s, ..claim(holder, 0, 1, 1) };

@@ -54,6 +54,10 @@ pub struct TwinOptions {
     /// again on their timer alone. The fleet bench measures the waits against their
     /// absence this way.
     pub place_waits: bool,
+    /// How long a refused replica's turn is kept unasked
+    /// ([`meridian_core::channel::WAITING_STALE_S`], as the hook): tests over sockets on a
+    /// busy machine lengthen it where they are not about turns going stale.
+    pub place_turn_kept_s: f64,
 }
 
 impl TwinOptions {
@@ -69,6 +73,7 @@ impl TwinOptions {
             prefix_cache: None,
             channel_secret: None,
             place_waits: true,
+            place_turn_kept_s: meridian_core::channel::WAITING_STALE_S,
         }
     }
 }
@@ -133,6 +138,7 @@ impl TwinServer {
         let engine = Engine::new(config, policy);
         let fingerprint: Arc<str> = format!("meridian-twin/{}", opts.profile.name).into();
         let simulated = HeaderValue::from_str(&fingerprint).map_err(std::io::Error::other)?;
+        let turn_kept_s = opts.place_turn_kept_s;
         let shared = Arc::new(Shared {
             core: Mutex::new(Core {
                 engine,
@@ -144,7 +150,7 @@ impl TwinServer {
             opts,
             started: Instant::now(),
             fingerprint,
-            places: Mutex::default(),
+            places: Mutex::new(meridian_core::channel::Places::keeping_turns_for(turn_kept_s)),
             places_freed: tokio::sync::watch::Sender::new(0),
         });
         let waits = shared.opts.place_waits;

@@ -55,6 +55,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), String> {
         prefix_cache,
         channel_secret,
         place_waits: !no_place_waits,
+        place_turn_kept_s: meridian_core::channel::WAITING_STALE_S,
     };
     let twin = TwinServer::start(opts, pick(&policy)?).await.map_err(|e| e.to_string())?;
     println!("listening on {} (engine twin, policy {})", twin.url(), twin.policy_name());

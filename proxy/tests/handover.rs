@@ -9,8 +9,9 @@
 mod support;
 
 use meridian_core::route::Role;
-use meridian_proxy::config::{Forcing, Handover, MeridianConfig};
-use meridian_sim::server::TwinServer;
+use meridian_proxy::config::{Forcing, Handover, MeridianConfig, PlacesFrom};
+use meridian_sim::server::{TwinOptions, TwinServer};
+use meridian_sim::workload::WorkloadSpec;
 use serde_json::json;
 use support::*;
 
@@ -167,6 +168,120 @@ async fn an_answer_with_no_upstream_to_go_to_stays_where_it_is() {
     assert_eq!(handovers(&proxy, "no_room"), 1.0);
     assert_eq!((served(&think).await.0, served(&answer).await.0), (1.0, 0.0));
     drop(held);
+}
+
+const PLACES_TOKEN_ENV: &str = "MERIDIAN_TEST_HANDOVER_PLACES_TOKEN";
+
+/// As [`twin`], serving the policy channel's places with the test's secret.
+async fn twin_granting_places() -> TwinServer {
+    // SAFETY: every test here sets the same value before anything reads it.
+    unsafe { std::env::set_var(PLACES_TOKEN_ENV, "handover-secret") };
+    let opts = TwinOptions {
+        channel_secret: Some("handover-secret".into()),
+        ..TwinOptions::local(
+            meridian_sim::profile("h100-qwen3-8b").unwrap(),
+            WorkloadSpec::fixed(20, 40, 6),
+            50.0,
+        )
+    };
+    TwinServer::start(opts, Box::new(meridian_core::sched::Fcfs)).await.unwrap()
+}
+
+/// A claim on `twin`'s only place, sent as another proxy replica would.
+async fn other_replica_holds(twin: &TwinServer, held: u32, want: u32) -> bool {
+    let hook = meridian_core::config::HookConfig { token_env: PLACES_TOKEN_ENV.into(), ..Default::default() };
+    let channel = meridian_proxy::hook::HookChannel::new(&hook, reqwest::Client::new());
+    let claim = meridian_core::channel::Claim {
+        holder: "other".into(),
+        held,
+        want,
+        limit: 1,
+        lease_s: 30.0,
+        waited_s: 0.0,
+        class: 1,
+        withdraw: false,
+    };
+    channel.claim(&twin.addr.to_string(), &claim, std::time::Duration::from_secs(2)).await.unwrap().granted
+}
+
+fn place_claims(proxy: &meridian_proxy::Server, outcome: &str) -> f64 {
+    let text = proxy.state.metrics.render();
+    sample(&text, "meridian_admission_place_claims_total", &[("outcome", outcome)]).unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn with_places_from_the_engine_an_answer_moves_only_to_a_place_the_answer_engine_grants() {
+    let (think, answer) = (twin_granting_places().await, twin_granting_places().await);
+    let proxy = proxy(&think, &answer, |c| {
+        for (endpoint, twin) in c.upstream.endpoints.iter_mut().zip([&think, &answer]) {
+            endpoint.hook = Some(twin.addr.to_string());
+        }
+        c.hook.token_env = PLACES_TOKEN_ENV.into();
+        c.admission.enabled = true;
+        c.admission.max_streams = Some(1);
+        c.admission.places = PlacesFrom::Engine;
+        // Probes that time out on a busy machine would take a twin out of rotation.
+        c.upstream.health_interval_s = 1.0;
+    })
+    .await;
+    // Another replica holds the answer engine's only place: this replica has room there
+    // by its own count, but the engine refuses the answer, which stays.
+    assert!(other_replica_holds(&answer, 0, 1).await);
+    let r = stream(&proxy, "/v1/chat/completions", chat(json!({}))).await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!((r.reasoning.len(), r.content.len()), (40, 6), "all from the think upstream");
+    assert_eq!((handovers(&proxy, "moved"), handovers(&proxy, "no_room")), (0.0, 1.0));
+    assert_eq!(place_claims(&proxy, "refused"), 1.0, "the answer engine was asked, and refused");
+    assert_eq!((served(&think).await.0, served(&answer).await.0), (1.0, 0.0));
+
+    // The other replica's request ends: the next answer claims the place, and moves,
+    // read as one stream as ever.
+    assert!(other_replica_holds(&answer, 0, 0).await);
+    let granted = place_claims(&proxy, "granted");
+    let r = stream(&proxy, "/v1/chat/completions", chat(json!({}))).await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.reasoning.len(), 40);
+    assert!(r.content.len() >= 6 && !r.reasoning_after_answer && r.done == 1, "{r:?}");
+    eventually("moved", || handovers(&proxy, "moved") == 1.0).await;
+    assert_eq!(place_claims(&proxy, "granted"), granted + 2.0, "a place at each engine, in turn");
+    assert_eq!((served(&think).await.0, served(&answer).await.0), (1.0, 1.0));
+    // Both places went back: the other replica may take the answer engine's again.
+    eventually("both places free", || in_flight(&proxy) == [0, 0]).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !other_replica_holds(&answer, 0, 1).await {
+        assert!(std::time::Instant::now() < deadline, "the answer's place was never given back");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_budget_cut_refused_a_place_at_the_answer_engine_answers_where_it_thought() {
+    let (think, answer) = (twin_granting_places().await, twin_granting_places().await);
+    let proxy = proxy(&think, &answer, |c| {
+        for (endpoint, twin) in c.upstream.endpoints.iter_mut().zip([&think, &answer]) {
+            endpoint.hook = Some(twin.addr.to_string());
+        }
+        c.hook.token_env = PLACES_TOKEN_ENV.into();
+        c.admission.enabled = true;
+        c.admission.max_streams = Some(1);
+        c.admission.places = PlacesFrom::Engine;
+        c.upstream.health_interval_s = 1.0;
+        c.budget.forcing = Forcing::Continuation;
+    })
+    .await;
+    assert!(other_replica_holds(&answer, 0, 1).await);
+    let r =
+        stream(&proxy, "/v1/chat/completions", chat(json!({"meridian": {"think_budget_tokens": 5}}))).await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert!(r.content.len() == 6 && !r.reasoning_after_answer && r.done == 1, "{r:?}");
+    // The thought ran on while the answer engine was asked (a round trip's worth of
+    // tokens past the budget; on a busy machine, at fifty times real time, maybe to its
+    // own end, after which the answer simply stays).
+    assert!((5..=40).contains(&r.reasoning.len()), "{}", r.reasoning.len());
+    assert_eq!((handovers(&proxy, "moved"), handovers(&proxy, "no_room")), (0.0, 1.0));
+    assert_eq!(place_claims(&proxy, "refused"), 1.0);
+    // The continuation went back to the think upstream, which still held the place.
+    assert_eq!((served(&think).await.0, served(&answer).await.0), (1.0, 0.0));
 }
 
 #[test]

@@ -21,22 +21,13 @@ async fn fitting_a_load_test_of_the_twin_recovers_its_cost_model() {
     profile.kv_blocks = 4096;
     profile.max_num_seqs = 64;
     profile.max_num_batched_tokens = 2048;
-    let opts = TwinOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        profile,
-        workload: WorkloadSpec {
-            prompt: LengthDist::Fixed { value: 20 },
-            think: LengthDist::Fixed { value: 8 },
-            answer: LengthDist::Fixed { value: 8 },
-            entropy: Default::default(),
-        },
-        seed: 0,
-        speed: 1.0,
-        served_model: "m".into(),
-        prefix_cache: None,
-        channel_secret: None,
-        place_waits: true,
+    let workload = WorkloadSpec {
+        prompt: LengthDist::Fixed { value: 20 },
+        think: LengthDist::Fixed { value: 8 },
+        answer: LengthDist::Fixed { value: 8 },
+        entropy: Default::default(),
     };
+    let opts = TwinOptions { served_model: "m".into(), ..TwinOptions::local(profile, workload, 1.0) };
     let twin = TwinServer::start(opts, Box::new(Fcfs)).await.unwrap();
     let dir = std::env::temp_dir().join(format!("calib-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

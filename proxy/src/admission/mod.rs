@@ -390,6 +390,25 @@ impl Admission {
         None
     }
 
+    /// Whether a request sent to `u` needs a place granted by its engine first
+    /// (`admission.places = "engine"`, and the engine's hook takes claims).
+    pub fn needs_place(&self, u: &Upstream) -> bool {
+        self.enabled && self.limits.places.is_some() && u.hook.is_some() && !u.places.alone()
+    }
+
+    /// A place at `guard`'s upstream for an answer handed over at the end of its thought
+    /// (a request of `class` that was admitted elsewhere): claimed as a retry's is,
+    /// without waiting in line, since the answer can always stay where it is. `None`:
+    /// refused (the turn the refusal took is given back, nobody here waits for it).
+    pub async fn place_for_handover(&self, guard: InFlight, class: Class) -> Option<InFlight> {
+        let turn = Turn { class: class as u8, waited: Duration::ZERO };
+        let placed = self.claim_place(guard, turn).await;
+        if let (None, Some(terms)) = (&placed, &self.limits.places) {
+            self.withdraw_turns(None, terms);
+        }
+        placed
+    }
+
     /// After a place was granted at `granted` (or a retry gave up: `None`): with nobody
     /// left waiting in this replica's queue, gives up the turns its refused claims keep at
     /// the other engines ([`EnginePlaces::withdraw`]), which would otherwise hold their

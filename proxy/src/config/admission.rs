@@ -60,8 +60,8 @@ pub struct AdmissionConfig {
     /// limit when told `replicas`). `engine`: before each request is sent, the engine's hook
     /// grants it one of the limit's places, counting every replica's (ADR 0013), so replicas
     /// share the places by need and together never pass the limit, however many run
-    /// (autoscaled included; answers handed over at the end of a thought go without a
-    /// place; a retry claims one). It costs one round trip to the hook per admitted request. Needs the
+    /// (autoscaled included; a retry, and an answer handed over at the end of its thought,
+    /// claim one too). It costs one round trip to the hook per admitted request. Needs the
     /// hook's channel (`upstream.endpoints[].hook`, one per engine); an engine whose hook
     /// takes no claims is decided as under `replica` until it does.
     pub places: PlacesFrom,

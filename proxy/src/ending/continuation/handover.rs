@@ -7,7 +7,10 @@
 //!
 //! An answer moves only to an upstream with room (admission's limits, when on): with
 //! none, it stays where it is, which is always possible, since the think upstream holds
-//! its KV.
+//! its KV. With `admission.places = "engine"` the answer upstream's engine must grant it
+//! a place as well, as for any request sent there: the first leg goes on while the claim
+//! is out (the relay's poll does not wait on a round trip), and the answer moves once the
+//! place is granted, carrying what the first leg sent meanwhile; refused, it stays.
 //!
 //! With `upstream.handover = "connector"` the KV goes across instead of being computed
 //! again ([`KvExport`]): vLLM's prefill/decode protocol, with the think upstream as the
@@ -18,6 +21,8 @@
 //! NIXL; nothing, for a shared-storage connector, whose store is keyed by the tokens)
 //! goes with the answer's own request.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +35,9 @@ use crate::ctx::RequestCtx;
 use crate::request_id::REQUEST_ID;
 use crate::telemetry::Metrics;
 use crate::upstream::{InFlight, Upstream, UpstreamPool};
+
+/// A hand-over's claim of a place at the answer upstream's engine, in flight.
+pub type PlaceClaim = Pin<Box<dyn Future<Output = Option<InFlight>> + Send>>;
 
 /// Where a stream's answer may move to, and how it gets there.
 pub struct HandOver {
@@ -51,6 +59,20 @@ impl HandOver {
         let room = |u: &Upstream| self.admission.has_room(u);
         let affinity = ctx.affinity_key.as_deref();
         self.pool.hand_over(&ctx.model, affinity, &self.from, &self.metrics, room)
+    }
+
+    /// Whether the answer may go to `to`'s upstream only once its engine grants it a
+    /// place (`admission.places = "engine"`): the claim's round trip is not waited on in
+    /// the relay's poll, so the cut waits for it ([`claim`](Self::claim)).
+    pub fn needs_place(&self, to: &InFlight) -> bool {
+        self.admission.needs_place(to.upstream())
+    }
+
+    /// Claims the answer's place at `to`'s engine: `to`, holding it, or `None` when the
+    /// engine refused (the answer then stays, or a cut thought goes on where it was).
+    pub fn claim(&self, to: InFlight, ctx: &RequestCtx) -> PlaceClaim {
+        let (admission, class) = (Arc::clone(&self.admission), ctx.class);
+        Box::pin(async move { admission.place_for_handover(to, class).await })
     }
 
     /// The export that precedes a hand-over's answer, when the KV goes across by

@@ -20,7 +20,7 @@ use tokio::sync::Notify;
 use tokio::time::Sleep;
 use tracing::Instrument;
 
-use super::handover::{HandOver, KvExport};
+use super::handover::{HandOver, KvExport, PlaceClaim};
 use super::legs::{ClientAsked, SoFar, second_leg_body};
 use super::splice::{Emit, Splicer};
 use super::watch::{Cut, ThinkWatch};
@@ -29,6 +29,7 @@ use crate::ctx::{Ending, RequestCtx};
 use crate::error::ProxyError;
 use crate::relay::{Flow, Leg, LegStream, RelayStage, Relayed, RequestObserver};
 use crate::telemetry::{Metrics, spans};
+use crate::upstream::InFlight;
 
 /// Where the continuation goes: the upstream that served the first leg (whose prefix
 /// cache holds the conversation), unless its answer is handed over ([`HandOver`]).
@@ -69,6 +70,9 @@ pub struct Continuation {
     setup: Setup,
     /// The continuation was sent: its chunks are relayed spliced, and nothing is cut.
     second: bool,
+    /// A cut waiting for the answer upstream's engine to grant the answer a place
+    /// ([`HandOver::claim`]); the first leg is relayed meanwhile, and no other cut made.
+    claiming: Option<(Cut, PlaceClaim)>,
     /// Waiting for the EAT prober's word (made when first polled while thinking).
     eat: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     /// The thinking-time deadline, once thinking has started.
@@ -79,7 +83,7 @@ pub struct Continuation {
 
 impl Continuation {
     pub fn new(setup: Setup) -> Self {
-        Continuation { setup, second: false, eat: None, timer: None, out: Spliced::default() }
+        Continuation { setup, second: false, claiming: None, eat: None, timer: None, out: Spliced::default() }
     }
 
     /// What may cut the first leg between its events: the EAT prober's word and the
@@ -126,18 +130,52 @@ impl Continuation {
         emit
     }
 
-    /// The cut the last chunk made due, if any.
+    /// The cut the last chunk made due, if any (none while a cut waits for its place).
     pub fn take_cut(&mut self) -> Option<Cut> {
-        if self.second { None } else { self.setup.watch.take_cut() }
+        if self.second {
+            return None;
+        }
+        let cut = self.setup.watch.take_cut();
+        if self.claiming.is_some() { None } else { cut }
     }
 
     /// Carries out a cut: the continuation's stream, for the relay to read from in place
     /// of the first leg (dropping it aborts the first leg in the engine), on an answer
     /// upstream when the answer is handed over; or `None`, and no more cuts, when the
     /// request has no room left to answer in, or a thought that ended by itself finds no
-    /// answer upstream with room (its answer goes on where it is).
+    /// answer upstream with room (its answer goes on where it is). An answer upstream
+    /// whose engine must grant the answer a place first defers the cut until it answers
+    /// ([`claimed`](Self::claimed)): `None` now.
     pub fn cut(&mut self, cut: Cut, observer: &mut RequestObserver) -> Option<Leg> {
         let moved = self.setup.handoff.as_ref().and_then(|h| h.pick(&self.setup.ctx));
+        match (&self.setup.handoff, moved) {
+            (Some(h), Some(to)) if h.needs_place(&to) => {
+                tracing::debug!(parent: self.setup.ctx.span(), reason = cut.label(), upstream = %to.upstream().name,
+                    "claiming the answer's place before the cut");
+                self.claiming = Some((cut, h.claim(to, &self.setup.ctx)));
+                None
+            }
+            (_, moved) => self.carry_out(cut, moved, observer),
+        }
+    }
+
+    /// The deferred `cut`, once the answer upstream's engine answered the claim: with the
+    /// place, the answer moves there (with what the first leg sent meanwhile); refused,
+    /// an answer already under way stays where it is, and a thought cut short goes on
+    /// where it was, as when no answer upstream has room.
+    fn claimed(&mut self, cut: Cut, placed: Option<InFlight>, observer: &mut RequestObserver) -> Option<Leg> {
+        if placed.is_none() && self.setup.watch.thought_ended() {
+            return self.carry_out(Cut::Handoff, None, observer);
+        }
+        self.carry_out(cut, placed, observer)
+    }
+
+    fn carry_out(
+        &mut self,
+        cut: Cut,
+        moved: Option<InFlight>,
+        observer: &mut RequestObserver,
+    ) -> Option<Leg> {
         if self.setup.handoff.is_some() && moved.is_none() {
             self.setup.metrics.count_handover(false);
         }
@@ -231,12 +269,25 @@ impl RelayStage for Continuation {
     }
 
     fn poll_turn(&mut self, cx: &mut Context<'_>, relayed: &mut Relayed<'_>) -> Poll<Flow> {
-        // A model that stopped while thinking has nothing left to cut.
+        // A model that stopped while thinking has nothing left to cut; a place claimed for
+        // its answer goes back as the claim is dropped.
         if relayed.answer_ended() {
+            self.claiming = None;
             return Poll::Pending;
         }
-        let Poll::Ready(cut) = self.poll_cut(cx) else { return Poll::Pending };
-        let Some(second) = self.cut(cut, relayed.observer) else { return Poll::Ready(Flow::default()) };
+        let second = match &mut self.claiming {
+            Some((cut, claim)) => {
+                let Poll::Ready(placed) = claim.as_mut().poll(cx) else { return Poll::Pending };
+                let cut = *cut;
+                self.claiming = None;
+                self.claimed(cut, placed, relayed.observer)
+            }
+            None => {
+                let Poll::Ready(cut) = self.poll_cut(cx) else { return Poll::Pending };
+                self.cut(cut, relayed.observer)
+            }
+        };
+        let Some(second) = second else { return Poll::Ready(Flow::default()) };
         Poll::Ready(Flow { out: self.out.take(), switch_to: Some(second), end: None })
     }
 }

@@ -135,12 +135,24 @@ def load_scales(measured: float | None, rig_twin: float, cards: dict[str, float]
 
 
 def machine_capacity(measured: float | None, standing) -> float | None:
-    """Stock's capacity on the machine a round ran on: the measured one scaled by how much
-    faster that machine ran than the one that measured it (`speed.Standing`; None or no
-    reading: the same machine)."""
+    """Stock's capacity on the machine a round ran on: `measured`, the capacity the round
+    was sent by (`sent_by`), scaled by how much faster that machine ran than the one that
+    measured it (`speed.Standing`; None or no reading: the same machine)."""
     if measured is None:
         return None
     return measured * (standing.speed if standing is not None and standing.speed else 1.0)
+
+
+def sent_by(data: dict, workload: str, load: float, rnd: int) -> float | None:
+    """The capacity a round's stock run was sent by: the one it recorded (a harness that
+    measures the capacity in every invocation records it, and a round on a machine that
+    measured its own stands at its load of that one), else the set's."""
+    for r in data["runs"]:
+        if (r["workload"], r["load"], r["round"], r["config"]) == (workload, load, rnd, "stock"):
+            if r.get("capacity"):
+                return r["capacity"]
+            break
+    return data.get("capacity", {}).get(workload)
 
 
 def card_profile(gpu_dir: Path, budget: int = H100_BUDGET) -> str:
@@ -272,10 +284,10 @@ def forecast(set_dir: Path, sim: Path) -> dict:
         for w in data["setup"]["workloads"]:
             for load in w["loads"]:
                 runs = S.read_runs(raw, w["name"], load)
-                # Stock's capacity as measured on the rig (everything sent at once), which
-                # the run's load is a fraction of; without one, the rig twin's own.
-                measured_cap = data.get("capacity", {}).get(w["name"])
                 for rnd, stock in sorted(runs.get("stock", {}).items()):
+                    # Stock's capacity as measured on the rig (everything sent at once),
+                    # which the run's load is a fraction of; without one, the rig twin's own.
+                    measured_cap = sent_by(data, w["name"], load, rnd)
                     cap_rig = rig.capacity(stock)
                     card_caps = {slug: twin.capacity(scaled(stock, prompt_scale, 1.0)) for slug, twin in cards.items()}
                     # A round sent by the capacity of a slower (or faster) machine than its

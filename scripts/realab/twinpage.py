@@ -41,6 +41,24 @@ def bar(forecast: float, residual: float) -> tuple[float, float]:
     return min(forecast, moved), max(forecast, moved)
 
 
+def _span(values: list[float]) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo:.3f}" if f"{lo:.3f}" == f"{hi:.3f}" else f"{lo:.3f}-{hi:.3f}"
+
+
+def capacity_clause(caps: list[dict]) -> str:
+    """The twin's capacity beside stock's measured one, over the rounds: each round is
+    replayed against the capacity of the machine it ran on (`forecast.machine_capacity`),
+    and the fit pools every machine's steps, so the twin's sits among the machines'."""
+    measured = [c.get("machine_capacity") or c.get("measured_capacity") for c in caps]
+    if not caps or any(m is None for m in measured):
+        return ""
+    machines = "the rounds' machines" if len(set(f"{m:.3f}" for m in measured)) > 1 else "its machine"
+    return (f" (twin {_span([c['rig_capacity'] for c in caps])} req/s against {_span(measured)} measured on "
+            f"{machines}: replayed at the run's own send times, the twin would stand at another load, where "
+            "queues and every policy's effect differ)")
+
+
 def spread_clause(spread: dict | None) -> str:
     """How the twin's steps vary around the fit (`meridian-sim calibrate`'s spread of the
     stock engine's steps), for the page's account of the twin; none: every step of one
@@ -93,9 +111,7 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
              + "), replays each round's requests (the lengths the engine reported) under each configuration's "
              "policy, their send times rescaled so the load is the same fraction of the twin's capacity as the run's "
              "was of stock's measured capacity (on the run's own machine: `speed.standings`)"
-             + (f" (twin {caps[0]['rig_capacity']:.3f} req/s against {caps[0]['measured_capacity']:.3f} measured: "
-                "replayed at the run's own send times, the twin would stand at a lower load, where queues are "
-                "shorter and every policy's effect smaller)" if caps and caps[0].get("measured_capacity") else "")
+             + capacity_clause(caps)
              + "; the same paired statistics read it. *Agrees*: the twin's ratio lies inside "
              f"the measured interval or within {TOLERANCE:.0%} of the measured point; judged only where the "
              f"measurement resolves the effect (its interval wholly on one side of 1). Each forecast replays the "

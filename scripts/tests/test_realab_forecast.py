@@ -78,7 +78,7 @@ def test_the_page_puts_the_twin_beside_each_measured_effect(tmp_path: Path):
     assert "| hook-fcfs | TTFO p50 | 1.00 (1.00-1.00) | 1.00 | not resolved |" in page
     assert "The twin agrees with 0 of the 12 effects the measurement resolves (by configuration: hook-output-first 0 of 12)" in page
     assert "hook-output-first TTFT p50 (measured 0.60, twin 0.90)" in page
-    assert "(twin 0.300 req/s against 0.250 measured:" in page
+    assert "(twin 0.300 req/s against 0.250 measured on its machine:" in page
     assert "(twin capacity: H100 2.50 req/s; H200 2.70 req/s)" in page
 
 
@@ -103,6 +103,34 @@ def test_a_round_on_a_faster_machine_replays_at_the_load_it_stood_at():
     assert 0.9 * 0.3 / rig == pytest.approx(0.45 * 0.45)
     assert F.machine_capacity(0.3, speed.Standing(0.9, {}, True)) == 0.3, "its own capacity: as measured"
     assert F.machine_capacity(0.3, None) == 0.3 and F.machine_capacity(None, faster) is None
+
+
+def test_a_round_that_measured_its_own_machine_replays_at_that_capacity():
+    from realab import speed
+
+    # The set's capacity was measured on a slow machine (0.386); later rounds measured
+    # their own (0.83) and were sent at 90% of it: the twin must replay them at 90% of
+    # its capacity, not at 0.9 x 0.83 / 0.386 of it.
+    data = {"capacity": {"long": 0.386}, "runs": [
+        {"workload": "long", "load": 0.9, "round": 0, "config": "stock"},
+        {"workload": "long", "load": 0.9, "round": 8, "config": "stock", "capacity": 0.83},
+        {"workload": "long", "load": 0.9, "round": 8, "config": "hook", "capacity": 0.5}]}
+    assert F.sent_by(data, "long", 0.9, 0) == 0.386, "no capacity of its own recorded: the set's"
+    own = F.machine_capacity(F.sent_by(data, "long", 0.9, 8), speed.Standing(0.9, {}, True))
+    assert own == 0.83
+    rig, _ = F.load_scales(own, 0.8, {})
+    assert 0.9 * 0.83 / rig == pytest.approx(0.9 * 0.8)
+    assert F.sent_by(data, "kv", 0.9, 0) is None
+
+
+def test_the_page_sets_the_twins_capacity_beside_each_rounds_machine():
+    caps = [{"rig_capacity": 0.798, "measured_capacity": 0.386, "machine_capacity": 0.386},
+            {"rig_capacity": 0.80, "measured_capacity": 0.386, "machine_capacity": 0.835}]
+    clause = TP.capacity_clause(caps)
+    assert "twin 0.798-0.800 req/s against 0.386-0.835 measured on the rounds' machines" in clause
+    one = TP.capacity_clause(caps[:1])
+    assert "twin 0.798 req/s against 0.386 measured on its machine" in one
+    assert TP.capacity_clause([{"rig_capacity": 0.8, "measured_capacity": None}]) == ""
 
 
 def test_step_traces_are_kept_once(tmp_path: Path):

@@ -53,10 +53,10 @@ def capacity_clause(caps: list[dict]) -> str:
     measured = [c.get("machine_capacity") or c.get("measured_capacity") for c in caps]
     if not caps or any(m is None for m in measured):
         return ""
-    machines = "the rounds' machines" if len(set(f"{m:.3f}" for m in measured)) > 1 else "its machine"
-    return (f" (twin {_span([c['rig_capacity'] for c in caps])} req/s against {_span(measured)} measured on "
-            f"{machines}: replayed at the run's own send times, the twin would stand at another load, where "
-            "queues and every policy's effect differ)")
+    where = " on the rounds' machines" if len(set(f"{m:.3f}" for m in measured)) > 1 else ""
+    return (f" (twin {_span([c['rig_capacity'] for c in caps])} req/s against {_span(measured)} measured{where}: "
+            "replayed at the run's own send times, the twin would stand at another load, where queues and every "
+            "policy's effect differ)")
 
 
 def spread_clause(spread: dict | None) -> str:

@@ -189,19 +189,28 @@ async fn twin_granting_places() -> TwinServer {
 
 /// A claim on `twin`'s only place, sent as another proxy replica would.
 async fn other_replica_holds(twin: &TwinServer, held: u32, want: u32) -> bool {
-    let hook = meridian_core::config::HookConfig { token_env: PLACES_TOKEN_ENV.into(), ..Default::default() };
-    let channel = meridian_proxy::hook::HookChannel::new(&hook, reqwest::Client::new());
-    let claim = meridian_core::channel::Claim {
-        holder: "other".into(),
-        held,
-        want,
-        limit: 1,
-        lease_s: 30.0,
-        waited_s: 0.0,
-        class: 1,
-        withdraw: false,
-    };
-    channel.claim(&twin.addr.to_string(), &claim, std::time::Duration::from_secs(2)).await.unwrap().granted
+    claim_as_replica(twin, PLACES_TOKEN_ENV, "other", held, want).await.granted
+}
+
+/// [`proxy`] asking both engines for places, each limited to one stream.
+async fn proxy_granted_places(
+    think: &TwinServer,
+    answer: &TwinServer,
+    tweak: impl FnOnce(&mut MeridianConfig),
+) -> meridian_proxy::Server {
+    proxy(think, answer, |c| {
+        for (endpoint, twin) in c.upstream.endpoints.iter_mut().zip([think, answer]) {
+            endpoint.hook = Some(twin.addr.to_string());
+        }
+        c.hook.token_env = PLACES_TOKEN_ENV.into();
+        c.admission.enabled = true;
+        c.admission.max_streams = Some(1);
+        c.admission.places = PlacesFrom::Engine;
+        // Probes that time out on a busy machine would take a twin out of rotation.
+        c.upstream.health_interval_s = 1.0;
+        tweak(c);
+    })
+    .await
 }
 
 fn place_claims(proxy: &meridian_proxy::Server, outcome: &str) -> f64 {
@@ -212,18 +221,7 @@ fn place_claims(proxy: &meridian_proxy::Server, outcome: &str) -> f64 {
 #[tokio::test]
 async fn with_places_from_the_engine_an_answer_moves_only_to_a_place_the_answer_engine_grants() {
     let (think, answer) = (twin_granting_places().await, twin_granting_places().await);
-    let proxy = proxy(&think, &answer, |c| {
-        for (endpoint, twin) in c.upstream.endpoints.iter_mut().zip([&think, &answer]) {
-            endpoint.hook = Some(twin.addr.to_string());
-        }
-        c.hook.token_env = PLACES_TOKEN_ENV.into();
-        c.admission.enabled = true;
-        c.admission.max_streams = Some(1);
-        c.admission.places = PlacesFrom::Engine;
-        // Probes that time out on a busy machine would take a twin out of rotation.
-        c.upstream.health_interval_s = 1.0;
-    })
-    .await;
+    let proxy = proxy_granted_places(&think, &answer, |_| {}).await;
     // Another replica holds the answer engine's only place: this replica has room there
     // by its own count, but the engine refuses the answer, which stays.
     assert!(other_replica_holds(&answer, 0, 1).await);
@@ -257,18 +255,7 @@ async fn with_places_from_the_engine_an_answer_moves_only_to_a_place_the_answer_
 #[tokio::test]
 async fn a_budget_cut_refused_a_place_at_the_answer_engine_answers_where_it_thought() {
     let (think, answer) = (twin_granting_places().await, twin_granting_places().await);
-    let proxy = proxy(&think, &answer, |c| {
-        for (endpoint, twin) in c.upstream.endpoints.iter_mut().zip([&think, &answer]) {
-            endpoint.hook = Some(twin.addr.to_string());
-        }
-        c.hook.token_env = PLACES_TOKEN_ENV.into();
-        c.admission.enabled = true;
-        c.admission.max_streams = Some(1);
-        c.admission.places = PlacesFrom::Engine;
-        c.upstream.health_interval_s = 1.0;
-        c.budget.forcing = Forcing::Continuation;
-    })
-    .await;
+    let proxy = proxy_granted_places(&think, &answer, |c| c.budget.forcing = Forcing::Continuation).await;
     assert!(other_replica_holds(&answer, 0, 1).await);
     let r =
         stream(&proxy, "/v1/chat/completions", chat(json!({"meridian": {"think_budget_tokens": 5}}))).await;

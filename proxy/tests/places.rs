@@ -293,22 +293,9 @@ async fn by_default_a_refused_replica_asks_again_on_its_timer_and_holds_no_wait(
     drop((a2, got));
 }
 
-/// A claim sent straight to `twin`'s places as another replica would: `held` places held,
-/// `want` asked for, waiting since `waited_s`.
+/// A claim sent straight to `twin`'s places as another replica would.
 async fn raw_claim(twin: &TwinServer, holder: &str, held: u32, want: u32) -> meridian_core::channel::Granted {
-    let hook = meridian_core::config::HookConfig { token_env: TOKEN_ENV.into(), ..Default::default() };
-    let channel = meridian_proxy::hook::HookChannel::new(&hook, reqwest::Client::new());
-    let claim = meridian_core::channel::Claim {
-        holder: holder.into(),
-        held,
-        want,
-        limit: 1,
-        lease_s: 30.0,
-        waited_s: 0.0,
-        class: 1,
-        withdraw: false,
-    };
-    channel.claim(&twin.addr.to_string(), &claim, Duration::from_secs(2)).await.unwrap()
+    claim_as_replica(twin, TOKEN_ENV, holder, held, want).await
 }
 
 #[tokio::test]

@@ -18,3 +18,28 @@ pub async fn twin_with(workload: WorkloadSpec, speed: f64) -> TwinServer {
 pub async fn twin() -> TwinServer {
     twin_with(WorkloadSpec::fixed(20, 40, 6), 50.0).await
 }
+
+/// A claim sent straight to `twin`'s places as another proxy replica would, with the
+/// channel's secret in `token_env`: `held` places held, `want` asked for, of a limit of
+/// one.
+pub async fn claim_as_replica(
+    twin: &TwinServer,
+    token_env: &str,
+    holder: &str,
+    held: u32,
+    want: u32,
+) -> meridian_core::channel::Granted {
+    let hook = meridian_core::config::HookConfig { token_env: token_env.into(), ..Default::default() };
+    let channel = meridian_proxy::hook::HookChannel::new(&hook, reqwest::Client::new());
+    let claim = meridian_core::channel::Claim {
+        holder: holder.into(),
+        held,
+        want,
+        limit: 1,
+        lease_s: 30.0,
+        waited_s: 0.0,
+        class: 1,
+        withdraw: false,
+    };
+    channel.claim(&twin.addr.to_string(), &claim, std::time::Duration::from_secs(2)).await.unwrap()
+}

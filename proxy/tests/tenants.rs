@@ -370,3 +370,39 @@ async fn every_route_to_an_engine_asks_who_is_calling() {
     let got = receive(rig.client.post(rig.url("/v1/embeddings")).json(&embed).bearer_auth("sk-search")).await;
     assert_eq!(got.status, 429, "{}", got.text());
 }
+
+#[tokio::test]
+async fn replicas_told_their_number_together_hold_a_tenant_to_its_stream_limit() {
+    // Three streams over two replicas: replica 0 lets in two, replica 1 one.
+    let at = |index: u32| {
+        let mut search = tenant("search", "sk-search");
+        search.max_streams = Some(3);
+        let tenants = with_tenants(vec![search]);
+        move |c: &mut MeridianConfig| {
+            tenants(c);
+            c.admission.replicas = 2;
+            c.admission.replica_index = Some(index);
+        }
+    };
+    let (first, second) = (Rig::with(1, at(0)).await, Rig::with(1, at(1)).await);
+    let _held =
+        [hold(&first, "sk-search").await, hold(&first, "sk-search").await, hold(&second, "sk-search").await];
+    for rig in [&first, &second] {
+        let got = receive(post(rig, chat(json!({})), &[("authorization", "Bearer sk-search")])).await;
+        assert_eq!(got.status, 429, "the tenant has its three streams: {}", got.text());
+    }
+    assert_eq!(first.mocks[0].requests().len() + second.mocks[0].requests().len(), 3);
+}
+
+#[test]
+fn a_tenant_limit_too_small_to_split_over_the_replicas_is_refused_at_start() {
+    let mut cfg = config_for(&["http://127.0.0.1:1".into()]);
+    let mut search = tenant("search", "sk-search");
+    search.max_streams = Some(1);
+    with_tenants(vec![search])(&mut cfg);
+    cfg.admission.replicas = 2;
+    let errs = cfg.validate(&registry()).unwrap_err();
+    assert!(errs.iter().any(|e| e.path == "tenants.tenant[0].max_streams"), "{errs:?}");
+    cfg.admission.replicas = 1;
+    assert!(cfg.validate(&registry()).is_ok());
+}

@@ -42,7 +42,8 @@ pub struct AdmissionConfig {
     #[schemars(range(min = 1, max = 1_000_000))]
     pub max_queued: u32,
     /// How many proxy replicas stand in front of the same engines, sharing each engine's
-    /// `max_streams`. Between two health rounds a replica cannot see what the others sent, so
+    /// `max_streams` and each tenant's limits (`tenants.tenant[].max_streams` and
+    /// `tokens_per_minute`, split the same way). Between two health rounds a replica cannot see what the others sent, so
     /// replicas that each fill the room a reading shows overfill the engines together. Told
     /// their number, each holds at most its part of every engine's limit (`max_streams /
     /// replicas`, counted by its own open requests), and together they never pass it, at

@@ -77,7 +77,7 @@ impl ConfigFile for MeridianConfig {
         self.exit.check(&mut c);
         self.admission.check(&mut c, &self.upstream);
         self.priority.check(&mut c);
-        self.tenants.check(&mut c);
+        self.tenants.check(&mut c, &self.admission);
         self.telemetry.check(&mut c);
         c.finish()
     }

@@ -69,15 +69,18 @@ pub struct TenantConfig {
     #[schemars(extend("x-range" = "64 hex digits each"))]
     #[serde(default)]
     pub api_key_sha256: Vec<String>,
-    /// Requests it may have open through this proxy replica at once; one more gets 429
-    /// `rate_limit_exceeded` at once. With several replicas, each counts its own.
+    /// Requests it may have open at once; one more gets 429 `rate_limit_exceeded` at once.
+    /// Each proxy replica counts its own: replicas told their number
+    /// (`admission.replicas`) each let in their part of it, so together they hold the
+    /// tenant to it; not told, each lets in the whole.
     #[schemars(range(min = 1))]
     #[serde(default)]
     pub max_streams: Option<u32>,
     /// Generated tokens (thinking and answer) it may use per minute, as a bucket that holds
     /// one minute's worth and refills continuously. A request is let in while the bucket is
     /// not empty and pays for its tokens as they are counted at its end, so a request
-    /// can take the bucket below zero; the tenant then gets 429 until it refills.
+    /// can take the bucket below zero; the tenant then gets 429 until it refills. Replicas
+    /// told their number (`admission.replicas`) each hold `1/replicas` of it.
     #[schemars(range(min = 1))]
     #[serde(default)]
     pub tokens_per_minute: Option<u32>,
@@ -127,7 +130,9 @@ fn valid_name(name: &str) -> bool {
 
 impl TenantsConfig {
     /// Every out-of-range or inconsistent value of this section, named by its dotted path.
-    pub(super) fn check(&self, c: &mut Checker) {
+    /// Its own checks, and its tenants' limits against the replicas that split them
+    /// (`admission.replicas`).
+    pub(super) fn check(&self, c: &mut Checker, admission: &super::AdmissionConfig) {
         if axum::http::HeaderName::from_bytes(self.header.as_bytes()).is_err() {
             c.fail("tenants.header", format!("must be an HTTP header name; got {:?}", self.header));
         }
@@ -157,8 +162,16 @@ impl TenantsConfig {
                     keys.push(digest);
                 }
             }
-            if t.max_streams == Some(0) {
-                c.fail(at("max_streams"), "must be at least 1 (leave it unset for no limit)");
+            match t.max_streams {
+                Some(0) => c.fail(at("max_streams"), "must be at least 1 (leave it unset for no limit)"),
+                Some(m) if self.enabled && m < admission.replicas => c.fail(
+                    at("max_streams"),
+                    format!(
+                        "is less than admission.replicas ({}): each replica lets in its part of it, and some would let in none",
+                        admission.replicas
+                    ),
+                ),
+                _ => {}
             }
             if t.tokens_per_minute == Some(0) {
                 c.fail(at("tokens_per_minute"), "must be at least 1 (leave it unset for no limit)");

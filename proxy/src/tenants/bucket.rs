@@ -14,9 +14,10 @@ pub struct TokenBucket {
 }
 
 impl TokenBucket {
-    /// A full bucket for `per_minute` tokens a minute.
-    pub fn new(per_minute: u32, now: Instant) -> Self {
-        let capacity = f64::from(per_minute);
+    /// A full bucket for `per_minute` tokens a minute (a replica's part of a tenant's
+    /// rate need not be whole).
+    pub fn new(per_minute: f64, now: Instant) -> Self {
+        let capacity = per_minute;
         TokenBucket { capacity, per_second: capacity / 60.0, level: capacity, at: now }
     }
 
@@ -55,7 +56,7 @@ mod tests {
     #[test]
     fn a_bucket_lets_requests_in_until_it_is_spent_then_refills_at_its_rate() {
         let t0 = Instant::now();
-        let mut b = TokenBucket::new(600, t0); // 10 tokens a second
+        let mut b = TokenBucket::new(600.0, t0); // 10 tokens a second
         assert!(b.admit(t0).is_ok());
         b.spend(500, t0);
         assert!(b.admit(t0).is_ok(), "100 left");
@@ -71,7 +72,7 @@ mod tests {
     #[test]
     fn an_instant_before_the_last_one_does_not_drain_it() {
         let t0 = Instant::now() + Duration::from_secs(5);
-        let mut b = TokenBucket::new(60, t0);
+        let mut b = TokenBucket::new(60.0, t0);
         b.spend(30, t0);
         assert!((b.level(t0 - Duration::from_secs(5)) - 30.0).abs() < 1e-9);
     }

@@ -8,6 +8,15 @@
 //!
 //! The request holds a [`TenantLease`] in its context for as long as it lives: the open
 //! slot is handed back, and its generated tokens charged, when the last stage lets go.
+//!
+//! Several proxy replicas told their number (`admission.replicas`, and each its
+//! `admission.replica_index`) split every tenant's limits as they split each engine's
+//! (`crate::admission::share`): replica `i` of `n` lets in at most its part of the
+//! tenant's `max_streams` (the leftovers to the lowest indexes) and `1/n` of its
+//! `tokens_per_minute`, so together they hold the tenant to its limits, at the cost of the
+//! pooling (a replica whose part is spent refuses while another's stands unused). Not told,
+//! each replica holds the whole limits, and a tenant spread over `n` replicas gets up to
+//! `n` times them.
 
 mod bucket;
 
@@ -21,6 +30,7 @@ use sha2::{Digest, Sha256};
 
 pub use bucket::TokenBucket;
 
+use crate::admission::share::Fleet;
 use crate::config::{IdentifyBy, TenantConfig, TenantsConfig};
 use crate::error::{ProxyError, TenantLimit};
 use crate::telemetry::{Metrics, TenantSeries};
@@ -47,7 +57,8 @@ impl std::fmt::Debug for Tenant {
 }
 
 impl Tenant {
-    fn new(cfg: &TenantConfig, flow: usize, metrics: &Metrics, now: Instant) -> Self {
+    /// `cfg`'s tenant, holding this replica's part of its limits (`fleet`).
+    fn new(cfg: &TenantConfig, flow: usize, fleet: Fleet, metrics: &Metrics, now: Instant) -> Self {
         Tenant {
             name: cfg.name.clone(),
             flow,
@@ -55,9 +66,11 @@ impl Tenant {
             allow_priority: cfg.allow_priority,
             think_budget_tokens: cfg.think_budget_tokens,
             think_budget_s: cfg.think_budget_s,
-            max_streams: cfg.max_streams,
+            max_streams: cfg.max_streams.map(|m| fleet.part(m)),
             open: AtomicU32::new(0),
-            bucket: cfg.tokens_per_minute.map(|n| Mutex::new(TokenBucket::new(n, now))),
+            bucket: cfg
+                .tokens_per_minute
+                .map(|n| Mutex::new(TokenBucket::new(f64::from(n) / f64::from(fleet.replicas()), now))),
             series: metrics.tenant_series(&cfg.name),
         }
     }
@@ -65,6 +78,12 @@ impl Tenant {
     fn bucket(&self) -> Option<std::sync::MutexGuard<'_, TokenBucket>> {
         // A bucket is plain numbers: consistent whatever panicked while holding it.
         self.bucket.as_ref().map(|b| b.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The most requests of this tenant this replica lets in at once (its part of the
+    /// tenant's `max_streams`); `None`: no limit.
+    pub fn max_streams(&self) -> Option<u32> {
+        self.max_streams
     }
 
     /// Requests of this tenant open now.
@@ -138,14 +157,25 @@ pub struct Tenants {
 }
 
 impl Tenants {
-    /// The tenants of a valid `[tenants]` section; `None` when it is off.
-    pub fn new(cfg: &TenantsConfig, metrics: &Metrics) -> Option<Self> {
+    /// The tenants of a valid `[tenants]` section, each holding this replica's part of its
+    /// limits (`fleet`: the replicas told `admission.replicas`); `None` when it is off.
+    pub fn new(cfg: &TenantsConfig, fleet: Fleet, metrics: &Metrics) -> Option<Self> {
         if !cfg.enabled {
             return None;
         }
+        if fleet.replicas() > 1 {
+            tracing::info!(
+                replicas = fleet.replicas(),
+                "tenants: this replica holds its part of each tenant's limits"
+            );
+        }
         let now = Instant::now();
-        let all: Vec<Arc<Tenant>> =
-            cfg.tenant.iter().enumerate().map(|(i, t)| Arc::new(Tenant::new(t, i, metrics, now))).collect();
+        let all: Vec<Arc<Tenant>> = cfg
+            .tenant
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Arc::new(Tenant::new(t, i, fleet, metrics, now)))
+            .collect();
         let by_name: HashMap<String, Arc<Tenant>> = all.iter().map(|t| (t.name.clone(), t.clone())).collect();
         let mut by_key = HashMap::new();
         for (t, tc) in all.iter().zip(&cfg.tenant) {

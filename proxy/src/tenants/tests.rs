@@ -18,7 +18,11 @@ fn tenant(name: &str, keys: &[&str]) -> TenantConfig {
 }
 
 fn tenants(cfg: TenantsConfig) -> Tenants {
-    Tenants::new(&cfg, &Metrics::new()).expect("enabled")
+    tenants_at(cfg, Fleet::alone())
+}
+
+fn tenants_at(cfg: TenantsConfig, fleet: Fleet) -> Tenants {
+    Tenants::new(&cfg, fleet, &Metrics::new()).expect("enabled")
 }
 
 fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
@@ -116,5 +120,39 @@ fn a_tenant_that_spent_its_tokens_waits_for_the_bucket_and_is_told_how_long() {
 
 #[test]
 fn off_means_no_tenants() {
-    assert!(Tenants::new(&TenantsConfig::default(), &Metrics::new()).is_none());
+    assert!(Tenants::new(&TenantsConfig::default(), Fleet::alone(), &Metrics::new()).is_none());
+}
+
+#[test]
+fn replicas_told_their_number_each_hold_their_part_of_a_tenants_limits() {
+    let cfg = TenantsConfig {
+        enabled: true,
+        tenant: vec![TenantConfig {
+            max_streams: Some(5),
+            tokens_per_minute: Some(180),
+            ..tenant("acme", &["k"])
+        }],
+        default_tenant: Some("acme".into()),
+        ..Default::default()
+    };
+    // Five streams over three replicas: 2, 2 and 1, adding up to the tenant's limit; a
+    // replica that does not know its place takes only the even part.
+    let parts: Vec<Option<u32>> = [Some(0), Some(1), Some(2), None]
+        .map(|i| tenants_at(cfg.clone(), Fleet::new(3, i)).identify(&HeaderMap::new()).unwrap().max_streams())
+        .to_vec();
+    assert_eq!(parts, [Some(2), Some(2), Some(1), Some(1)]);
+    let t = tenants_at(cfg, Fleet::new(3, Some(2)));
+    let acme = t.identify(&HeaderMap::new()).unwrap().clone();
+    let now = Instant::now();
+    let lease = acme.lease(now).unwrap();
+    assert!(acme.lease(now).is_err(), "its one stream of the five is taken");
+    // A third of 180 tokens a minute: 60, so 90 spent leaves it 30 owed, at 1 a second.
+    lease.spend(90);
+    drop(lease);
+    match acme.lease(now) {
+        Err(ProxyError::RateLimited { limit: TenantLimit::TokensPerMinute, retry_after_s, .. }) => {
+            assert!((30..=32).contains(&retry_after_s), "{retry_after_s}")
+        }
+        other => panic!("{other:?}"),
+    }
 }

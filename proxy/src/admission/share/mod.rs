@@ -50,6 +50,11 @@ impl Fleet {
         Fleet { replicas, index: index.filter(|i| *i < replicas) }
     }
 
+    /// How many replicas share the limits.
+    pub fn replicas(&self) -> u32 {
+        self.replicas
+    }
+
     /// This replica's part of `places`.
     pub fn part(&self, places: u32) -> u32 {
         let left_over = places % self.replicas;

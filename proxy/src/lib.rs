@@ -31,6 +31,7 @@ pub mod relay;
 pub mod request_id;
 pub mod routes;
 pub mod server;
+pub mod share;
 pub mod state;
 pub mod streams;
 pub mod telemetry;

@@ -11,7 +11,6 @@
 //! in [`queue`]; this module wires it to the pool, the clock and the metrics.
 
 pub mod queue;
-pub mod share;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -20,8 +19,8 @@ use crate::config::{AdmissionConfig, PlacesFrom};
 use crate::hook::HookChannel;
 use tokio::sync::oneshot;
 
+pub use crate::share::Fleet;
 pub use queue::{ClassQueue, Ticket};
-pub use share::Fleet;
 
 use crate::ctx::Class;
 

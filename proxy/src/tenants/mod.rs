@@ -11,7 +11,7 @@
 //!
 //! Several proxy replicas told their number (`admission.replicas`, and each its
 //! `admission.replica_index`) split every tenant's limits as they split each engine's
-//! (`crate::admission::share`): replica `i` of `n` lets in at most its part of the
+//! (`crate::share`): replica `i` of `n` lets in at most its part of the
 //! tenant's `max_streams` (the leftovers to the lowest indexes) and `1/n` of its
 //! `tokens_per_minute`, so together they hold the tenant to its limits, at the cost of the
 //! pooling (a replica whose part is spent refuses while another's stands unused). Not told,
@@ -30,9 +30,9 @@ use sha2::{Digest, Sha256};
 
 pub use bucket::TokenBucket;
 
-use crate::admission::share::Fleet;
 use crate::config::{IdentifyBy, TenantConfig, TenantsConfig};
 use crate::error::{ProxyError, TenantLimit};
+use crate::share::Fleet;
 use crate::telemetry::{Metrics, TenantSeries};
 
 /// One tenant: what the config says of it, and what it holds right now.

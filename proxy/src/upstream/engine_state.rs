@@ -10,7 +10,7 @@
 //! health interval old still moves with this replica's traffic. Other replicas' traffic
 //! since the reading shows at the next one, so replicas that each fill the room a reading
 //! shows overfill the engine together; replicas told their number split its limit
-//! instead (`admission::share`).
+//! instead (`crate::share`).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};

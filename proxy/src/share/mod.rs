@@ -1,5 +1,6 @@
-//! Each engine's `admission.max_streams` shared between the proxy replicas in front of it
-//! (`admission.replicas`).
+//! Limits shared between the proxy replicas told their number (`admission.replicas`):
+//! each engine's `admission.max_streams`, and each tenant's limits (`crate::tenants`),
+//! split the same way. What follows is said of the engines'.
 //!
 //! A replica knows the engine's count of its requests as of the last reading (every
 //! replica's) and its own traffic since; what the other replicas sent since is invisible

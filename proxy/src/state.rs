@@ -79,8 +79,7 @@ impl AppState {
         }
         let streams = Arc::new(OpenStreams::default());
         let hook = HookChannel::new(&config.hook, client.clone()).with_streams(streams.clone());
-        let fleet = crate::share::Fleet::new(config.admission.replicas, config.admission.replica_index);
-        let tenants = Tenants::new(&config.tenants, fleet, &metrics);
+        let tenants = Tenants::new(&config.tenants, crate::share::Fleet::of(&config.admission), &metrics);
         let flows = tenants.as_ref().map_or(1, Tenants::flows);
         let admission =
             Arc::new(Admission::new(&config.admission, flows, pool.clone(), metrics.clone(), hook.clone()));

@@ -19,7 +19,7 @@ use crate::config::{AdmissionConfig, PlacesFrom};
 use crate::hook::HookChannel;
 use tokio::sync::oneshot;
 
-pub use crate::share::Fleet;
+use crate::share::Fleet;
 pub use queue::{ClassQueue, Ticket};
 
 use crate::ctx::Class;
@@ -51,7 +51,7 @@ impl Limits {
             max_streams: cfg.max_streams,
             max_waiting: cfg.max_waiting.map(f64::from),
             max_kv_usage: cfg.max_kv_usage,
-            fleet: Fleet::new(cfg.replicas, cfg.replica_index),
+            fleet: Fleet::of(cfg),
             places: None,
         }
     }
@@ -392,7 +392,7 @@ impl Admission {
     /// Whether a request sent to `u` needs a place granted by its engine first
     /// (`admission.places = "engine"`, and the engine's hook takes claims).
     pub fn needs_place(&self, u: &Upstream) -> bool {
-        self.enabled && self.limits.places.is_some() && u.hook.is_some() && !u.places.alone()
+        self.enabled && self.limits.engine_grants(u)
     }
 
     /// A place at `guard`'s upstream for an answer handed over at the end of its thought

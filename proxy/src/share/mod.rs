@@ -56,6 +56,11 @@ impl Fleet {
         self.replicas
     }
 
+    /// The replicas `admission.replicas` and `admission.replica_index` say there are.
+    pub fn of(cfg: &crate::config::AdmissionConfig) -> Self {
+        Fleet::new(cfg.replicas, cfg.replica_index)
+    }
+
     /// This replica's part of `places`.
     pub fn part(&self, places: u32) -> u32 {
         let left_over = places % self.replicas;

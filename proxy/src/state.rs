@@ -12,6 +12,7 @@ use meridian_core::models::ModelFamily;
 use crate::admission::Admission;
 use crate::drain::Drain;
 use crate::error::ProxyError;
+use crate::share::{Roster, Split};
 use crate::streams::OpenStreams;
 use crate::telemetry::Metrics;
 use crate::tenants::{TenantLease, Tenants};
@@ -79,10 +80,19 @@ impl AppState {
         }
         let streams = Arc::new(OpenStreams::default());
         let hook = HookChannel::new(&config.hook, client.clone()).with_streams(streams.clone());
-        let tenants = Tenants::new(&config.tenants, crate::share::Fleet::of(&config.admission), &metrics);
+        // The engines' word on the fleet, fed by this replica's places and read by the
+        // tenants' split when it was not told its number.
+        let roster = Arc::new(Roster::default());
+        let tenants = Tenants::new(&config.tenants, Split::of(&config.admission, roster.clone()), &metrics);
         let flows = tenants.as_ref().map_or(1, Tenants::flows);
-        let admission =
-            Arc::new(Admission::new(&config.admission, flows, pool.clone(), metrics.clone(), hook.clone()));
+        let admission = Arc::new(Admission::new(
+            &config.admission,
+            flows,
+            pool.clone(),
+            metrics.clone(),
+            hook.clone(),
+            roster,
+        ));
         Ok(AppState {
             admission,
             hook,

@@ -2,13 +2,15 @@
 //! of one engine claim each request's place from its hook before sending it, so the
 //! replicas share the engine's `max_streams` by need (one replica may take every place
 //! while the other is idle) and together never pass it. Against an engine twin serving
-//! the channel's places the way the hook does (the same table decides).
+//! the channel's places the way the hook does (the same table decides). The engines'
+//! answers also count the replicas, which replicas never told their number split their
+//! tenants' limits by.
 
 mod support;
 
 use std::time::Duration;
 
-use meridian_proxy::config::{MeridianConfig, PlacesFrom};
+use meridian_proxy::config::{MeridianConfig, PlacesFrom, TenantConfig};
 use meridian_sim::server::{TwinOptions, TwinServer};
 use meridian_sim::workload::WorkloadSpec;
 use serde_json::json;
@@ -367,4 +369,74 @@ async fn a_retry_goes_only_where_the_engine_grants_it_a_place() {
     assert_eq!(claims(&b, "granted"), granted + 1.0, "served without a place");
     holds(&engine, 1.0).await;
     drop(got);
+}
+
+fn replicas_counted(proxy: &meridian_proxy::Server) -> f64 {
+    sample(&proxy.state.metrics.render(), "meridian_admission_replicas_counted", &[]).unwrap_or(-1.0)
+}
+
+/// Sends a request of the default tenant through `proxy`: its status, and the response
+/// (an open stream holds its tenant's slot until dropped).
+async fn try_open(proxy: &meridian_proxy::Server) -> (u16, reqwest::Response) {
+    let got = client()
+        .post(format!("http://{}/v1/chat/completions", proxy.local_addr))
+        .json(&chat(json!({})))
+        .send()
+        .await
+        .unwrap();
+    (got.status().as_u16(), got)
+}
+
+#[tokio::test]
+async fn replicas_never_told_their_number_split_a_tenants_limit_by_the_replicas_the_engine_counts() {
+    let twin = slow_twin(Some("places-secret")).await;
+    // An autoscaled fleet's config: no `admission.replicas`; the tenant may hold 2.
+    let fleet = |c: &mut MeridianConfig| {
+        c.admission.max_streams = Some(8);
+        c.tenants.enabled = true;
+        c.tenants.tenant =
+            vec![TenantConfig { name: "search".into(), max_streams: Some(2), ..TenantConfig::default() }];
+        c.tenants.default_tenant = Some("search".into());
+        c.upstream.idle_timeout_s = 30.0;
+    };
+    let a = replica(&twin, fleet).await;
+    // Alone, a holds both of the tenant's streams; the engine's answers count one replica.
+    let (a1, a2) = (try_open(&a).await, try_open(&a).await);
+    assert_eq!((a1.0, a2.0), (200, 200));
+    assert_eq!(replicas_counted(&a), 1.0);
+    assert_eq!(try_open(&a).await.0, 429, "the tenant's two streams are open");
+    drop((a1, a2));
+    holds(&twin, 0.0).await;
+
+    // The autoscaler adds b. Once both have renewed at the engine (each second), it
+    // counts two, and each lets in its one of the two.
+    let b = replica(&twin, fleet).await;
+    try_open(&b).await; // b's first claim puts it on the roster.
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while replicas_counted(&a) != 2.0 || replicas_counted(&b) != 2.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a counts {}, b {}",
+            replicas_counted(&a),
+            replicas_counted(&b)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    holds(&twin, 0.0).await;
+    let (from_a, from_b) = (try_open(&a).await, try_open(&b).await);
+    assert_eq!((from_a.0, from_b.0), (200, 200));
+    assert_eq!((try_open(&a).await.0, try_open(&b).await.0), (429, 429), "one each, two in all");
+    holds(&twin, 2.0).await;
+    drop((from_a, from_b));
+
+    // b goes away: when its lease at the engine runs out, a holds both again.
+    drop(b);
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while replicas_counted(&a) != 1.0 {
+        assert!(std::time::Instant::now() < deadline, "a still counts {}", replicas_counted(&a));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    holds(&twin, 0.0).await;
+    let (a1, a2) = (try_open(&a).await, try_open(&a).await);
+    assert_eq!((a1.0, a2.0), (200, 200));
 }

@@ -67,9 +67,11 @@ def test_replicas_get_the_engines_places_in_turn_and_never_more_than_the_limit(t
         # (a refused claim not asked again within 250 ms) counts as one too.
         got = claim(holder, held, want)
         counts.append(got.pop("freed"))
+        rosters[holder] = (got.pop("replicas"), got.pop("rank"))
         return got
 
     counts: list[int] = []
+    rosters: dict[str, tuple[int, int]] = {}
     assert answer("a", 0, 1) == {"granted": True, "held": 1, "total": 1, "ahead": 0}
     assert answer("a", 1, 1) == {"granted": True, "held": 2, "total": 2, "ahead": 0}
     # b finds them held.
@@ -81,6 +83,10 @@ def test_replicas_get_the_engines_places_in_turn_and_never_more_than_the_limit(t
     assert counts[-1] > refused_at and counts == sorted(counts)
     assert answer("b", 0, 1) == {"granted": True, "held": 1, "total": 2, "ahead": 0}
     assert claim("a", 1, 1)["granted"] is False
+    # Every answer says how many replicas the engine has heard from within their leases
+    # (a and b, and any an earlier test left on the roster) and where each stands by name.
+    (a_count, a_rank), (b_count, b_rank) = rosters["a"], rosters["b"]
+    assert a_count == b_count >= 2 and a_rank < b_rank < b_count
     after = {o: claims(o) for o in ("granted", "refused", "reported")}
     assert {o: after[o] - before[o] for o in after} == {"granted": 3, "refused": 2, "reported": 1}
 

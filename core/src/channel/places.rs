@@ -40,6 +40,12 @@
 //! stands idle for one round trip, not for a retry period. Replicas still ask again now
 //! and then while they wait: that keeps their turn, and mends a wake that was lost.
 //!
+//! Every answer also says how many replicas the engine has heard from within their
+//! leases, holding places or not, and where the claimant stands among them by name (the
+//! roster, [`Places::replicas`]). Replicas renew at every engine each second, so the
+//! roster is the fleet as it is now, autoscaled or not: replicas never told their number
+//! split by it what only they count, such as each tenant's limits.
+//!
 //! Places count the replicas' requests only: a client that bypasses every replica is not
 //! in the table, and replicas that take places from the engine do not hold back for it.
 //! The table is plain data with time passed in, so it is tested without a clock.
@@ -115,6 +121,14 @@ pub struct Granted {
     /// refused waits for it to grow ([`PlacesWait`]). 0 from hooks that keep no count.
     #[serde(default)]
     pub freed: u64,
+    /// The replicas the engine has heard from within their leases, this one included
+    /// ([`Places::replicas`]): what an autoscaled fleet splits its tenants' limits by. 0
+    /// from hooks that keep no roster.
+    #[serde(default)]
+    pub replicas: u32,
+    /// This replica's place among them, by name (0 first): which part of a split is its.
+    #[serde(default)]
+    pub rank: u32,
 }
 
 /// A refused replica waits for a place: the engine answers once the place is there for
@@ -193,6 +207,10 @@ impl Waiting {
 pub struct Places {
     holders: HashMap<String, Holding>,
     waiting: HashMap<String, Waiting>,
+    /// Every replica heard from, holding places or not, until its lease runs out: the
+    /// roster ([`Places::replicas`]). Replicas renew at every engine each second, so each
+    /// engine's roster is the whole fleet's.
+    heard: HashMap<String, f64>,
     /// Openings so far: places given back or lapsed, and kept turns dropped.
     freed: u64,
     /// How long a refused claim keeps its turn unasked ([`WAITING_STALE_S`] but in tests).
@@ -201,7 +219,13 @@ pub struct Places {
 
 impl Default for Places {
     fn default() -> Self {
-        Places { holders: HashMap::new(), waiting: HashMap::new(), freed: 0, turn_kept_s: WAITING_STALE_S }
+        Places {
+            holders: HashMap::new(),
+            waiting: HashMap::new(),
+            heard: HashMap::new(),
+            freed: 0,
+            turn_kept_s: WAITING_STALE_S,
+        }
     }
 }
 
@@ -256,6 +280,12 @@ impl Places {
         let held = if granted { asked } else { claim.held };
         let lease = claim.lease_s.clamp(MIN_LEASE_S, MAX_LEASE_S);
         let lease = if lease.is_finite() { lease } else { MIN_LEASE_S };
+        match self.heard.get_mut(&claim.holder) {
+            Some(until_s) => *until_s = now_s + lease,
+            None => {
+                self.heard.insert(claim.holder.clone(), now_s + lease);
+            }
+        }
         // A holding stated lower than the table's gives places back.
         let before = self.holders.get(&claim.holder).map_or(0, |h| h.held);
         self.freed = self.freed.saturating_add(u64::from(before.saturating_sub(held)));
@@ -270,7 +300,22 @@ impl Places {
                 }
             }
         }
-        Granted { granted, held, total: others.saturating_add(held), ahead, freed: self.freed }
+        let (replicas, rank) = self.roster(&claim.holder);
+        Granted {
+            granted,
+            held,
+            total: others.saturating_add(held),
+            ahead,
+            freed: self.freed,
+            replicas,
+            rank,
+        }
+    }
+
+    /// How many replicas the roster holds, and `holder`'s place among them by name.
+    fn roster(&self, holder: &str) -> (u32, u32) {
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        (count(self.heard.len()), count(self.heard.keys().filter(|h| h.as_str() < holder).count()))
     }
 
     /// Whether a held `wait` is answered now: the place is there for its replica (its
@@ -329,6 +374,8 @@ impl Places {
             }
             keep
         });
+        // A replica that went quiet leaves the roster with its lease; it opens nothing.
+        self.heard.retain(|_, until_s| *until_s >= now_s);
         let waiters = self.waiting.len();
         let kept_s = self.turn_kept_s;
         self.waiting.retain(|_, w| w.seen_s >= now_s - kept_s);
@@ -352,6 +399,15 @@ impl Places {
     /// Holders whose holding has not lapsed at `now_s`.
     pub fn holders(&self, now_s: f64) -> usize {
         self.holders.values().filter(|h| h.until_s >= now_s).count()
+    }
+
+    /// The replicas heard from within their leases at `now_s`, holding places or not:
+    /// each claim (a renewal that holds none included) keeps its replica on the roster
+    /// for the lease it asks. Told back in every answer ([`Granted::replicas`]), it lets
+    /// replicas that were never told their number (an autoscaled fleet) split what only
+    /// they count, such as their tenants' limits.
+    pub fn replicas(&self, now_s: f64) -> usize {
+        self.heard.values().filter(|until_s| **until_s >= now_s).count()
     }
 }
 

@@ -19,7 +19,7 @@ use crate::config::{AdmissionConfig, PlacesFrom};
 use crate::hook::HookChannel;
 use tokio::sync::oneshot;
 
-use crate::share::Fleet;
+use crate::share::{Fleet, Roster};
 pub use queue::{ClassQueue, Ticket};
 
 use crate::ctx::Class;
@@ -64,10 +64,11 @@ impl Limits {
         channel: HookChannel,
         holder: String,
         metrics: Arc<Metrics>,
+        roster: Arc<Roster>,
     ) -> Self {
         self.places = match (cfg.places, self.max_streams) {
             (PlacesFrom::Engine, Some(limit)) => {
-                Some(Arc::new(PlaceTerms { channel, holder, limit, metrics, waits: cfg.place_waits }))
+                Some(Arc::new(PlaceTerms { channel, holder, limit, metrics, waits: cfg.place_waits, roster }))
             }
             _ => None,
         };
@@ -140,15 +141,18 @@ pub struct Admission {
 
 impl Admission {
     /// `flows`: the tenants the queue shares fairly between (1 without `[tenants]`).
-    /// `channel`: the policy channel, for claims on the engines' places.
+    /// `channel`: the policy channel, for claims on the engines' places; `roster`, what
+    /// their answers say of the fleet (read by the tenants' split).
     pub fn new(
         cfg: &AdmissionConfig,
         flows: usize,
         pool: Arc<UpstreamPool>,
         metrics: Arc<Metrics>,
         channel: HookChannel,
+        roster: Arc<Roster>,
     ) -> Self {
-        let limits = Limits::from_config(cfg).with_places(cfg, channel, holder_name(), Arc::clone(&metrics));
+        let limits =
+            Limits::from_config(cfg).with_places(cfg, channel, holder_name(), Arc::clone(&metrics), roster);
         if let Some(terms) = limits.places.as_ref().filter(|_| cfg.enabled) {
             tracing::info!(holder = %terms.holder, max_streams = terms.limit,
                 "admission: each engine's hook grants the places of its max_streams");

@@ -27,7 +27,7 @@ fn admission() -> Admission {
         ..AdmissionConfig::default()
     };
     let channel = HookChannel::new(&HookConfig::default(), reqwest::Client::new());
-    Admission::new(&cfg, 1, pool, Arc::new(Metrics::new()), channel)
+    Admission::new(&cfg, 1, pool, Arc::new(Metrics::new()), channel, Arc::default())
 }
 
 fn picked(admission: &Admission) -> InFlight {

@@ -50,6 +50,9 @@ pub struct AdmissionConfig {
     /// the cost of the pooling: a replica whose part is full queues while another's stands
     /// idle. 1 (the default): the whole limit is this replica's. Set it to the number of
     /// replicas that run: above it leaves places unused, below it overfills the engines.
+    /// Left at 1 with `places = "engine"`, the engines grant their places themselves, and
+    /// the tenants' limits are split by the replicas the engines count (every replica
+    /// heard within its lease, so an autoscaler's count as it moves).
     #[schemars(range(min = 1, max = 1_000))]
     pub replicas: u32,
     /// This replica's place among `replicas`, from 0: places that do not divide evenly go to

@@ -72,7 +72,9 @@ pub struct TenantConfig {
     /// Requests it may have open at once; one more gets 429 `rate_limit_exceeded` at once.
     /// Each proxy replica counts its own: replicas told their number
     /// (`admission.replicas`) each let in their part of it, so together they hold the
-    /// tenant to it; not told, each lets in the whole.
+    /// tenant to it; not told, with `admission.places = "engine"` they split it by the
+    /// replicas the engines count (an autoscaled fleet's number as it moves; a replica
+    /// past the limit's places lets in none), and otherwise each lets in the whole.
     #[schemars(range(min = 1))]
     #[serde(default)]
     pub max_streams: Option<u32>,
@@ -80,7 +82,9 @@ pub struct TenantConfig {
     /// one minute's worth and refills continuously. A request is let in while the bucket is
     /// not empty and pays for its tokens as they are counted at its end, so a request
     /// can take the bucket below zero; the tenant then gets 429 until it refills. Replicas
-    /// told their number (`admission.replicas`) each hold `1/replicas` of it.
+    /// told their number (`admission.replicas`) each hold `1/replicas` of it; not told,
+    /// with `admission.places = "engine"`, `1/n` of it for the `n` replicas the engines
+    /// count.
     #[schemars(range(min = 1))]
     #[serde(default)]
     pub tokens_per_minute: Option<u32>,

@@ -1,6 +1,8 @@
 //! Limits shared between the proxy replicas told their number (`admission.replicas`):
 //! each engine's `admission.max_streams`, and each tenant's limits (`crate::tenants`),
-//! split the same way. What follows is said of the engines'.
+//! split the same way. Replicas not told their number split the tenants' limits by the
+//! replicas the engines count instead ([`Roster`], from their places' answers), which
+//! follows an autoscaler. What follows is said of the engines'.
 //!
 //! A replica knows the engine's count of its requests as of the last reading (every
 //! replica's) and its own traffic since; what the other replicas sent since is invisible
@@ -75,6 +77,10 @@ impl Fleet {
         own_open < self.part(limit) && engine_holds.is_none_or(|n| n < limit)
     }
 }
+
+mod roster;
+
+pub use roster::{Roster, Split};
 
 #[cfg(test)]
 mod tests;

@@ -7,6 +7,10 @@ use std::time::{Duration, Instant};
 
 #[derive(Debug)]
 pub struct TokenBucket {
+    /// The tenant's whole rate, a minute's worth.
+    whole: f64,
+    /// The replicas it is split over: this bucket holds `whole / parts`.
+    parts: u32,
     capacity: f64,
     per_second: f64,
     level: f64,
@@ -14,11 +18,31 @@ pub struct TokenBucket {
 }
 
 impl TokenBucket {
-    /// A full bucket for `per_minute` tokens a minute (a replica's part of a tenant's
-    /// rate need not be whole).
+    /// A full bucket for `per_minute` tokens a minute, held whole.
     pub fn new(per_minute: f64, now: Instant) -> Self {
-        let capacity = per_minute;
-        TokenBucket { capacity, per_second: capacity / 60.0, level: capacity, at: now }
+        TokenBucket {
+            whole: per_minute,
+            parts: 1,
+            capacity: per_minute,
+            per_second: per_minute / 60.0,
+            level: per_minute,
+            at: now,
+        }
+    }
+
+    /// Holds this replica's part of the rate from `now` on: `1 / parts` of it (at least
+    /// one part). What was earned at the old rate stays, up to the new capacity; a
+    /// bucket with fewer parts refills at its larger rate from here.
+    pub fn split(&mut self, parts: u32, now: Instant) {
+        let parts = parts.max(1);
+        if parts == self.parts {
+            return;
+        }
+        self.refill(now);
+        self.parts = parts;
+        self.capacity = self.whole / f64::from(parts);
+        self.per_second = self.capacity / 60.0;
+        self.level = self.level.min(self.capacity);
     }
 
     fn refill(&mut self, now: Instant) {
@@ -67,6 +91,26 @@ mod tests {
         assert!(b.admit(t0 + Duration::from_millis(20_200)).is_ok());
         // It never holds more than a minute's worth, however long it rests.
         assert!((b.level(t0 + Duration::from_secs(3600)) - 600.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_bucket_split_over_more_replicas_holds_and_earns_their_part_and_whole_again_when_they_go() {
+        let t0 = Instant::now();
+        let mut b = TokenBucket::new(600.0, t0);
+        b.split(3, t0);
+        assert!((b.level(t0) - 200.0).abs() < 1e-9, "a third of a minute's worth");
+        b.spend(200, t0);
+        assert!(b.admit(t0).is_err());
+        // A third of 10 tokens a second.
+        assert!((b.level(t0 + Duration::from_secs(30)) - 100.0).abs() < 1e-9);
+        assert!((b.level(t0 + Duration::from_secs(3600)) - 200.0).abs() < 1e-9);
+        // The others went: the whole rate from then on, what it held kept.
+        let t1 = t0 + Duration::from_secs(3600);
+        b.split(1, t1);
+        assert!((b.level(t1) - 200.0).abs() < 1e-9);
+        assert!((b.level(t1 + Duration::from_secs(10)) - 300.0).abs() < 1e-9);
+        b.split(0, t1 + Duration::from_secs(10));
+        assert!((b.level(t1 + Duration::from_secs(100)) - 600.0).abs() < 1e-9, "no parts reads as one");
     }
 
     #[test]

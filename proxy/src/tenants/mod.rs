@@ -14,9 +14,12 @@
 //! (`crate::share`): replica `i` of `n` lets in at most its part of the
 //! tenant's `max_streams` (the leftovers to the lowest indexes) and `1/n` of its
 //! `tokens_per_minute`, so together they hold the tenant to its limits, at the cost of the
-//! pooling (a replica whose part is spent refuses while another's stands unused). Not told,
-//! each replica holds the whole limits, and a tenant spread over `n` replicas gets up to
-//! `n` times them.
+//! pooling (a replica whose part is spent refuses while another's stands unused). Not
+//! told, they split by the replicas the engines count (`crate::share::Roster`, from the
+//! answers to their claims on the engines' places, `admission.places = "engine"`), which
+//! follows an autoscaler; with no such word (places decided by each replica), each
+//! replica holds the whole limits, and a tenant spread over `n` replicas gets up to `n`
+//! times them.
 
 mod bucket;
 
@@ -32,7 +35,7 @@ pub use bucket::TokenBucket;
 
 use crate::config::{IdentifyBy, TenantConfig, TenantsConfig};
 use crate::error::{ProxyError, TenantLimit};
-use crate::share::Fleet;
+use crate::share::Split;
 use crate::telemetry::{Metrics, TenantSeries};
 
 /// One tenant: what the config says of it, and what it holds right now.
@@ -44,7 +47,9 @@ pub struct Tenant {
     pub allow_priority: bool,
     pub think_budget_tokens: Option<u32>,
     pub think_budget_s: Option<f64>,
+    /// The tenant's whole limit; this replica lets in its part ([`Split`]).
     max_streams: Option<u32>,
+    split: Split,
     open: AtomicU32,
     bucket: Option<Mutex<TokenBucket>>,
     series: TenantSeries,
@@ -57,8 +62,8 @@ impl std::fmt::Debug for Tenant {
 }
 
 impl Tenant {
-    /// `cfg`'s tenant, holding this replica's part of its limits (`fleet`).
-    fn new(cfg: &TenantConfig, flow: usize, fleet: Fleet, metrics: &Metrics, now: Instant) -> Self {
+    /// `cfg`'s tenant, holding this replica's part of its limits (`split`).
+    fn new(cfg: &TenantConfig, flow: usize, split: Split, metrics: &Metrics, now: Instant) -> Self {
         Tenant {
             name: cfg.name.clone(),
             flow,
@@ -66,11 +71,14 @@ impl Tenant {
             allow_priority: cfg.allow_priority,
             think_budget_tokens: cfg.think_budget_tokens,
             think_budget_s: cfg.think_budget_s,
-            max_streams: cfg.max_streams.map(|m| fleet.part(m)),
+            max_streams: cfg.max_streams,
             open: AtomicU32::new(0),
-            bucket: cfg
-                .tokens_per_minute
-                .map(|n| Mutex::new(TokenBucket::new(f64::from(n) / f64::from(fleet.replicas()), now))),
+            bucket: cfg.tokens_per_minute.map(|n| {
+                let mut bucket = TokenBucket::new(f64::from(n), now);
+                bucket.split(split.fleet(now).replicas(), now);
+                Mutex::new(bucket)
+            }),
+            split,
             series: metrics.tenant_series(&cfg.name),
         }
     }
@@ -80,10 +88,11 @@ impl Tenant {
         self.bucket.as_ref().map(|b| b.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// The most requests of this tenant this replica lets in at once (its part of the
-    /// tenant's `max_streams`); `None`: no limit.
+    /// The most requests of this tenant this replica lets in at once now (its part of
+    /// the tenant's `max_streams`); `None`: no limit.
     pub fn max_streams(&self) -> Option<u32> {
-        self.max_streams
+        let fleet = self.split.fleet(Instant::now());
+        self.max_streams.map(|m| fleet.part(m))
     }
 
     /// Requests of this tenant open now.
@@ -98,12 +107,17 @@ impl Tenant {
 
     /// Lets one more request in, or says which limit it is at.
     pub fn lease(self: &Arc<Self>, now: Instant) -> Result<TenantLease, ProxyError> {
-        if let Some(mut bucket) = self.bucket()
-            && let Err(wait) = bucket.admit(now)
-        {
-            return Err(self.refuse(TenantLimit::TokensPerMinute, wait.as_secs_f64().ceil() as u64));
+        let fleet = self.split.fleet(now);
+        if let Some(mut bucket) = self.bucket() {
+            bucket.split(fleet.replicas(), now);
+            if let Err(wait) = bucket.admit(now) {
+                return Err(self.refuse(TenantLimit::TokensPerMinute, wait.as_secs_f64().ceil() as u64));
+            }
         }
-        let max = self.max_streams.unwrap_or(u32::MAX);
+        // With more replicas than the limit has places (counted, not told: told, it is
+        // refused at start), some replicas' part is none, and they refuse until the
+        // fleet shrinks: the tenant is held to its limit, spread as it can be.
+        let max = self.max_streams.map_or(u32::MAX, |m| fleet.part(m));
         let taken =
             self.open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1));
         match taken {
@@ -158,12 +172,15 @@ pub struct Tenants {
 
 impl Tenants {
     /// The tenants of a valid `[tenants]` section, each holding this replica's part of its
-    /// limits (`fleet`: the replicas told `admission.replicas`); `None` when it is off.
-    pub fn new(cfg: &TenantsConfig, fleet: Fleet, metrics: &Metrics) -> Option<Self> {
+    /// limits (`split`: by the replicas told `admission.replicas`, else by those the
+    /// engines count); `None` when it is off.
+    pub fn new(cfg: &TenantsConfig, split: Split, metrics: &Metrics) -> Option<Self> {
         if !cfg.enabled {
             return None;
         }
-        if fleet.replicas() > 1 {
+        if let Split::Told(fleet) = &split
+            && fleet.replicas() > 1
+        {
             tracing::info!(
                 replicas = fleet.replicas(),
                 "tenants: this replica holds its part of each tenant's limits"
@@ -174,7 +191,7 @@ impl Tenants {
             .tenant
             .iter()
             .enumerate()
-            .map(|(i, t)| Arc::new(Tenant::new(t, i, fleet, metrics, now)))
+            .map(|(i, t)| Arc::new(Tenant::new(t, i, split.clone(), metrics, now)))
             .collect();
         let by_name: HashMap<String, Arc<Tenant>> = all.iter().map(|t| (t.name.clone(), t.clone())).collect();
         let mut by_key = HashMap::new();

@@ -4,6 +4,7 @@ use axum::http::{HeaderMap, HeaderValue};
 use sha2::{Digest, Sha256};
 
 use super::*;
+use crate::share::{Fleet, Roster};
 
 fn digest(key: &str) -> String {
     Sha256::digest(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
@@ -22,7 +23,7 @@ fn tenants(cfg: TenantsConfig) -> Tenants {
 }
 
 fn tenants_at(cfg: TenantsConfig, fleet: Fleet) -> Tenants {
-    Tenants::new(&cfg, fleet, &Metrics::new()).expect("enabled")
+    Tenants::new(&cfg, Split::Told(fleet), &Metrics::new()).expect("enabled")
 }
 
 fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
@@ -120,7 +121,7 @@ fn a_tenant_that_spent_its_tokens_waits_for_the_bucket_and_is_told_how_long() {
 
 #[test]
 fn off_means_no_tenants() {
-    assert!(Tenants::new(&TenantsConfig::default(), Fleet::alone(), &Metrics::new()).is_none());
+    assert!(Tenants::new(&TenantsConfig::default(), Split::Told(Fleet::alone()), &Metrics::new()).is_none());
 }
 
 #[test]
@@ -155,4 +156,60 @@ fn replicas_told_their_number_each_hold_their_part_of_a_tenants_limits() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn replicas_not_told_their_number_split_a_tenants_limits_by_the_replicas_the_engines_count() {
+    let cfg = TenantsConfig {
+        enabled: true,
+        tenant: vec![TenantConfig {
+            max_streams: Some(5),
+            tokens_per_minute: Some(180),
+            ..tenant("acme", &["k"])
+        }],
+        default_tenant: Some("acme".into()),
+        ..Default::default()
+    };
+    let roster = Arc::new(Roster::default());
+    let t = Tenants::new(&cfg, Split::Counted(roster.clone()), &Metrics::new()).expect("enabled");
+    let acme = t.identify(&HeaderMap::new()).unwrap().clone();
+    // No engine has told yet: the whole limits, as a replica alone.
+    assert_eq!(acme.max_streams(), Some(5));
+    let now = Instant::now();
+    let lease = Duration::from_secs(5);
+    // Two engines count three replicas, this one last by name: its part is 1 of the 5.
+    roster.heard("e1:9000", 3, 2, lease, now);
+    assert_eq!(roster.heard("e2:9000", 3, 2, lease, now), 3);
+    assert_eq!(acme.max_streams(), Some(1));
+    let first = acme.lease(now).unwrap();
+    assert!(
+        matches!(acme.lease(now), Err(ProxyError::RateLimited { limit: TenantLimit::MaxStreams, .. })),
+        "its one stream is taken"
+    );
+    // A third of 180 tokens a minute: 60 held, so 90 spent leaves it owing.
+    first.spend(90);
+    drop(first);
+    assert!(matches!(
+        acme.lease(now),
+        Err(ProxyError::RateLimited { limit: TenantLimit::TokensPerMinute, .. })
+    ));
+    // An engine that heard a fourth replica first splits tighter until the other agrees.
+    roster.heard("e1:9000", 4, 3, lease, now);
+    assert_eq!(roster.counted(now), Some(Fleet::new(4, Some(3))));
+    // The autoscaler took two away: once the engines' word is of one replica, and the
+    // older word lapsed, this replica holds the whole limits again.
+    let later = now + Duration::from_secs(6);
+    roster.heard("e1:9000", 1, 0, lease, later);
+    roster.heard("e2:9000", 1, 0, lease, later);
+    assert_eq!(roster.counted(later), Some(Fleet::alone()));
+    assert!(acme.lease(later).is_err(), "still owing: 24 tokens at the third's rate till now");
+    // The whole rate from then on (3 a second): paid off within 20 s, and all five
+    // streams are this replica's.
+    let paid = later + Duration::from_secs(20);
+    roster.heard("e1:9000", 1, 0, lease, paid);
+    let open: Vec<_> = (0..5).map(|_| acme.lease(paid)).collect();
+    assert!(open.iter().all(Result::is_ok));
+    assert!(acme.lease(paid).is_err());
+    // A word that was not renewed counts for nothing.
+    assert_eq!(roster.counted(paid + Duration::from_secs(6)), None);
 }

@@ -22,6 +22,10 @@
 //! nobody else waiting here, the replica withdraws those turns ([`EnginePlaces::withdraw`])
 //! so none holds a freed place for it.
 //!
+//! Every answer also counts the replicas the engine heard from lately; this replica keeps
+//! that word in its `crate::share::Roster`, which splits the tenants' limits of replicas
+//! never told their number.
+//!
 //! An engine whose hook cannot take claims (none configured, an older hook, a wrong
 //! secret) leaves this replica to decide alone, by its reading and its part of the
 //! limit, until a renewal is answered again; one that does not answer for a moment (a
@@ -38,6 +42,7 @@ use tokio::sync::Notify;
 
 use super::Upstream;
 use crate::hook::{HookChannel, HookError};
+use crate::share::Roster;
 
 /// How long a refused engine counts as full before it is asked again, whether or not a
 /// wait on it wakes this replica sooner. Short next to a request's life (places free as
@@ -75,6 +80,8 @@ pub struct PlaceTerms {
     /// Whether a refused replica waits on the engine for a place (`admission.place_waits`)
     /// beside asking again on its timer.
     pub waits: bool,
+    /// What the engines' answers say of the fleet (`crate::share::Roster`).
+    pub roster: Arc<Roster>,
 }
 
 impl std::fmt::Debug for PlaceTerms {
@@ -85,6 +92,16 @@ impl std::fmt::Debug for PlaceTerms {
 }
 
 impl PlaceTerms {
+    /// Sends `claim` to the hook at `addr`, and takes its answer's word on the fleet.
+    async fn ask(&self, addr: &str, claim: &Claim) -> Result<Granted, HookError> {
+        let answer = self.channel.claim(addr, claim, ANSWER_WITHIN).await;
+        if let Ok(g) = &answer {
+            let counted = self.roster.heard(addr, g.replicas, g.rank, LEASE, Instant::now());
+            self.metrics.set_replicas_counted(counted);
+        }
+        answer
+    }
+
     fn claim(&self, held: u32, want: u32, turn: Turn) -> Claim {
         Claim {
             holder: self.holder.clone(),
@@ -201,7 +218,7 @@ impl EnginePlaces {
                 return;
             }
             let wakes = places.wakes.load(Ordering::SeqCst);
-            let answer = terms.channel.claim(&addr, &terms.claim(*held, 1, turn), ANSWER_WITHIN).await;
+            let answer = terms.ask(&addr, &terms.claim(*held, 1, turn)).await;
             let claimed = places.settle(answer, &mut held);
             // The answer is in: the next claim may ask, and the waiters woken below see so.
             drop(asking);
@@ -332,7 +349,7 @@ impl EnginePlaces {
                 return;
             }
             let claim = Claim { withdraw: true, ..terms.claim(*held, 0, Turn::default()) };
-            match terms.channel.claim(&addr, &claim, ANSWER_WITHIN).await {
+            match terms.ask(&addr, &claim).await {
                 Ok(_) => {
                     places.answered();
                     places.refused.store(false, Ordering::SeqCst);
@@ -406,7 +423,7 @@ impl EnginePlaces {
     }
 
     async fn report(&self, terms: &PlaceTerms, addr: &str, held: u32) {
-        match terms.channel.claim(addr, &terms.claim(held, 0, Turn::default()), ANSWER_WITHIN).await {
+        match terms.ask(addr, &terms.claim(held, 0, Turn::default())).await {
             Ok(_) => self.answered(),
             Err(error) => {
                 tracing::debug!(engine = addr, %error, "places: holding not reported");

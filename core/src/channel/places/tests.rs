@@ -13,8 +13,9 @@ fn claim(holder: &str, held: u32, want: u32, limit: u32) -> Claim {
     }
 }
 
+/// An answer in a table of the two replicas `a` and `b`, to `a`.
 fn granted(granted: bool, held: u32, total: u32) -> Granted {
-    Granted { granted, held, total, ahead: 0, freed: 0 }
+    Granted { granted, held, total, ahead: 0, freed: 0, replicas: 2, rank: 0 }
 }
 
 #[test]
@@ -24,7 +25,7 @@ fn replicas_share_every_place_of_the_limit_by_need() {
     for held in 0..8 {
         assert!(p.claim(&claim("a", held, 1, 8), 0.0).granted, "place {held}");
     }
-    assert_eq!(p.claim(&claim("b", 0, 1, 8), 0.0), granted(false, 0, 8));
+    assert_eq!(p.claim(&claim("b", 0, 1, 8), 0.0), Granted { rank: 1, ..granted(false, 0, 8) });
     // Two of a's requests end; its report frees both places for b at once.
     assert_eq!(p.claim(&claim("a", 6, 0, 8), 0.1), Granted { freed: 2, ..granted(true, 6, 6) });
     assert!(p.claim(&claim("b", 0, 1, 8), 0.12).granted);
@@ -40,7 +41,7 @@ fn a_claim_states_the_whole_holding_so_a_lost_reply_mends_itself() {
     assert!(p.claim(&claim("a", 0, 1, 2), 0.0).granted);
     assert_eq!(p.total(0.0), 1);
     // Its next message states its true holding, and the engine takes it.
-    assert_eq!(p.claim(&claim("a", 0, 1, 2), 0.1), granted(true, 1, 1));
+    assert_eq!(p.claim(&claim("a", 0, 1, 2), 0.1), Granted { replicas: 1, ..granted(true, 1, 1) });
     // A replica holding nothing leaves the table.
     p.claim(&claim("a", 0, 0, 2), 0.2);
     assert_eq!(p.holders(0.2), 0);
@@ -201,6 +202,37 @@ fn a_withdrawn_turn_holds_nothing_back_and_wakes_the_waiter_it_went_before() {
     assert!(withdrawal.contains(r#""withdraw":true"#), "{withdrawal}");
 }
 
+#[test]
+fn every_replica_heard_within_its_lease_is_on_the_roster_holding_places_or_not() {
+    let mut p = Places::default();
+    let renew = |holder: &str| Claim { lease_s: 5.0, ..claim(holder, 0, 0, 8) };
+    // Three replicas renew holding nothing (an idle fleet): none is in the places table,
+    // every one is on the roster, and each learns its place by name.
+    assert_eq!((p.claim(&renew("pod-c"), 0.0).replicas, p.claim(&renew("pod-c"), 0.0).rank), (1, 0));
+    p.claim(&renew("pod-a"), 0.1);
+    let b = p.claim(&renew("pod-b"), 0.2);
+    assert_eq!((b.replicas, b.rank), (3, 1));
+    let c = p.claim(&renew("pod-c"), 0.3);
+    assert_eq!((c.replicas, c.rank), (3, 2));
+    assert_eq!((p.holders(0.3), p.replicas(0.3)), (0, 3));
+    // One holding places is on it as well, once.
+    assert!(p.claim(&Claim { lease_s: 5.0, ..claim("pod-a", 0, 1, 8) }, 1.0).granted);
+    assert_eq!(p.replicas(1.0), 3);
+    // pod-a goes quiet: it leaves the roster when its lease runs out (its place with it),
+    // and the others' answers say so; renewals keep the others on it.
+    p.claim(&renew("pod-b"), 4.0);
+    p.claim(&renew("pod-c"), 4.0);
+    assert_eq!(p.replicas(5.9), 3);
+    let b = p.claim(&renew("pod-b"), 6.1);
+    assert_eq!((b.replicas, b.rank, b.total), (2, 0, 0));
+    let c = p.claim(&renew("pod-c"), 6.1);
+    assert_eq!((c.replicas, c.rank), (2, 1));
+    // A new replica joins, and the ranks after it move up.
+    let a2 = p.claim(&renew("pod-a2"), 6.2);
+    assert_eq!((a2.replicas, a2.rank), (3, 0));
+    assert_eq!(p.claim(&renew("pod-c"), 6.3).rank, 2);
+}
+
 fn wait_of(holder: Option<&str>, after: u64) -> PlacesWait {
     PlacesWait { after, wait_s: 1.0, holder: holder.map(str::to_owned) }
 }
@@ -275,7 +307,7 @@ fn a_wait_is_held_for_a_bounded_time() {
     assert_eq!(wait(f64::NAN), 0.0);
     // A message from an older replica (no count) still reads.
     let old: Granted = serde_json::from_str(r#"{"granted":false,"held":0,"total":2}"#).unwrap();
-    assert_eq!((old.freed, old.ahead), (0, 0));
+    assert_eq!((old.freed, old.ahead, old.replicas, old.rank), (0, 0, 0, 0));
 }
 
 /// One replica as the proxy runs it: the places it believes it holds, changed only by

@@ -132,6 +132,10 @@ pub(super) const PLACE_WAITS: Def = Def::counter(
     "meridian_admission_place_waits_total",
     "Waits on a full engine for a place to free (`admission.places = \"engine\"` with `admission.place_waits`, one at a time per engine): `woken` (the engine said a place is there for this replica, and the waiting requests asked at once), `expired` (none was in the wait's time), or `failed` (the hook did not hold the wait; the replica asks again on its timer).",
 );
+pub(super) const REPLICAS_COUNTED: Def = Def::gauge(
+    "meridian_admission_replicas_counted",
+    "Proxy replicas as the engines count them, from their answers to this replica's claims on their places (`admission.places = \"engine\"`): every replica heard within its lease, the largest count any engine gave; 0 until one has. Replicas not told `admission.replicas` split each tenant's limits by it.",
+);
 pub(super) const EAT_PROBES: Def =
     Def::counter("meridian_eat_probes_total", "EAT probe requests the proxy sent, by outcome.");
 pub(super) const ENTROPY_EXITS: Def = Def::counter(
@@ -171,7 +175,7 @@ pub(super) const TENANT_TOKENS: Def = Def::counter(
     "Tokens generated for a tenant's requests (thinking and answer), as its token-rate limit counts them, by tenant.",
 );
 
-pub(super) const ALL: [Def; 32] = [
+pub(super) const ALL: [Def; 33] = [
     REQUESTS,
     TTFT,
     TTFO,
@@ -194,6 +198,7 @@ pub(super) const ALL: [Def; 32] = [
     ADMISSION_REJECTED,
     PLACE_CLAIMS,
     PLACE_WAITS,
+    REPLICAS_COUNTED,
     EAT_PROBES,
     ENTROPY_EXITS,
     CONTINUATIONS,

@@ -107,6 +107,7 @@ pub struct Metrics {
     handovers: Vec<(&'static str, Counter)>,
     place_claims: Vec<(&'static str, Counter)>,
     place_waits: Vec<(&'static str, Counter)>,
+    replicas_counted: Gauge,
     kv_exports: Vec<(&'static str, Counter)>,
     budgets_unenforced: Vec<(&'static str, Counter)>,
     requests: Lazy<(&'static str, &'static str), Counter>,
@@ -163,6 +164,12 @@ impl Metrics {
             handovers: counters(catalogue::HANDOVERS, "outcome", &["moved", "no_room"]),
             place_claims: counters(catalogue::PLACE_CLAIMS, "outcome", &PLACE_OUTCOMES),
             place_waits: counters(catalogue::PLACE_WAITS, "outcome", &PLACE_WAIT_OUTCOMES),
+            replicas_counted: {
+                let g = recorder
+                    .register_gauge(&Key::from_static_name(catalogue::REPLICAS_COUNTED.name), &METADATA);
+                g.set(0.0);
+                g
+            },
             kv_exports: counters(catalogue::KV_EXPORTS, "outcome", &["ok", "failed"]),
             budgets_unenforced: counters(catalogue::BUDGET_UNENFORCED, "route", &HOOK_ONLY_ROUTES),
             requests: Lazy::default(),
@@ -285,6 +292,11 @@ impl Metrics {
 
     pub fn set_upstream_healthy(&self, upstream: &str, healthy: bool) {
         self.with_upstream(upstream, |s| s.healthy.set(f64::from(u8::from(healthy))));
+    }
+
+    /// The proxy replicas the engines count (`crate::share::Roster`).
+    pub fn set_replicas_counted(&self, replicas: u32) {
+        self.replicas_counted.set(f64::from(replicas));
     }
 
     pub fn set_hook_ready(&self, upstream: &str, ready: bool) {

@@ -71,14 +71,21 @@ async fn replica_in_front_of(
 
 /// Opens a stream through `proxy`; the request holds its place until the response drops.
 async fn open(proxy: &meridian_proxy::Server) -> reqwest::Response {
+    let (status, got) = try_open(proxy).await;
+    assert_eq!(status, 200);
+    got
+}
+
+/// Sends a request through `proxy`: its status, and the response (an open stream holds
+/// its place, and its tenant's slot, until dropped).
+async fn try_open(proxy: &meridian_proxy::Server) -> (u16, reqwest::Response) {
     let got = client()
         .post(format!("http://{}/v1/chat/completions", proxy.local_addr))
         .json(&chat(json!({})))
         .send()
         .await
         .unwrap();
-    assert_eq!(got.status(), 200);
-    got
+    (got.status().as_u16(), got)
 }
 
 /// Requests the twin holds (running and waiting), by its own gauges.
@@ -373,18 +380,6 @@ async fn a_retry_goes_only_where_the_engine_grants_it_a_place() {
 
 fn replicas_counted(proxy: &meridian_proxy::Server) -> f64 {
     sample(&proxy.state.metrics.render(), "meridian_admission_replicas_counted", &[]).unwrap_or(-1.0)
-}
-
-/// Sends a request of the default tenant through `proxy`: its status, and the response
-/// (an open stream holds its tenant's slot until dropped).
-async fn try_open(proxy: &meridian_proxy::Server) -> (u16, reqwest::Response) {
-    let got = client()
-        .post(format!("http://{}/v1/chat/completions", proxy.local_addr))
-        .json(&chat(json!({})))
-        .send()
-        .await
-        .unwrap();
-    (got.status().as_u16(), got)
 }
 
 #[tokio::test]

@@ -124,9 +124,9 @@ fn off_means_no_tenants() {
     assert!(Tenants::new(&TenantsConfig::default(), Split::Told(Fleet::alone()), &Metrics::new()).is_none());
 }
 
-#[test]
-fn replicas_told_their_number_each_hold_their_part_of_a_tenants_limits() {
-    let cfg = TenantsConfig {
+/// The default tenant `acme`, held to 5 streams and 180 tokens a minute.
+fn acme_held_to_five_streams_and_180_tokens_a_minute() -> TenantsConfig {
+    TenantsConfig {
         enabled: true,
         tenant: vec![TenantConfig {
             max_streams: Some(5),
@@ -135,7 +135,12 @@ fn replicas_told_their_number_each_hold_their_part_of_a_tenants_limits() {
         }],
         default_tenant: Some("acme".into()),
         ..Default::default()
-    };
+    }
+}
+
+#[test]
+fn replicas_told_their_number_each_hold_their_part_of_a_tenants_limits() {
+    let cfg = acme_held_to_five_streams_and_180_tokens_a_minute();
     // Five streams over three replicas: 2, 2 and 1, adding up to the tenant's limit; a
     // replica that does not know its place takes only the even part.
     let parts: Vec<Option<u32>> = [Some(0), Some(1), Some(2), None]
@@ -160,16 +165,7 @@ fn replicas_told_their_number_each_hold_their_part_of_a_tenants_limits() {
 
 #[test]
 fn replicas_not_told_their_number_split_a_tenants_limits_by_the_replicas_the_engines_count() {
-    let cfg = TenantsConfig {
-        enabled: true,
-        tenant: vec![TenantConfig {
-            max_streams: Some(5),
-            tokens_per_minute: Some(180),
-            ..tenant("acme", &["k"])
-        }],
-        default_tenant: Some("acme".into()),
-        ..Default::default()
-    };
+    let cfg = acme_held_to_five_streams_and_180_tokens_a_minute();
     let roster = Arc::new(Roster::default());
     let t = Tenants::new(&cfg, Split::Counted(roster.clone()), &Metrics::new()).expect("enabled");
     let acme = t.identify(&HeaderMap::new()).unwrap().clone();

@@ -76,10 +76,7 @@ pub enum Split {
 impl Split {
     /// `admission.replicas` as told, else the engines' roster.
     pub fn of(cfg: &crate::config::AdmissionConfig, roster: std::sync::Arc<Roster>) -> Self {
-        match cfg.replicas {
-            0 | 1 => Split::Counted(roster),
-            _ => Split::Told(Fleet::of(cfg)),
-        }
+        if cfg.replicas > 1 { Split::Told(Fleet::of(cfg)) } else { Split::Counted(roster) }
     }
 
     /// The fleet to split by at `now`.

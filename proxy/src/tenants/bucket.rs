@@ -11,8 +11,6 @@ pub struct TokenBucket {
     whole: f64,
     /// The replicas it is split over: this bucket holds `whole / parts`.
     parts: u32,
-    capacity: f64,
-    per_second: f64,
     level: f64,
     at: Instant,
 }
@@ -20,14 +18,17 @@ pub struct TokenBucket {
 impl TokenBucket {
     /// A full bucket for `per_minute` tokens a minute, held whole.
     pub fn new(per_minute: f64, now: Instant) -> Self {
-        TokenBucket {
-            whole: per_minute,
-            parts: 1,
-            capacity: per_minute,
-            per_second: per_minute / 60.0,
-            level: per_minute,
-            at: now,
-        }
+        TokenBucket { whole: per_minute, parts: 1, level: per_minute, at: now }
+    }
+
+    /// What it holds at most: this replica's part of a minute's worth.
+    fn capacity(&self) -> f64 {
+        self.whole / f64::from(self.parts)
+    }
+
+    /// What it earns a second.
+    fn per_second(&self) -> f64 {
+        self.capacity() / 60.0
     }
 
     /// Holds this replica's part of the rate from `now` on: `1 / parts` of it (at least
@@ -40,14 +41,12 @@ impl TokenBucket {
         }
         self.refill(now);
         self.parts = parts;
-        self.capacity = self.whole / f64::from(parts);
-        self.per_second = self.capacity / 60.0;
-        self.level = self.level.min(self.capacity);
+        self.level = self.level.min(self.capacity());
     }
 
     fn refill(&mut self, now: Instant) {
         let dt = now.saturating_duration_since(self.at).as_secs_f64();
-        self.level = (self.level + dt * self.per_second).min(self.capacity);
+        self.level = (self.level + dt * self.per_second()).min(self.capacity());
         self.at = self.at.max(now);
     }
 
@@ -57,7 +56,7 @@ impl TokenBucket {
         if self.level > 0.0 {
             return Ok(());
         }
-        Err(Duration::from_secs_f64((-self.level + 1.0) / self.per_second))
+        Err(Duration::from_secs_f64((-self.level + 1.0) / self.per_second()))
     }
 
     /// Charges `tokens` generated.

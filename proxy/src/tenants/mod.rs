@@ -73,11 +73,8 @@ impl Tenant {
             think_budget_s: cfg.think_budget_s,
             max_streams: cfg.max_streams,
             open: AtomicU32::new(0),
-            bucket: cfg.tokens_per_minute.map(|n| {
-                let mut bucket = TokenBucket::new(f64::from(n), now);
-                bucket.split(split.fleet(now).replicas(), now);
-                Mutex::new(bucket)
-            }),
+            // Whole here: each lease splits it by the fleet of the moment first.
+            bucket: cfg.tokens_per_minute.map(|n| Mutex::new(TokenBucket::new(f64::from(n), now))),
             split,
             series: metrics.tenant_series(&cfg.name),
         }

@@ -3,9 +3,10 @@
     python -m realab forecast SET_DIR SIM      # SIM: target/release/meridian-sim
 
 For a kept set of the policies page: the twin is calibrated on the rig's own stock engine
-(its step traces, kept in `SET_DIR/steps/` by `policies keep` and `policies add`), and
-replays every measured round's requests (the lengths the engine reported, the send times
-rescaled so that the load is the same fraction of the twin's capacity as the run's was
+(its step traces, kept in `SET_DIR/steps/` by `policies keep` and `policies add`; each
+machine's steps at its own pace: `calibrate`), and replays every measured round's
+requests on the twin of the machine the round ran on (the lengths the engine reported,
+the send times rescaled so that the load is the same fraction of the twin's capacity as the run's was
 of stock's measured capacity) under each configuration's policy: `SET_DIR/twin/rig/`,
 files named as the measured ones, so the page reads prediction and measurement with the
 same paired statistics. Matching the load's fraction, not its rate, matters because
@@ -143,6 +144,14 @@ def machine_capacity(measured: float | None, standing) -> float | None:
     return measured * (standing.speed if standing is not None and standing.speed else 1.0)
 
 
+def work_of(data: dict, workload: str, load: float, rnd: int, config: str) -> str | None:
+    """The invocation a run was measured in (None for a run measured before runs named it)."""
+    for r in data["runs"]:
+        if (r["workload"], r["load"], r["round"], r["config"]) == (workload, load, rnd, config):
+            return r.get("work")
+    return None
+
+
 def sent_by(data: dict, workload: str, load: float, rnd: int) -> float | None:
     """The capacity a round's stock run was sent by: the one it recorded (a harness that
     measures the capacity in every invocation records it, and a round on a machine that
@@ -196,11 +205,82 @@ class Twin:
         return done / max(out["makespan_s"], 1e-9)
 
 
-def calibrate(sim: Path, set_dir: Path, data: dict, tmp: Path) -> Path:
-    """The rig's twin profile, fitted to its stock engine's kept step traces."""
-    traces = sorted((set_dir / "steps").glob("stock-*.jsonl.gz"))
-    if not traces:
+#: Fit passes at most: each after the first refits on steps scaled by the machines' paces
+#: read against the fit before it, until no pace moves by more than `PACE_SETTLED`.
+FIT_PASSES, PACE_SETTLED = 4, 0.005
+
+
+def machine_paces(traces: dict[str, list[dict]], profile_toml: str, reference: str) -> dict[str, float]:
+    """{work: how much slower its machine stepped than `reference`'s}: the median of its
+    stock engine's decode-only steps measured over the fit, over the reference's median
+    (at least `MIN_STEPS_PER_RUN` such steps; a trace with fewer is taken as the
+    reference's pace). The reference is 1 by definition."""
+    fitted = R.decode_step_fit(profile_toml)
+    medians = {}
+    for work, steps in traces.items():
+        ratios = [st["step_s"] / fitted(st) for st in steps
+                  if not st.get("prefill_tokens") and st.get("decode_reqs") and st.get("step_s")]
+        if len(ratios) >= R.MIN_STEPS_PER_RUN:
+            medians[work] = statistics.median(ratios)
+    base = medians.get(reference)
+    if not base:
+        return {work: 1.0 for work in traces}
+    return {work: medians[work] / base if work in medians else 1.0 for work in traces}
+
+
+def reference_work(data: dict, traces: dict[str, list[dict]]) -> str:
+    """The invocation whose machine the rig's profile stands for: the one that measured
+    the set's capacity (its first workload's) where its trace is kept, else the one with
+    the most steps kept."""
+    workloads = data["setup"]["workloads"]
+    basis = speed.capacity_work(data, workloads[0]["name"]) if workloads else None
+    return basis if basis in traces else max(traces, key=lambda w: (len(traces[w]), w))
+
+
+def calibrate(sim: Path, set_dir: Path, data: dict, tmp: Path) -> tuple[Path, dict[str, float]]:
+    """The rig's twin profile, fitted to its stock engine's kept step traces, and each
+    invocation's machine pace against the profile's (`machine_paces`).
+
+    Why per machine: a set's rounds ran on more than one machine (sessions, days), and
+    one machine's engine stepped a third slower than another's. Fitted to the traces
+    pooled, the cost model is neither machine's and every step misses by the machines'
+    spread (set 9's median error per step 11% on one machine, 20% pooled). So the fit
+    runs again on each machine's steps divided by its pace read against the fit before
+    (the reference machine's as they were), until the paces settle: one cost model at
+    the reference machine's speed, which a round's twin multiplies by its machine's
+    pace (`paced_profile`). A set measured on one machine fits once, as before."""
+    found = sorted((set_dir / "steps").glob("stock-*.jsonl.gz"))
+    if not found:
         raise SystemExit(f"{set_dir}/steps: no stock step trace kept (policies keep/add keep them)")
+    traces: dict[str, list[dict]] = {}
+    for t in found:
+        with gzip.open(t, "rt") as src:
+            steps = [json.loads(line) for line in src if line.strip()]
+        if steps:
+            traces[t.name[len("stock-"):-len(".jsonl.gz")]] = steps
+    reference = reference_work(data, traces)
+    paces = {work: 1.0 for work in traces}
+    profile = _fit(sim, set_dir, data, traces, paces, tmp)
+    for _ in range(FIT_PASSES - 1 if len(traces) > 1 else 0):
+        # Each machine's own steps, as measured, against the latest fit (made of every
+        # machine's steps at the paces read before).
+        read = machine_paces(traces, profile.read_text(), reference)
+        if all(abs(read[w] / paces[w] - 1) <= PACE_SETTLED for w in traces):
+            break
+        paces = read
+        profile = _fit(sim, set_dir, data, traces, paces, tmp)
+    calibration = set_dir / "twin" / "calibration.json"
+    fit = json.loads(calibration.read_text())
+    fit["machines"] = {"reference": reference, "paces": paces}
+    calibration.write_text(json.dumps(fit))
+    shutil.copy(profile, set_dir / "twin" / "rig-profile.toml")
+    return profile, paces
+
+
+def _fit(sim: Path, set_dir: Path, data: dict, traces: dict[str, list[dict]], paces: dict[str, float],
+         tmp: Path) -> Path:
+    """`meridian-sim calibrate` on the traces laid end to end, each step's time divided by
+    its machine's pace; writes the set's `twin/calibration.json` and returns the profile."""
     joined = tmp / "stock-steps.jsonl"
     # Each trace's times are its own boot's monotonic clock, so two sessions' traces may
     # overlap: laid end to end (each shifted to start after the one before), a run's
@@ -208,17 +288,12 @@ def calibrate(sim: Path, set_dir: Path, data: dict, tmp: Path) -> Path:
     windows: list[tuple[float, float]] = []
     end = 0.0
     with joined.open("w") as dst:
-        for t in traces:
-            with gzip.open(t, "rt") as src:
-                steps = [json.loads(line) for line in src if line.strip()]
-            if not steps:
-                continue
+        for work, steps in traces.items():
             shift = end + 1.0 - steps[0]["t"]
             for st in steps:
-                st["t"] += shift
-                dst.write(json.dumps(st, separators=(",", ":")) + "\n")
-            end = steps[-1]["t"]
-            work = t.name[len("stock-"):-len(".jsonl.gz")]
+                dst.write(json.dumps({**st, "t": st["t"] + shift, "step_s": st["step_s"] / paces[work]},
+                                     separators=(",", ":")) + "\n")
+            end = steps[-1]["t"] + shift
             windows += [(t0 + shift, t1 + shift) for t0, t1 in R.stock_windows(data, work)]
     eng = data["setup"]["engine"]
     block = re.search(r"--block-size', '(\d+)'", str(eng.get("extra", "")))
@@ -236,7 +311,6 @@ def calibrate(sim: Path, set_dir: Path, data: dict, tmp: Path) -> Path:
                    check=True, stdout=subprocess.DEVNULL)
     # The fit's input was a temporary file: the kept profile names what it was made of.
     profile.write_text(profile.read_text().replace(str(joined), "the set's steps/stock-*.jsonl.gz"))
-    shutil.copy(profile, set_dir / "twin" / "rig-profile.toml")
     return profile
 
 
@@ -268,13 +342,29 @@ def forecast(set_dir: Path, sim: Path) -> dict:
     standing = speed.standings(set_dir, data)
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
-        rig_profile = calibrate(sim, set_dir, data, tmp)
-        rig = Twin(sim, rig_profile, "rig", tmp)
+        rig_profile, machines = calibrate(sim, set_dir, data, tmp)
         rig_text = rig_profile.read_text()
         paces = run_paces(set_dir, data)
+        twins: dict[float, Twin] = {}
+
+        def rig_at(pace: float) -> Twin:
+            """The rig twin stepping `pace` times as long as the profile (one per pace)."""
+            if pace not in twins:
+                if pace == 1.0:
+                    twins[pace] = Twin(sim, rig_profile, "rig", tmp)
+                else:
+                    at = tmp / f"rig-{len(twins)}.toml"
+                    at.write_text(paced_profile(rig_text, pace))
+                    twins[pace] = Twin(sim, at, "rig", tmp)
+            return twins[pace]
+
+        def machine_of(workload: str, load: float, rnd: int, config: str) -> float:
+            return machines.get(work_of(data, workload, load, rnd, config) or "", 1.0)
+
         cards: dict[str, Twin] = {}
         summary: dict = {"rig_profile": "twin/rig-profile.toml", "gpu_budget": H100_BUDGET,
-                         "prompt_scale": prompt_scale, "cards": {}, "rounds": {}, "paces": {}}
+                         "prompt_scale": prompt_scale, "cards": {}, "rounds": {}, "paces": {},
+                         "machines": machines}
         for slug, (twin, label, card_file) in card_twins(curves, sim, tmp).items():
             cards[slug] = twin
             shutil.copy(card_file, set_dir / "twin" / f"{slug}-profile.toml")
@@ -288,6 +378,9 @@ def forecast(set_dir: Path, sim: Path) -> dict:
                     # Stock's capacity as measured on the rig (everything sent at once),
                     # which the run's load is a fraction of; without one, the rig twin's own.
                     measured_cap = sent_by(data, w["name"], load, rnd)
+                    # The twin of the machine the round ran on (its stock run's).
+                    machine = machine_of(w["name"], load, rnd, "stock")
+                    rig = rig_at(machine)
                     cap_rig = rig.capacity(stock)
                     card_caps = {slug: twin.capacity(scaled(stock, prompt_scale, 1.0)) for slug, twin in cards.items()}
                     # A round sent by the capacity of a slower (or faster) machine than its
@@ -296,7 +389,8 @@ def forecast(set_dir: Path, sim: Path) -> dict:
                     rig_scale, card_scales = load_scales(own, cap_rig, card_caps)
                     summary["rounds"][f"{w['name']}-{load:g}-{rnd}"] = {
                         "rig_capacity": cap_rig, "measured_capacity": measured_cap, "machine_capacity": own,
-                        "rig_time_scale": rig_scale, "capacity": card_caps, "time_scale": card_scales}
+                        "rig_time_scale": rig_scale, "machine_pace": machine, "capacity": card_caps,
+                        "time_scale": card_scales}
                     on_rig = scaled(stock, 1.0, rig_scale)
                     on_card = {slug: scaled(stock, prompt_scale, card_scales[slug]) for slug in cards}
                     for config, by_round in runs.items():
@@ -310,9 +404,9 @@ def forecast(set_dir: Path, sim: Path) -> dict:
                         pace = paces.get((config, w["name"], load, rnd)) if config != "stock" else None
                         if pace is not None:
                             summary["paces"][name.removesuffix(".json.gz")] = pace
-                            paced = tmp / "paced.toml"
-                            paced.write_text(paced_profile(rig_text, pace))
-                            _write(set_dir / "twin" / PACED / name, Twin(sim, paced, "rig", tmp).replay(on_rig, policy))
+                            # The run's pace is against its own machine (`regime.run_readings`).
+                            paced = rig_at(machine_of(w["name"], load, rnd, config) * pace)
+                            _write(set_dir / "twin" / PACED / name, paced.replay(on_rig, policy))
                         for slug, twin in cards.items():
                             _write(set_dir / "twin" / slug / name, twin.replay(on_card[slug], policy))
     (set_dir / "twin" / "forecast.json").write_text(json.dumps(summary, indent=1))

@@ -181,6 +181,10 @@ def run_readings(set_dir: Path, data: dict) -> tuple[dict[tuple, list[float]] | 
     `decode_ratios` (None without the twin's rig profile) and `limited_steps`."""
     profile = set_dir / "twin" / "rig-profile.toml"
     fitted = decode_step_fit(profile.read_text()) if profile.exists() else None
+    # A run's steps against its own machine's fit: the profile stands for one machine and
+    # each other's pace is in the calibration (`forecast.calibrate`).
+    machines = machine_paces(set_dir)
+    pace_of = {run_key(r): machines.get(r.get("work") or "", 1.0) for r in data["runs"]}
     ratios: dict[tuple, list[float]] = {}
     limited: dict[tuple, list[int]] = {}
     for run, st in run_steps(set_dir, data):
@@ -189,13 +193,23 @@ def run_readings(set_dir: Path, data: dict) -> tuple[dict[tuple, list[float]] | 
             counts[0] += st.get("prefill_cap") is not None
             counts[1] += 1
         if fitted is not None and not st.get("prefill_tokens") and st.get("decode_reqs") and st.get("step_s"):
-            ratios.setdefault(run, []).append(st["step_s"] / fitted(st))
+            ratios.setdefault(run, []).append(st["step_s"] / (fitted(st) * pace_of.get(run, 1.0)))
     return (ratios if fitted is not None else None), {run: (a, b) for run, (a, b) in limited.items()}
+
+
+def machine_paces(set_dir: Path) -> dict[str, float]:
+    """{work: its machine's pace against the twin's profile} as the calibration found
+    them (`forecast.calibrate`); empty before the fit recorded them (one machine's pace)."""
+    path = set_dir / "twin" / "calibration.json"
+    if not path.exists():
+        return {}
+    return (json.loads(path.read_text()).get("machines") or {}).get("paces") or {}
 
 
 def decode_ratios(set_dir: Path, data: dict) -> dict[tuple, list[float]] | None:
     """{(config, workload, load, round): [measured over fitted, per decode-only step]} for
-    every run whose engine's trace is kept; None without the twin's rig profile."""
+    every run whose engine's trace is kept, the fit its machine's (the profile times the
+    machine's pace: `machine_paces`); None without the twin's rig profile."""
     return run_readings(set_dir, data)[0]
 
 

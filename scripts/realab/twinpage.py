@@ -49,7 +49,7 @@ def _span(values: list[float]) -> str:
 def capacity_clause(caps: list[dict]) -> str:
     """The twin's capacity beside stock's measured one, over the rounds: each round is
     replayed against the capacity of the machine it ran on (`forecast.machine_capacity`),
-    and the fit pools every machine's steps, so the twin's sits among the machines'."""
+    by that machine's twin (the fit at its pace: `forecast.calibrate`)."""
     measured = [c.get("machine_capacity") or c.get("measured_capacity") for c in caps]
     if not caps or any(m is None for m in measured):
         return ""
@@ -57,6 +57,18 @@ def capacity_clause(caps: list[dict]) -> str:
     return (f" (twin {_span([c['rig_capacity'] for c in caps])} req/s against {_span(measured)} measured{where}: "
             "replayed at the run's own send times, the twin would stand at another load, where queues and every "
             "policy's effect differ)")
+
+
+def machines_clause(machines: dict | None) -> str:
+    """How the fit met a set measured on several machines (`forecast.calibrate`): each
+    machine's steps at its own pace, and the twin of each round at its machine's; empty
+    for one machine."""
+    paces = sorted((machines or {}).get("paces", {}).values())
+    if len(paces) < 2:
+        return ""
+    return (f"; the set ran on {len(paces)} invocations' machines, whose stock engines stepped "
+            f"{paces[0]:.2f}-{paces[-1]:.2f}x as long as the reference machine's (`forecast.reference_work`): each machine's steps were divided by its "
+            "pace before the fit, and each round replays on its machine's twin (the fit times that pace)")
 
 
 def spread_clause(spread: dict | None) -> str:
@@ -107,6 +119,7 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
              "The twin (`meridian-sim replay`), calibrated on this rig's stock engine (its step traces"
              + (f"; fit over {fit['samples']:,} steps: median error {fit['median_abs_pct_error']:.1f}%, "
                f"`{fit['formula']}`" if "median_abs_pct_error" in fit else "")
+             + machines_clause(cal.get("machines"))
              + spread_clause(cal.get("spread"))
              + "), replays each round's requests (the lengths the engine reported) under each configuration's "
              "policy, their send times rescaled so the load is the same fraction of the twin's capacity as the run's "

@@ -5,6 +5,7 @@ forecast's inputs (prompts in the same count of chunks, the same load fraction).
 from __future__ import annotations
 
 import gzip
+import statistics
 import json
 from pathlib import Path
 
@@ -315,3 +316,70 @@ def test_the_page_says_how_the_twins_steps_vary_around_the_fit():
         "median 1.00x, p90 1.40x, p99 1.49x the fitted time, mean 1.00x")
     # A profile fitted before the spread existed (or to a load test's report) has none.
     assert TP.spread_clause(None) == "; every step of one shape takes the fitted time"
+
+
+def test_a_set_measured_on_two_machines_fits_one_cost_model_and_paces_each_machine(tmp_path: Path):
+    # Two invocations' stock engines stepped the same cost model, the second's machine
+    # taking 1/0.6 as long for every step. Pooled, the fit would be neither machine's
+    # (every term a third or so off); per machine, it is the reference's within 1%, and
+    # the other machine's pace is read as 1/0.6.
+    import random
+    import tomllib
+
+    from built import built
+    from realab import regime as R
+
+    model = {"fixed_s": 4e-3, "per_token_s": 1.8e-4, "per_decode_request_s": 3.5e-4, "per_context_token_s": 8e-7}
+    rng = random.Random(7)
+
+    def steps(slowdown: float) -> list[dict]:
+        out = []
+        for i in range(3000):
+            reqs = rng.randint(1, 12)
+            context = reqs * rng.randint(50, 900)
+            prefill = rng.choice((0, 0, 0, rng.randint(32, 256 - reqs)))
+            tokens = prefill + reqs
+            step_s = (model["fixed_s"] + model["per_token_s"] * tokens + model["per_decode_request_s"] * reqs
+                      + model["per_context_token_s"] * context) * slowdown
+            out.append({"t": 100.0 + i * 0.05, "step_s": step_s, "tokens": tokens, "prefill_tokens": prefill,
+                        "decode_reqs": reqs, "decode_context": context, "prefill_context": 0})
+        return out
+
+    set_dir = tmp_path / "9-two-machines"
+    (set_dir / "steps").mkdir(parents=True)
+    (set_dir / "twin").mkdir()
+    for work, slowdown in (("fast", 1.0), ("slow", 1 / 0.6)):
+        with gzip.open(set_dir / "steps" / f"stock-{work}.jsonl.gz", "wt") as f:
+            f.writelines(json.dumps(st) + "\n" for st in steps(slowdown))
+    runs = [{"config": c, "workload": "kv", "load": 0.9, "round": rnd, "work": work, "window": [100.0, 250.0]}
+            for rnd, work in enumerate(("fast", "slow")) for c in ("stock", "hook")]
+    data = {"setup": {"engine": {"max_num_batched_tokens": 256, "max_num_seqs": 32},
+                      "workloads": [{"name": "kv", "loads": [0.9], "kv_blocks": 4000}]},
+            "capacity_work": {"kv": "fast"}, "runs": runs}
+
+    profile, paces = F.calibrate(built("meridian-sim"), set_dir, data, tmp_path)
+    fitted = tomllib.loads(profile.read_text())["profile"][0]
+    for term, value in model.items():
+        assert fitted[term] == pytest.approx(value, rel=0.01), f"{term}: the reference machine's cost model"
+    assert paces["fast"] == 1.0 and paces["slow"] == pytest.approx(1 / 0.6, rel=0.01)
+    calibration = json.loads((set_dir / "twin" / "calibration.json").read_text())
+    assert calibration["machines"] == {"reference": "fast", "paces": paces}
+    assert calibration["fit"]["median_abs_pct_error"] < 1.0, "each machine's steps on its own pace fit exactly"
+    assert (set_dir / "twin" / "rig-profile.toml").read_text() == profile.read_text()
+
+    # The page reads each run's steps against its own machine's fit: stock on the slow
+    # machine stepped as the twin of that machine says, not 1.67x slower.
+    ratios = R.decode_ratios(set_dir, data)
+    for rnd in (0, 1):
+        assert statistics.median(ratios[("stock", "kv", 0.9, rnd)]) == pytest.approx(1.0, rel=0.01)
+    clause = TP.machines_clause(calibration["machines"])
+    assert "ran on 2 invocations' machines, whose stock engines stepped 1.00-1.67x" in clause
+    assert TP.machines_clause({"reference": "fast", "paces": {"fast": 1.0}}) == ""
+
+
+def test_the_reference_machine_is_the_one_that_measured_the_capacity_else_the_most_stepped():
+    traces = {"a": [{}] * 5, "b": [{}] * 9}
+    data = {"setup": {"workloads": [{"name": "kv"}]}, "work": ["/w/a", "/w/b"], "capacity_work": {"kv": "a"}, "runs": []}
+    assert F.reference_work(data, traces) == "a"
+    data["capacity_work"] = {"kv": "gone"}
+    assert F.reference_work(data, traces) == "b", "a capacity measured where no trace is kept"

@@ -271,6 +271,40 @@ async fn a_budget_cut_refused_a_place_at_the_answer_engine_answers_where_it_thou
     assert_eq!((served(&think).await.0, served(&answer).await.0), (1.0, 0.0));
 }
 
+/// A hook address that takes connections and never answers: a claim sent there stays
+/// out until the hook's timeout.
+async fn silent_hook() -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn an_answer_that_finishes_while_its_place_is_claimed_is_counted_as_ended_where_it_was() {
+    let (think, answer) = (twin_granting_places().await, twin_granting_places().await);
+    let silent = silent_hook().await;
+    let proxy = proxy_granted_places(&think, &answer, |c| {
+        c.upstream.endpoints[1].hook = Some(silent.to_string());
+        // Far longer than the answer takes at fifty times real time, even on a busy machine.
+        c.hook.timeout_s = 5.0;
+    })
+    .await;
+    let r = stream(&proxy, "/v1/chat/completions", chat(json!({}))).await;
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    // The claim on the answer engine's place was never answered: the answer went on
+    // where it thought and finished there, neither moved nor refused a place.
+    assert_eq!((r.reasoning.len(), r.content.len()), (40, 6), "all from the think upstream");
+    eventually("the hand-over counted", || handovers(&proxy, "ended") == 1.0).await;
+    assert_eq!((handovers(&proxy, "moved"), handovers(&proxy, "no_room")), (0.0, 0.0));
+    assert_eq!((served(&think).await.0, served(&answer).await.0), (1.0, 0.0));
+}
+
 #[test]
 fn think_upstreams_need_somewhere_to_hand_answers_to() {
     let mut cfg = config_for(&["http://127.0.0.1:1".into()]);

@@ -9,6 +9,6 @@ pub mod spans;
 mod tracing_layer;
 
 pub use logging::init_logging;
-pub use metrics::{Metrics, RequestTimings, TenantSeries, spawn_upkeep};
+pub use metrics::{HandoverOutcome, Metrics, RequestTimings, TenantSeries, spawn_upkeep};
 pub use otel::{TracePipeline, TracingError};
 pub use tracing_layer::TraceGuard;

@@ -28,7 +28,7 @@ use super::{Delimiters, Route};
 use crate::ctx::{Ending, RequestCtx};
 use crate::error::ProxyError;
 use crate::relay::{Flow, Leg, LegStream, RelayStage, Relayed, RequestObserver};
-use crate::telemetry::{Metrics, spans};
+use crate::telemetry::{HandoverOutcome, Metrics, spans};
 use crate::upstream::InFlight;
 
 /// Where the continuation goes: the upstream that served the first leg (whose prefix
@@ -177,7 +177,7 @@ impl Continuation {
         observer: &mut RequestObserver,
     ) -> Option<Leg> {
         if self.setup.handoff.is_some() && moved.is_none() {
-            self.setup.metrics.count_handover(false);
+            self.setup.metrics.count_handover(HandoverOutcome::NoRoom);
         }
         if cut == Cut::Handoff && moved.is_none() {
             tracing::debug!(parent: self.setup.ctx.span(), "no answer upstream has room; the answer stays");
@@ -202,7 +202,7 @@ impl Continuation {
         self.second = true;
         if moved.is_some() {
             // Counted once the answer has somewhere to go and room left to be given.
-            self.setup.metrics.count_handover(true);
+            self.setup.metrics.count_handover(HandoverOutcome::Moved);
         }
         // The client's event ends here; what the first leg left pending (a blank line to
         // drop after a dropped chunk) does not carry over to the second.
@@ -224,6 +224,14 @@ impl Continuation {
         Some(Leg { stream: second_leg(target, export, body, leg), held: moved })
     }
 
+    /// Gives up a claim still out when the stream ends (the first leg finished, or the
+    /// client went): the hand-over it was for is counted as neither moved nor refused.
+    fn drop_claim(&mut self) {
+        if self.claiming.take().is_some() {
+            self.setup.metrics.count_handover(HandoverOutcome::Ended);
+        }
+    }
+
     fn count(&self, cut: Cut) {
         if cut == Cut::Handoff {
             return; // counted as a hand-over
@@ -234,6 +242,12 @@ impl Continuation {
             Cut::Seconds => self.setup.metrics.count_budget_reached(self.setup.ctx.family_name()),
             Cut::Rpdi | Cut::Eat => self.setup.metrics.count_entropy_exit(cut.label()),
         }
+    }
+}
+
+impl Drop for Continuation {
+    fn drop(&mut self) {
+        self.drop_claim();
     }
 }
 
@@ -272,7 +286,7 @@ impl RelayStage for Continuation {
         // A model that stopped while thinking has nothing left to cut; a place claimed for
         // its answer goes back as the claim is dropped.
         if relayed.answer_ended() {
-            self.claiming = None;
+            self.drop_claim();
             return Poll::Pending;
         }
         let second = match &mut self.claiming {

@@ -144,7 +144,7 @@ pub(super) const ENTROPY_EXITS: Def = Def::counter(
 );
 pub(super) const HANDOVERS: Def = Def::counter(
     "meridian_handovers_total",
-    "Answers of `think` upstreams at the end of their thought: handed over to an answer upstream (`moved`), or left in place because none had room or its engine granted no place (`no_room`).",
+    "Answers of `think` upstreams at the end of their thought: handed over to an answer upstream (`moved`), left in place because none had room or its engine granted no place (`no_room`), or the stream ended (the answer finished in place, or the client went) before the answer engine answered the claim on a place (`ended`).",
 );
 pub(super) const KV_EXPORTS: Def = Def::counter(
     "meridian_handover_kv_exports_total",

@@ -38,6 +38,32 @@ const HOOK_ONLY_ROUTES: [&str; 2] = ["responses", "messages"];
 /// In the order `crate::streams::OpenStreams::streams_by_phase` counts them.
 const PHASES: [Phase; 3] = [Phase::Pending, Phase::Think, Phase::Output];
 
+/// What became of an answer of a `think` upstream at the end of its thought
+/// (`meridian_handovers_total{outcome}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandoverOutcome {
+    /// Handed over to an answer upstream with room (and a place its engine granted).
+    Moved,
+    /// Left where it was: no answer upstream had room, or its engine granted no place.
+    NoRoom,
+    /// The stream ended (the answer finished where it was, or the client went) while the
+    /// answer upstream's engine had not yet answered the claim on a place.
+    Ended,
+}
+
+impl HandoverOutcome {
+    pub const ALL: [HandoverOutcome; 3] =
+        [HandoverOutcome::Moved, HandoverOutcome::NoRoom, HandoverOutcome::Ended];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            HandoverOutcome::Moved => "moved",
+            HandoverOutcome::NoRoom => "no_room",
+            HandoverOutcome::Ended => "ended",
+        }
+    }
+}
+
 /// What one finished request contributes to the histograms.
 #[derive(Debug, Default, Clone)]
 pub struct RequestTimings {
@@ -161,7 +187,11 @@ impl Metrics {
             eat_probes: counters(catalogue::EAT_PROBES, "outcome", &EAT_OUTCOMES),
             entropy_exits: counters(catalogue::ENTROPY_EXITS, "signal", &ENTROPY_SIGNALS),
             continuations: counters(catalogue::CONTINUATIONS, "reason", &CONTINUATION_REASONS),
-            handovers: counters(catalogue::HANDOVERS, "outcome", &["moved", "no_room"]),
+            handovers: counters(
+                catalogue::HANDOVERS,
+                "outcome",
+                &HandoverOutcome::ALL.map(HandoverOutcome::label),
+            ),
             place_claims: counters(catalogue::PLACE_CLAIMS, "outcome", &PLACE_OUTCOMES),
             place_waits: counters(catalogue::PLACE_WAITS, "outcome", &PLACE_WAIT_OUTCOMES),
             replicas_counted: {
@@ -328,11 +358,9 @@ impl Metrics {
         self.count_in(&self.continuations, catalogue::CONTINUATIONS, "reason", reason);
     }
 
-    /// An answer of a `think` upstream at the end of its thought: `moved` to an answer
-    /// upstream, or left there for want of room.
-    pub fn count_handover(&self, moved: bool) {
-        let outcome = if moved { "moved" } else { "no_room" };
-        self.count_in(&self.handovers, catalogue::HANDOVERS, "outcome", outcome);
+    /// An answer of a `think` upstream at the end of its thought, by what became of it.
+    pub fn count_handover(&self, outcome: HandoverOutcome) {
+        self.count_in(&self.handovers, catalogue::HANDOVERS, "outcome", outcome.label());
     }
 
     /// A place claimed from an engine's hook: `granted`, `refused` or `unanswered`; or a

@@ -476,7 +476,7 @@ def set_section(set_dir: Path, resamples: int, readme: list[str] | None = None) 
         # Each load's raw files are read once, for its section and for capacity across loads.
         by_load = {load: read(raw_dir, w["name"], load) for load in w["loads"]}
         every, off = references(raw_dir, w["name"])
-        matched = slo.pace_scales(set_dir, w["name"], every, by_run)
+        matched = slo.pace_scales(set_dir, data, w["name"], every, by_run)
         scales = {load: {rnd: x for (at, rnd), x in matched.items() if at == load} for load in w["loads"]}
         for load in w["loads"]:
             lines += section(data, raw_dir, w["name"], load, resamples, stretch, by_load[load], scales[load], limits,

@@ -183,8 +183,7 @@ def run_readings(set_dir: Path, data: dict) -> tuple[dict[tuple, list[float]] | 
     fitted = decode_step_fit(profile.read_text()) if profile.exists() else None
     # A run's steps against its own machine's fit: the profile stands for one machine and
     # each other's pace is in the calibration (`forecast.calibrate`).
-    machines = machine_paces(set_dir)
-    pace_of = {run_key(r): machines.get(r.get("work") or "", 1.0) for r in data["runs"]}
+    pace_of = run_machines(set_dir, data)
     ratios: dict[tuple, list[float]] = {}
     limited: dict[tuple, list[int]] = {}
     for run, st in run_steps(set_dir, data):
@@ -204,6 +203,12 @@ def machine_paces(set_dir: Path) -> dict[str, float]:
     if not path.exists():
         return {}
     return (json.loads(path.read_text()).get("machines") or {}).get("paces") or {}
+
+
+def run_machines(set_dir: Path, data: dict) -> dict[tuple, float]:
+    """{run key: the pace of the machine it ran on} (`machine_paces`; 1 where unknown)."""
+    machines = machine_paces(set_dir)
+    return {run_key(r): machines.get(r.get("work") or "", 1.0) for r in data["runs"]}
 
 
 def decode_ratios(set_dir: Path, data: dict) -> dict[tuple, list[float]] | None:

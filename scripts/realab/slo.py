@@ -120,11 +120,13 @@ def usual_run_pace(run_paces: dict[tuple[float, int], float]):
     return lambda load: intercept + slope * load
 
 
-def pace_scales(set_dir: Path, workload: str, unloaded: dict[int, list[dict]],
+def pace_scales(set_dir: Path, data: dict, workload: str, unloaded: dict[int, list[dict]],
                 by_run: dict[tuple, list[float]] | None) -> dict[tuple[float, int], float]:
     """`matched_scales` for a workload of a kept set: each stock run's pace from its
     engine's step trace (`regime.decode_ratios`, `by_run`), each reference's from its time
-    per token (`fitted_reference_pace`), both against the twin's step fit on this rig.
+    per token (`fitted_reference_pace`), both against the twin's step fit on this rig
+    (the profile as it stands, for either side: a run's ratio, read against its own
+    machine's fit, is multiplied back by that machine's pace, `regime.run_machines`).
     Why stock's pace judges every configuration of its round: a policy's own cost per
     step would raise its run's pace, and its yardstick must not forgive it (the harness
     re-measures a run off its round's pace: `drift`). Empty without the fit or traces."""
@@ -132,7 +134,9 @@ def pace_scales(set_dir: Path, workload: str, unloaded: dict[int, list[dict]],
     fitted = R.decode_step_fit(profile.read_text()) if profile.exists() else None
     if fitted is None or not by_run:
         return {}
-    runs = {(load, rnd): statistics.median(v) for (config, w, load, rnd), v in by_run.items()
+    machine = R.run_machines(set_dir, data)
+    runs = {(load, rnd): statistics.median(v) * machine.get((config, w, load, rnd), 1.0)
+            for (config, w, load, rnd), v in by_run.items()
             if config == "stock" and w == workload and len(v) >= R.MIN_STEPS_PER_RUN}
     refs = {rnd: p for rnd, reqs in unloaded.items() if (p := fitted_reference_pace(reqs, fitted)) is not None}
     return matched_scales(runs, refs)

@@ -258,13 +258,19 @@ def test_pace_scales_read_stock_runs_traces_and_references_against_the_twin_fit(
                  "usage_output_tokens": 200} for i in range(5)]
     refs = {0: ref(0.0049), 1: ref(0.0049), 2: ref(0.0098), 3: ref(0.0049)}
     by_run = {("stock", "mix", 0.5, rnd): [1.0] * 30 for rnd in range(4)}
-    by_run[("stock", "mix", 0.5, 3)] = [1.5] * 30
+    # Round 3 ran on a machine whose steps took 1.5x the profile's: its ratios are read
+    # against that machine's fit (1.0), and its pace is 1.5 on the profile's terms, as the
+    # reference's is.
+    (tmp_path / "twin" / "calibration.json").write_text(json.dumps(
+        {"machines": {"reference": "w", "paces": {"w": 1.0, "slow": 1.5}}}))
+    data = {"runs": [{"config": "stock", "workload": "mix", "load": 0.5, "round": rnd,
+                      "work": "slow" if rnd == 3 else "w"} for rnd in range(4)]}
     by_run[("hook", "mix", 0.5, 3)] = [3.0] * 30  # the hook's own pace judges nothing
     by_run[("stock", "long", 0.5, 3)] = [9.0] * 30  # another workload's neither
     by_run[("stock", "mix", 0.9, 0)] = [1.0] * 5  # too few steps to say
-    scales = slo.pace_scales(tmp_path, "mix", refs, by_run)
+    scales = slo.pace_scales(tmp_path, data, "mix", refs, by_run)
     assert scales == pytest.approx({(0.5, 0): 1.0, (0.5, 1): 1.0, (0.5, 2): 0.5, (0.5, 3): 1.5})
-    assert slo.pace_scales(tmp_path / "nowhere", "mix", refs, by_run) == {}
+    assert slo.pace_scales(tmp_path / "nowhere", data, "mix", refs, by_run) == {}
 
 
 def test_references_that_disagree_among_themselves_leave_none_out(tmp_path):

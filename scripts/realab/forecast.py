@@ -144,14 +144,6 @@ def machine_capacity(measured: float | None, standing) -> float | None:
     return measured * (standing.speed if standing is not None and standing.speed else 1.0)
 
 
-def work_of(data: dict, workload: str, load: float, rnd: int, config: str) -> str | None:
-    """The invocation a run was measured in (None for a run measured before runs named it)."""
-    for r in data["runs"]:
-        if (r["workload"], r["load"], r["round"], r["config"]) == (workload, load, rnd, config):
-            return r.get("work")
-    return None
-
-
 def sent_by(data: dict, workload: str, load: float, rnd: int) -> float | None:
     """The capacity a round's stock run was sent by: the one it recorded (a harness that
     measures the capacity in every invocation records it, and a round on a machine that
@@ -342,7 +334,7 @@ def forecast(set_dir: Path, sim: Path) -> dict:
     standing = speed.standings(set_dir, data)
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
-        rig_profile, machines = calibrate(sim, set_dir, data, tmp)
+        rig_profile, _paces = calibrate(sim, set_dir, data, tmp)
         rig_text = rig_profile.read_text()
         paces = run_paces(set_dir, data)
         twins: dict[float, Twin] = {}
@@ -358,13 +350,15 @@ def forecast(set_dir: Path, sim: Path) -> dict:
                     twins[pace] = Twin(sim, at, "rig", tmp)
             return twins[pace]
 
+        # {run key: the pace of the machine it ran on}, as the calibration just recorded.
+        machine_at = R.run_machines(set_dir, data)
+
         def machine_of(workload: str, load: float, rnd: int, config: str) -> float:
-            return machines.get(work_of(data, workload, load, rnd, config) or "", 1.0)
+            return machine_at.get((config, workload, load, rnd), 1.0)
 
         cards: dict[str, Twin] = {}
         summary: dict = {"rig_profile": "twin/rig-profile.toml", "gpu_budget": H100_BUDGET,
-                         "prompt_scale": prompt_scale, "cards": {}, "rounds": {}, "paces": {},
-                         "machines": machines}
+                         "prompt_scale": prompt_scale, "cards": {}, "rounds": {}, "paces": {}}
         for slug, (twin, label, card_file) in card_twins(curves, sim, tmp).items():
             cards[slug] = twin
             shutil.copy(card_file, set_dir / "twin" / f"{slug}-profile.toml")

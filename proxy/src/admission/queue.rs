@@ -12,7 +12,10 @@
 //! way: for a newcomer of a higher class, the last in line of the lowest class gives way;
 //! for one of the same class, the tenant holding the most places in that class gives up
 //! its last one, if it holds more there than the newcomer's tenant does. A flood cannot fill the queue and
-//! so lock the other tenants out.
+//! so lock the other tenants out. A waiter that leaves without being let through (it
+//! timed out, its client went, it gave way) gives its tenant's share back: a tenant is
+//! charged for the service it got, not for the requests it gave up on, so a tenant whose
+//! waiters all timed out in one burst is not held back behind the others in the next.
 
 use std::collections::BTreeMap;
 
@@ -32,8 +35,8 @@ const SHARE: u64 = 1 << 20;
 /// earlier arrival first.
 #[derive(Debug)]
 pub struct ClassQueue<T> {
-    /// Each waiter with its tenant's flow.
-    waiting: BTreeMap<Ticket, (usize, T)>,
+    /// Each waiter with its tenant's flow and the share its stamp was charged.
+    waiting: BTreeMap<Ticket, (usize, u64, T)>,
     counts: [usize; 3],
     /// Waiters per tenant, per class.
     held: Vec<[usize; 3]>,
@@ -43,6 +46,9 @@ pub struct ClassQueue<T> {
     clock: [u64; 3],
     /// Per tenant, per class: the stamp its next waiter starts from.
     next_stamp: Vec<[u64; 3]>,
+    /// Per tenant, per class: where its next waiter would start had it none queued, by
+    /// the waiters it was let through (the last one's stamp plus its share).
+    served_next: Vec<[u64; 3]>,
 }
 
 impl<T> ClassQueue<T> {
@@ -56,6 +62,7 @@ impl<T> ClassQueue<T> {
             bound: bound.max(1),
             clock: [0; 3],
             next_stamp: vec![[0; 3]; flows.max(1)],
+            served_next: vec![[0; 3]; flows.max(1)],
         }
     }
 
@@ -78,14 +85,15 @@ impl<T> ClassQueue<T> {
             let Some(victim) = self.gives_way(class, flow) else {
                 return Err(item);
             };
-            evicted = self.take(victim).map(|e| (victim, e));
+            evicted = self.take_unserved(victim).map(|e| (victim, e));
         }
         let c = class as usize;
         let stamp = self.clock[c].max(self.next_stamp[flow][c]);
-        self.next_stamp[flow][c] = stamp + SHARE / u64::from(weight.max(1));
+        let share = SHARE / u64::from(weight.max(1));
+        self.next_stamp[flow][c] = stamp + share;
         let ticket = (class, stamp, self.next);
         self.next += 1;
-        self.waiting.insert(ticket, (flow, item));
+        self.waiting.insert(ticket, (flow, share, item));
         self.counts[c] += 1;
         self.held[flow][c] += 1;
         Ok((ticket, evicted))
@@ -94,9 +102,10 @@ impl<T> ClassQueue<T> {
     /// Puts back a waiter let through earlier at its old place in line (its engine then
     /// refused it a place: `admission.places = "engine"`), ahead of those who came after
     /// it. It held that place already, so the bound does not refuse it.
-    pub fn put_back(&mut self, ticket: Ticket, flow: usize, item: T) {
+    pub fn put_back(&mut self, ticket: Ticket, (flow, weight): (usize, u32), item: T) {
         let flow = flow.min(self.held.len() - 1);
-        if self.waiting.insert(ticket, (flow, item)).is_none() {
+        let share = SHARE / u64::from(weight.max(1));
+        if self.waiting.insert(ticket, (flow, share, item)).is_none() {
             self.counts[ticket.0 as usize] += 1;
             self.held[flow][ticket.0 as usize] += 1;
         }
@@ -117,31 +126,56 @@ impl<T> ClassQueue<T> {
         // Its last waiter of this class. Nothing of a lower class is queued (else it
         // would have given way above), so this is its last in line; a flood's waiters sit
         // at the end, so the walk is short.
-        self.waiting.iter().rev().find(|(t, (f, _))| *f == hog && t.0 == class).map(|(t, _)| *t)
+        self.waiting.iter().rev().find(|(t, (f, ..))| *f == hog && t.0 == class).map(|(t, _)| *t)
     }
 
     /// Takes a waiter out (it left, or timed out); `None` if it is no longer queued.
     pub fn remove(&mut self, ticket: Ticket) -> Option<T> {
-        self.take(ticket)
+        self.take_unserved(ticket)
     }
 
-    fn take(&mut self, ticket: Ticket) -> Option<T> {
-        let (flow, item) = self.waiting.remove(&ticket)?;
+    /// Takes out a waiter that was not let through, and charges its tenant only for what
+    /// it holds: its next waiter starts right after its last one still queued in the
+    /// class (they keep their order), or, with none queued, where the waiters it was let
+    /// through leave it, as if those that left had never come.
+    fn take_unserved(&mut self, ticket: Ticket) -> Option<T> {
+        let (flow, _, item) = self.take(ticket)?;
+        let c = ticket.0 as usize;
+        // The tenant's last waiter in this class, if it has one left: a walk from the
+        // class's end, short for a tenant that floods (its waiters sit there), and taken
+        // only when a waiter leaves unserved, not per request let through.
+        let own_next = if self.held[flow][c] == 0 {
+            None
+        } else {
+            self.waiting
+                .range((ticket.0, 0, 0)..=(ticket.0, u64::MAX, u64::MAX))
+                .rev()
+                .find(|(_, (f, ..))| *f == flow)
+                .map(|(t, (_, share, _))| t.1 + share)
+        };
+        self.next_stamp[flow][c] = own_next.unwrap_or(0).max(self.served_next[flow][c]);
+        Some(item)
+    }
+
+    fn take(&mut self, ticket: Ticket) -> Option<(usize, u64, T)> {
+        let (flow, share, item) = self.waiting.remove(&ticket)?;
         self.counts[ticket.0 as usize] -= 1;
         self.held[flow][ticket.0 as usize] -= 1;
-        Some(item)
+        Some((flow, share, item))
     }
 
     /// Offers capacity to every waiter in admission order; `grant` returns `Some` for
     /// those it lets through, which leave the queue and are returned with the grant.
     pub fn release<G>(&mut self, mut grant: impl FnMut(&T) -> Option<G>) -> Vec<(Ticket, T, G)> {
         let chosen: Vec<(Ticket, G)> =
-            self.waiting.iter().filter_map(|(t, (_, item))| grant(item).map(|g| (*t, g))).collect();
-        let released: Vec<(Ticket, T, G)> =
-            chosen.into_iter().filter_map(|(t, g)| self.take(t).map(|item| (t, item, g))).collect();
-        for (t, _, _) in &released {
+            self.waiting.iter().filter_map(|(t, (.., item))| grant(item).map(|g| (*t, g))).collect();
+        let mut released = Vec::with_capacity(chosen.len());
+        for (t, g) in chosen {
+            let Some((flow, share, item)) = self.take(t) else { continue };
             let c = t.0 as usize;
             self.clock[c] = self.clock[c].max(t.1);
+            self.served_next[flow][c] = self.served_next[flow][c].max(t.1 + share);
+            released.push((t, item, g));
         }
         released
     }
@@ -197,7 +231,7 @@ mod tests {
         assert_eq!(out.len(), 1);
         q.push(Class::Interactive, ONE, "third").unwrap();
         // Its engine refused it a place: back in line, at its old place, past the bound.
-        q.put_back(first, 0, "first");
+        q.put_back(first, ONE, "first");
         assert_eq!((q.len(), q.count(Class::Interactive)), (3, 3));
         let order: Vec<&str> = q.release(|_| Some(())).into_iter().map(|(_, w, _)| w).collect();
         assert_eq!(order, vec!["first", "second", "third"]);
@@ -277,6 +311,40 @@ mod tests {
     }
 
     #[test]
+    fn a_tenant_whose_waiters_all_timed_out_is_not_held_back_in_the_next_burst() {
+        let mut q = ClassQueue::new(1000, 2);
+        // A burst: tenant 0's 200 waiters all time out, unserved; tenant 1's 10 are let through.
+        let gave_up: Vec<Ticket> =
+            (0..200).map(|i| q.push(Class::Interactive, (0, 1), (0, i)).unwrap().0).collect();
+        for i in 0..10 {
+            q.push(Class::Interactive, (1, 1), (1, i)).unwrap();
+        }
+        for t in gave_up {
+            assert!(q.remove(t).is_some());
+        }
+        serve(&mut q, 10);
+        // The next burst: both send alike, and they alternate from the start.
+        for i in 0..10 {
+            q.push(Class::Interactive, (0, 1), (0, 1000 + i)).unwrap();
+            q.push(Class::Interactive, (1, 1), (1, 1000 + i)).unwrap();
+        }
+        let order: Vec<u8> = serve(&mut q, 6).into_iter().map(|(t, _)| t).collect();
+        assert_eq!(order.iter().filter(|t| **t == 0).count(), 3, "tenant 0 gets half, not none: {order:?}");
+    }
+
+    #[test]
+    fn a_waiter_that_leaves_gives_back_its_share_behind_its_tenants_waiters_still_queued() {
+        let mut q = ClassQueue::new(100, 2);
+        let tickets: Vec<Ticket> = (0..3).map(|i| q.push(Class::Batch, (0, 1), (0, i)).unwrap().0).collect();
+        // Its first waiter leaves; the two left keep their places, and a newcomer of the
+        // same tenant still stands behind them.
+        q.remove(tickets[0]);
+        q.push(Class::Batch, (0, 1), (0, 3)).unwrap();
+        let order: Vec<i32> = serve(&mut q, 3).into_iter().map(|(_, i)| i).collect();
+        assert_eq!(order, vec![1, 2, 3]);
+    }
+
+    #[test]
     fn a_flood_that_fills_the_queue_gives_its_places_up_to_other_tenants() {
         let mut q = ClassQueue::new(10, 3);
         for i in 0..10 {
@@ -346,6 +414,16 @@ mod tests {
                     }
                 }
                 proptest::prop_assert!(q.len() <= 8);
+                // A tenant is charged for what it got, not for what it gave up on: its next
+                // stamp stands at most one share past the later of the clock and its own
+                // last waiter still queued.
+                for (f, stamps) in q.next_stamp.iter().enumerate() {
+                    for c in classes {
+                        let own_last = q.waiting.iter().filter(|(t, (fl, ..))| *fl == f && t.0 == c).map(|(t, _)| t.1).max();
+                        let floor = own_last.unwrap_or(0).max(q.clock[c as usize]);
+                        proptest::prop_assert!(stamps[c as usize] <= floor + SHARE, "tenant {f} in {c:?} carries a debt");
+                    }
+                }
                 proptest::prop_assert_eq!(q.held.iter().flatten().sum::<usize>(), q.len());
                 proptest::prop_assert_eq!(classes.iter().map(|c| q.count(*c)).sum::<usize>(), q.len());
             }

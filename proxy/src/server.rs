@@ -196,10 +196,14 @@ impl Server {
         self.state.drain.begin();
         let _ = self.stop.send(true);
         self.health.abort();
+        // The pump runs on while the open requests drain: those queued are still let
+        // through as room frees, and with places granted by the engines this replica's
+        // leases are still renewed, so an engine does not count the places of streams
+        // still open here as free and grant them to other replicas.
+        let served = (&mut self.serving).await.unwrap_or(Ok(()));
         if let Some(p) = &self.pump {
             p.abort();
         }
-        let served = (&mut self.serving).await.unwrap_or(Ok(()));
         if let Some((admin_stop, task)) = self.admin.take() {
             let _ = admin_stop.send(true);
             let _ = task.await;

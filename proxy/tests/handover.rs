@@ -271,20 +271,6 @@ async fn a_budget_cut_refused_a_place_at_the_answer_engine_answers_where_it_thou
     assert_eq!((served(&think).await.0, served(&answer).await.0), (1.0, 0.0));
 }
 
-/// A hook address that takes connections and never answers: a claim sent there stays
-/// out until the hook's timeout.
-async fn silent_hook() -> std::net::SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((socket, _)) = listener.accept().await {
-            held.push(socket);
-        }
-    });
-    addr
-}
-
 #[tokio::test]
 async fn an_answer_that_finishes_while_its_place_is_claimed_is_counted_as_ended_where_it_was() {
     let (think, answer) = (twin_granting_places().await, twin_granting_places().await);

@@ -8,13 +8,16 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use meridian_proxy::config::{MeridianConfig, PlacesFrom, TenantConfig};
+use meridian_proxy::upstream::{EnginePlaces, PlaceTerms, Turn};
 use meridian_sim::server::{TwinOptions, TwinServer};
 use meridian_sim::workload::WorkloadSpec;
 use serde_json::json;
 use support::*;
+use tokio::sync::Notify;
 
 const TOKEN_ENV: &str = "MERIDIAN_TEST_PLACES_TOKEN";
 
@@ -434,4 +437,97 @@ async fn replicas_never_told_their_number_split_a_tenants_limit_by_the_replicas_
     holds(&twin, 0.0).await;
     let (a1, a2) = (try_open(&a).await, try_open(&a).await);
     assert_eq!((a1.0, a2.0), (200, 200));
+}
+
+/// The places every replica holds at `twin`, as the engine counts them (asked by a
+/// replica holding none).
+async fn places_counted(twin: &TwinServer) -> u32 {
+    raw_claim(twin, "observer", 0, 0).await.total
+}
+
+/// Waits until `twin` counts `n` places held, for at most `within`.
+async fn counts_places(twin: &TwinServer, n: u32, within: Duration, what: &str) {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let now = places_counted(twin).await;
+        if now == n {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: the engine counts {now} places held, not {n}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Claims on `proxy`'s engines as the test states them, driving `EnginePlaces` directly
+/// (the places held at each engine are the replica's own count).
+fn claims_as_test(proxy: &meridian_proxy::Server) -> Arc<PlaceTerms> {
+    Arc::new(PlaceTerms {
+        channel: proxy.state.hook.clone(),
+        holder: "test".into(),
+        limit: 2,
+        metrics: Arc::clone(&proxy.state.metrics),
+        waits: false,
+        roster: Arc::default(),
+    })
+}
+
+#[tokio::test]
+async fn a_place_granted_to_a_request_that_went_away_before_reading_it_goes_back() {
+    let twin = slow_twin(Some("places-secret")).await;
+    let proxy = replica(&twin, |_| {}).await;
+    let (engine, terms, addr) =
+        (Arc::clone(&proxy.state.pool.all()[0]), claims_as_test(&proxy), twin.addr.to_string());
+    let wake = Arc::new(Notify::new());
+    let mut claim = Box::pin(EnginePlaces::claim(&engine, &addr, &terms, Turn::default(), &wake));
+    assert!(futures::poll!(claim.as_mut()).is_pending(), "the claim is out");
+    counts_places(&twin, 1, Duration::from_secs(5), "granted").await;
+    // A renewal takes its turn after the claim's answer is sent: the grant is waiting for
+    // its request, which goes away without reading it.
+    engine.places.renew(&terms, &addr).await;
+    drop(claim);
+    // Well inside the engine's lease (5 s): only giving the place back frees it.
+    counts_places(&twin, 0, Duration::from_secs(3), "the grant was dropped unread").await;
+}
+
+#[tokio::test]
+async fn a_replica_shutting_down_keeps_its_places_while_its_streams_drain() {
+    let twin = slow_twin(Some("places-secret")).await;
+    let proxy = replica(&twin, |c| c.server.shutdown_grace_s = 30.0).await;
+    let stream = open(&proxy).await;
+    counts_places(&twin, 1, Duration::from_secs(5), "the stream's place").await;
+    let stopping = tokio::spawn(proxy.shutdown());
+    // Past the engine's lease (5 s), the stream still open: only renewals keep it counted,
+    // so no other replica is granted a place the stream still uses.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert_eq!(places_counted(&twin).await, 1, "the draining stream's place was given away");
+    drop(stream);
+    let stopped = tokio::time::timeout(Duration::from_secs(10), stopping).await;
+    assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");
+}
+
+#[tokio::test]
+async fn a_slow_hook_at_one_engine_does_not_let_another_engines_lease_lapse() {
+    let twin = slow_twin(Some("places-secret")).await;
+    let silent = silent_hook().await;
+    // Engine 0's hook never answers (and it serves a model nobody asks for); engine 1 is
+    // the twin.
+    let engines =
+        [(format!("http://{silent}"), Some(silent.to_string())), (twin.url(), Some(twin.addr.to_string()))];
+    let proxy = replica_in_front_of(&engines, |c| {
+        c.upstream.endpoints[0].models = Some(vec!["nobody-asks-for-this".into()]);
+    })
+    .await;
+    let stream = open(&proxy).await;
+    counts_places(&twin, 1, Duration::from_secs(5), "the stream's place at the twin").await;
+    // Messages to engine 0 queue behind each other, each waiting out its answer's
+    // timeout: its renewals wait about 8 s.
+    let (slow, terms) = (Arc::clone(&proxy.state.pool.all()[0]), claims_as_test(&proxy));
+    for _ in 0..8 {
+        let (slow, terms, addr) = (Arc::clone(&slow), Arc::clone(&terms), silent.to_string());
+        tokio::spawn(async move { slow.places.renew(&terms, &addr).await });
+    }
+    // Past the twin's lease (5 s): its place stays counted only if its renewals went on.
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert_eq!(places_counted(&twin).await, 1, "the twin's lease lapsed behind the slow hook");
+    drop(stream);
 }

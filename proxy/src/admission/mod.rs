@@ -28,7 +28,7 @@ use crate::error::ProxyError;
 use crate::telemetry::Metrics;
 use crate::upstream::places::RENEW_EVERY;
 use crate::upstream::{
-    Claimed, EnginePlaces, InFlight, NoPick, Place, PlaceTerms, Turn, Upstream, UpstreamPool, Want,
+    Claimed, EnginePlaces, InFlight, NoPick, PlaceTerms, Turn, Upstream, UpstreamPool, Want,
 };
 use meridian_core::route::Work;
 
@@ -267,7 +267,7 @@ impl Admission {
             let mut q = self.lock();
             match *in_line {
                 Some(ticket) => {
-                    q.put_back(ticket, flow.0, waiter());
+                    q.put_back(ticket, flow, waiter());
                     self.publish(&q);
                     (ticket, None)
                 }
@@ -341,10 +341,10 @@ impl Admission {
         }
         let notice = self.pool.capacity_notice();
         match EnginePlaces::claim(&upstream, addr, terms, turn, &notice).await {
-            Claimed::Granted => {
+            Claimed::Granted(grant) => {
                 self.metrics.count_place_claim("granted");
                 self.withdraw_turns(Some(&upstream), terms);
-                Some(guard.with_place(Place::new(Arc::clone(terms))))
+                Some(guard.with_place(grant.hold()))
             }
             Claimed::Refused => {
                 self.metrics.count_place_claim("refused");
@@ -494,14 +494,13 @@ impl Admission {
                 every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 loop {
                     every.tick().await;
-                    // Every engine at once: one slow hook must not let the others' leases lapse.
-                    let renewals = self
-                        .pool
-                        .all()
-                        .iter()
-                        .filter_map(|u| Some((u, u.hook.as_deref()?)))
-                        .map(|(u, addr)| u.places.renew(terms, addr));
-                    futures::future::join_all(renewals).await;
+                    // Each engine in a task of its own: one slow hook must not let the
+                    // others' leases lapse.
+                    for (upstream, addr) in
+                        self.pool.all().iter().filter_map(|u| Some((u, u.hook.as_deref()?)))
+                    {
+                        EnginePlaces::renew_in_background(upstream, addr, terms);
+                    }
                 }
             };
             tokio::join!(pump, renew);

@@ -127,7 +127,9 @@ pub struct Turn {
 /// How a claim ended.
 #[derive(Debug)]
 pub enum Claimed {
-    Granted,
+    /// The place is this replica's: it goes back when the grant drops, unless
+    /// [`Grant::hold`] gives it to the request's guard first.
+    Granted(Grant),
     /// The engine's places are all held, or kept for requests that go first.
     Refused,
     /// Not asked: the engine refused the last claim, and another claim is asking it again
@@ -136,10 +138,7 @@ pub enum Claimed {
     /// The hook did not answer. `alone`: it cannot take claims, or has not answered
     /// several in a row, so this replica decides alone for now; otherwise the engine
     /// counts as full for a moment, as after a refusal.
-    Unanswered {
-        error: HookError,
-        alone: bool,
-    },
+    Unanswered { error: HookError, alone: bool },
 }
 
 /// This replica's places at one engine.
@@ -175,6 +174,8 @@ pub struct EnginePlaces {
     /// The hook refused a withdrawal (a hook from before them): this replica's turns there
     /// go stale instead.
     takes_no_withdrawals: AtomicBool,
+    /// A renewal of this replica's holding is under way (the next waits for it).
+    renewing: AtomicBool,
 }
 
 /// Marks a claim as the one asking a full engine again, until dropped.
@@ -219,7 +220,10 @@ impl EnginePlaces {
             }
             let wakes = places.wakes.load(Ordering::SeqCst);
             let answer = terms.ask(&addr, &terms.claim(*held, 1, turn)).await;
-            let claimed = places.settle(answer, &mut held);
+            let claimed = places.settle(answer, &mut held, || Grant {
+                terms: Arc::clone(&terms),
+                back: Some((Arc::clone(&upstream), addr.clone(), Arc::clone(&wake))),
+            });
             // The answer is in: the next claim may ask, and the waiters woken below see so.
             drop(asking);
             match &claimed {
@@ -243,11 +247,9 @@ impl EnginePlaces {
             if matches!(claimed, Claimed::Refused) && terms.waits {
                 EnginePlaces::wait_for_place(&upstream, &addr, &terms, &wake);
             }
-            if let Err(Claimed::Granted) = tx.send(claimed) {
-                // Its request went away mid-claim: the place goes back.
-                *held = held.saturating_sub(1);
-                places.report(&terms, &addr, *held).await;
-            }
+            // A request that went away mid-claim, or before it read the answer, drops the
+            // grant with the channel, and the place goes back.
+            let _ = tx.send(claimed);
         });
         rx.await.unwrap_or(Claimed::Behind)
     }
@@ -377,7 +379,12 @@ impl EnginePlaces {
     }
 
     /// What a claim's answer makes of the holding and of this engine's state.
-    fn settle(&self, answer: Result<Granted, HookError>, held: &mut u32) -> Claimed {
+    fn settle(
+        &self,
+        answer: Result<Granted, HookError>,
+        held: &mut u32,
+        grant: impl FnOnce() -> Grant,
+    ) -> Claimed {
         // Whatever the answer, a place kept for this replica has been asked for.
         self.keep_until(None);
         if let Ok(granted) = &answer {
@@ -395,7 +402,7 @@ impl EnginePlaces {
                 *held += 1;
                 self.answered();
                 self.refused.store(false, Ordering::SeqCst);
-                Claimed::Granted
+                Claimed::Granted(grant())
             }
             Ok(_) => {
                 self.answered();
@@ -420,6 +427,21 @@ impl EnginePlaces {
     pub async fn renew(&self, terms: &PlaceTerms, addr: &str) {
         let held = self.held.lock().await;
         self.report(terms, addr, *held).await;
+    }
+
+    /// Restates the holding at `upstream`'s engine in a task of its own, unless the last
+    /// renewal there is still under way: an engine whose hook answers slowly (or whose
+    /// claims queue behind each other) delays only its own renewals, never another
+    /// engine's, whose lease would lapse meanwhile.
+    pub fn renew_in_background(upstream: &Arc<Upstream>, addr: &str, terms: &Arc<PlaceTerms>) {
+        if upstream.places.renewing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (upstream, addr, terms) = (Arc::clone(upstream), addr.to_owned(), Arc::clone(terms));
+        tokio::spawn(async move {
+            upstream.places.renew(&terms, &addr).await;
+            upstream.places.renewing.store(false, Ordering::Release);
+        });
     }
 
     async fn report(&self, terms: &PlaceTerms, addr: &str, held: u32) {
@@ -483,6 +505,45 @@ impl EnginePlaces {
         if let Ok(mut g) = self.kept_until.lock() {
             *g = until;
         }
+    }
+}
+
+/// A place an engine granted, on its way to its request: dropped before
+/// [`hold`](Self::hold) gives it to the request's guard (the request went away between
+/// the grant and reading it), it goes back to the engine, and waiters are told.
+pub struct Grant {
+    terms: Arc<PlaceTerms>,
+    /// Where it goes back when dropped unheld: the engine, its hook's address, and the
+    /// pool's capacity notice. `None` once held.
+    back: Option<(Arc<Upstream>, String, Arc<Notify>)>,
+}
+
+impl Grant {
+    /// The place, now its request's: it goes back with the request's in-flight guard.
+    pub fn hold(mut self) -> Place {
+        self.back = None;
+        Place::new(Arc::clone(&self.terms))
+    }
+}
+
+impl Drop for Grant {
+    fn drop(&mut self) {
+        let (Some((upstream, addr, wake)), Ok(rt)) =
+            (self.back.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let terms = Arc::clone(&self.terms);
+        rt.spawn(async move {
+            upstream.places.release(&terms, &addr).await;
+            wake.notify_one();
+        });
+    }
+}
+
+impl std::fmt::Debug for Grant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Grant").field("held", &self.back.is_none()).finish()
     }
 }
 

@@ -10,7 +10,7 @@ pub use scripted::{Close, Scripted};
 #[allow(unused_imports)]
 pub use streams::{Read, chat, stream};
 #[allow(unused_imports)]
-pub use twins::{claim_as_replica, twin, twin_with};
+pub use twins::{claim_as_replica, silent_hook, twin, twin_with};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

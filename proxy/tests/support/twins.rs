@@ -43,3 +43,17 @@ pub async fn claim_as_replica(
     };
     channel.claim(&twin.addr.to_string(), &claim, std::time::Duration::from_secs(2)).await.unwrap()
 }
+
+/// A hook address that takes connections and never answers: a message sent there stays
+/// out until its timeout.
+pub async fn silent_hook() -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    addr
+}

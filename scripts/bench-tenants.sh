@@ -5,6 +5,8 @@
 # The twin steps as the H100 measured on the GPU step-time curve (its fitted profile);
 #   FLOOD_PROFILE_FILE= FLOOD_PROFILE=h100-qwen3-8b scripts/bench-tenants.sh    on a built-in profile
 #   FLOOD_ROUNDS=1 FLOOD_VICTIMS=200 scripts/bench-tenants.sh     a quick look (~5 min)
+#   FLOOD_APPEND=1 FLOOD_ROUNDS=4 scripts/bench-tenants.sh        4 more rounds for the page
+#     (after its kept ones, with the same FLOOD_* settings, which it checks)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --locked --bins

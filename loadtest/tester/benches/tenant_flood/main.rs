@@ -3,6 +3,12 @@
 //!
 //!   scripts/bench-tenants.sh                         3 rounds, 500 victim requests each
 //!   FLOOD_ROUNDS=1 FLOOD_VICTIMS=200 scripts/bench-tenants.sh       a quick look
+//!   FLOOD_APPEND=1 FLOOD_ROUNDS=4 ... scripts/bench-tenants.sh     4 more rounds for the page
+//!
+//! `FLOOD_APPEND=1` adds `FLOOD_ROUNDS` rounds after the page's kept ones (`kept.rs`),
+//! sent by the capacity they were sent by, with the same settings (refused otherwise);
+//! `FLOOD_NOTE` says on the page what differs in them (say, the code). `FLOOD_OUT` names
+//! another folder for the page and its data (default docs/src/benchmarks).
 //!
 //! The proxy (`meridian serve --twin`, the release build) runs in front of its embedded
 //! engine twin (real time) with admission on, the engine's limit `FLOOD_STREAMS` streams.
@@ -30,6 +36,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod kept;
 mod report;
 mod stats;
 
@@ -43,9 +50,9 @@ use meridian_loadtest::client::{Api, Target};
 use meridian_loadtest::dataset::{self, RandomLengths};
 use meridian_loadtest::record::RequestRecord;
 use meridian_loadtest::run::{Plan, run};
-use serde_json::json;
 
 use common::{Proc, client, env_or, sample, start};
+use kept::Sitting;
 use report::{flood_text, ms, outcomes, report};
 use stats::stat;
 
@@ -298,37 +305,69 @@ async fn one_run(cond: Condition, round: u64, s: &Settings, cap: f64, dir: &Path
     Run { cond, victims: v.records, flood }
 }
 
-/// What the page's figures are made of, per request (not every token's time).
-fn slim(r: &RequestRecord) -> serde_json::Value {
-    json!({
-        "index": r.index, "sent_at": r.sent_at, "ok": r.ok, "outcome": r.outcome, "ttft": r.ttft,
-        "ttfo": r.ttfo, "think_to_output": r.think_to_output, "max_output_gap": r.max_output_gap,
-        "tpot": r.tpot, "e2e": r.e2e,
-    })
+/// The conditions this invocation runs (`FLOOD_CONDITIONS`, the baseline always), in
+/// the order of [`Condition::ALL`].
+fn conditions() -> Vec<Condition> {
+    let wanted = std::env::var("FLOOD_CONDITIONS").unwrap_or_default();
+    Condition::ALL
+        .into_iter()
+        .filter(|c| *c == Condition::Alone || wanted.is_empty() || wanted.split(',').any(|w| w == c.name()))
+        .collect()
 }
 
 fn main() {
-    let s = Settings::from_env();
+    let mut s = Settings::from_env();
     assert_eq!(
         sha256_hex("test"),
         "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
         "sha256sum gives SHA-256"
     );
+    let out = std::env::var("FLOOD_OUT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/src/benchmarks"));
+    let data_path = out.join("tenant-flood/runs.json");
+    let conditions = conditions();
+    let kept = if env_or("FLOOD_APPEND", 0u8) == 1 {
+        let kept = kept::read(&data_path, &s).unwrap_or_else(|e| {
+            eprintln!("bench-tenants: {e}");
+            std::process::exit(2)
+        });
+        let theirs: Vec<Condition> =
+            kept.rounds.first().map_or(vec![], |r| r.iter().map(|r| r.cond).collect());
+        if theirs != conditions {
+            let names = |c: &[Condition]| c.iter().map(|c| c.name()).collect::<Vec<_>>().join(",");
+            eprintln!(
+                "bench-tenants: the kept rounds ran {}, this run would run {}: set FLOOD_CONDITIONS as they had it",
+                names(&theirs),
+                names(&conditions)
+            );
+            std::process::exit(2);
+        }
+        Some(kept)
+    } else {
+        None
+    };
     let dir = std::env::temp_dir().join(format!("tenant-flood-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let started = Instant::now();
-    let cap = rt.block_on(capacity(&s, &dir));
-    println!("capacity at {} streams: {cap:.2} req/s", s.streams);
-    let mut rounds: Vec<Vec<Run>> = Vec::new();
-    for round in 0..s.rounds {
-        let wanted = std::env::var("FLOOD_CONDITIONS").unwrap_or_default();
-        let mut order: Vec<Condition> = Condition::ALL
-            .into_iter()
-            .filter(|c| {
-                *c == Condition::Alone || wanted.is_empty() || wanted.split(',').any(|w| w == c.name())
-            })
-            .collect();
+    let (cap, mut rounds, mut sittings) = match kept {
+        Some(k) => {
+            println!(
+                "capacity at {} streams as the kept rounds were sent by: {:.2} req/s",
+                s.streams, k.capacity
+            );
+            (k.capacity, k.rounds, k.sittings)
+        }
+        None => {
+            let cap = rt.block_on(capacity(&s, &dir));
+            println!("capacity at {} streams: {cap:.2} req/s", s.streams);
+            (cap, Vec::new(), Vec::new())
+        }
+    };
+    let first = rounds.len();
+    for round in first..first + s.rounds {
+        let mut order = conditions.clone();
         let turn = round % order.len();
         order.rotate_left(turn);
         let mut runs = Vec::new();
@@ -347,25 +386,14 @@ fn main() {
         runs.sort_by_key(|r| r.cond as usize);
         rounds.push(runs);
     }
-    let wall = started.elapsed().as_secs_f64();
-    let page = report(&s, cap, &rounds, wall);
-    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/src/benchmarks");
+    let note = std::env::var("FLOOD_NOTE").ok().filter(|n| !n.is_empty());
+    sittings.push(Sitting { first, rounds: s.rounds, wall_s: started.elapsed().as_secs_f64(), note });
+    s.rounds = rounds.len();
+    let page = report(&s, cap, &rounds, &sittings);
+    std::fs::create_dir_all(&out).unwrap();
     std::fs::write(out.join("tenant-flood.md"), page).unwrap();
-    let data = json!({
-        "settings": {
-            "rounds": s.rounds, "victims": s.victims, "victim_load": s.victim_load,
-            "flood_load": s.flood_load, "streams": s.streams, "capacity_rps": cap,
-            "lengths": {"input": s.lengths.input, "think": s.lengths.think, "answer": s.lengths.output,
-                        "range_ratio": s.lengths.range_ratio},
-        },
-        "rounds": rounds.iter().map(|runs| runs.iter().map(|r| json!({
-            "condition": r.cond.name(),
-            "victims": r.victims.iter().map(slim).collect::<Vec<_>>(),
-            "flood": {"sent": r.flood.sent, "let_in": r.flood.admitted, "refused_429": r.flood.refused},
-        })).collect::<Vec<_>>()).collect::<Vec<_>>(),
-    });
-    std::fs::create_dir_all(out.join("tenant-flood")).unwrap();
-    std::fs::write(out.join("tenant-flood/runs.json"), serde_json::to_string(&data).unwrap()).unwrap();
+    kept::write(&data_path, &s, cap, &rounds, &sittings);
     let _ = std::fs::remove_dir_all(&dir);
-    println!("wrote docs/src/benchmarks/tenant-flood.md ({wall:.0} s)");
+    let wall: f64 = sittings.iter().map(|t| t.wall_s).sum();
+    println!("wrote {} ({} rounds, {wall:.0} s in all)", out.join("tenant-flood.md").display(), rounds.len());
 }

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use meridian_loadtest::record::RequestRecord;
 
+use crate::kept::Sitting;
 use crate::stats::{METRICS, Metric, TARGET_RATIO, effect, stat, verdict};
 use crate::{Condition, Flood, Run, Settings};
 
@@ -36,7 +37,35 @@ pub(crate) fn victims_of(runs: &[Run], c: Condition) -> &[RequestRecord] {
     runs.iter().find(|r| r.cond == c).map_or(&[], |r| r.victims.as_slice())
 }
 
-pub(crate) fn report(s: &Settings, cap: f64, rounds: &[Vec<Run>], wall_s: f64) -> String {
+/// How long the rounds took, and in which sittings when more than one measured them.
+fn sittings_text(sittings: &[Sitting]) -> String {
+    let wall: f64 = sittings.iter().map(|t| t.wall_s).sum();
+    if sittings.len() < 2 {
+        return format!("{wall:.0} s in all");
+    }
+    let parts: Vec<String> = sittings
+        .iter()
+        .map(|t| {
+            let rounds = match t.rounds {
+                1 => format!("round {}", t.first),
+                n => format!("rounds {}-{}", t.first, t.first + n - 1),
+            };
+            match &t.note {
+                Some(note) => format!("{rounds}, {:.0} s: {note}", t.wall_s),
+                None => format!("{rounds}, {:.0} s", t.wall_s),
+            }
+        })
+        .collect();
+    format!(
+        "{wall:.0} s in all, in {} sittings ({}; each later one added with `FLOOD_APPEND=1`, \
+         sent by the first one's capacity: a round's requests and order follow from its number, so \
+         these are the rounds the command above runs in one go)",
+        sittings.len(),
+        parts.join("; ")
+    )
+}
+
+pub(crate) fn report(s: &Settings, cap: f64, rounds: &[Vec<Run>], sittings: &[Sitting]) -> String {
     let mut md = String::new();
     // The twin's profile is named only when it is not the default measured one.
     let measured = s.profile_file.as_ref().is_some_and(|f| f.ends_with(crate::MEASURED_PROFILE.0))
@@ -78,7 +107,7 @@ pub(crate) fn report(s: &Settings, cap: f64, rounds: &[Vec<Run>], wall_s: f64) -
          `thinking_token_budget`) and answers about {out} (each drawn ±{rr:.0}% per request \
          from the round's seed, so the victim's requests are the same in every condition of a \
          round). {rounds} round(s), conditions in an order rotated each round, each on a fresh \
-         proxy and twin; {wall:.0} s in all.\n\n\
+         proxy and twin; {wall}.\n\n\
          - `alone`: the victim alone, tenants on: the baseline.\n\
          - `fair`: victim and flood, tenants on, equal weights, no per-tenant limit: only the \
          fair queue (and its fair eviction) stands between them.\n\
@@ -93,7 +122,7 @@ pub(crate) fn report(s: &Settings, cap: f64, rounds: &[Vec<Run>], wall_s: f64) -
         out = s.lengths.output,
         rr = s.lengths.range_ratio * 100.0,
         rounds = s.rounds,
-        wall = wall_s,
+        wall = sittings_text(sittings),
         half = s.cap,
     );
     let pairs = |c: Condition| -> Vec<(&[RequestRecord], &[RequestRecord])> {

@@ -100,18 +100,28 @@ async fn held_by(twin: &TwinServer) -> f64 {
         .sum()
 }
 
+/// Waits until `read` gives `want`, for at most `within`; the failure names `what` and
+/// the last reading.
+async fn reaches<T, F>(what: &str, want: T, within: Duration, mut read: impl FnMut() -> F)
+where
+    T: PartialEq + std::fmt::Display,
+    F: std::future::Future<Output = T>,
+{
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let now = read().await;
+        if now == want {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: {now}, not {want}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Waits until the twin holds `n` requests: an aborted request leaves the engine a moment
 /// after its client hangs up.
 async fn holds(twin: &TwinServer, n: f64) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let now = held_by(twin).await;
-        if now == n {
-            return;
-        }
-        assert!(std::time::Instant::now() < deadline, "the twin holds {now}, not {n}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    reaches("the twin's requests held", n, Duration::from_secs(5), || held_by(twin)).await;
 }
 
 fn claims(proxy: &meridian_proxy::Server, outcome: &str) -> f64 {
@@ -447,15 +457,7 @@ async fn places_counted(twin: &TwinServer) -> u32 {
 
 /// Waits until `twin` counts `n` places held, for at most `within`.
 async fn counts_places(twin: &TwinServer, n: u32, within: Duration, what: &str) {
-    let deadline = std::time::Instant::now() + within;
-    loop {
-        let now = places_counted(twin).await;
-        if now == n {
-            return;
-        }
-        assert!(std::time::Instant::now() < deadline, "{what}: the engine counts {now} places held, not {n}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    reaches(&format!("{what}: places the engine counts held"), n, within, || places_counted(twin)).await;
 }
 
 /// Claims on `proxy`'s engines as the test states them, driving `EnginePlaces` directly

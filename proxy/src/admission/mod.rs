@@ -341,10 +341,10 @@ impl Admission {
         }
         let notice = self.pool.capacity_notice();
         match EnginePlaces::claim(&upstream, addr, terms, turn, &notice).await {
-            Claimed::Granted(grant) => {
+            Claimed::Granted(place) => {
                 self.metrics.count_place_claim("granted");
                 self.withdraw_turns(Some(&upstream), terms);
-                Some(guard.with_place(grant.hold()))
+                Some(guard.with_place(place))
             }
             Claimed::Refused => {
                 self.metrics.count_place_claim("refused");

@@ -10,5 +10,5 @@ mod pool;
 pub use engine_metrics::EngineLoad;
 pub use engine_state::{EngineNow, EngineReading};
 pub use health::{HealthChecks, model_ids};
-pub use places::{Claimed, EnginePlaces, Grant, Place, PlaceTerms, Turn};
+pub use places::{Claimed, EnginePlaces, Place, PlaceTerms, Turn};
 pub use pool::{InFlight, NoPick, Upstream, UpstreamPool, Want, broken_answer};

@@ -127,9 +127,8 @@ pub struct Turn {
 /// How a claim ended.
 #[derive(Debug)]
 pub enum Claimed {
-    /// The place is this replica's: it goes back when the grant drops, unless
-    /// [`Grant::hold`] gives it to the request's guard first.
-    Granted(Grant),
+    /// The place is this replica's until dropped.
+    Granted(Place),
     /// The engine's places are all held, or kept for requests that go first.
     Refused,
     /// Not asked: the engine refused the last claim, and another claim is asking it again
@@ -220,9 +219,11 @@ impl EnginePlaces {
             }
             let wakes = places.wakes.load(Ordering::SeqCst);
             let answer = terms.ask(&addr, &terms.claim(*held, 1, turn)).await;
-            let claimed = places.settle(answer, &mut held, || Grant {
+            let claimed = places.settle(answer, &mut held, || Place {
+                upstream: Arc::clone(&upstream),
+                addr: addr.clone(),
                 terms: Arc::clone(&terms),
-                back: Some((Arc::clone(&upstream), addr.clone(), Arc::clone(&wake))),
+                wake: Arc::clone(&wake),
             });
             // The answer is in: the next claim may ask, and the waiters woken below see so.
             drop(asking);
@@ -248,7 +249,7 @@ impl EnginePlaces {
                 EnginePlaces::wait_for_place(&upstream, &addr, &terms, &wake);
             }
             // A request that went away mid-claim, or before it read the answer, drops the
-            // grant with the channel, and the place goes back.
+            // place with the channel, and it goes back.
             let _ = tx.send(claimed);
         });
         rx.await.unwrap_or(Claimed::Behind)
@@ -383,7 +384,7 @@ impl EnginePlaces {
         &self,
         answer: Result<Granted, HookError>,
         held: &mut u32,
-        grant: impl FnOnce() -> Grant,
+        place: impl FnOnce() -> Place,
     ) -> Claimed {
         // Whatever the answer, a place kept for this replica has been asked for.
         self.keep_until(None);
@@ -402,7 +403,7 @@ impl EnginePlaces {
                 *held += 1;
                 self.answered();
                 self.refused.store(false, Ordering::SeqCst);
-                Claimed::Granted(grant())
+                Claimed::Granted(place())
             }
             Ok(_) => {
                 self.answered();
@@ -508,32 +509,28 @@ impl EnginePlaces {
     }
 }
 
-/// A place an engine granted, on its way to its request: dropped before
-/// [`hold`](Self::hold) gives it to the request's guard (the request went away between
-/// the grant and reading it), it goes back to the engine, and waiters are told.
-pub struct Grant {
+/// A place an engine granted one request: it goes back to the engine when dropped,
+/// wherever that happens (with the request's in-flight guard, or unread, when the
+/// request went away between the grant and reading it), and the pool's waiters are told
+/// once it has: a claim sent before the release would still count it held.
+pub struct Place {
+    upstream: Arc<Upstream>,
+    /// The engine's hook.
+    addr: String,
     terms: Arc<PlaceTerms>,
-    /// Where it goes back when dropped unheld: the engine, its hook's address, and the
-    /// pool's capacity notice. `None` once held.
-    back: Option<(Arc<Upstream>, String, Arc<Notify>)>,
+    /// The pool's capacity notice.
+    wake: Arc<Notify>,
 }
 
-impl Grant {
-    /// The place, now its request's: it goes back with the request's in-flight guard.
-    pub fn hold(mut self) -> Place {
-        self.back = None;
-        Place::new(Arc::clone(&self.terms))
-    }
-}
-
-impl Drop for Grant {
+impl Drop for Place {
     fn drop(&mut self) {
-        let (Some((upstream, addr, wake)), Ok(rt)) =
-            (self.back.take(), tokio::runtime::Handle::try_current())
-        else {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            self.wake.notify_one();
             return;
         };
-        let terms = Arc::clone(&self.terms);
+        let (upstream, terms, wake) =
+            (Arc::clone(&self.upstream), Arc::clone(&self.terms), Arc::clone(&self.wake));
+        let addr = std::mem::take(&mut self.addr);
         rt.spawn(async move {
             upstream.places.release(&terms, &addr).await;
             wake.notify_one();
@@ -541,21 +538,8 @@ impl Drop for Grant {
     }
 }
 
-impl std::fmt::Debug for Grant {
+impl std::fmt::Debug for Place {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Grant").field("held", &self.back.is_none()).finish()
-    }
-}
-
-/// A place held for one request, given back when dropped (with the request's in-flight
-/// guard).
-#[derive(Debug)]
-pub struct Place {
-    pub(super) terms: Arc<PlaceTerms>,
-}
-
-impl Place {
-    pub fn new(terms: Arc<PlaceTerms>) -> Self {
-        Place { terms }
+        f.debug_struct("Place").field("engine", &self.upstream.name).finish()
     }
 }

@@ -23,7 +23,6 @@ pub(crate) struct Kept {
 /// One invocation's rounds: the first one's number, how many, the seconds they took, and
 /// what its measurer said of it (`FLOOD_NOTE`: say, what changed in the code since the
 /// sitting before).
-#[derive(Clone)]
 pub(crate) struct Sitting {
     pub(crate) first: usize,
     pub(crate) rounds: usize,

@@ -231,20 +231,10 @@ impl Drop for InFlight {
         let now = self.upstream.in_flight.fetch_sub(1, Ordering::Relaxed) - 1;
         self.upstream.engine.ended();
         self.metrics.set_upstream_in_flight(&self.upstream.name, now);
-        // The place goes back to the engine in the background, and waiters are told
-        // once it has: a claim sent before the release would still count it held.
-        if let (Some(place), Some(addr), Ok(rt)) =
-            (self.place.take(), self.upstream.hook.clone(), tokio::runtime::Handle::try_current())
-        {
-            let upstream = Arc::clone(&self.upstream);
-            let released = Arc::clone(&self.released);
-            rt.spawn(async move {
-                upstream.places.release(&place.terms, &addr).await;
-                released.notify_one();
-            });
-            return;
+        // A place goes back to the engine as it drops, and tells the waiters once it has.
+        if self.place.take().is_none() {
+            self.released.notify_one();
         }
-        self.released.notify_one();
     }
 }
 

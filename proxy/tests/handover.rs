@@ -174,15 +174,17 @@ const PLACES_TOKEN_ENV: &str = "MERIDIAN_TEST_HANDOVER_PLACES_TOKEN";
 
 /// As [`twin`], serving the policy channel's places with the test's secret.
 async fn twin_granting_places() -> TwinServer {
+    twin_granting_places_of(WorkloadSpec::fixed(20, 40, 6), 50.0).await
+}
+
+/// A twin of `workload` at `speed` times real time, serving the policy channel's places
+/// with the test's secret.
+async fn twin_granting_places_of(workload: WorkloadSpec, speed: f64) -> TwinServer {
     // SAFETY: every test here sets the same value before anything reads it.
     unsafe { std::env::set_var(PLACES_TOKEN_ENV, "handover-secret") };
     let opts = TwinOptions {
         channel_secret: Some("handover-secret".into()),
-        ..TwinOptions::local(
-            meridian_sim::profile("h100-qwen3-8b").unwrap(),
-            WorkloadSpec::fixed(20, 40, 6),
-            50.0,
-        )
+        ..TwinOptions::local(meridian_sim::profile("h100-qwen3-8b").unwrap(), workload, speed)
     };
     TwinServer::start(opts, Box::new(meridian_core::sched::Fcfs)).await.unwrap()
 }
@@ -289,6 +291,47 @@ async fn an_answer_that_finishes_while_its_place_is_claimed_is_counted_as_ended_
     eventually("the hand-over counted", || handovers(&proxy, "ended") == 1.0).await;
     assert_eq!((handovers(&proxy, "moved"), handovers(&proxy, "no_room")), (0.0, 0.0));
     assert_eq!((served(&think).await.0, served(&answer).await.0), (1.0, 0.0));
+}
+
+#[tokio::test]
+async fn an_answer_handed_to_an_engine_whose_hook_is_away_counts_there_once_it_answers_again() {
+    // Answers of 1,500 tokens in real time: the moved answer runs for seconds.
+    let slow = || twin_granting_places_of(WorkloadSpec::fixed(20, 40, 1500), 1.0);
+    let (think, answer) = (slow().await, slow().await);
+    let relay = HookRelay::start(answer.addr).await;
+    relay.cut();
+    let proxy = proxy_granted_places(&think, &answer, |c| {
+        c.upstream.endpoints[1].hook = Some(relay.addr.to_string())
+    })
+    .await;
+    // The answer engine's renewals go unanswered: after three (a second apart) this
+    // replica decides that engine's room alone, and answers go there without a claim.
+    let engine = std::sync::Arc::clone(&proxy.state.pool.all()[1]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while !engine.places.alone() {
+        assert!(std::time::Instant::now() < deadline, "the replica never decided the answer engine alone");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // The response is held unread: the answer stays open at the answer engine.
+    let held = client()
+        .post(format!("http://{}/v1/chat/completions", proxy.local_addr))
+        .json(&chat(json!({})))
+        .send()
+        .await
+        .unwrap();
+    eventually("the answer moved", || handovers(&proxy, "moved") == 1.0).await;
+    assert_eq!(
+        places_counted(&answer, PLACES_TOKEN_ENV).await,
+        0,
+        "the answer engine heard of no answer yet"
+    );
+    relay.mend();
+    // The renewal that finds the hook answering again states the moved answer.
+    let within = std::time::Duration::from_secs(5);
+    counts_places(&answer, PLACES_TOKEN_ENV, 1, within, "the answer moved while the hook was away").await;
+    assert!(!other_replica_holds(&answer, 0, 1).await, "another replica was granted the answer's place");
+    drop(held);
+    counts_places(&answer, PLACES_TOKEN_ENV, 0, within, "the answer ended").await;
 }
 
 #[test]

@@ -100,24 +100,6 @@ async fn held_by(twin: &TwinServer) -> f64 {
         .sum()
 }
 
-/// Waits until `read` gives `want`, for at most `within`; the failure names `what` and
-/// the last reading.
-async fn reaches<T, F>(what: &str, want: T, within: Duration, mut read: impl FnMut() -> F)
-where
-    T: PartialEq + std::fmt::Display,
-    F: std::future::Future<Output = T>,
-{
-    let deadline = std::time::Instant::now() + within;
-    loop {
-        let now = read().await;
-        if now == want {
-            return;
-        }
-        assert!(std::time::Instant::now() < deadline, "{what}: {now}, not {want}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// Waits until the twin holds `n` requests: an aborted request leaves the engine a moment
 /// after its client hangs up.
 async fn holds(twin: &TwinServer, n: f64) {
@@ -449,17 +431,6 @@ async fn replicas_never_told_their_number_split_a_tenants_limit_by_the_replicas_
     assert_eq!((a1.0, a2.0), (200, 200));
 }
 
-/// The places every replica holds at `twin`, as the engine counts them (asked by a
-/// replica holding none).
-async fn places_counted(twin: &TwinServer) -> u32 {
-    raw_claim(twin, "observer", 0, 0).await.total
-}
-
-/// Waits until `twin` counts `n` places held, for at most `within`.
-async fn counts_places(twin: &TwinServer, n: u32, within: Duration, what: &str) {
-    reaches(&format!("{what}: places the engine counts held"), n, within, || places_counted(twin)).await;
-}
-
 /// Claims on `proxy`'s engines as the test states them, driving `EnginePlaces` directly
 /// (the places held at each engine are the replica's own count).
 fn claims_as_test(proxy: &meridian_proxy::Server) -> Arc<PlaceTerms> {
@@ -482,13 +453,13 @@ async fn a_place_granted_to_a_request_that_went_away_before_reading_it_goes_back
     let wake = Arc::new(Notify::new());
     let mut claim = Box::pin(EnginePlaces::claim(&engine, &addr, &terms, Turn::default(), &wake));
     assert!(futures::poll!(claim.as_mut()).is_pending(), "the claim is out");
-    counts_places(&twin, 1, Duration::from_secs(5), "granted").await;
+    counts_places(&twin, TOKEN_ENV, 1, Duration::from_secs(5), "granted").await;
     // A renewal takes its turn after the claim's answer is sent: the grant is waiting for
     // its request, which goes away without reading it.
     engine.places.renew(&terms, &addr).await;
     drop(claim);
     // Well inside the engine's lease (5 s): only giving the place back frees it.
-    counts_places(&twin, 0, Duration::from_secs(3), "the grant was dropped unread").await;
+    counts_places(&twin, TOKEN_ENV, 0, Duration::from_secs(3), "the grant was dropped unread").await;
 }
 
 #[tokio::test]
@@ -496,12 +467,12 @@ async fn a_replica_shutting_down_keeps_its_places_while_its_streams_drain() {
     let twin = slow_twin(Some("places-secret")).await;
     let proxy = replica(&twin, |c| c.server.shutdown_grace_s = 30.0).await;
     let stream = open(&proxy).await;
-    counts_places(&twin, 1, Duration::from_secs(5), "the stream's place").await;
+    counts_places(&twin, TOKEN_ENV, 1, Duration::from_secs(5), "the stream's place").await;
     let stopping = tokio::spawn(proxy.shutdown());
     // Past the engine's lease (5 s), the stream still open: only renewals keep it counted,
     // so no other replica is granted a place the stream still uses.
     tokio::time::sleep(Duration::from_secs(7)).await;
-    assert_eq!(places_counted(&twin).await, 1, "the draining stream's place was given away");
+    assert_eq!(places_counted(&twin, TOKEN_ENV).await, 1, "the draining stream's place was given away");
     drop(stream);
     let stopped = tokio::time::timeout(Duration::from_secs(10), stopping).await;
     assert!(matches!(stopped, Ok(Ok(Ok(())))), "{stopped:?}");
@@ -520,7 +491,7 @@ async fn a_slow_hook_at_one_engine_does_not_let_another_engines_lease_lapse() {
     })
     .await;
     let stream = open(&proxy).await;
-    counts_places(&twin, 1, Duration::from_secs(5), "the stream's place at the twin").await;
+    counts_places(&twin, TOKEN_ENV, 1, Duration::from_secs(5), "the stream's place at the twin").await;
     // Messages to engine 0 queue behind each other, each waiting out its answer's
     // timeout: its renewals wait about 8 s.
     let (slow, terms) = (Arc::clone(&proxy.state.pool.all()[0]), claims_as_test(&proxy));
@@ -530,6 +501,29 @@ async fn a_slow_hook_at_one_engine_does_not_let_another_engines_lease_lapse() {
     }
     // Past the twin's lease (5 s): its place stays counted only if its renewals went on.
     tokio::time::sleep(Duration::from_secs(7)).await;
-    assert_eq!(places_counted(&twin).await, 1, "the twin's lease lapsed behind the slow hook");
+    assert_eq!(places_counted(&twin, TOKEN_ENV).await, 1, "the twin's lease lapsed behind the slow hook");
     drop(stream);
+}
+
+#[tokio::test]
+async fn streams_sent_while_the_hook_was_away_count_at_the_engine_once_it_answers_again() {
+    let twin = slow_twin(Some("places-secret")).await;
+    let relay = HookRelay::start(twin.addr).await;
+    relay.cut();
+    let a = replica_in_front_of(&[(twin.url(), Some(relay.addr.to_string()))], |_| {}).await;
+    // The hook answers no claim: after a few, the replica decides alone, by its own
+    // count against `max_streams` (2).
+    let streams = (open(&a).await, open(&a).await);
+    holds(&twin, 2.0).await;
+    assert_eq!(places_counted(&twin, TOKEN_ENV).await, 0, "the engine heard of no stream yet");
+    relay.mend();
+    // The renewal that finds the hook answering again states both streams.
+    counts_places(&twin, TOKEN_ENV, 2, Duration::from_secs(5), "the streams sent while the hook was away")
+        .await;
+    assert!(
+        !raw_claim(&twin, "other", 0, 1).await.granted,
+        "another replica was granted a place the streams still use"
+    );
+    drop(streams);
+    counts_places(&twin, TOKEN_ENV, 0, Duration::from_secs(3), "the streams ended").await;
 }

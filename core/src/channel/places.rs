@@ -78,8 +78,9 @@ pub struct Claim {
     /// The replica, stable for its life and unique among the replicas (its pod name and
     /// process, say).
     pub holder: String,
-    /// The places it holds now: its requests at this engine that were granted one and
-    /// have not ended.
+    /// The places it holds now: its requests at this engine that have not ended, those
+    /// granted a place and those it sent while it decided the engine's room alone (its
+    /// hook answered no claim), which the engine counts from the first message it hears.
     pub held: u32,
     /// Places it asks for on top (0: it only reports its holding, after requests ended
     /// or to renew its lease).

@@ -30,6 +30,10 @@
 //! secret) leaves this replica to decide alone, by its reading and its part of the
 //! limit, until a renewal is answered again; one that does not answer for a moment (a
 //! timeout) counts as full, and only after [`FAILURES_BEFORE_ALONE`] in a row as absent.
+//! A request sent while deciding alone still takes a place here, one the engine never
+//! granted ([`EnginePlaces::taken_alone`]): every holding this replica states counts it,
+//! so when the hook answers again the engine counts the streams sent meanwhile and grants
+//! no other replica the places they use.
 
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -154,6 +158,9 @@ pub struct EnginePlaces {
     alone: AtomicBool,
     /// Messages in a row the hook did not answer.
     failures: AtomicU32,
+    /// Places taken while this replica decided alone, never granted by the engine
+    /// ([`taken_alone`](Self::taken_alone)); stated with `held` in every message.
+    taken_alone: AtomicU32,
     /// The engine refused the last claim (and granted none since).
     refused: AtomicBool,
     /// A claim is asking an engine that refused the last one.
@@ -218,12 +225,13 @@ impl EnginePlaces {
                 return;
             }
             let wakes = places.wakes.load(Ordering::SeqCst);
-            let answer = terms.ask(&addr, &terms.claim(*held, 1, turn)).await;
+            let answer = terms.ask(&addr, &terms.claim(places.holding(*held), 1, turn)).await;
             let claimed = places.settle(answer, &mut held, || Place {
                 upstream: Arc::clone(&upstream),
                 addr: addr.clone(),
                 terms: Arc::clone(&terms),
                 wake: Arc::clone(&wake),
+                granted: true,
             });
             // The answer is in: the next claim may ask, and the waiters woken below see so.
             drop(asking);
@@ -351,7 +359,7 @@ impl EnginePlaces {
             {
                 return;
             }
-            let claim = Claim { withdraw: true, ..terms.claim(*held, 0, Turn::default()) };
+            let claim = Claim { withdraw: true, ..terms.claim(places.holding(*held), 0, Turn::default()) };
             match terms.ask(&addr, &claim).await {
                 Ok(_) => {
                     places.answered();
@@ -367,6 +375,32 @@ impl EnginePlaces {
                 }
             }
         });
+    }
+
+    /// A place for a request this replica sends to `upstream`'s engine on its own word,
+    /// while it decides that engine's room alone ([`alone`](Self::alone)): no claim asks
+    /// for it, but every holding stated there counts it until it is dropped. Without it,
+    /// a hook that answers again would hear a holding short of the streams sent
+    /// meanwhile, and grant their places to other replicas past `max_streams`.
+    pub fn taken_alone(
+        upstream: &Arc<Upstream>,
+        addr: &str,
+        terms: &Arc<PlaceTerms>,
+        wake: &Arc<Notify>,
+    ) -> Place {
+        upstream.places.taken_alone.fetch_add(1, Ordering::SeqCst);
+        Place {
+            upstream: Arc::clone(upstream),
+            addr: addr.to_owned(),
+            terms: Arc::clone(terms),
+            wake: Arc::clone(wake),
+            granted: false,
+        }
+    }
+
+    /// The whole holding to state: `held` granted places and those taken alone.
+    fn holding(&self, held: u32) -> u32 {
+        held.saturating_add(self.taken_alone.load(Ordering::SeqCst))
     }
 
     /// Refusals so far at this engine (for [`withdraw`](Self::withdraw)).
@@ -415,19 +449,27 @@ impl EnginePlaces {
         }
     }
 
-    /// Gives a place back and says so to the engine.
-    pub async fn release(&self, terms: &PlaceTerms, addr: &str) {
+    /// Gives a place back (a granted one: `granted`; one taken alone has already left
+    /// the count) and says so to the engine, unless this replica decides alone: then the
+    /// hook is not listening, and reports that wait out their answer's timeout one after
+    /// another would hold up the claims and renewals behind them; the renewal that finds
+    /// it answering again states the holding.
+    async fn release(&self, terms: &PlaceTerms, addr: &str, granted: bool) {
         let mut held = self.held.lock().await;
-        *held = held.saturating_sub(1);
+        if granted {
+            *held = held.saturating_sub(1);
+        }
         self.set_full_until(None);
-        self.report(terms, addr, *held).await;
+        if !self.alone() {
+            self.report(terms, addr, self.holding(*held)).await;
+        }
     }
 
     /// Restates the holding, so the lease stays (and an engine that missed a message
     /// learns the truth).
     pub async fn renew(&self, terms: &PlaceTerms, addr: &str) {
         let held = self.held.lock().await;
-        self.report(terms, addr, *held).await;
+        self.report(terms, addr, self.holding(*held)).await;
     }
 
     /// Restates the holding at `upstream`'s engine in a task of its own, unless the last
@@ -509,10 +551,11 @@ impl EnginePlaces {
     }
 }
 
-/// A place an engine granted one request: it goes back to the engine when dropped,
-/// wherever that happens (with the request's in-flight guard, or unread, when the
-/// request went away between the grant and reading it), and the pool's waiters are told
-/// once it has: a claim sent before the release would still count it held.
+/// A request's place at an engine, granted by it or taken alone
+/// ([`EnginePlaces::taken_alone`]): it goes back to the engine when dropped, wherever
+/// that happens (with the request's in-flight guard, or unread, when the request went
+/// away between the grant and reading it), and the pool's waiters are told once it has:
+/// a claim sent before the release would still count it held.
 pub struct Place {
     upstream: Arc<Upstream>,
     /// The engine's hook.
@@ -520,19 +563,32 @@ pub struct Place {
     terms: Arc<PlaceTerms>,
     /// The pool's capacity notice.
     wake: Arc<Notify>,
+    /// The engine granted it (otherwise this replica took it alone).
+    granted: bool,
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
+        if !self.granted {
+            // At once, so that no message stated from here on counts it; and the waiters
+            // are told at once: the replica's own count decided its room, and the report
+            // below would wait behind messages to a hook that may not be answering.
+            let places = &self.upstream.places;
+            let _ = places.taken_alone.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+            self.wake.notify_one();
+            if places.alone() {
+                return;
+            }
+        }
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             self.wake.notify_one();
             return;
         };
-        let (upstream, terms, wake) =
-            (Arc::clone(&self.upstream), Arc::clone(&self.terms), Arc::clone(&self.wake));
+        let (upstream, terms, wake, granted) =
+            (Arc::clone(&self.upstream), Arc::clone(&self.terms), Arc::clone(&self.wake), self.granted);
         let addr = std::mem::take(&mut self.addr);
         rt.spawn(async move {
-            upstream.places.release(&terms, &addr).await;
+            upstream.places.release(&terms, &addr, granted).await;
             wake.notify_one();
         });
     }
@@ -540,6 +596,6 @@ impl Drop for Place {
 
 impl std::fmt::Debug for Place {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Place").field("engine", &self.upstream.name).finish()
+        f.debug_struct("Place").field("engine", &self.upstream.name).field("granted", &self.granted).finish()
     }
 }

@@ -10,7 +10,7 @@ pub use scripted::{Close, Scripted};
 #[allow(unused_imports)]
 pub use streams::{Read, chat, stream};
 #[allow(unused_imports)]
-pub use twins::{claim_as_replica, silent_hook, twin, twin_with};
+pub use twins::{HookRelay, claim_as_replica, counts_places, places_counted, silent_hook, twin, twin_with};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -203,6 +203,24 @@ pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         let all = labels.iter().all(|(k, v)| rest.split(',').any(|kv| kv == format!("{k}=\"{v}\"")));
         if all { value.parse().ok() } else { None }
     })
+}
+
+/// Waits until `read` gives `want`, for at most `within`; the failure names `what` and
+/// the last reading.
+pub async fn reaches<T, F>(what: &str, want: T, within: Duration, mut read: impl FnMut() -> F)
+where
+    T: PartialEq + std::fmt::Display,
+    F: std::future::Future<Output = T>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        let now = read().await;
+        if now == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: {now}, not {want}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// Polls `cond` until it holds (metrics are updated when bodies drop, a moment after the

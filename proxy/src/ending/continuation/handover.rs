@@ -68,6 +68,13 @@ impl HandOver {
         self.admission.needs_place(to.upstream())
     }
 
+    /// `to`, for an answer sent there without a claim: where the engine grants places
+    /// (this replica decides its room alone for now), holding one taken alone, so the
+    /// engine counts the answer once its hook answers again.
+    pub fn unclaimed(&self, to: InFlight) -> InFlight {
+        self.admission.unclaimed(to)
+    }
+
     /// Claims the answer's place at `to`'s engine: `to`, holding it, or `None` when the
     /// engine refused (the answer then stays, or a cut thought goes on where it was).
     pub fn claim(&self, to: InFlight, ctx: &RequestCtx) -> PlaceClaim {

@@ -155,7 +155,11 @@ impl Continuation {
                 self.claiming = Some((cut, h.claim(to, &self.setup.ctx)));
                 None
             }
-            (_, moved) => self.carry_out(cut, moved, observer),
+            (Some(h), moved) => {
+                let moved = moved.map(|to| h.unclaimed(to));
+                self.carry_out(cut, moved, observer)
+            }
+            (None, moved) => self.carry_out(cut, moved, observer),
         }
     }
 

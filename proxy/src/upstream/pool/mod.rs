@@ -209,6 +209,7 @@ impl InFlight {
 
     /// The request holds `place` in its engine's limit until the guard drops.
     pub fn with_place(mut self, place: Place) -> Self {
+        debug_assert!(self.place.is_none(), "a request holds one place");
         self.place = Some(place);
         self
     }

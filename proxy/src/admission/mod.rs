@@ -336,12 +336,10 @@ impl Admission {
         let Some(terms) = &self.limits.places else { return Some(guard) };
         let upstream = Arc::clone(guard.upstream());
         let Some(addr) = upstream.hook.as_deref() else { return Some(guard) };
-        let notice = self.pool.capacity_notice();
-        let take_alone =
-            |guard: InFlight| guard.with_place(EnginePlaces::taken_alone(&upstream, addr, terms, &notice));
         if upstream.places.alone() {
-            return Some(take_alone(guard));
+            return Some(self.unclaimed(guard));
         }
+        let notice = self.pool.capacity_notice();
         match EnginePlaces::claim(&upstream, addr, terms, turn, &notice).await {
             Claimed::Granted(place) => {
                 self.metrics.count_place_claim("granted");
@@ -358,7 +356,7 @@ impl Admission {
                 if alone {
                     tracing::warn!(upstream = %upstream.name, %error,
                         "admission: the engine's hook takes no claims; this replica decides its room alone until it does");
-                    return Some(take_alone(guard));
+                    return Some(self.unclaimed(guard));
                 }
                 tracing::debug!(upstream = %upstream.name, %error, "admission: a claim went unanswered; the request waits");
                 None
@@ -398,9 +396,8 @@ impl Admission {
     /// `guard`, holding a place taken alone ([`EnginePlaces::taken_alone`]) where its
     /// engine grants places (elsewhere `guard` as it is), so that the engine counts the
     /// request once its hook answers: for a request sent there without a claim, because
-    /// [`needs_place`](Self::needs_place) found this replica deciding that engine's room
-    /// alone (an answer handed over). Not asked again whether it still does: a hook that
-    /// answered in between would otherwise never hear of the request.
+    /// this replica decides that engine's room alone (found by the caller, and not asked
+    /// again: a hook that answered in between would otherwise never hear of the request).
     pub fn unclaimed(&self, guard: InFlight) -> InFlight {
         let upstream = Arc::clone(guard.upstream());
         match (&self.limits.places, upstream.hook.as_deref()) {

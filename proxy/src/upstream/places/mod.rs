@@ -35,6 +35,8 @@
 //! so when the hook answers again the engine counts the streams sent meanwhile and grants
 //! no other replica the places they use.
 
+mod place;
+
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -47,6 +49,8 @@ use tokio::sync::Notify;
 use super::Upstream;
 use crate::hook::{HookChannel, HookError};
 use crate::share::Roster;
+
+pub use place::Place;
 
 /// How long a refused engine counts as full before it is asked again, whether or not a
 /// wait on it wakes this replica sooner. Short next to a request's life (places free as
@@ -548,54 +552,5 @@ impl EnginePlaces {
         if let Ok(mut g) = self.kept_until.lock() {
             *g = until;
         }
-    }
-}
-
-/// A request's place at an engine, granted by it or taken alone
-/// ([`EnginePlaces::taken_alone`]): it goes back to the engine when dropped, wherever
-/// that happens (with the request's in-flight guard, or unread, when the request went
-/// away between the grant and reading it), and the pool's waiters are told once it has:
-/// a claim sent before the release would still count it held.
-pub struct Place {
-    upstream: Arc<Upstream>,
-    /// The engine's hook.
-    addr: String,
-    terms: Arc<PlaceTerms>,
-    /// The pool's capacity notice.
-    wake: Arc<Notify>,
-    /// The engine granted it (otherwise this replica took it alone).
-    granted: bool,
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        if !self.granted {
-            // At once, so that no message stated from here on counts it; and the waiters
-            // are told at once: the replica's own count decided its room, and the report
-            // below would wait behind messages to a hook that may not be answering.
-            let places = &self.upstream.places;
-            let _ = places.taken_alone.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
-            self.wake.notify_one();
-            if places.alone() {
-                return;
-            }
-        }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            self.wake.notify_one();
-            return;
-        };
-        let (upstream, terms, wake, granted) =
-            (Arc::clone(&self.upstream), Arc::clone(&self.terms), Arc::clone(&self.wake), self.granted);
-        let addr = std::mem::take(&mut self.addr);
-        rt.spawn(async move {
-            upstream.places.release(&terms, &addr, granted).await;
-            wake.notify_one();
-        });
-    }
-}
-
-impl std::fmt::Debug for Place {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Place").field("engine", &self.upstream.name).field("granted", &self.granted).finish()
     }
 }

@@ -54,6 +54,13 @@ impl HookChannel {
         HookChannel { client, secret, timeout: Duration::from_secs_f64(cfg.timeout_s), streams: None }
     }
 
+    /// A channel with `secret`, for tests that serve a hook of their own.
+    #[cfg(test)]
+    pub(crate) fn with_secret(secret: &str, timeout: Duration) -> Self {
+        let secret = HeaderValue::from_str(&format!("Bearer {secret}")).map_err(|_| "secret".to_owned());
+        HookChannel { client: reqwest::Client::new(), secret, timeout, streams: None }
+    }
+
     /// Notes each `end_thinking` directive on the stream it names in `streams`.
     pub fn with_streams(mut self, streams: Arc<OpenStreams>) -> Self {
         self.streams = Some(streams);

@@ -33,9 +33,16 @@
 //! A request sent while deciding alone still takes a place here, one the engine never
 //! granted ([`EnginePlaces::taken_alone`]): every holding this replica states counts it,
 //! so when the hook answers again the engine counts the streams sent meanwhile and grants
-//! no other replica the places they use.
+//! no other replica the places they use. A request may find this replica alone just as the
+//! hook answers again, and take its place after the answering message stated the holding:
+//! the message that ends a spell alone is followed at once by a second statement, and a
+//! place taken alone that finds the hook answering already restates the holding
+//! ([`EnginePlaces::taken_alone`]), so either way the engine hears of it within a round
+//! trip, not a renewal period later.
 
 mod place;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -186,6 +193,12 @@ pub struct EnginePlaces {
     takes_no_withdrawals: AtomicBool,
     /// A renewal of this replica's holding is under way (the next waits for it).
     renewing: AtomicBool,
+    /// The renewal under way is to state the holding once more when it ends: a place was
+    /// taken alone after it may have read the holding ([`restate`](Self::restate)).
+    renew_again: AtomicBool,
+    /// An answer ended a spell alone: the holding is stated once more before the holding's
+    /// lock goes ([`restate_if_back`](Self::restate_if_back)).
+    came_back: AtomicBool,
 }
 
 /// Marks a claim as the one asking a full engine again, until dropped.
@@ -263,6 +276,7 @@ impl EnginePlaces {
             // A request that went away mid-claim, or before it read the answer, drops the
             // place with the channel, and it goes back.
             let _ = tx.send(claimed);
+            places.restate_if_back(&terms, &addr, *held).await;
         });
         rx.await.unwrap_or(Claimed::Behind)
     }
@@ -369,6 +383,7 @@ impl EnginePlaces {
                     places.answered();
                     places.refused.store(false, Ordering::SeqCst);
                     terms.metrics.count_place_claim("withdrawn");
+                    places.restate_if_back(&terms, &addr, *held).await;
                 }
                 // Not heard: the turn goes stale at the engine.
                 Err(HookError::Unreachable { .. }) => {}
@@ -386,6 +401,13 @@ impl EnginePlaces {
     /// for it, but every holding stated there counts it until it is dropped. Without it,
     /// a hook that answers again would hear a holding short of the streams sent
     /// meanwhile, and grant their places to other replicas past `max_streams`.
+    ///
+    /// The caller found this replica alone a moment ago; the hook may have answered again
+    /// since, after its answering message read the holding. The count goes up before it is
+    /// checked whether the replica is still alone: if so, the message that ends the spell
+    /// comes later and is followed by a statement that counts this place
+    /// ([`restate_if_back`](Self::restate_if_back)); if not, the holding is stated again
+    /// now ([`restate`](Self::restate)).
     pub fn taken_alone(
         upstream: &Arc<Upstream>,
         addr: &str,
@@ -393,6 +415,9 @@ impl EnginePlaces {
         wake: &Arc<Notify>,
     ) -> Place {
         upstream.places.taken_alone.fetch_add(1, Ordering::SeqCst);
+        if !upstream.places.alone() {
+            EnginePlaces::restate(upstream, addr, terms);
+        }
         Place {
             upstream: Arc::clone(upstream),
             addr: addr.to_owned(),
@@ -465,7 +490,7 @@ impl EnginePlaces {
         }
         self.set_full_until(None);
         if !self.alone() {
-            self.report(terms, addr, self.holding(*held)).await;
+            self.report(terms, addr, *held).await;
         }
     }
 
@@ -473,7 +498,7 @@ impl EnginePlaces {
     /// learns the truth).
     pub async fn renew(&self, terms: &PlaceTerms, addr: &str) {
         let held = self.held.lock().await;
-        self.report(terms, addr, self.holding(*held)).await;
+        self.report(terms, addr, *held).await;
     }
 
     /// Restates the holding at `upstream`'s engine in a task of its own, unless the last
@@ -481,18 +506,52 @@ impl EnginePlaces {
     /// claims queue behind each other) delays only its own renewals, never another
     /// engine's, whose lease would lapse meanwhile.
     pub fn renew_in_background(upstream: &Arc<Upstream>, addr: &str, terms: &Arc<PlaceTerms>) {
-        if upstream.places.renewing.swap(true, Ordering::AcqRel) {
+        EnginePlaces::renewal(upstream, addr, terms, false);
+    }
+
+    /// Restates the holding at `upstream`'s engine in a task of its own, as
+    /// [`renew_in_background`](Self::renew_in_background) does, but never skipped: a
+    /// renewal under way (which may have read the holding before the change that asks for
+    /// this) states it once more when it ends.
+    fn restate(upstream: &Arc<Upstream>, addr: &str, terms: &Arc<PlaceTerms>) {
+        EnginePlaces::renewal(upstream, addr, terms, true);
+    }
+
+    fn renewal(upstream: &Arc<Upstream>, addr: &str, terms: &Arc<PlaceTerms>, again: bool) {
+        let places = &upstream.places;
+        if again {
+            places.renew_again.store(true, Ordering::SeqCst);
+        }
+        if places.renewing.swap(true, Ordering::SeqCst) {
             return;
         }
         let (upstream, addr, terms) = (Arc::clone(upstream), addr.to_owned(), Arc::clone(terms));
         tokio::spawn(async move {
-            upstream.places.renew(&terms, &addr).await;
-            upstream.places.renewing.store(false, Ordering::Release);
+            let places = &upstream.places;
+            loop {
+                // This renewal reads the holding after now: an ask from before is answered.
+                places.renew_again.store(false, Ordering::SeqCst);
+                places.renew(&terms, &addr).await;
+                places.renewing.store(false, Ordering::SeqCst);
+                // An ask that came while this renewal was under way left it to this one;
+                // unless a renewal started since took it up, state the holding again.
+                if !places.renew_again.load(Ordering::SeqCst) || places.renewing.swap(true, Ordering::SeqCst)
+                {
+                    return;
+                }
+            }
         });
     }
 
+    /// States the whole holding (`held` granted places and those taken alone), and once
+    /// more if the answer ended a spell alone ([`restate_if_back`](Self::restate_if_back)).
     async fn report(&self, terms: &PlaceTerms, addr: &str, held: u32) {
-        match terms.ask(addr, &terms.claim(held, 0, Turn::default())).await {
+        self.state(terms, addr, held).await;
+        self.restate_if_back(terms, addr, held).await;
+    }
+
+    async fn state(&self, terms: &PlaceTerms, addr: &str, held: u32) {
+        match terms.ask(addr, &terms.claim(self.holding(held), 0, Turn::default())).await {
             Ok(_) => self.answered(),
             Err(error) => {
                 tracing::debug!(engine = addr, %error, "places: holding not reported");
@@ -501,9 +560,24 @@ impl EnginePlaces {
         }
     }
 
+    /// After a message whose answer ended a spell alone ([`answered`](Self::answered)),
+    /// with the holding's lock still held (`held` granted places): states the holding
+    /// again. The message read it before its answer, and a request that found this
+    /// replica alone until then may have taken its place since (`taken_alone`): read now,
+    /// after the spell's end, the holding counts every such place.
+    async fn restate_if_back(&self, terms: &PlaceTerms, addr: &str, held: u32) {
+        while self.came_back.swap(false, Ordering::SeqCst) {
+            self.state(terms, addr, held).await;
+        }
+    }
+
     fn answered(&self) {
         self.failures.store(0, Ordering::Relaxed);
-        self.alone.store(false, Ordering::Relaxed);
+        // SeqCst, with the load in `taken_alone`: a place taken while this still read
+        // true is counted by the holding `restate_if_back` reads after this.
+        if self.alone.swap(false, Ordering::SeqCst) {
+            self.came_back.store(true, Ordering::SeqCst);
+        }
     }
 
     /// Counts a message the hook did not answer; whether this replica now decides alone:
@@ -514,7 +588,7 @@ impl EnginePlaces {
         let cannot = !matches!(error, HookError::Unreachable { .. });
         let alone = cannot || failures >= FAILURES_BEFORE_ALONE;
         if alone {
-            self.alone.store(true, Ordering::Relaxed);
+            self.alone.store(true, Ordering::SeqCst);
         }
         alone
     }
@@ -537,7 +611,7 @@ impl EnginePlaces {
 
     /// Whether this replica decides the engine's room alone (its hook takes no claims).
     pub fn alone(&self) -> bool {
-        self.alone.load(Ordering::Relaxed)
+        self.alone.load(Ordering::SeqCst)
     }
 
     fn set_full_until(&self, until: Option<Instant>) {

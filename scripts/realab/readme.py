@@ -2,7 +2,8 @@
 workload, load and configuration (a set whose results.json says `"superseded": true`
 is left out), its do-no-harm verdict and every cost and gain whose interval says so;
 and the block between the README's markers that holds it (`policies report`). In the
-README (`readme_lines`), the shipped default comes first, and comparisons that resolve
+README (`readme_lines`), the shipped default (`hook` running `meridian.toml`'s policy
+with its settings as shipped) comes first, and comparisons that resolve
 nothing are folded: the default's into one line per set and workload naming the loads,
 every other configuration's into one count, so that what was resolved, costs first,
 stands out."""
@@ -16,6 +17,7 @@ from pathlib import Path
 from . import speed
 from . import stats as S
 from .effects import effects_of, plain_effects, policies_of
+from .measure import shipped_policy
 from .sets import read
 
 
@@ -27,6 +29,7 @@ class Summary:
     label: str  # "at 90% load", with where its rounds stood
     load: float
     config: str
+    policy: str | None
     name: str  # the configuration as the README names it, with its policy
     set_name: str
     harm: str  # the do-no-harm verdict's word
@@ -56,8 +59,11 @@ def readme_lines(page_dir: Path, resamples: int = 2000) -> list[str]:
     configurations'; a comparison that resolves nothing is folded (the default's into one
     line per set and workload naming its loads, the others' into one count at the end)."""
     every = summaries(page_dir, resamples)
-    default = [s for s in every if s.config == "hook"]
-    others = [s for s in every if s.config != "hook"]
+    # The default as `meridian.toml` ships it; a set that ran `hook` with other settings
+    # (an experiment on the default's parameters) is listed among the others.
+    shipped = shipped_policy()
+    default = [s for s in every if s.config == "hook" and s.policy == shipped]
+    others = [s for s in every if s not in default]
     out: list[str] = []
     folded: dict[tuple[str, str, str], list[Summary]] = {}
     for s in default:
@@ -115,7 +121,7 @@ def summaries(page_dir: Path, resamples: int = 2000) -> list[Summary]:
             table, judged = effects_of(set_dir / "raw", workload, load, runs, config, resamples)
             costs, gains = plain_effects(table)
             harm = S.do_no_harm(judged)
-            out.append(Summary(workload, label, load, config, name, set_dir.name, harm.word,
+            out.append(Summary(workload, label, load, config, policy, name, set_dir.name, harm.word,
                                tuple(costs), tuple(gains)))
     return out
 

@@ -187,7 +187,8 @@ def test_capacity_at_the_whole_request_slo_is_read_across_the_loads_measured(tmp
     # The moonshot's verdict reads the ratio's interval: wholly below 1.5x, missed.
     assert fcfs.endswith("the target, at least 1.5x stock's: **missed**."), fcfs
     # The README's summary carries the same capacities, from the same computation.
-    (capacity,) = policies.write(page_dir, tmp_path / "again.md", resamples=100)
+    capacity, targets_line = policies.write(page_dir, tmp_path / "again.md", resamples=100)
+    assert targets_line.startswith("- Targets for long prompts and KV pressure at 90%")
     assert capacity.startswith("- long, capacity at the whole-request SLO (set `1-set`): stock: at least 90%")
     assert fcfs[2:] in capacity
 
@@ -219,10 +220,12 @@ def test_the_readme_summary_names_costs_and_gains_from_the_data(tmp_path: Path):
 
 
 def test_the_readme_puts_the_default_first_and_folds_what_resolves_nothing(monkeypatch):
-    def summary(config: str, load: float, harm: str = "unresolved", costs=(), gains=(), label=None):
-        name = "`hook` (policy `slo-driven`)" if config == "hook" else f"`{config}`"
-        return readme.Summary("mix", label or f"at {100 * load:.0f}% load", load, config, name, "7-set", harm,
-                              tuple(costs), tuple(gains))
+    def summary(config: str, load: float, harm: str = "unresolved", costs=(), gains=(), label=None,
+                policy: str | None = None):
+        policy = policy or ("slo-driven" if config == "hook" else None)
+        name = f"`hook` (policy `{policy}`)" if config == "hook" else f"`{config}`"
+        return readme.Summary("mix", label or f"at {100 * load:.0f}% load", load, config, policy, name, "7-set",
+                              harm, tuple(costs), tuple(gains))
     records = [
         summary("hook-output-first", 0.9, "harm", costs=("TTFT p50 2.30x (1.25-38.80)",)),
         summary("hook-output-first", 0.5),
@@ -231,6 +234,9 @@ def test_the_readme_puts_the_default_first_and_folds_what_resolves_nothing(monke
         summary("hook", 0.5),
         summary("hook", 0.5, label="at 50% load, only the rounds that stood at it (9, 10)"),
         summary("hook", 0.9, gains=("answer ITL p99 0.80x (0.76-0.88)",)),
+        # `hook` with settings the default does not ship is an experiment, not the default.
+        summary("hook", 0.9, harm="harm", costs=("TTFT p90 1.33x (1.06-1.76)",),
+                policy="slo-driven:start_wait_target_s=inf"),
     ]
     monkeypatch.setattr(readme, "summaries", lambda page_dir, resamples=2000: records)
     lines = readme.readme_lines(Path("unused"))
@@ -240,9 +246,10 @@ def test_the_readme_puts_the_default_first_and_folds_what_resolves_nothing(monke
                         "gain resolved.")
     # A resolved cost of another configuration is never folded away.
     assert "do no harm: harm; costs: TTFT p50 2.30x" in lines[2]
-    assert lines[3] == ("- 2 other comparisons (`hook-output-first`, `proxy` at their workloads and loads) resolve "
+    assert lines[3].startswith("- mix at 90% load, `hook` (policy `slo-driven:start_wait_target_s=inf`)")
+    assert lines[4] == ("- 2 other comparisons (`hook-output-first`, `proxy` at their workloads and loads) resolve "
                         "neither a cost nor a gain; the page shows each.")
-    assert len(lines) == 4
+    assert len(lines) == 5
 
 
 def measured_rounds(work: Path, scales: dict[str, float], rounds: list[int], n: int = 100, load: float = 0.9,

@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .effects import policies_of
+from .measure import shipped_policy
 
-#: The kinds of configuration the plan compares with stock, in the page's order.
+#: The kinds of configuration the plan compares with stock, in the page's order (the
+#: shipped default: `hook` running `meridian.toml`'s policy, `slo-driven`, as shipped).
 KINDS = ("proxy only", "fcfs", "output-first", "reasoning-first", "slo-driven as shipped", "other settings")
 #: The three hook policies the plan measures on every workload.
 POLICIES = ("output-first", "reasoning-first", "slo-driven as shipped")
@@ -36,9 +38,9 @@ def kind_of(config: str, policy: str | None) -> str | None:
         return "proxy only"
     if policy is None:
         return None
-    if ":" in policy:
-        return "other settings"
-    return "slo-driven as shipped" if policy == "slo-driven" else policy if policy in KINDS else "other settings"
+    if policy == shipped_policy():
+        return "slo-driven as shipped"
+    return policy if policy in KINDS and ":" not in policy else "other settings"
 
 
 def regime_of(data: dict) -> str:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import stats as S
-from .effects import effects_of, throughput
+from .effects import effects_of, policies_of, throughput
 from .sets import read
 
 #: The workloads the targets are set for: long prompts, and KV pressure in either cache.
@@ -124,8 +124,19 @@ class Row:
     set_name: str
     workload: str
     config: str
+    policy: str | None
     rounds: tuple[int, ...]
     judged: tuple[Judged, ...]
+
+    @property
+    def name(self) -> str:
+        """The configuration, with its policy where its name does not say it (`hook`)."""
+        return f"{self.config} ({self.policy})" if self.policy and self.config == "hook" else self.config
+
+    @property
+    def number(self) -> int:
+        head = self.set_name.split("-")[0]
+        return int(head) if head.isdigit() else 0
 
 
 def rows(set_dirs: list[Path], resamples: int) -> list[Row]:
@@ -137,6 +148,7 @@ def rows(set_dirs: list[Path], resamples: int) -> list[Row]:
         data = json.loads((set_dir / "results.json").read_text())
         if data.get("superseded"):
             continue
+        policies = policies_of(data)
         at = sorted({(r["workload"], r["load"]) for r in data["runs"] if applies(r["workload"], r["load"])})
         for workload, load in at:
             runs, _ = read(set_dir / "raw", workload, load)
@@ -146,8 +158,9 @@ def rows(set_dirs: list[Path], resamples: int) -> list[Row]:
                 table, _ = effects_of(set_dir / "raw", workload, load, runs, config, resamples)
                 ratios = throughput(data, workload, load, config, set(runs["stock"]))
                 paired = tuple(sorted(set(runs[config]) & set(runs["stock"])))
-                out.append(Row(set_dir.name, workload, config, paired, tuple(judge(table, ratios))))
-    return out
+                out.append(Row(set_dir.name, workload, config, policies.get(config), paired,
+                               tuple(judge(table, ratios))))
+    return sorted(out, key=lambda r: r.number)
 
 
 def _rounds(rounds: tuple[int, ...]) -> str:
@@ -166,29 +179,30 @@ def page_lines(found: list[Row]) -> list[str]:
              "all four |", "|---|---|---|---:|---|---|---|---|---|"]
     for row in found:
         by = {j.target: j for j in row.judged}
-        cells = [f"{by[t].judged_on.removeprefix(t).strip()} {by[t].figure}: {by[t].word}" for t in
-                 (*(t.metric for t in TARGETS), THROUGHPUT)]
-        lines.append(f"| {row.set_name.split('-')[0]} | {row.workload} | {row.config} | {_rounds(row.rounds)} | "
+        cells = [" ".join(x for x in (by[t].judged_on.removeprefix(t).strip(), by[t].figure) if x)
+                 + f": {by[t].word}" for t in (*(t.metric for t in TARGETS), THROUGHPUT)]
+        lines.append(f"| {row.number} | {row.workload} | {row.name} | {_rounds(row.rounds)} | "
                      + " | ".join(cells) + f" | **{overall(list(row.judged))}** |")
     return lines + [""]
 
 
 def readme_lines(found: list[Row]) -> list[str]:
-    """The README's line: how many configurations meet all four, and where each target
-    was met and missed."""
+    """The README's line: which comparisons meet all four, and for each target which
+    meet it and how many miss it (the page's table names each)."""
     if not found:
         return []
     whole = [r for r in found if overall(list(r.judged)) == S.MET]
     parts = []
     for target in (*(t.metric for t in TARGETS), THROUGHPUT):
         met = [r for r in found if any(j.target == target and j.word == S.MET for j in r.judged)]
-        missed = [r for r in found if any(j.target == target and j.word == S.MISSED for j in r.judged)]
-        parts.append(f"{target} met by {_names(met)}, missed by {_names(missed)}")
-    return [f"- Targets for long prompts and KV pressure at 90% ({rule()}; at the tail every round can set): "
-            f"all four met by {_names(whole)} of {len(found)} comparisons; " + "; ".join(parts) + "."]
+        missed = sum(1 for r in found if any(j.target == target and j.word == S.MISSED for j in r.judged))
+        parts.append(f"{target} met by {_names(met)}, missed by {missed}")
+    return [f"- Targets for long prompts and KV pressure at 90% ({rule()}; at the tail every round can set), over "
+            f"{len(found)} comparisons: all four met by {_names(whole)}; " + "; ".join(parts)
+            + " (the page's table names each)."]
 
 
 def _names(rows_: list[Row]) -> str:
     if not rows_:
         return "none"
-    return ", ".join(f"`{r.config}` ({r.workload}, set {r.set_name.split('-')[0]})" for r in rows_)
+    return ", ".join(f"`{r.name}` ({r.workload}, set {r.number})" for r in rows_)

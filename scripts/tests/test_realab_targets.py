@@ -26,6 +26,7 @@ def test_the_page_judges_each_configuration_on_the_targets_under_its_load_and_in
         # 90 requests counted a run: p95 is set by four, so the tail judged is p90.
         assert f"{metric} p90 1.20" in slow and f"{metric} p90 0.40" in fast
     assert "token throughput 0.833 (0.833-0.833): missed" in slow
+    assert "| 0.833 (0.833-0.833): missed | **missed** |" in page
     assert "token throughput 2.500 (2.500-2.500): met" in fast
     table = [line for line in page.splitlines() if line.startswith("| 1 | long |")]
     assert [row.split("|")[3].strip() for row in table] == ["hook-output-first", "hook-fcfs"]
@@ -36,8 +37,8 @@ def test_the_readme_names_where_each_target_was_met_and_missed(tmp_path: Path):
     write_set(tmp_path / "1-set", {"stock": 1.0, "hook-output-first": 0.4, "hook-fcfs": 1.2})
     summary = policies.write(tmp_path, tmp_path / "page.md", resamples=200)
     line = next(x for x in summary if x.startswith("- Targets for long prompts"))
-    assert "all four met by `hook-output-first` (long, set 1) of 2 comparisons" in line
-    assert "TTFO met by `hook-output-first` (long, set 1), missed by `hook-fcfs` (long, set 1)" in line
+    assert "over 2 comparisons: all four met by `hook-output-first` (long, set 1);" in line
+    assert "TTFO met by `hook-output-first` (long, set 1), missed by 1;" in line
 
 
 def test_a_single_round_gives_no_verdict(tmp_path: Path):

@@ -522,11 +522,14 @@ impl EnginePlaces {
         if again {
             places.renew_again.store(true, Ordering::SeqCst);
         }
+        // Outside a runtime (nothing here is) there is no task to run it; the next
+        // renewal on the replica's timer states the holding.
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
         if places.renewing.swap(true, Ordering::SeqCst) {
             return;
         }
         let (upstream, addr, terms) = (Arc::clone(upstream), addr.to_owned(), Arc::clone(terms));
-        tokio::spawn(async move {
+        rt.spawn(async move {
             let places = &upstream.places;
             loop {
                 // This renewal reads the holding after now: an ask from before is answered.

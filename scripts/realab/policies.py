@@ -308,7 +308,13 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
                      f"{h.word}**" + (f", decided by {h.decided_by}" if h.decided_by else "") + h.settle_text() + ".")
     if targets.applies(workload, load):
         for config in configs:
-            lines += targets.section_lines(config, targets.judge(tables[config], throughputs[config]))
+            judged = targets.judge(tables[config], throughputs[config])
+            lines += targets.section_lines(config, judged)
+            # The page's table holds each configuration over all its rounds, of sets
+            # still current.
+            if not at_load and not data.get("superseded"):
+                paired = tuple(sorted(set(runs[config]) & set(runs["stock"])))
+                targets.record(raw_dir.parent.name, workload, config, policies.get(config), paired, judged)
     for config in (c for c in configs if policies.get(c) == "fcfs" or c == STOCK_AGAIN):
         lines += noise_floor(config, tables[config], len(set(runs.get(config, {})) & set(runs["stock"])))
     lines.append("")
@@ -335,9 +341,10 @@ def write(page_dir: Path, out: Path, resamples: int = 2000) -> list[str]:
              "*unresolved*; a tail is quoted only where at least five requests set it in every round.", ""]
     set_dirs = sorted(p for p in page_dir.iterdir() if (p / "results.json").exists())
     TP.TALLIES.clear()
+    targets.FOUND.clear()
     sets = _each_set(set_dirs, resamples)
     lines += TP.tally_lines(TP.TALLIES)
-    found = targets.rows(set_dirs, resamples)
+    found = targets.found()
     lines += targets.page_lines(found)
     lines += coverage.page_lines(set_dirs)
     for set_lines, set_readme in sets:
@@ -359,20 +366,24 @@ def _each_set(set_dirs: list[Path], resamples: int) -> list[tuple[list[str], lis
     by_size = sorted(set_dirs, key=lambda d: -sum(f.stat().st_size for f in (d / "raw").glob("*")))
     with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork")) as pool:
         done = dict(zip(by_size, pool.map(_one_set, by_size, [resamples] * len(by_size))))
-    for _, _, computed, tallies in done.values():
+    for d in set_dirs:
+        _, _, computed, tallies, judged = done[d]
         EFFECTS.update(computed)
         TP.TALLIES.update(tallies)
+        targets.FOUND.update(judged)
     return [done[d][:2] for d in set_dirs]
 
 
-def _one_set(set_dir: Path, resamples: int) -> tuple[list[str], list[str], dict, dict]:
-    """A set's section and README lines, and what it added to `EFFECTS` and to the twin's
-    `twinpage.TALLIES` (a worker process hands them back)."""
-    before, tallied = set(EFFECTS), set(TP.TALLIES)
+def _one_set(set_dir: Path, resamples: int) -> tuple[list[str], list[str], dict, dict, dict]:
+    """A set's section and README lines, and what it added to `EFFECTS`, to the twin's
+    `twinpage.TALLIES` and to the targets' rows (`targets.FOUND`) (a worker process
+    hands them back)."""
+    before, tallied, judged = set(EFFECTS), set(TP.TALLIES), set(targets.FOUND)
     set_readme: list[str] = []
     set_lines = set_section(set_dir, resamples, set_readme)
     return (set_lines, set_readme, {k: v for k, v in EFFECTS.items() if k not in before},
-            {k: v for k, v in TP.TALLIES.items() if k not in tallied})
+            {k: v for k, v in TP.TALLIES.items() if k not in tallied},
+            {k: v for k, v in targets.FOUND.items() if k not in judged})
 
 
 def delivery_core(data: dict) -> list[str]:

@@ -13,15 +13,11 @@ interval is Student's t over the rounds' log ratios."""
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import dataclass
-from pathlib import Path
 
 from . import stats as S
-from .effects import effects_of, policies_of, throughput
-from .sets import read
 
 #: The workloads the targets are set for: long prompts, and KV pressure in either cache.
 WORKLOADS = ("long", "kv", "kv-tight")
@@ -139,28 +135,20 @@ class Row:
         return int(head) if head.isdigit() else 0
 
 
-def rows(set_dirs: list[Path], resamples: int) -> list[Row]:
-    """Every configuration at a workload and load the targets are set for, over all its
-    rounds, in every set not marked superseded (effects read from `effects.EFFECTS` where
-    the page has computed them)."""
-    out = []
-    for set_dir in set_dirs:
-        data = json.loads((set_dir / "results.json").read_text())
-        if data.get("superseded"):
-            continue
-        policies = policies_of(data)
-        at = sorted({(r["workload"], r["load"]) for r in data["runs"] if applies(r["workload"], r["load"])})
-        for workload, load in at:
-            runs, _ = read(set_dir / "raw", workload, load)
-            if "stock" not in runs:
-                continue
-            for config in (c for c in data["setup"]["configs"] if c in runs and c != "stock"):
-                table, _ = effects_of(set_dir / "raw", workload, load, runs, config, resamples)
-                ratios = throughput(data, workload, load, config, set(runs["stock"]))
-                paired = tuple(sorted(set(runs[config]) & set(runs["stock"])))
-                out.append(Row(set_dir.name, workload, config, policies.get(config), paired,
-                               tuple(judge(table, ratios))))
-    return sorted(out, key=lambda r: r.number)
+#: The rows judged so far, by (set, workload, configuration): each load's section judges
+#: its configurations (`record`), and the page's table reads them all (`found`); the
+#: page's worker processes hand theirs back (`policies._each_set`).
+FOUND: dict[tuple[str, str, str], Row] = {}
+
+
+def record(set_name: str, workload: str, config: str, policy: str | None, rounds: tuple[int, ...],
+           judged: list[Judged]) -> None:
+    FOUND[(set_name, workload, config)] = Row(set_name, workload, config, policy, rounds, tuple(judged))
+
+
+def found() -> list[Row]:
+    """Every row recorded, in the sets' number order."""
+    return sorted(FOUND.values(), key=lambda r: r.number)
 
 
 def _rounds(rounds: tuple[int, ...]) -> str:

@@ -35,6 +35,7 @@ class Summary:
     harm: str  # the do-no-harm verdict's word
     costs: tuple[str, ...]
     gains: tuple[str, ...]
+    stood_only: bool = False  # judged on only the rounds that stood at the load
 
     def line(self) -> str:
         return (f"- {self.workload} {self.label}, {self.name} against stock (set `{self.set_name}`): "
@@ -72,10 +73,7 @@ def readme_lines(page_dir: Path, resamples: int = 2000) -> list[str]:
         else:
             out.append(s.line())
     for (set_name, workload, name), group in folded.items():
-        loads = sorted({s.load for s in group})
-        at = ", ".join(f"{100 * x:.0f}%" for x in loads)
-        views = "" if len(group) == len(loads) else " (all its rounds, and only those that stood at the load)"
-        out.append(f"- {workload} at {at} load{views}, {name} against stock (set `{set_name}`): "
+        out.append(f"- {workload} at {_folded_loads(group, default)}, {name} against stock (set `{set_name}`): "
                    "do no harm: unresolved; no cost and no gain resolved.")
     quiet = [s for s in others if s.resolves_nothing()]
     out.extend(s.line() for s in others if not s.resolves_nothing())
@@ -84,6 +82,25 @@ def readme_lines(page_dir: Path, resamples: int = 2000) -> list[str]:
         out.append(f"- {len(quiet)} other comparisons ({', '.join(f'`{c}`' for c in configs)} at their workloads "
                    "and loads) resolve neither a cost nor a gain; the page shows each.")
     return out
+
+
+def _folded_loads(group: list[Summary], every: list[Summary]) -> str:
+    """The loads of one set's folded comparisons ("50%, 90% load"). A load judged two
+    ways (all its rounds, and only those that stood at it) whose two lines both resolve
+    nothing is folded once for both; where only one of them does, its folded line names
+    which rounds it judged, since the other view's line, printed above it, says more."""
+    mine = (group[0].set_name, group[0].workload, group[0].name)
+    views = {(s.load, s.stood_only) for s in group}
+    judged = {(s.load, s.stood_only) for s in every if (s.set_name, s.workload, s.name) == mine}
+    loads = sorted({s.load for s in group})
+    alone = {load: ("only the rounds that stood at it" if (load, True) in views else "all its rounds")
+             for load in loads if {(load, False), (load, True)} <= judged
+             and not {(load, False), (load, True)} <= views}
+    if not alone:
+        both = any({(load, False), (load, True)} <= views for load in loads)
+        return (", ".join(f"{100 * x:.0f}%" for x in loads) + " load"
+                + (" (all its rounds, and only those that stood at the load)" if both else ""))
+    return "; ".join(f"{100 * x:.0f}% load" + (f" ({alone[x]})" if x in alone else "") for x in loads)
 
 
 def summaries(page_dir: Path, resamples: int = 2000) -> list[Summary]:
@@ -113,16 +130,16 @@ def summaries(page_dir: Path, resamples: int = 2000) -> list[Summary]:
                 else f"{100 * stood[0]:.0f}-{100 * stood[-1]:.0f}%" if stood else "")
         where = f" (its rounds stood at {span} of their own machine's capacity)" if off and stood else ""
         kept = set(every["stock"]) - off
-        views = [(f"at {load * 100:.0f}% load{where}", every)]
+        views = [(f"at {load * 100:.0f}% load{where}", every, False)]
         if off and len(kept & set(every[config])) >= 2:
             views.append((f"at {load * 100:.0f}% load, only the rounds that stood at it ({', '.join(map(str, sorted(kept)))})",
-                          {c: {r: v for r, v in by.items() if r in kept} for c, by in every.items()}))
-        for label, runs in views:
+                          {c: {r: v for r, v in by.items() if r in kept} for c, by in every.items()}, True))
+        for label, runs, stood_only in views:
             table, judged = effects_of(set_dir / "raw", workload, load, runs, config, resamples)
             costs, gains = plain_effects(table)
             harm = S.do_no_harm(judged)
             out.append(Summary(workload, label, load, config, policy, name, set_dir.name, harm.word,
-                               tuple(costs), tuple(gains)))
+                               tuple(costs), tuple(gains), stood_only))
     return out
 
 

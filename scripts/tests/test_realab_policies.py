@@ -221,11 +221,11 @@ def test_the_readme_summary_names_costs_and_gains_from_the_data(tmp_path: Path):
 
 def test_the_readme_puts_the_default_first_and_folds_what_resolves_nothing(monkeypatch):
     def summary(config: str, load: float, harm: str = "unresolved", costs=(), gains=(), label=None,
-                policy: str | None = None):
+                policy: str | None = None, set_name: str = "7-set"):
         policy = policy or ("slo-driven" if config == "hook" else None)
         name = f"`hook` (policy `{policy}`)" if config == "hook" else f"`{config}`"
-        return readme.Summary("mix", label or f"at {100 * load:.0f}% load", load, config, policy, name, "7-set",
-                              harm, tuple(costs), tuple(gains))
+        return readme.Summary("mix", label or f"at {100 * load:.0f}% load", load, config, policy, name, set_name,
+                              harm, tuple(costs), tuple(gains), stood_only=label is not None)
     records = [
         summary("hook-output-first", 0.9, "harm", costs=("TTFT p50 2.30x (1.25-38.80)",)),
         summary("hook-output-first", 0.5),
@@ -237,20 +237,37 @@ def test_the_readme_puts_the_default_first_and_folds_what_resolves_nothing(monke
         # `hook` with settings the default does not ship is an experiment, not the default.
         summary("hook", 0.9, harm="harm", costs=("TTFT p90 1.33x (1.06-1.76)",),
                 policy="slo-driven:start_wait_target_s=inf"),
+        # All of set 8's rounds at 90% resolve a gain; only those that stood there, nothing.
+        summary("hook", 0.9, gains=("largest answer gap p90 0.86x (0.80-0.95)",), set_name="8-set"),
+        summary("hook", 0.9, label="at 90% load, only the rounds that stood at it (0, 3)", set_name="8-set"),
     ]
     monkeypatch.setattr(readme, "summaries", lambda page_dir, resamples=2000: records)
     lines = readme.readme_lines(Path("unused"))
     assert lines[0].startswith("- mix at 90% load, `hook` (policy `slo-driven`) against stock") and "0.80x" in lines[0]
-    assert lines[1] == ("- mix at 20%, 50% load (all its rounds, and only those that stood at the load), `hook` "
+    assert lines[1].startswith("- mix at 90% load, `hook` (policy `slo-driven`) against stock (set `8-set`)")
+    # 20% is judged one way, 50% both ways, and both of 50%'s lines resolve nothing: one line.
+    assert lines[2] == ("- mix at 20%, 50% load (all its rounds, and only those that stood at the load), `hook` "
                         "(policy `slo-driven`) against stock (set `7-set`): do no harm: unresolved; no cost and no "
                         "gain resolved.")
+    # Where only one of a load's two views resolves nothing, the folded line names its view.
+    assert lines[3] == ("- mix at 90% load (only the rounds that stood at it), `hook` (policy `slo-driven`) against "
+                        "stock (set `8-set`): do no harm: unresolved; no cost and no gain resolved.")
     # A resolved cost of another configuration is never folded away.
-    assert "do no harm: harm; costs: TTFT p50 2.30x" in lines[2]
-    assert lines[3].startswith("- mix at 90% load, `hook` (policy `slo-driven:start_wait_target_s=inf`)")
-    assert lines[4] == ("- 2 other comparisons (`hook-output-first`, `proxy` at their workloads and loads) resolve "
+    assert "do no harm: harm; costs: TTFT p50 2.30x" in lines[4]
+    assert lines[5].startswith("- mix at 90% load, `hook` (policy `slo-driven:start_wait_target_s=inf`)")
+    assert lines[6] == ("- 2 other comparisons (`hook-output-first`, `proxy` at their workloads and loads) resolve "
                         "neither a cost nor a gain; the page shows each.")
-    assert len(lines) == 5
+    assert len(lines) == 7
 
+
+
+def test_a_folded_line_names_each_loads_view_where_loads_differ():
+    def summary(load: float, stood_only: bool, gains=()):
+        return readme.Summary("long", "unused", load, "hook", "slo-driven", "`hook`", "11-set", "unresolved", (),
+                              tuple(gains), stood_only)
+    every = [summary(0.5, False), summary(0.9, False, gains=("TTOT p90 0.80x (0.70-0.90)",)), summary(0.9, True)]
+    folded = [s for s in every if s.resolves_nothing()]
+    assert readme._folded_loads(folded, every) == "50% load; 90% load (only the rounds that stood at it)"
 
 def measured_rounds(work: Path, scales: dict[str, float], rounds: list[int], n: int = 100, load: float = 0.9,
                     unloaded: bool = True) -> Path:

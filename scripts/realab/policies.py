@@ -44,7 +44,7 @@ from . import targets
 from . import coverage
 from .effects import EFFECTS, PER_REQUEST, effects_of, plain_effects, policies_of, throughput
 from .measure import STOCK_AGAIN, shipped_policy
-from .sets import WARMUP_SHARE, add, keep, read, references
+from .sets import WARMUP_SHARE, add, keep, read, references, stamp as stamp_of
 
 #: The hook policy `meridian.toml` shipped when a set was measured, for the sets that
 #: do not record it (all measured before ADR 0010 made it `slo-driven`).
@@ -581,8 +581,12 @@ def main(argv: list[str]) -> None:
     elif argv[:1] == ["add"] and len(argv) == 4:
         print(f"added {add(Path(argv[1]), Path(argv[2]), argv[3])} raw files")
     elif argv[:1] == ["report"] and len(argv) in (3, 4):
-        summary = write(Path(argv[1]), Path(argv[2]))
+        page_dir, page = Path(argv[1]), Path(argv[2])
+        summary = write(page_dir, page)
+        # Both name the data they were read from (`sets.stamp`), checked by the tests.
+        stamp = stamp_of(page_dir)
+        page.write_text(page.read_text() + "\n\n" + stamp + "\n")
         if len(argv) == 4:
-            readme.write_readme_block(Path(argv[3]), readme.readme_lines(Path(argv[1])) + summary)
+            readme.write_readme_block(Path(argv[3]), readme.readme_lines(page_dir) + summary + [stamp])
     else:
         sys.exit(__doc__)

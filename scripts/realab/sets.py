@@ -2,12 +2,13 @@
 raw files into the repository, `add` appends later rounds to it, `read` gives a
 workload x load back as paired runs and unloaded references (`references`: every one,
 and those off their set's pace, `slo.off_pace`, which `slo.judges` leaves out unless a
-round's pace is matched)."""
+round's pace is matched); `digest` names the data a page was generated from."""
 
 from __future__ import annotations
 
 import functools
 import gzip
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -182,3 +183,25 @@ def references(raw_dir: Path, workload: str) -> tuple[dict[int, list[dict]], dic
 def _references(files: tuple[tuple[Path, int, int], ...], workload: str) -> tuple[dict, dict]:
     every = {int(f.name[len(f"{workload}-unloaded-"):-len(".json.gz")]): S.read_requests(f) for f, _, _ in files}
     return every, slo.off_pace(every)
+
+
+def digest(page_dir: Path) -> tuple[str, int]:
+    """(sha256, files) over every file the kept sets hold (each file's path under
+    `page_dir` and its content): the data the page and the README's summary were
+    generated from, which each carries (`stamp`) so that a test can tell a set added or
+    changed without the page regenerated."""
+    whole = hashlib.sha256()
+    files = sorted(f for f in page_dir.rglob("*") if f.is_file())
+    for f in files:
+        whole.update(f.relative_to(page_dir).as_posix().encode() + b"\0")
+        with f.open("rb") as src:
+            whole.update(hashlib.file_digest(src, "sha256").digest())
+    return whole.hexdigest(), len(files)
+
+
+def stamp(page_dir: Path) -> str:
+    """The line the page and the README's summary end with: the data they were generated
+    from, by `digest` (an HTML comment: neither renders it)."""
+    sha, files = digest(page_dir)
+    return (f"<!-- generated from {files} files in {page_dir.name}/, sha256 {sha}; "
+            "python -m realab policies report writes this line -->")

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 
-from realab import policies, readme, slo
+from realab import policies, readme, sets, slo
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def request(i: int, scale: float) -> dict:
@@ -217,6 +219,22 @@ def test_the_readme_summary_names_costs_and_gains_from_the_data(tmp_path: Path):
     text = path.read_text()
     assert "old" not in text and "intro\n" in text and text.endswith(f"{readme.README_END}\nafter\n")
     assert "costs: TTFT p50 1.20x" in text
+
+
+
+def test_the_report_stamps_the_page_and_the_readme_with_the_data_it_read(tmp_path: Path):
+    page_dir = tmp_path / "policies-real-engine"
+    write_set(page_dir / "1-set", {"stock": 1.0, "hook-output-first": 1.2}, n=40)
+    page, readme_path = tmp_path / "page.md", tmp_path / "README.md"
+    readme_path.write_text(f"intro\n{readme.README_START}\nold\n{readme.README_END}\n")
+    policies.main(["report", str(page_dir), str(page), str(readme_path)])
+    stamp = sets.stamp(page_dir)
+    assert page.read_text().rstrip("\n").endswith(stamp)
+    assert f"{stamp}\n{readme.README_END}" in readme_path.read_text()
+    # A round added (or any kept file changed) without the page written again shows.
+    raw = page_dir / "1-set" / "raw" / "long-0.9-1-stock.json.gz"
+    raw.write_bytes(raw.read_bytes() + b"\0")
+    assert sets.stamp(page_dir) != stamp
 
 
 def test_the_readme_puts_the_default_first_and_folds_what_resolves_nothing(monkeypatch):

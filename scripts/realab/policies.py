@@ -343,7 +343,9 @@ def write(page_dir: Path, out: Path, resamples: int = 2000) -> list[str]:
     TP.TALLIES.clear()
     targets.FOUND.clear()
     sets = _each_set(set_dirs, resamples)
-    lines += TP.tally_lines(TP.TALLIES)
+    rigs = {d.name: TP.rig_words(data, coverage.regime_of(data))
+            for d in set_dirs for data in [json.loads((d / "results.json").read_text())]}
+    lines += TP.tally_lines(TP.TALLIES, rigs)
     found = targets.found()
     lines += targets.page_lines(found)
     lines += coverage.page_lines(set_dirs)

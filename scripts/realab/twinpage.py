@@ -209,26 +209,57 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
     return lines
 
 
-def tally_lines(tallies: dict[tuple[str, str, float], tuple[int, int, int, int]]) -> list[str]:
+def tally_lines(tallies: dict[tuple[str, str, float], tuple[int, int, int, int]],
+                rigs: dict[str, str] | None = None) -> list[str]:
     """The page's count of where the twin meets the measured effects, over every set and
-    load, at one pace and at the runs' own paces."""
+    load, at one pace and at the runs' own paces; with `rigs` ({set: the rig it ran, in
+    words}), the same counted by rig, since a rig unlike a GPU host's (a delivery path
+    starved of its core) makes effects no engine schedule, and so no twin, makes."""
     judged = {k: v for k, v in tallies.items() if v[1]}
     if not judged:
         return []
     agreed, total, paced_agreed, paced_total = (sum(col) for col in zip(*judged.values()))
-    by_set: dict[str, list[int]] = {}
-    for (set_name, _w, _l), v in sorted(judged.items()):
-        acc = by_set.setdefault(set_name, [0, 0, 0, 0])
-        for i in range(4):
-            acc[i] += v[i]
-    cells = "; ".join(f"set {name.split('-')[0]} {a} of {n}" + (f" ({pa} of {pn} at the runs' paces)" if pn else "")
-                      for name, (a, n, pa, pn) in sorted(by_set.items(), key=lambda kv: int(kv[0].split("-")[0])))
+
+    def summed(key) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for k, v in sorted(judged.items()):
+            acc = out.setdefault(key(k[0]), [0, 0, 0, 0])
+            for i in range(4):
+                acc[i] += v[i]
+        return out
+
+    def cell(name: str, a: int, n: int, pa: int, pn: int) -> str:
+        return f"{name} {a} of {n}" + (f" ({pa} of {pn} at the runs' paces)" if pn else "")
+
+    by_set = summed(lambda s: s)
+    cells = "; ".join(cell(f"set {name.split('-')[0]}", *v)
+                      for name, v in sorted(by_set.items(), key=lambda kv: int(kv[0].split("-")[0])))
+    by_rig = ""
+    if rigs:
+        groups = summed(lambda s: rigs.get(s, "a rig not recorded"))
+        sets_of = {rig: sorted({int(s.split("-")[0]) for (s, _w, _l) in judged if rigs.get(s, "a rig not recorded") == rig})
+                   for rig in groups}
+        by_rig = (" By rig: " + "; ".join(cell(f"{rig} (set{'s' if len(sets_of[rig]) > 1 else ''} "
+                                               f"{', '.join(map(str, sets_of[rig]))})", *v)
+                                          for rig, v in sorted(groups.items(), key=lambda kv: sets_of[kv[0]][0]))
+                  + ".")
     return ["**The twin against the measurement, over every set.** Of the effects the measurements resolve, the "
             f"twin at one pace (as it forecasts a GPU) meets {agreed} of {total}; replayed at each run's own pace "
-            f"(`forecast.run_paces`), {paced_agreed} of the {paced_total} it has paces for. By set: {cells}. "
+            f"(`forecast.run_paces`), {paced_agreed} of the {paced_total} it has paces for. By set: {cells}.{by_rig} "
             "An effect the twin meets only at the runs' paces was made by how fast each run's engine stepped "
             "(the rig's run-to-run pace, the hook's own cost per step, or step shapes the twin's fit prices "
             "wrong), not by the schedule, which is what a GPU forecast carries; each set's section names them.", ""]
+
+
+def rig_words(data: dict, regime: str) -> str:
+    """A set's rig as the twin's tally groups it: the regime (`coverage.regime_of`) and,
+    on the GPU-shaped rig, whether vLLM's engine core polled its worker as on a GPU host
+    or spun on the core the delivery path (API server, proxy, load tester) shares."""
+    if regime != "GPU-shaped":
+        return f"the {regime} rig"
+    polls = str(data["setup"]["engine"].get("engine_core_polls", "False")) == "True"
+    return ("the GPU-shaped rig, engine core polling (a GPU host's delivery path)" if polls
+            else "the GPU-shaped rig, engine core spinning on the delivery path's core")
 
 
 def paced_side(twin_dir: Path, rig_runs: dict, workload: str, load: float) -> dict:

@@ -383,3 +383,23 @@ def test_the_reference_machine_is_the_one_that_measured_the_capacity_else_the_mo
     assert F.reference_work(data, traces) == "a"
     data["capacity_work"] = {"kv": "gone"}
     assert F.reference_work(data, traces) == "b", "a capacity measured where no trace is kept"
+
+
+def test_the_twins_tally_is_counted_by_rig_as_well_as_by_set():
+    """Misses on a rig whose delivery path is starved (vLLM's engine core spinning on its
+    core) are effects no schedule makes: the page counts them apart from a GPU host's."""
+    spin = {"setup": {"engine": {"max_num_batched_tokens": 256}}}
+    poll = {"setup": {"engine": {"max_num_batched_tokens": 256, "engine_core_polls": "True"}}}
+    cpu = {"setup": {"engine": {"max_num_batched_tokens": 2048}}}
+    rigs = {"5-a": TP.rig_words(spin, "GPU-shaped"), "7-b": TP.rig_words(poll, "GPU-shaped"),
+            "8-c": TP.rig_words(poll, "GPU-shaped"), "2-d": TP.rig_words(cpu, "CPU-shaped")}
+    assert rigs["2-d"] == "the CPU-shaped rig" and "spinning" in rigs["5-a"] and "polling" in rigs["7-b"]
+    tallies = {("5-a", "long", 0.9): (3, 12, 5, 12), ("7-b", "mix", 0.9): (2, 2, 0, 0),
+               ("8-c", "long", 0.9): (5, 6, 6, 6), ("8-c", "long", 0.5): (0, 0, 0, 0)}
+    line = TP.tally_lines(tallies, rigs)[0]
+    assert "meets 10 of 20" in line
+    assert f"{rigs['5-a']} (set 5) 3 of 12 (5 of 12 at the runs' paces)" in line
+    # Sets 7 and 8 pooled: 7 of 8 at one pace, and the 6 of 6 only set 8 has paces for.
+    assert f"{rigs['7-b']} (sets 7, 8) 7 of 8 (6 of 6 at the runs' paces)" in line
+    assert "CPU-shaped" not in line, "a rig with no resolved effect is not counted"
+    assert "By rig" not in TP.tally_lines(tallies)[0]

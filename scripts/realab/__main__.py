@@ -35,7 +35,9 @@ REALAB_FIRST_ROUND (the first round's number, which is its seed; default 0: more
 for a kept set start after its last, then `policies add` merges them), REALAB_DRIFT_MARGIN
 (default 0.1: a run whose engine ran more than a tenth off the pace of the runs before it
 is measured again; `off`: never), REALAB_DRIFT_RETRIES (default 1), REALAB_CALM_S (default
-300: the longest wait, before each run, for the hypervisor to stop taking CPU; see drift.py)."""
+300: the longest wait, before each run, for the hypervisor to stop taking CPU; see drift.py),
+REALAB_VISIBLE=1 (the benchmark model's tokens that show no text of their own biased away,
+so that every answer token reaches the client as it is made: silent.py)."""
 
 from __future__ import annotations
 
@@ -49,6 +51,7 @@ from pathlib import Path
 from tiny_family import write_family
 
 from . import measure as m
+from .silent import silent_token_ids
 from .workloads import WORKLOADS
 
 SERVED = "bench-qwen3"
@@ -143,6 +146,7 @@ def setup(root: Path, model: Path, work: Path) -> m.Setup:
                    rounds=int(os.environ.get("REALAB_ROUNDS", "3")), slo_ttot_ms=250.0, slo_gap_ms=250.0,
                    configs=m.configs_from_env(), unloaded=unloaded,
                    first_round=int(os.environ.get("REALAB_FIRST_ROUND", "0")), rig=reg.name,
+                   silent_token_ids=silent_token_ids(model) if os.environ.get("REALAB_VISIBLE") == "1" else (),
                    **drift_from_env())
 
 

@@ -14,7 +14,7 @@ import tomllib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from . import curve, drift, machine, rig, slo, speed
+from . import curve, drift, machine, rig, silent, slo, speed, stalls
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,8 @@ class Setup:
     drift_retries: int = 1
     #: Before each run, wait up to this long for the hypervisor to stop taking CPU.
     calm_s: float = 300.0
+    #: Tokens biased away so that every answer token shows (`silent`; REALAB_VISIBLE=1).
+    silent_token_ids: tuple[int, ...] = ()
 
     def round_numbers(self) -> range:
         return range(self.first_round, self.first_round + self.rounds)
@@ -222,7 +224,7 @@ def warm_up(s: Setup, url: str, w: Workload, out: Path) -> None:
 
 
 def loadtest(s: Setup, url: str, w: Workload, rate: str, seed: int, out: Path, concurrency: int | None = None) -> dict:
-    extra = json.dumps({"logit_bias": {str(s.think_end_id): -100}})
+    extra = json.dumps({"logit_bias": silent.logit_bias(s.think_end_id, s.silent_token_ids)})
     cmd = [str(s.root / "target" / "release" / "meridian-loadtest"), "--base-url", url, "--model", s.spec.served_name,
            "--model-family", "qwen3", "--request-rate", rate, "--seed", str(seed), "--ignore-eos",
            "--extra-body", extra, "--goodput", f"ttot:{s.slo_ttot_ms:g}", f"gap:{s.slo_gap_ms:g}",
@@ -248,7 +250,9 @@ def measure(s: Setup, results: Path, log=print, append: bool = False) -> dict:
     data: dict = {"setup": {"engine": {k: str(v) for k, v in asdict(s.spec).items() if k != "python"},
                             "workloads": [], "rounds": s.rounds, "first_round": s.first_round,
                             "slo_ttot_ms": s.slo_ttot_ms, "slo_gap_ms": s.slo_gap_ms, "configs": s.configs,
-                            "shipped_policy": shipped_policy(s.root)},
+                            "shipped_policy": shipped_policy(s.root),
+                            # Recorded only when set: sets measured before it had none.
+                            **({"visible_tokens": True} if s.silent_token_ids else {})},
                   "runs": [], "capacity": {}}
     if append and results.exists():
         data = json.loads(results.read_text())
@@ -507,42 +511,9 @@ def twin_workload(lengths: dict[str, list[float]]) -> str:
 
 
 def attribute_stalls(raw: dict, steps: list[dict], t0: float, threshold_s: float = 0.25) -> dict[str, int]:
-    """Sorts every answer stall a client saw (a gap over `threshold_s` between visible
-    tokens) by its cause: `engine` when the engine completed no step for at least half
-    of the gap around then (one long step, or idle), else `delivery` (the engine kept
-    stepping and the tokens waited between it and the client: API server, proxy,
-    tester, OS). Client times are placed on the engine's clock by the run's start
-    (within the tester's start-up, tens of milliseconds).
-
-    Under the hook (whose trace says what prefill cap its policy set for each step) an
-    engine stall is also sorted by the step that held it: `engine_uncapped` (the policy
-    saw nobody answering or about to, so the step had no limit), `engine_capped`
-    (limited, and long all the same); stalls with no completed step inside count in
-    neither."""
-    by_end = sorted(((s["t"] + s["step_s"], s) for s in steps), key=lambda x: x[0])
-    done = [c for c, _ in by_end]
-    step_at = dict(by_end)
-    traced_caps = any("prefill_cap" in s for s in steps)
-    out = {"engine": 0, "delivery": 0}
-    if traced_caps:
-        out.update(engine_uncapped=0, engine_capped=0)
-    for r in raw["runs"][0]["requests"]:
-        if not r["ok"] or r.get("ttfo") is None:
-            continue
-        times = [t for t in r["token_times"] if t >= r["ttfo"] - 1e-9]
-        for a, b in zip(times, times[1:]):
-            if b - a <= threshold_s:
-                continue
-            lo, hi = t0 + r["sent_at"] + a - 0.1, t0 + r["sent_at"] + b + 0.1
-            inside = [c for c in done if lo <= c <= hi]
-            marks = [lo, *inside, hi]
-            longest, end = max((y - x, y) for x, y in zip(marks, marks[1:]))
-            engine = longest >= 0.5 * (b - a)
-            out["engine" if engine else "delivery"] += 1
-            held_by = step_at.get(end) if engine and traced_caps else None
-            if held_by is not None:
-                out["engine_uncapped" if held_by.get("prefill_cap") is None else "engine_capped"] += 1
-    return out
+    """Every answer stall of a run's load-test output (`raw`) by its cause, against its
+    engine's `steps` (`stalls.attribute`)."""
+    return stalls.attribute(raw["runs"][0]["requests"], stalls.completions(steps), t0, threshold_s)
 
 
 def attribute_runs(data: dict, works: list[Path]) -> None:

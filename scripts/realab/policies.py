@@ -38,6 +38,8 @@ from . import machine
 from . import regime as R
 from . import slo
 from . import speed
+from . import stalls
+from . import traced
 from . import shares as SH
 from . import stats as S
 from . import targets
@@ -139,59 +141,15 @@ def reference_note(raw_dir: Path, workload: str, rounds: set[int], scales: dict[
                    "measured at different speeds, by as much as they differ.")
 
 
-def limits_lines(limits: dict[tuple, tuple[int, int]] | None, workload: str, load: float, configs: list[str],
-                 policies: dict[str, str | None]) -> list[str]:
-    """The page's sentence on how often each hooked configuration's policy capped a step's
-    prompt tokens at this load, run by run (`regime.limited_steps`): where the shipped
-    default (slo-driven) capped none, it scheduled as stock did, and whatever separates
-    it from stock is the hooked engine's own cost or the run's."""
-    if not limits:
-        return []
-    parts = []
-    for config in configs:
-        runs = sorted((key[3], a, b) for key, (a, b) in limits.items()
-                      if key[0] == config and key[1] == workload and key[2] == load and b)
-        if runs:
-            parts.append(f"{config} " + ", ".join("none" if not a else "under 1%" if a / b < 0.005 else
-                                                  f"{100 * a / b:.0f}%" for _, a, b in runs)
-                         + f" (round{'s' if len(runs) > 1 else ''} {', '.join(str(r) for r, _, _ in runs)})")
-    if not parts:
-        return []
-    return ["", "Steps whose prompt tokens the hook's policy capped (its limits in force; `regime.limited_steps`), "
-            "share of each run's steps: " + "; ".join(parts) + "."
-            + (" slo-driven caps nothing while the engine's smoothed step time stays under its target: a run "
-               "where it capped none scheduled exactly as stock." if "slo-driven" in
-               {policies.get(c) for c in configs} else "")]
-
-
-def preemption_lines(data: dict, workload: str, load: float, configs: list[str]) -> list[str]:
-    """The page's sentence on whom each engine preempted at this load, from the step
-    trace's counts over each run (`engine` in the results: every preemption, and those of
-    a request already answering, the victims a reader notices); empty when no engine
-    preempted. Under KV pressure this is what a think-first victim rule can change."""
-    by_config: dict[str, list[int]] = {}
-    for r in data["runs"]:
-        e = r.get("engine") or {}
-        if r["workload"] == workload and r["load"] == load and r["config"] in ("stock", *configs) and "preempted" in e:
-            total = by_config.setdefault(r["config"], [0, 0, 0])
-            total[0] += e["preempted"]
-            total[1] += e.get("preempted_output", 0)
-            total[2] += 1
-    if not any(t[0] for t in by_config.values()):
-        return []
-    return ["", "Preemptions (the engine's step trace, summed over the runs counted here): "
-            + "; ".join(f"{c} {t[0]:,} in {t[2]} run{'s' if t[2] > 1 else ''}, {t[1]:,} of them answering"
-                        for c, t in ((c, by_config[c]) for c in ("stock", *configs) if c in by_config)) + "."]
-
-
 def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: int, stretch=None,
             measured: tuple[dict, dict] | None = None, scales: dict[int, float] | None = None,
             limits: dict[tuple, tuple[int, int]] | None = None, standing: dict | None = None,
-            at_load: bool = False) -> list[str]:
+            at_load: bool = False, stall_counts: dict[str, dict[str, int]] | None = None) -> list[str]:
     """The page's section for one workload x load; `measured`: what `read` gives for it,
     when the caller has read it already; `scales`: {round: its reference's pace match}
     (`slo.pace_scales`), without which each reference judges as measured; `limits`:
-    `regime.limited_steps` for the set; `standing`: `speed.standings` for the set. With
+    `regime.limited_steps` for the set; `standing`: `speed.standings` for the set;
+    `stall_counts`: the answers' stalls by cause (`stalls.tally`). With
     `at_load`, only the rounds whose stock run stood at the load on its own machine
     (`speed.off_load`), under their own heading and without the twin's columns (its
     replays stand for every round)."""
@@ -296,8 +254,7 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
                   + ". An approximation of the H100's yardstick, not a measurement on it."]
     if not at_load:
         # (Both sum over every round of the load: the full section says them.)
-        lines += limits_lines(limits, workload, load, configs, policies)
-        lines += preemption_lines(data, workload, load, configs)
+        lines += traced.load_lines(data, limits, stall_counts, workload, load, configs, policies)
     lines.append("")
     for config in configs:
         h = harms[config]
@@ -439,12 +396,20 @@ def set_section(set_dir: Path, resamples: int, readme: list[str] | None = None) 
                     "the API server, proxies and load tester share, which on a GPU host is a core of its own."
                     if eng.get("engine_core_polls") == "True"
                     else " vLLM's engine core busy-waits for its worker, as vLLM ships, on the core the API server, "
-                    "proxies and load tester share." if bind else ""))
+                    "proxies and load tester share." if bind else "")
+                 + (" The model's tokens that show no text of their own (special tokens, byte pieces of characters) "
+                    "biased away (`REALAB_VISIBLE`, scripts/realab/silent.py), so every answer token reaches the "
+                    "client in a chunk of its own, as a real model's nearly all do." if data["setup"].get("visible_tokens")
+                    else " The model's random tokens include many that show no text of their own (silent.py): each "
+                    "load's sentence on its stalls gives the share of answer tokens that came without a chunk of "
+                    "their own, and the gaps between visible tokens are that many steps long."))
     shape = data.get("step_shape")
     stretch = None
     standing = speed.standings(set_dir, data) if (set_dir / "steps").is_dir() else {}
     # Every run's steps read once, for the residuals, the pace scales and the limits.
-    by_run, limits = R.run_readings(set_dir, data) if (set_dir / "steps").is_dir() else (None, None)
+    readings = R.run_readings(set_dir, data) if (set_dir / "steps").is_dir() else None
+    by_run, limits = (readings.ratios, readings.limits) if readings else (None, None)
+    starts = {R.run_key(r): r["window"][0] for r in data["runs"] if r.get("window")}
     gpu_shaped = {w.get("rig", "cpu") for w in data["setup"]["workloads"]} == {"gpu"}
     if shape:
         measured = (f"a step computing a full prompt chunk ({shape.get('chunk_tokens', 1536):,} tokens or more) took "
@@ -505,8 +470,9 @@ def set_section(set_dir: Path, resamples: int, readme: list[str] | None = None) 
         matched = slo.pace_scales(set_dir, data, w["name"], every, by_run)
         scales = {load: {rnd: x for (at, rnd), x in matched.items() if at == load} for load in w["loads"]}
         for load in w["loads"]:
+            found = stalls.tally(by_load[load][0], readings.ends, starts, w["name"], load) if readings else None
             lines += section(data, raw_dir, w["name"], load, resamples, stretch, by_load[load], scales[load], limits,
-                             standing)
+                             standing, stall_counts=found)
             # (Rounds that stood off this load; `off` above is the references run off pace.)
             stood_off = speed.off_load(standing, w["name"], load)
             if stood_off and len(set(by_load[load][0].get("stock", {})) - stood_off) >= 2:
@@ -555,6 +521,8 @@ def measure_commands(data: dict, rounds: int, configs: list[str] | None, first_r
             env.append("REALAB_PROXY=shipped")
         if w.get("rig", "cpu") != "cpu":
             env.append(f"REALAB_RIG={w['rig']}")
+        if data["setup"].get("visible_tokens"):
+            env.append("REALAB_VISIBLE=1")
         if data.get("capacity_from", {}).get(w["name"]):
             env.append(f"REALAB_CAPACITY_FROM=../docs/src/benchmarks/policies-real-engine/{data['capacity_from'][w['name']]}")
         elif data.get("capacity_given", {}).get(w["name"]):

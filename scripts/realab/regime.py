@@ -12,7 +12,10 @@ import gzip
 import json
 import statistics
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
+
+from . import stalls
 
 #: Decode batches whose step time the table compares with a batch of 1 to 3.
 BATCHES = (8, 16, 32)
@@ -176,9 +179,20 @@ def run_steps(set_dir: Path, data: dict):
                     yield run, st
 
 
-def run_readings(set_dir: Path, data: dict) -> tuple[dict[tuple, list[float]] | None, dict[tuple, tuple[int, int]]]:
-    """What the page reads of each run's steps, in one pass over the kept traces:
-    `decode_ratios` (None without the twin's rig profile) and `limited_steps`."""
+@dataclass
+class Readings:
+    """What the page reads of each run's steps, in one pass over the kept traces."""
+
+    #: `decode_ratios` (None without the twin's rig profile).
+    ratios: dict[tuple, list[float]] | None
+    #: `limited_steps`.
+    limits: dict[tuple, tuple[int, int]]
+    #: {run key: its engine's step completions} (`stalls.completions`), for the stalls.
+    ends: dict[tuple, list[tuple[float, bool | None]]]
+
+
+def run_readings(set_dir: Path, data: dict) -> Readings:
+    """Every run's steps read once (`Readings`)."""
     profile = set_dir / "twin" / "rig-profile.toml"
     fitted = decode_step_fit(profile.read_text()) if profile.exists() else None
     # A run's steps against its own machine's fit: the profile stands for one machine and
@@ -186,6 +200,7 @@ def run_readings(set_dir: Path, data: dict) -> tuple[dict[tuple, list[float]] | 
     pace_of = run_machines(set_dir, data)
     ratios: dict[tuple, list[float]] = {}
     limited: dict[tuple, list[int]] = {}
+    ends: dict[tuple, list[tuple[float, bool | None]]] = {}
     for run, st in run_steps(set_dir, data):
         if run[0] not in STOCK_ENGINE:
             counts = limited.setdefault(run, [0, 0])
@@ -193,7 +208,10 @@ def run_readings(set_dir: Path, data: dict) -> tuple[dict[tuple, list[float]] | 
             counts[1] += 1
         if fitted is not None and not st.get("prefill_tokens") and st.get("decode_reqs") and st.get("step_s"):
             ratios.setdefault(run, []).append(st["step_s"] / (fitted(st) * pace_of.get(run, 1.0)))
-    return (ratios if fitted is not None else None), {run: (a, b) for run, (a, b) in limited.items()}
+        if st.get("step_s") is not None:
+            ends.setdefault(run, []).append(stalls.completion(st))
+    return Readings(ratios if fitted is not None else None, {run: (a, b) for run, (a, b) in limited.items()},
+                    {run: sorted(done) for run, done in ends.items()})
 
 
 def machine_paces(set_dir: Path) -> dict[str, float]:
@@ -215,7 +233,7 @@ def decode_ratios(set_dir: Path, data: dict) -> dict[tuple, list[float]] | None:
     """{(config, workload, load, round): [measured over fitted, per decode-only step]} for
     every run whose engine's trace is kept, the fit its machine's (the profile times the
     machine's pace: `machine_paces`); None without the twin's rig profile."""
-    return run_readings(set_dir, data)[0]
+    return run_readings(set_dir, data).ratios
 
 
 def limited_steps(set_dir: Path, data: dict) -> dict[tuple, tuple[int, int]]:
@@ -224,7 +242,7 @@ def limited_steps(set_dir: Path, data: dict) -> dict[tuple, tuple[int, int]]:
     (`prefill_cap` in the step trace; slo-driven applies output-first's only while the
     engine's smoothed step time is over its target, output-first always when a prompt
     waits beside answers)."""
-    return run_readings(set_dir, data)[1]
+    return run_readings(set_dir, data).limits
 
 
 def slow_runs(set_dir: Path, data: dict, margin: float = 1.1, by_run: dict | None = None) -> list[tuple[tuple, float, float]]:

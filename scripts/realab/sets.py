@@ -74,6 +74,9 @@ def add(results: Path, set_dir: Path, note: str) -> int:
 
     if engine(kept) != engine(new):
         raise SystemExit(f"{results}: another engine setup than {set_dir}'s")
+    if kept["setup"].get("visible_tokens") != new["setup"].get("visible_tokens"):
+        raise SystemExit(f"{results}: the answers' silent tokens {'biased away' if new['setup'].get('visible_tokens') else 'kept'}, "
+                         f"unlike {set_dir}'s (REALAB_VISIBLE)")
     by_name = {w["name"]: w for w in kept["setup"]["workloads"]}
     for w in new["setup"]["workloads"]:
         old = by_name.get(w["name"])

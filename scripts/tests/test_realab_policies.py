@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 
-from realab import policies, readme, sets, slo
+from realab import policies, readme, sets, slo, traced
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -377,10 +377,10 @@ def test_whom_each_engine_preempted_is_counted_over_the_sections_runs():
                 "engine": {"preempted": preempted, "preempted_output": answering}}
     data = {"runs": [run("stock", 0, 100, 3), run("stock", 1, 39, 0), run("hook", 0, 90, 0), run("hook", 1, 1200, 0),
                      run("hook", 2, 5, 5, load=0.5), {"workload": "kv", "load": 0.9, "round": 0, "config": "proxy"}]}
-    line = " ".join(policies.preemption_lines(data, "kv", 0.9, ["proxy", "hook"]))
+    line = " ".join(traced.preemption_lines(data, "kv", 0.9, ["proxy", "hook"]))
     assert ("stock 139 in 2 runs, 3 of them answering; hook 1,290 in 2 runs, 0 of them answering." in line), line
     quiet = {"runs": [run("stock", 0, 0, 0), run("hook", 0, 0, 0)]}
-    assert policies.preemption_lines(quiet, "kv", 0.9, ["hook"]) == []
+    assert traced.preemption_lines(quiet, "kv", 0.9, ["hook"]) == []
 
 
 def test_runs_measured_before_they_named_their_work_are_placed_by_the_sets_history():

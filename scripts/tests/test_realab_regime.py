@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 
 
-from realab import regime
+from realab import regime, traced
 
 
 def step(t: float, prefill: int, decodes: int, ms: float, prefix: int = 0) -> str:
@@ -230,12 +230,11 @@ def test_how_often_the_hooks_limits_were_in_force_is_counted_run_by_run(tmp_path
     runs.append({"config": "stock", "workload": "mix", "load": 0.7, "round": 0, "window": [10, 11], "work": "w1"})
     limits = regime.limited_steps(set_dir, {"runs": runs})
     assert limits == {("hook", "mix", 0.7, 0): (0, 40), ("hook", "mix", 0.7, 1): (10, 40)}
-    from realab import policies
-    line = " ".join(policies.limits_lines(limits, "mix", 0.7, ["hook"], {"hook": "slo-driven"}))
+    line = " ".join(traced.limits_lines(limits, "mix", 0.7, ["hook"], {"hook": "slo-driven"}))
     assert "hook none, 25% (rounds 0, 1)" in line and "scheduled exactly as stock" in line
-    assert policies.limits_lines(limits, "mix", 0.9, ["hook"], {"hook": "slo-driven"}) == []
+    assert traced.limits_lines(limits, "mix", 0.9, ["hook"], {"hook": "slo-driven"}) == []
     rare = {("hook", "mix", 0.9, 4): (1, 2167)}
-    assert "hook under 1% (round 4)" in " ".join(policies.limits_lines(rare, "mix", 0.9, ["hook"], {}))
+    assert "hook under 1% (round 4)" in " ".join(traced.limits_lines(rare, "mix", 0.9, ["hook"], {}))
 
 
 def test_the_shipped_defaults_engine_trace_is_kept_beside_the_named_policies(tmp_path: Path):

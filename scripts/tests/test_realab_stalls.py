@@ -48,3 +48,48 @@ def test_under_the_hook_the_holding_step_says_whether_it_was_capped():
         "engine": 1, "delivery": 0, "engine_uncapped": 1, "engine_capped": 0}
     assert attribute_stalls(raw([1.0, 1.6]), capped, t0=0.0) == {
         "engine": 1, "delivery": 0, "engine_uncapped": 0, "engine_capped": 1}
+
+
+def test_the_page_counts_each_configurations_stalls_from_its_own_engines_kept_trace(tmp_path):
+    """Through the kept set: each run's stalls are set against its own engine's trace in
+    the run's window (stock's engine for stock, the hook's for the hook), summed over the
+    rounds, and the page's sentence says how many were the engine's and the delivery path's."""
+    import gzip
+    import json
+
+    from realab import regime, stalls, traced
+
+    def step(t: float, step_s: float, cap="absent") -> str:
+        s = {"t": t, "tokens": 8, "prefill_tokens": 0, "decode_reqs": 2, "decode_context": 100, "step_s": step_s}
+        if cap != "absent":
+            s["prefill_cap"] = cap
+        return json.dumps(s) + "\n"
+    set_dir = tmp_path / "set"
+    (set_dir / "steps").mkdir(parents=True)
+    # Stock's engine (runs from t=100): one 0.6 s step holds its request's answer.
+    stock = [step(100.9, 0.05), step(100.95, 0.6), step(101.55, 0.05)]
+    # The hook's engine (runs from t=200): it keeps stepping through its request's stall,
+    # then one capped 0.6 s step holds the second stall.
+    hook = [step(200.9 + 0.05 * i, 0.05, None) for i in range(15)] + [step(202.0, 0.6, 128), step(202.6, 0.05, None)]
+    for stem, lines in {"stock-w1": stock, "hook@w1": hook}.items():
+        with gzip.open(set_dir / "steps" / f"{stem}.jsonl.gz", "wt") as f:
+            f.write("".join(lines))
+    runs = [{"config": "stock", "workload": "long", "load": 0.9, "round": 0, "window": [100, 110], "work": "w1"},
+            {"config": "hook", "workload": "long", "load": 0.9, "round": 0, "window": [200, 210], "work": "w1"}]
+    readings = regime.run_readings(set_dir, {"runs": runs})
+    starts = {regime.run_key(r): r["window"][0] for r in runs}
+    requests = {"stock": {0: [{"ok": True, "sent_at": 0.0, "ttfo": 1.0, "token_times": [1.0, 1.6],
+                               "usage_output_tokens": 4, "client_output_tokens": 2}]},
+                "hook": {0: [{"ok": True, "sent_at": 0.0, "ttfo": 1.0, "token_times": [1.0, 1.6, 1.7, 2.65],
+                              "usage_output_tokens": 4, "client_output_tokens": 4}]}}
+    found = stalls.tally(requests, readings.ends, starts, "long", 0.9)
+    assert found["stock"] == {"runs": 1, "engine": 1, "delivery": 0, "answer_tokens": 4, "answer_chunks": 2}
+    assert found["hook"] == {"runs": 1, "engine": 1, "delivery": 1, "engine_uncapped": 0, "engine_capped": 1,
+                             "answer_tokens": 4, "answer_chunks": 4}
+    line = " ".join(traced.load_lines({"runs": runs}, None, found, "long", 0.9, ["hook"], {}))
+    assert ("stock: 1 in 1 run, 1 (100%) held by the engine, 0 (0%) while it kept stepping; 50% of its answer "
+            "tokens without a chunk of their own") in line
+    assert ("hook: 2 in 1 run, 1 (50%) held by the engine, 1 of them held by a step the policy capped, 1 (50%) "
+            "while it kept stepping; 0% of its answer tokens") in line
+    # A run whose engine's trace was not kept is not guessed at.
+    assert stalls.tally(requests, {}, starts, "long", 0.9) == {}

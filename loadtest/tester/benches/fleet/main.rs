@@ -7,6 +7,15 @@
 //!   FLEET_HEALTH_S=0.05 FLEET_PAGE=fleet-fast-readings scripts/bench-fleet.sh   a variant, its own page
 //!   FLEET_TURNS=8 FLEET_SYSTEM_TOKENS=100 FLEET_PAGE=fleet-long-histories scripts/bench-fleet.sh
 //!                                             histories that outweigh the shared system prompt
+//!   FLEET_APPEND=1 FLEET_ROUNDS=4 FLEET_ONLY=prefix-affinity/1/parts,prefix-affinity/4/engine_no_waits \
+//!     scripts/bench-fleet.sh                  4 more rounds of two conditions for the page
+//!
+//! `FLEET_APPEND=1` adds `FLEET_ROUNDS` rounds after the page's kept ones (`kept.rs`: the
+//! same settings, or it refuses); `FLEET_ONLY` runs only the conditions it names
+//! (`routing/replicas/sharing`, the sharing as the data names it: `not_told`, `parts`,
+//! `engine`, `engine_no_waits`; one replica is `parts`), so that a tail still unresolved
+//! can gather rounds without measuring every condition again. The page says which rounds
+//! ran which conditions, and each comparison pairs only the rounds that ran both.
 //!
 //! `FLEET_ENGINES` engine twins (`meridian-sim serve`, the H100 Qwen3-8B profile, real
 //! time, prefix cache on with stock's LRU order) serve one model. In front of them run
@@ -38,6 +47,7 @@ mod common;
 #[allow(dead_code)]
 mod stats;
 
+mod kept;
 mod report;
 
 use std::path::{Path, PathBuf};
@@ -51,7 +61,6 @@ use meridian_loadtest::conversation::{
 };
 use meridian_loadtest::dataset::RandomLengths;
 use meridian_loadtest::record::RequestRecord;
-use serde_json::json;
 
 use common::{Proc, client, env_or, sample, start};
 
@@ -71,6 +80,10 @@ pub(crate) struct Settings {
     pub(crate) shape: ConversationShape,
     /// The page's name under docs/src/benchmarks (`FLEET_PAGE`, for a variant's own page).
     pub(crate) page: String,
+    /// Add rounds to the page's kept ones (`FLEET_APPEND=1`).
+    pub(crate) append: bool,
+    /// Run only these conditions (`FLEET_ONLY`); `None`: every one.
+    pub(crate) only: Option<Vec<Condition>>,
 }
 
 impl Settings {
@@ -89,9 +102,26 @@ impl Settings {
                 think_time_s: 1.0,
             },
             page: env_or("FLEET_PAGE", "fleet".to_owned()),
+            append: env_or("FLEET_APPEND", 0u8) == 1,
+            only: std::env::var("FLEET_ONLY").ok().filter(|v| !v.trim().is_empty()).map(|v| {
+                v.split(',')
+                    .map(|name| {
+                        kept::condition(name).unwrap_or_else(|| {
+                            eprintln!(
+                                "bench-fleet: FLEET_ONLY names {name:?}, no condition of this bench \
+                                 (routing/replicas/sharing, as the page's data names them)"
+                            );
+                            std::process::exit(2)
+                        })
+                    })
+                    .collect()
+            }),
         }
     }
 }
+
+/// A routing policy and a setup: one run of a round.
+pub(crate) type Condition = (&'static str, (usize, Sharing));
 
 /// The shared system prompt's length by default (`FLEET_SYSTEM_TOKENS`).
 pub(crate) const SYSTEM_TOKENS: u32 = 400;
@@ -116,6 +146,9 @@ pub(crate) enum Sharing {
 }
 
 impl Sharing {
+    pub(crate) const ALL: [Sharing; 4] =
+        [Sharing::NotTold, Sharing::Parts, Sharing::Engine, Sharing::EngineNoWaits];
+
     pub(crate) fn name(self) -> &'static str {
         match self {
             Sharing::NotTold => "not_told",
@@ -311,16 +344,6 @@ async fn one_run(
     Run { routing, replicas, sharing, records: out.records, queried, hit, peaks, places, wall_s }
 }
 
-fn slim(r: &RequestRecord) -> serde_json::Value {
-    json!({
-        "index": r.index, "conversation": r.conversation, "turn": r.turn, "sent_at": r.sent_at, "ok": r.ok,
-        "outcome": r.outcome, "ttft": r.ttft, "think_to_output": r.think_to_output, "tpot": r.tpot,
-        "max_output_gap": r.max_output_gap, "e2e": r.e2e,
-        // Milliseconds to a hundredth: the page's pooled answer ITL, at a third of the size.
-        "output_itl_ms": r.output_itl.iter().map(|x| (x * 1e5).round() / 100.0).collect::<Vec<_>>(),
-    })
-}
-
 fn main() {
     let s = Settings::from_env();
     let dir = std::env::temp_dir().join(format!("fleet-{}", std::process::id()));
@@ -335,11 +358,23 @@ fn main() {
     )
     .unwrap();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/src/benchmarks");
+    let data_path = out.join(&s.page).join("runs.json.gz");
+    let (mut rounds, mut sittings) = if s.append {
+        kept::read(&data_path, &s).unwrap_or_else(|e| {
+            eprintln!("bench-fleet: {e}");
+            std::process::exit(2)
+        })
+    } else {
+        (Vec::new(), Vec::new())
+    };
     let started = Instant::now();
-    let conditions: Vec<(&'static str, (usize, Sharing))> =
-        ROUTINGS.iter().flat_map(|r| SETUPS.iter().map(move |n| (*r, *n))).collect();
-    let mut rounds: Vec<Vec<Run>> = Vec::new();
-    for round in 0..s.rounds {
+    let conditions: Vec<Condition> = s
+        .only
+        .clone()
+        .unwrap_or_else(|| ROUTINGS.iter().flat_map(|r| SETUPS.iter().map(move |n| (*r, *n))).collect());
+    let first = rounds.len();
+    for round in first..first + s.rounds {
         let mut order = conditions.clone();
         let turn = round % order.len();
         order.rotate_left(turn);
@@ -363,32 +398,15 @@ fn main() {
         runs.sort_by_key(|r| (ROUTINGS.iter().position(|x| *x == r.routing), r.replicas, r.sharing));
         rounds.push(runs);
     }
-    let wall = started.elapsed().as_secs_f64();
-    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/src/benchmarks");
-    std::fs::write(out.join(format!("{}.md", s.page)), report::report(&s, &rounds, wall)).unwrap();
-    let data = json!({
-        "settings": {
-            "rounds": s.rounds, "engines": s.engines, "streams_per_engine": s.streams, "health_s": s.health_s,
-            "conversations": s.conversations, "rate": s.rate, "turns": s.shape.turns,
-            "system_tokens": s.shape.system_tokens, "think_time_s": s.shape.think_time_s,
-            "lengths": {"input": s.shape.turn.input, "think": s.shape.turn.think, "answer": s.shape.turn.output,
-                        "range_ratio": s.shape.turn.range_ratio},
-        },
-        "rounds": rounds.iter().map(|runs| runs.iter().map(|r| json!({
-            "routing": r.routing, "replicas": r.replicas, "sharing": r.sharing.name(), "queried_tokens": r.queried, "hit_tokens": r.hit,
-            "peaks": r.peaks, "wall_s": r.wall_s,
-            "places": {"granted": r.places.granted, "refused": r.places.refused, "unanswered": r.places.unanswered,
-                       "waits_woken": r.places.woken, "waits_expired": r.places.expired, "waits_failed": r.places.failed},
-            "requests": r.records.iter().map(slim).collect::<Vec<_>>(),
-        })).collect::<Vec<_>>()).collect::<Vec<_>>(),
+    sittings.push(kept::Sitting {
+        first,
+        rounds: s.rounds,
+        wall_s: started.elapsed().as_secs_f64(),
+        only: s.only.clone(),
     });
-    std::fs::create_dir_all(out.join(&s.page)).unwrap();
-    // Gzipped: every answer's token gaps are in it.
-    let file = std::fs::File::create(out.join(&s.page).join("runs.json.gz")).unwrap();
-    let mut gz = flate2::write::GzEncoder::new(file, flate2::Compression::best());
-    serde_json::to_writer(&mut gz, &data).unwrap();
-    gz.finish().unwrap();
+    std::fs::write(out.join(format!("{}.md", s.page)), report::report(&s, &rounds, &sittings)).unwrap();
+    kept::write(&data_path, &s, &rounds, &sittings);
     let _ = std::fs::remove_file(out.join(&s.page).join("runs.json"));
     let _ = std::fs::remove_dir_all(&dir);
-    println!("wrote docs/src/benchmarks/{}.md ({wall:.0} s)", s.page);
+    println!("wrote docs/src/benchmarks/{}.md ({:.0} s)", s.page, started.elapsed().as_secs_f64());
 }

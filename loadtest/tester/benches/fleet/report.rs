@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use meridian_loadtest::record::RequestRecord;
 
 use crate::stats::{Effect, Metric, TARGET_RATIO, effect, effect_of, verdict};
+use crate::kept::{Sitting, condition_name};
 use crate::{ROUTINGS, Run, SETUPS, SYSTEM_TOKENS, Settings, Sharing};
 
 /// A tail compared: a percentile over requests of one figure each, or over every gap
@@ -266,11 +267,16 @@ fn ratio_text(x: f64) -> String {
     if x.is_finite() { format!("{x:.2}") } else { "∞".into() }
 }
 
-pub(crate) fn report(s: &Settings, rounds: &[Vec<Run>], wall_s: f64) -> String {
-    let mut md = String::new();
-    let cmd = format!(
-        "FLEET_ROUNDS={} FLEET_ENGINES={} FLEET_STREAMS={} FLEET_HEALTH_S={} FLEET_CONVERSATIONS={} FLEET_RATE={} FLEET_TURNS={}{}{} scripts/bench-fleet.sh",
-        s.rounds,
+/// The command that measured one sitting: the first with every setting, each later one
+/// adding its rounds (`FLEET_APPEND=1`) of the conditions it ran (`FLEET_ONLY`).
+fn sitting_command(s: &Settings, t: &Sitting) -> String {
+    let only = t.only.as_ref().map_or(String::new(), |c| {
+        format!(" FLEET_ONLY={}", c.iter().map(|c| condition_name(*c)).collect::<Vec<_>>().join(","))
+    });
+    format!(
+        "{}FLEET_ROUNDS={} FLEET_ENGINES={} FLEET_STREAMS={} FLEET_HEALTH_S={} FLEET_CONVERSATIONS={} FLEET_RATE={} FLEET_TURNS={}{}{}{only} scripts/bench-fleet.sh",
+        if t.first > 0 { "FLEET_APPEND=1 " } else { "" },
+        t.rounds,
         s.engines,
         s.streams,
         s.health_s,
@@ -283,7 +289,40 @@ pub(crate) fn report(s: &Settings, rounds: &[Vec<Run>], wall_s: f64) -> String {
             format!(" FLEET_SYSTEM_TOKENS={}", s.shape.system_tokens)
         },
         if s.page == "fleet" { String::new() } else { format!(" FLEET_PAGE={}", s.page) },
-    );
+    )
+}
+
+/// Which rounds ran which conditions, where a later sitting ran only some.
+fn sittings_text(sittings: &[Sitting]) -> String {
+    if sittings.iter().all(|t| t.only.is_none()) {
+        return String::new();
+    }
+    let span = |t: &Sitting| match t.rounds {
+        1 => format!("round {}", t.first),
+        n => format!("rounds {}-{}", t.first, t.first + n - 1),
+    };
+    let parts: Vec<String> = sittings
+        .iter()
+        .map(|t| match &t.only {
+            None => format!("{} ran every condition", span(t)),
+            Some(c) => format!(
+                "{} only {}",
+                span(t),
+                c.iter().map(|&(r, setup)| format!("`{r}` with {}", setup_text(setup))).collect::<Vec<_>>().join(" and ")
+            ),
+        })
+        .collect();
+    format!(
+        " Measured in {} sittings: {}; each comparison pairs only the rounds that ran both of its conditions.",
+        sittings.len(),
+        parts.join("; ")
+    )
+}
+
+pub(crate) fn report(s: &Settings, rounds: &[Vec<Run>], sittings: &[Sitting]) -> String {
+    let mut md = String::new();
+    let cmd = sittings.iter().map(|t| sitting_command(s, t)).collect::<Vec<_>>().join("\n");
+    let wall_s: f64 = sittings.iter().map(|t| t.wall_s).sum();
     let t = &s.shape.turn;
     let _ = write!(
         md,
@@ -314,7 +353,7 @@ pub(crate) fn report(s: &Settings, rounds: &[Vec<Run>], wall_s: f64) -> String {
          land on different replicas. Routing: `phase-aware` (the default: fewest answering \
          streams, then KV pressure, then in flight) and `prefix-affinity` (a conversation to \
          one engine by rendezvous hashing of its key, the same in every replica, within a load \
-         bound). {rounds} round(s); each condition on fresh engines and proxies, the same \
+         bound). {rounds} round(s){sittings}; each condition on fresh engines and proxies, the same \
          conversations (the round's seed) in each, the order rotated each round. All of it on \
          one 2-core machine: the engines, the replicas and the tester share its cores, so more \
          replicas also mean more processes competing for them.\n\n",
@@ -330,6 +369,7 @@ pub(crate) fn report(s: &Settings, rounds: &[Vec<Run>], wall_s: f64) -> String {
         out = t.output,
         think_time = s.shape.think_time_s,
         rounds = rounds.len(),
+        sittings = sittings_text(sittings),
     );
     summary(&mut md, s, rounds);
     // Peaks against the limit.

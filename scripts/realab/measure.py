@@ -256,6 +256,9 @@ def measure(s: Setup, results: Path, log=print, append: bool = False) -> dict:
                   "runs": [], "capacity": {}}
     if append and results.exists():
         data = json.loads(results.read_text())
+        if data["setup"].get("visible_tokens") != (True if s.silent_token_ids else None):
+            raise ValueError(f"{results}: its runs were measured with REALAB_VISIBLE "
+                             f"{'on' if data['setup'].get('visible_tokens') else 'off'}: append with the same")
     # Where this run's raw load-test files and step traces are, for the post-processing.
     data["work"] = [*data.get("work", []), str(s.work)]
     names = {w["name"] for w in data["setup"]["workloads"]}

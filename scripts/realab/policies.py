@@ -401,8 +401,9 @@ def set_section(set_dir: Path, resamples: int, readme: list[str] | None = None) 
                     "biased away (`REALAB_VISIBLE`, scripts/realab/silent.py), so every answer token reaches the "
                     "client in a chunk of its own, as a real model's nearly all do." if data["setup"].get("visible_tokens")
                     else " The model's random tokens include many that show no text of their own (silent.py): each "
-                    "load's sentence on its stalls gives the share of answer tokens that came without a chunk of "
-                    "their own, and the gaps between visible tokens are that many steps long."))
+                    "load's sentence on its stalls gives the share of tokens that came without a chunk of their "
+                    "own, and a gap between visible tokens is a run of them, each a whole step."
+                    if (set_dir / "steps").is_dir() else ""))
     shape = data.get("step_shape")
     stretch = None
     standing = speed.standings(set_dir, data) if (set_dir / "steps").is_dir() else {}

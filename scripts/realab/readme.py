@@ -100,7 +100,10 @@ def _folded_loads(group: list[Summary], every: list[Summary]) -> str:
         both = any({(load, False), (load, True)} <= views for load in loads)
         return (", ".join(f"{100 * x:.0f}%" for x in loads) + " load"
                 + (" (all its rounds, and only those that stood at the load)" if both else ""))
-    return "; ".join(f"{100 * x:.0f}% load" + (f" ({alone[x]})" if x in alone else "") for x in loads)
+    both = {load for load in loads if {(load, False), (load, True)} <= views}
+    return "; ".join(f"{100 * x:.0f}% load" + (f" ({alone[x]})" if x in alone else
+                                                " (all its rounds, and only those that stood at it)" if x in both
+                                                else "") for x in loads)
 
 
 def summaries(page_dir: Path, resamples: int = 2000) -> list[Summary]:

@@ -211,7 +211,7 @@ def run_readings(set_dir: Path, data: dict) -> Readings:
         if st.get("step_s") is not None:
             ends.setdefault(run, []).append(stalls.completion(st))
     return Readings(ratios if fitted is not None else None, {run: (a, b) for run, (a, b) in limited.items()},
-                    {run: sorted(done) for run, done in ends.items()})
+                    {run: sorted(done, key=lambda c: c[0]) for run, done in ends.items()})
 
 
 def machine_paces(set_dir: Path) -> dict[str, float]:

@@ -194,7 +194,10 @@ def digest(page_dir: Path) -> tuple[str, int]:
     generated from, which each carries (`stamp`) so that a test can tell a set added or
     changed without the page regenerated."""
     whole = hashlib.sha256()
-    files = sorted(f for f in page_dir.rglob("*") if f.is_file())
+    # Hidden files and editors' leftovers are no set's data (and a clean clone has none).
+    files = sorted(f for f in page_dir.rglob("*") if f.is_file()
+                   and not any(part.startswith(".") for part in f.relative_to(page_dir).parts)
+                   and not f.name.endswith(("~", ".swp")))
     for f in files:
         whole.update(f.relative_to(page_dir).as_posix().encode() + b"\0")
         with f.open("rb") as src:

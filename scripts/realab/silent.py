@@ -3,10 +3,10 @@ it samples every token of its vocabulary alike, and many of them show nothing: t
 tokens (left out of the text) and the byte pieces of multi-byte characters (a byte above
 0x7F alone is no character, and random tokens after it seldom complete one, so the
 detokenizer holds the text back). A token that shows nothing reaches the client in a
-later token's chunk, so on this model about half of an answer's tokens come without a
-chunk of their own (`stalls`), and the gaps between visible tokens, the largest answer
-gap and the stalls among them, measure runs of silent tokens times the step time rather
-than the schedule's gaps. With `REALAB_VISIBLE=1` the harness biases these tokens away
+later token's chunk, so on this model about a quarter of the tokens come without a chunk
+of their own (each load's sentence on its stalls gives the share: `stalls`), and a gap
+between visible tokens, the largest answer gap and the stalls among them, is a run of
+silent tokens times the step time rather than the schedule's one step. With `REALAB_VISIBLE=1` the harness biases these tokens away
 (`logit_bias` -100), so every answer token shows, as a real model's nearly all do."""
 
 from __future__ import annotations

@@ -13,9 +13,9 @@ not only delivery: a token that shows no text of its own reaches the client in t
 of a later one, so a run of them is a gap while every step made the request's tokens. The
 benchmark model's tokens are random, and many show nothing (special tokens, byte pieces
 of a character never completed), so the page counts, beside each configuration's stalls
-by kind, the share of its answer tokens that came without a chunk of their own
-(`page_lines`): where that share is large, the gaps between visible tokens, and the
-stalls, are that many steps long whatever the delivery path does."""
+by kind, the share of its tokens that came without a chunk of their own (`page_lines`):
+where that share is large, a gap between visible tokens is a run of silent tokens, each a
+whole step, whatever the delivery path does."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def completion(step: dict) -> tuple[float, bool | None]:
 
 def completions(steps: list[dict]) -> list[tuple[float, bool | None]]:
     """`completion` of each step of a trace, by end time."""
-    return sorted(completion(s) for s in steps)
+    return sorted((completion(s) for s in steps), key=lambda c: c[0])
 
 
 def attribute(requests: list[dict], done: list[tuple[float, bool | None]], t0: float,
@@ -81,22 +81,26 @@ def tally(runs: dict[str, dict[int, list[dict]]], ends: dict[tuple, list[tuple[f
             key = (config, workload, load, rnd)
             if key not in ends or key not in starts:
                 continue
-            total = out.setdefault(config, {"runs": 0, "answer_tokens": 0, "answer_chunks": 0})
+            total = out.setdefault(config, {"runs": 0, "tokens": 0, "chunks": 0})
             total["runs"] += 1
             for cause, n in attribute(requests, ends[key], starts[key]).items():
                 total[cause] = total.get(cause, 0) + n
             for r in requests:
-                # The engine's count of answer tokens (usage) against the chunks that
-                # carried answer text to the client.
-                if r.get("ok") and r.get("usage_output_tokens"):
-                    total["answer_tokens"] += r["usage_output_tokens"]
-                    total["answer_chunks"] += min(r.get("client_output_tokens") or 0, r["usage_output_tokens"])
+                # The engine's count of the whole completion (usage) against the chunks
+                # that carried its text to the client. Over the whole completion, since
+                # vLLM reports no thinking count: the tester's (and the proxy's) split of
+                # usage into thinking and answer is its count of thinking chunks, so a
+                # silent thinking token would be counted among the answer's.
+                used = (r.get("usage_think_tokens") or 0) + (r.get("usage_output_tokens") or 0)
+                if r.get("ok") and used:
+                    total["tokens"] += used
+                    total["chunks"] += min((r.get("client_think_tokens") or 0) + (r.get("client_output_tokens") or 0), used)
     return out
 
 
 def page_lines(found: dict[str, dict[str, int]], configs: list[str]) -> list[str]:
     """The page's sentence on each configuration's answer stalls by kind (`tally`), and
-    the share of its answer tokens that reached the client without a chunk of their own."""
+    the share of its tokens that reached the client without a chunk of their own."""
     parts = []
     for config in configs:
         t = found.get(config)
@@ -104,8 +108,8 @@ def page_lines(found: dict[str, dict[str, int]], configs: list[str]) -> list[str
             continue
         eng, kept, runs = t.get("engine", 0), t.get("delivery", 0), t["runs"]
         where = f"in {runs} run{'s' if runs > 1 else ''}"
-        silent = (f"; {100 * (1 - t['answer_chunks'] / t['answer_tokens']):.0f}% of its answer tokens without a "
-                  "chunk of their own" if t.get("answer_tokens") else "")
+        silent = (f"; {100 * (1 - t['chunks'] / t['tokens']):.0f}% of its tokens without a chunk of their own"
+                  if t.get("tokens") else "")
         if eng + kept == 0:
             parts.append(f"{config}: none {where}{silent}")
             continue
@@ -121,5 +125,5 @@ def page_lines(found: dict[str, dict[str, int]], configs: list[str]) -> list[str
             "either showed no text of their own (the benchmark model's random tokens include special tokens and "
             "byte pieces of characters never completed; such a token reaches the client in a later token's chunk) "
             "or waited on their way to the client (delivery, out of any scheduler's reach). The rig cannot tell "
-            "those two apart; the share of answer tokens that came without a chunk of their own says how much the "
-            "first can explain: " + "; ".join(parts) + "."]
+            "those two apart; the share of tokens (thinking and answer) that came without a chunk of their own says "
+            "how much the first can explain: " + "; ".join(parts) + "."]

@@ -78,18 +78,24 @@ def test_the_page_counts_each_configurations_stalls_from_its_own_engines_kept_tr
             {"config": "hook", "workload": "long", "load": 0.9, "round": 0, "window": [200, 210], "work": "w1"}]
     readings = regime.run_readings(set_dir, {"runs": runs})
     starts = {regime.run_key(r): r["window"][0] for r in runs}
+    # Stock's request: 8 tokens, 4 of them silent, 2 in its thinking. vLLM reports no
+    # thinking count, so the tester's split of usage counts the thinking chunks (2) as
+    # its thinking and the silent thinking tokens among the answer's: only the whole
+    # completion's count is the engine's.
     requests = {"stock": {0: [{"ok": True, "sent_at": 0.0, "ttfo": 1.0, "token_times": [1.0, 1.6],
-                               "usage_output_tokens": 4, "client_output_tokens": 2}]},
+                               "usage_think_tokens": 2, "usage_output_tokens": 6,
+                               "client_think_tokens": 2, "client_output_tokens": 2}]},
                 "hook": {0: [{"ok": True, "sent_at": 0.0, "ttfo": 1.0, "token_times": [1.0, 1.6, 1.7, 2.65],
-                              "usage_output_tokens": 4, "client_output_tokens": 4}]}}
+                              "usage_think_tokens": 4, "usage_output_tokens": 4,
+                              "client_think_tokens": 4, "client_output_tokens": 4}]}}
     found = stalls.tally(requests, readings.ends, starts, "long", 0.9)
-    assert found["stock"] == {"runs": 1, "engine": 1, "delivery": 0, "answer_tokens": 4, "answer_chunks": 2}
+    assert found["stock"] == {"runs": 1, "engine": 1, "delivery": 0, "tokens": 8, "chunks": 4}
     assert found["hook"] == {"runs": 1, "engine": 1, "delivery": 1, "engine_uncapped": 0, "engine_capped": 1,
-                             "answer_tokens": 4, "answer_chunks": 4}
+                             "tokens": 8, "chunks": 8}
     line = " ".join(traced.load_lines({"runs": runs}, None, found, "long", 0.9, ["hook"], {}))
-    assert ("stock: 1 in 1 run, 1 (100%) held by the engine, 0 (0%) while it kept stepping; 50% of its answer "
+    assert ("stock: 1 in 1 run, 1 (100%) held by the engine, 0 (0%) while it kept stepping; 50% of its "
             "tokens without a chunk of their own") in line
     assert ("hook: 2 in 1 run, 1 (50%) held by the engine, 1 of them held by a step the policy capped, 1 (50%) "
-            "while it kept stepping; 0% of its answer tokens") in line
+            "while it kept stepping; 0% of its tokens") in line
     # A run whose engine's trace was not kept is not guessed at.
     assert stalls.tally(requests, {}, starts, "long", 0.9) == {}

@@ -1,9 +1,10 @@
 //! The page's data (`<page>/runs.json.gz`), read back when `FLEET_APPEND=1` adds rounds to
 //! it, so that a verdict that needs more rounds than one sitting allows can gather them
 //! over several, and a sitting can run only the conditions still unresolved
-//! (`FLEET_ONLY`). A round's conversations, arrivals and order of conditions follow from
-//! its number alone, so rounds added later are the rounds one longer sitting would have
-//! run (of the conditions they ran).
+//! (`FLEET_ONLY`). A round's conversations and arrivals follow from its number alone, so
+//! rounds added later are the rounds one longer sitting would have run; the order of its
+//! conditions is the list it ran (every condition, or `FLEET_ONLY`'s in its order)
+//! rotated by the round's number.
 
 use std::io::Read as _;
 use std::path::Path;
@@ -96,12 +97,18 @@ fn sitting(v: &Value) -> Result<Sitting, String> {
                 .iter()
                 .map(|n| {
                     let name = n.as_str().unwrap_or_default();
-                    condition(name).ok_or_else(|| format!("a sitting ran {name:?}, no condition of this bench"))
+                    condition(name)
+                        .ok_or_else(|| format!("a sitting ran {name:?}, no condition of this bench"))
                 })
                 .collect::<Result<Vec<_>, _>>()?,
         ),
     };
-    Ok(Sitting { first: number("first")? as usize, rounds: number("rounds")? as usize, wall_s: number("wall_s")?, only })
+    Ok(Sitting {
+        first: number("first")? as usize,
+        rounds: number("rounds")? as usize,
+        wall_s: number("wall_s")?,
+        only,
+    })
 }
 
 fn run(r: &Value) -> Result<Run, String> {
@@ -155,7 +162,13 @@ fn record(v: &Value) -> Result<RequestRecord, String> {
         tpot: time("tpot"),
         max_output_gap: time("max_output_gap"),
         e2e: time("e2e"),
-        output_itl: v["output_itl_ms"].as_array().into_iter().flatten().filter_map(Value::as_f64).map(|ms| ms / 1e3).collect(),
+        output_itl: v["output_itl_ms"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_f64)
+            .map(|ms| ms / 1e3)
+            .collect(),
         ..RequestRecord::default()
     })
 }

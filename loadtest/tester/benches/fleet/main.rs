@@ -102,7 +102,16 @@ impl Settings {
                 think_time_s: 1.0,
             },
             page: env_or("FLEET_PAGE", "fleet".to_owned()),
-            append: env_or("FLEET_APPEND", 0u8) == 1,
+            append: match std::env::var("FLEET_APPEND").as_deref() {
+                Err(_) | Ok("" | "0") => false,
+                Ok("1") => true,
+                Ok(other) => {
+                    eprintln!(
+                        "bench-fleet: FLEET_APPEND={other:?}: 1 adds rounds to the page's, 0 measures anew"
+                    );
+                    std::process::exit(2)
+                }
+            },
             only: std::env::var("FLEET_ONLY").ok().filter(|v| !v.trim().is_empty()).map(|v| {
                 v.split(',')
                     .map(|name| {
@@ -360,6 +369,15 @@ fn main() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/src/benchmarks");
     let data_path = out.join(&s.page).join("runs.json.gz");
+    // Some conditions alone, measured anew, would leave the page without the others.
+    if s.only.is_some() && !s.append && data_path.exists() {
+        eprintln!(
+            "bench-fleet: FLEET_ONLY without FLEET_APPEND=1 would replace {} with only the conditions named: \
+             add FLEET_APPEND=1, or move the kept data away to measure anew",
+            data_path.display()
+        );
+        std::process::exit(2);
+    }
     let (mut rounds, mut sittings) = if s.append {
         kept::read(&data_path, &s).unwrap_or_else(|e| {
             eprintln!("bench-fleet: {e}");

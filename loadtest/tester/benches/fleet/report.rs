@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 
 use meridian_loadtest::record::RequestRecord;
 
-use crate::stats::{Effect, Metric, TARGET_RATIO, effect, effect_of, verdict};
 use crate::kept::{Sitting, condition_name};
+use crate::stats::{Effect, Metric, TARGET_RATIO, effect, effect_of, verdict};
 use crate::{ROUTINGS, Run, SETUPS, SYSTEM_TOKENS, Settings, Sharing};
 
 /// A tail compared: a percentile over requests of one figure each, or over every gap
@@ -263,6 +263,12 @@ fn hit_rate(r: &Run) -> f64 {
     if r.queried > 0.0 { r.hit / r.queried } else { f64::NAN }
 }
 
+/// A per-round entry's round, where the rounds ran different conditions (`uneven`): the
+/// entries of one row would not line up with another's by position.
+fn label(uneven: bool, round: usize) -> String {
+    if uneven { format!("r{round} ") } else { String::new() }
+}
+
 fn ratio_text(x: f64) -> String {
     if x.is_finite() { format!("{x:.2}") } else { "∞".into() }
 }
@@ -308,7 +314,10 @@ fn sittings_text(sittings: &[Sitting]) -> String {
             Some(c) => format!(
                 "{} only {}",
                 span(t),
-                c.iter().map(|&(r, setup)| format!("`{r}` with {}", setup_text(setup))).collect::<Vec<_>>().join(" and ")
+                c.iter()
+                    .map(|&(r, setup)| format!("`{r}` with {}", setup_text(setup)))
+                    .collect::<Vec<_>>()
+                    .join(" and ")
             ),
         })
         .collect();
@@ -323,6 +332,7 @@ pub(crate) fn report(s: &Settings, rounds: &[Vec<Run>], sittings: &[Sitting]) ->
     let mut md = String::new();
     let cmd = sittings.iter().map(|t| sitting_command(s, t)).collect::<Vec<_>>().join("\n");
     let wall_s: f64 = sittings.iter().map(|t| t.wall_s).sum();
+    let uneven = rounds.iter().any(|runs| runs.len() != rounds.iter().map(Vec::len).max().unwrap_or(0));
     let t = &s.shape.turn;
     let _ = write!(
         md,
@@ -382,18 +392,24 @@ pub(crate) fn report(s: &Settings, rounds: &[Vec<Run>], sittings: &[Sitting]) ->
     );
     let _ = writeln!(
         md,
-        "| routing | replicas | `admission` | peak held, per round (each engine) | above the limit |"
+        "| routing | replicas | `admission` | peak held, per round (each engine{}) | above the limit |",
+        if uneven { "; `rN`: round N" } else { "" }
     );
     let _ = writeln!(md, "|---|---:|---:|---|---|");
     for routing in ROUTINGS {
         for setup in SETUPS {
             let (n, conf) = (setup.0, configured(setup));
-            let peaks: Vec<&Vec<f64>> =
-                rounds.iter().filter_map(|runs| run_of(runs, routing, setup)).map(|r| &r.peaks).collect();
-            let most = peaks.iter().flat_map(|p| p.iter()).copied().fold(0.0, f64::max);
+            let peaks: Vec<(usize, &Vec<f64>)> = rounds
+                .iter()
+                .enumerate()
+                .filter_map(|(i, runs)| Some((i, &run_of(runs, routing, setup)?.peaks)))
+                .collect();
+            let most = peaks.iter().flat_map(|(_, p)| p.iter()).copied().fold(0.0, f64::max);
             let text: Vec<String> = peaks
                 .iter()
-                .map(|p| p.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(" "))
+                .map(|(i, p)| {
+                    label(uneven, *i) + &p.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(" ")
+                })
                 .collect();
             let over = if most > f64::from(s.streams) {
                 format!("**yes: {most:.0}, {:.0} over**", most - f64::from(s.streams))
@@ -458,14 +474,19 @@ pub(crate) fn report(s: &Settings, rounds: &[Vec<Run>], sittings: &[Sitting]) ->
     for routing in ROUTINGS {
         for setup in SETUPS {
             let (n, conf) = (setup.0, configured(setup));
-            let rates: Vec<(f64, f64)> = rounds
+            // Each round's rate where the setup ran; its ratio where one replica ran too.
+            let rates: Vec<(usize, f64, Option<f64>)> = rounds
                 .iter()
-                .filter_map(|runs| {
-                    Some((hit_rate(run_of(runs, routing, setup)?), hit_rate(run_of(runs, routing, ALONE)?)))
+                .enumerate()
+                .filter_map(|(i, runs)| {
+                    let rate = hit_rate(run_of(runs, routing, setup)?);
+                    Some((i, rate, run_of(runs, routing, ALONE).map(|b| rate / hit_rate(b))))
                 })
                 .collect();
-            let shown: Vec<String> = rates.iter().map(|(r, _)| format!("{:.1}%", 100.0 * r)).collect();
-            let over: Vec<String> = rates.iter().map(|(r, b)| ratio_text(r / b)).collect();
+            let shown: Vec<String> =
+                rates.iter().map(|(i, r, _)| format!("{}{:.1}%", label(uneven, *i), 100.0 * r)).collect();
+            let over: Vec<String> =
+                rates.iter().filter_map(|(i, _, x)| Some(label(uneven, *i) + &ratio_text((*x)?))).collect();
             let over = if n == 1 { "—".into() } else { over.join(" ") };
             let _ = writeln!(md, "| {routing} | {n} | {conf} | {} | {over} |", shown.join(" "));
         }

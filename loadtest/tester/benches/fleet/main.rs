@@ -11,7 +11,8 @@
 //!     scripts/bench-fleet.sh                  4 more rounds of two conditions for the page
 //!
 //! `FLEET_APPEND=1` adds `FLEET_ROUNDS` rounds after the page's kept ones (`kept.rs`: the
-//! same settings, or it refuses); `FLEET_ONLY` runs only the conditions it names
+//! same settings, or it refuses; `FLEET_ROUNDS=0` writes the page again from them alone);
+//! `FLEET_ONLY` runs only the conditions it names
 //! (`routing/replicas/sharing`, the sharing as the data names it: `not_told`, `parts`,
 //! `engine`, `engine_no_waits`; one replica is `parts`), so that a tail still unresolved
 //! can gather rounds without measuring every condition again. The page says which rounds
@@ -369,6 +370,12 @@ fn main() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/src/benchmarks");
     let data_path = out.join(&s.page).join("runs.json.gz");
+    if s.rounds == 0 && !s.append {
+        eprintln!(
+            "bench-fleet: FLEET_ROUNDS=0 measures nothing: with FLEET_APPEND=1 it writes the page again"
+        );
+        std::process::exit(2);
+    }
     // Some conditions alone, measured anew, would leave the page without the others.
     if s.only.is_some() && !s.append && data_path.exists() {
         eprintln!(
@@ -416,12 +423,15 @@ fn main() {
         runs.sort_by_key(|r| (ROUTINGS.iter().position(|x| *x == r.routing), r.replicas, r.sharing));
         rounds.push(runs);
     }
-    sittings.push(kept::Sitting {
-        first,
-        rounds: s.rounds,
-        wall_s: started.elapsed().as_secs_f64(),
-        only: s.only.clone(),
-    });
+    // `FLEET_ROUNDS=0` with `FLEET_APPEND=1` writes the page again from the kept data alone.
+    if s.rounds > 0 {
+        sittings.push(kept::Sitting {
+            first,
+            rounds: s.rounds,
+            wall_s: started.elapsed().as_secs_f64(),
+            only: s.only.clone(),
+        });
+    }
     std::fs::write(out.join(format!("{}.md", s.page)), report::report(&s, &rounds, &sittings)).unwrap();
     kept::write(&data_path, &s, &rounds, &sittings);
     let _ = std::fs::remove_file(out.join(&s.page).join("runs.json"));

@@ -322,7 +322,7 @@ fn sittings_text(sittings: &[Sitting]) -> String {
         })
         .collect();
     format!(
-        " Measured in {} sittings: {}; each comparison pairs only the rounds that ran both of its conditions.",
+        " (measured in {} sittings: {}; each comparison pairs only the rounds that ran both of its conditions)",
         sittings.len(),
         parts.join("; ")
     )

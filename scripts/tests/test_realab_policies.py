@@ -237,6 +237,17 @@ def test_the_report_stamps_the_page_and_the_readme_with_the_data_it_read(tmp_pat
     assert sets.stamp(page_dir) != stamp
 
 
+def test_the_policies_page_and_the_readme_were_generated_from_the_sets_kept():
+    """The page and the README's summary carry the stamp of the data they were read from:
+    a set added or changed since, without `policies report` run again, fails here."""
+    page_dir = ROOT / "docs" / "src" / "benchmarks" / "policies-real-engine"
+    stamp = sets.stamp(page_dir)
+    page = (ROOT / "docs" / "src" / "benchmarks" / "policies-real-engine.md").read_text()
+    assert stamp in page, "the page was not regenerated after its data changed (python -m realab policies report)"
+    text = (ROOT / "README.md").read_text()
+    block = text[text.index(readme.README_START):text.index(readme.README_END)]
+    assert stamp in block, "the README's summary was not regenerated after the page's data changed"
+
 def test_the_readme_puts_the_default_first_and_folds_what_resolves_nothing(monkeypatch):
     def summary(config: str, load: float, harm: str = "unresolved", costs=(), gains=(), label=None,
                 policy: str | None = None, set_name: str = "7-set"):

@@ -92,18 +92,22 @@ def _folded_loads(group: list[Summary], every: list[Summary]) -> str:
     mine = (group[0].set_name, group[0].workload, group[0].name)
     views = {(s.load, s.stood_only) for s in group}
     judged = {(s.load, s.stood_only) for s in every if (s.set_name, s.workload, s.name) == mine}
-    loads = sorted({s.load for s in group})
-    alone = {load: ("only the rounds that stood at it" if (load, True) in views else "all its rounds")
-             for load in loads if {(load, False), (load, True)} <= judged
-             and not {(load, False), (load, True)} <= views}
-    if not alone:
-        both = any({(load, False), (load, True)} <= views for load in loads)
-        return (", ".join(f"{100 * x:.0f}%" for x in loads) + " load"
-                + (" (all its rounds, and only those that stood at the load)" if both else ""))
-    both = {load for load in loads if {(load, False), (load, True)} <= views}
-    return "; ".join(f"{100 * x:.0f}% load" + (f" ({alone[x]})" if x in alone else
-                                                " (all its rounds, and only those that stood at it)" if x in both
-                                                else "") for x in loads)
+    both = " (all its rounds, and only those that stood at the load)"
+
+    def qualifier(load: float) -> str:
+        pair = {(load, False), (load, True)}
+        if pair <= views:
+            return both
+        if pair <= judged:
+            return " (only the rounds that stood at it)" if (load, True) in views else " (all its rounds)"
+        return ""
+
+    words = {load: qualifier(load) for load in sorted({s.load for s in group})}
+    # Said once at the end where no load's line leaves out one of its views.
+    if set(words.values()) <= {"", both}:
+        return (", ".join(f"{100 * x:.0f}%" for x in words) + " load"
+                + (both if both in words.values() else ""))
+    return "; ".join(f"{100 * x:.0f}% load{q}" for x, q in words.items())
 
 
 def summaries(page_dir: Path, resamples: int = 2000) -> list[Summary]:

@@ -236,13 +236,16 @@ def tally_lines(tallies: dict[tuple[str, str, float], tuple[int, int, int, int]]
                       for name, v in sorted(by_set.items(), key=lambda kv: int(kv[0].split("-")[0])))
     by_rig = ""
     if rigs:
-        groups = summed(lambda s: rigs.get(s, "a rig not recorded"))
-        sets_of = {rig: sorted({int(s.split("-")[0]) for (s, _w, _l) in judged if rigs.get(s, "a rig not recorded") == rig})
-                   for rig in groups}
-        by_rig = (" By rig: " + "; ".join(cell(f"{rig} (set{'s' if len(sets_of[rig]) > 1 else ''} "
-                                               f"{', '.join(map(str, sets_of[rig]))})", *v)
-                                          for rig, v in sorted(groups.items(), key=lambda kv: sets_of[kv[0]][0]))
-                  + ".")
+        def rig_of(set_name: str) -> str:
+            return rigs.get(set_name, "a rig not recorded")
+
+        groups = summed(rig_of)
+        sets_of: dict[str, set[int]] = {}
+        for set_name, _w, _l in judged:
+            sets_of.setdefault(rig_of(set_name), set()).add(int(set_name.split("-")[0]))
+        by_rig = " By rig: " + "; ".join(
+            cell(f"{rig} (set{'s' if len(sets_of[rig]) > 1 else ''} {', '.join(map(str, sorted(sets_of[rig])))})", *v)
+            for rig, v in sorted(groups.items(), key=lambda kv: min(sets_of[kv[0]]))) + "."
     return ["**The twin against the measurement, over every set.** Of the effects the measurements resolve, the "
             f"twin at one pace (as it forecasts a GPU) meets {agreed} of {total}; replayed at each run's own pace "
             f"(`forecast.run_paces`), {paced_agreed} of the {paced_total} it has paces for. By set: {cells}.{by_rig} "

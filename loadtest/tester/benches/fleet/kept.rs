@@ -13,7 +13,7 @@ use meridian_core::Outcome;
 use meridian_loadtest::record::RequestRecord;
 use serde_json::{Value, json};
 
-use crate::{Condition, PlaceCounts, Run, SETUPS, Settings, Sharing};
+use crate::{Condition, PlaceCounts, Run, Settings, Sharing};
 
 /// One invocation's rounds: the first one's number, how many, the seconds they took, and
 /// the conditions they ran (`None`: every one).
@@ -44,10 +44,7 @@ pub(crate) fn condition_name((routing, (replicas, sharing)): Condition) -> Strin
 
 /// The condition `name` names (`condition_name`), if the bench has it.
 pub(crate) fn condition(name: &str) -> Option<Condition> {
-    crate::ROUTINGS
-        .iter()
-        .flat_map(|r| SETUPS.iter().map(move |s| (*r, *s)))
-        .find(|c| condition_name(*c) == name.trim())
+    crate::every_condition().find(|c| condition_name(*c) == name.trim())
 }
 
 /// Every round kept at `path` and the sittings that measured them, for settings `s`:

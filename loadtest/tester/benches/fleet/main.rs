@@ -133,6 +133,11 @@ impl Settings {
 /// A routing policy and a setup: one run of a round.
 pub(crate) type Condition = (&'static str, (usize, Sharing));
 
+/// Every condition, in the page's order: each routing with each setup.
+pub(crate) fn every_condition() -> impl Iterator<Item = Condition> {
+    ROUTINGS.iter().flat_map(|r| SETUPS.iter().map(move |n| (*r, *n)))
+}
+
 /// The shared system prompt's length by default (`FLEET_SYSTEM_TOKENS`).
 pub(crate) const SYSTEM_TOKENS: u32 = 400;
 
@@ -394,10 +399,7 @@ fn main() {
         (Vec::new(), Vec::new())
     };
     let started = Instant::now();
-    let conditions: Vec<Condition> = s
-        .only
-        .clone()
-        .unwrap_or_else(|| ROUTINGS.iter().flat_map(|r| SETUPS.iter().map(move |n| (*r, *n))).collect());
+    let conditions: Vec<Condition> = s.only.clone().unwrap_or_else(|| every_condition().collect());
     let first = rounds.len();
     for round in first..first + s.rounds {
         let mut order = conditions.clone();

@@ -332,7 +332,8 @@ pub(crate) fn report(s: &Settings, rounds: &[Vec<Run>], sittings: &[Sitting]) ->
     let mut md = String::new();
     let cmd = sittings.iter().map(|t| sitting_command(s, t)).collect::<Vec<_>>().join("\n");
     let wall_s: f64 = sittings.iter().map(|t| t.wall_s).sum();
-    let uneven = rounds.iter().any(|runs| runs.len() != rounds.iter().map(Vec::len).max().unwrap_or(0));
+    let most = rounds.iter().map(Vec::len).max().unwrap_or(0);
+    let uneven = rounds.iter().any(|runs| runs.len() != most);
     let t = &s.shape.turn;
     let _ = write!(
         md,

@@ -51,7 +51,9 @@ def replays(set_dir: Path, sim: Path, policies: list[str], loads: list[float], t
             for rnd, stock in sorted(S.read_runs(set_dir / "raw", w["name"], load).get("stock", {}).items()):
                 for side, (twin, prompt_scale) in twins.items():
                     capacity = twin.capacity(F.scaled(stock, prompt_scale, 1.0))
-                    sent_rate = load * data["capacity"][w["name"]]
+                    # The rate the run was sent at: rounds added on another machine were
+                    # sent by that machine's capacity, not the set's first (`forecast.sent_by`).
+                    sent_rate = load * F.sent_by(data, w["name"], load, rnd)
                     for target in loads:
                         # The run was sent at `sent_rate`; squeezed or stretched to arrive
                         # at `target` of this twin's capacity.

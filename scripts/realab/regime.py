@@ -303,7 +303,7 @@ def rerun_lines(data: dict) -> list[str]:
             f"invocation); {rule}. Measured again: {what}."
             + (" Measured again, their pace: " + "; ".join(
                 f"{r['config']} round {r['round']} at {100 * r['load']:.0f}% pace {r['drift']['pace']:.2f}"
-                for r in counted) + " (the last run is the one counted)." if counted else "")
+                for r in counted) + " (the run counted)." if counted else "")
             + f" Before each run the harness waited for the hypervisor to stop taking CPU: {max(waits):.0f} s "
             "at most.", ""]
 

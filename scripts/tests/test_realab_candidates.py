@@ -61,3 +61,32 @@ def test_a_baseline_alone_or_a_load_out_of_range_is_refused(tmp_path: Path):
     for policies, loads in (("fcfs", "0.9"), ("fcfs|output-first", "0"), ("fcfs|output-first", "")):
         with pytest.raises(SystemExit):
             candidates.main([str(tmp_path), "sim", policies, loads, str(tmp_path / "x.md")])
+
+
+def test_a_round_added_on_another_machine_is_replayed_from_the_rate_it_was_sent_at(tmp_path: Path, monkeypatch):
+    # Set 11's rounds 8-11 were sent by their own machine's capacity (0.50 req/s), not the
+    # set's first (1.15): read by the set's, they were replayed at under half the load named.
+    set_dir = tmp_path / "page" / "1-set"
+    kept_set(set_dir)
+    data = json.loads((set_dir / "results.json").read_text())
+    data["runs"] = [{"workload": "long", "load": 0.9, "round": 0, "config": "stock", "capacity": 0.15}]
+    (set_dir / "results.json").write_text(json.dumps(data))
+    sent = []
+
+    class Twin:
+        def __init__(self, *args) -> None:
+            pass
+
+        def capacity(self, requests):
+            return 0.2
+
+        def replay(self, requests, policy):
+            sent.append(max(r["sent_at"] for r in requests))
+            return {"runs": [{"requests": [{**r, "ok": True} for r in requests]}]}
+    monkeypatch.setattr(candidates.F, "Twin", Twin)
+    monkeypatch.setattr(candidates.F, "card_twins", lambda *a: {})
+    (set_dir / "twin").mkdir()
+    shutil.copy(RIG_PROFILE, set_dir / "twin" / "rig-profile.toml")
+    candidates.replays(set_dir, Path("sim"), ["fcfs", "output-first"], [0.9], tmp_path)
+    # Sent 3 s apart at 0.9 x 0.15 req/s; at 0.9 of the twin's 0.2 they come 0.15 / 0.2 as far apart.
+    assert sent == [pytest.approx(39 * 3.0 * 0.15 / 0.2)] * 2

@@ -287,3 +287,36 @@ def test_references_that_disagree_among_themselves_leave_none_out(tmp_path):
     note = policies.reference_note(raw, "mix", {0, 1})
     assert "disagree" in note and "round 1 11.6 ms" in note
     assert not slo.disagreeing({rnd: reference(p) for rnd, p in enumerate([12.6, 13.5, 11.9])})
+
+
+def test_a_run_off_pace_at_every_attempt_counts_the_attempt_nearest_the_others_pace():
+    # Set 11, round 10 at 70%: the hooked run at 1.12x the runs' pace, measured again at
+    # 1.21x; the second was counted. The nearer attempt is counted now, its file restored.
+    gauge = FakeGauge(0.1, 1)
+    for p in (1.0, 1.0, 1.0):
+        gauge.take(p)
+    paces = {"stock": iter([1.0]), "hook": iter([1.12, 1.21])}
+    moves = []
+
+    def measure_run(config):
+        p = next(paces[config])
+        gauge.take(p)
+        return run(config, p)
+
+    def discard(config, attempt):
+        moves.append(("aside", config, attempt))
+
+    def restore(config, attempt):
+        moves.append(("back", config, attempt))
+    runs, reruns = measure.paced_round(["stock", "hook"], measure_run, gauge, discard, log=lambda *_: None,
+                                       restore=restore)
+    assert runs["hook"]["drift"]["pace"] == 1.12
+    assert moves == [("aside", "hook", 1), ("aside", "hook", 2), ("back", "hook", 1)]
+    assert [(x["config"], x["drift"]["pace"], x["attempt"]) for x in reruns] == [("hook", 1.21, 2)]
+    # A rerun that came back nearer is counted as before, and nothing is restored.
+    moves.clear()
+    paces = {"stock": iter([1.0]), "hook": iter([1.3, 1.05])}
+    runs, reruns = measure.paced_round(["stock", "hook"], measure_run, gauge, discard, log=lambda *_: None,
+                                       restore=restore)
+    assert runs["hook"]["drift"]["pace"] == 1.05 and moves == [("aside", "hook", 1)]
+    assert [(x["drift"]["pace"], x["attempt"]) for x in reruns] == [(1.3, 1)]

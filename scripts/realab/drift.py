@@ -10,8 +10,8 @@ same round, ran 0.93x). The engine's own step trace says how fast it ran: decode
 steps, each over what a fit of step time on its shape (requests decoding, the context
 they attend to) predicts. A run whose median sits more than `margin` off the pace of the
 runs measured so far is measured again (a policy's own cost per step would show in each
-of its runs, and again in its re-run: after `retries` it is kept, with its pace on
-record). Before every run the harness also waits, for a bounded time, until the
+of its runs, and again in its re-run: after `retries` the attempt nearest the others'
+pace is kept, with its pace on record, and the rest set aside). Before every run the harness also waits, for a bounded time, until the
 hypervisor stops taking CPU (`calm`), the cause seen most often."""
 
 from __future__ import annotations

@@ -248,6 +248,7 @@ def test_the_policies_page_and_the_readme_were_generated_from_the_sets_kept():
     block = text[text.index(readme.README_START):text.index(readme.README_END)]
     assert stamp in block, "the README's summary was not regenerated after the page's data changed"
 
+
 def test_the_readme_puts_the_default_first_and_folds_what_resolves_nothing(monkeypatch):
     def summary(config: str, load: float, harm: str = "unresolved", costs=(), gains=(), label=None,
                 policy: str | None = None, set_name: str = "7-set"):

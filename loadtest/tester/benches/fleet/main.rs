@@ -38,7 +38,8 @@
 //! Per condition: p99 TTFT, p99 TTOT, p99 answer ITL (every gap between answer tokens,
 //! pooled), p99 time per output token and the p99 answer's largest gap over the baseline's on the same
 //! requests (a 90% interval from resampling the requests and the rounds; target: within
-//! 10%), the share of prompt tokens the engines' prefix caches held (summed over the
+//! 10%), what sets the TTOT tail and the same comparison by figures more requests set
+//! (`tail.rs`), the share of prompt tokens the engines' prefix caches held (summed over the
 //! engines' own counters), and the most requests any engine held at once against its
 //! limit (target: never above it).
 
@@ -50,6 +51,7 @@ mod stats;
 
 mod kept;
 mod report;
+mod tail;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;

@@ -63,14 +63,18 @@ const TAILS: [(&str, Tail); 5] = [
 ];
 
 /// One replica, the baseline.
-const ALONE: (usize, Sharing) = (1, Sharing::Parts);
+pub(crate) const ALONE: (usize, Sharing) = (1, Sharing::Parts);
 
-fn run_of<'a>(runs: &'a [Run], routing: &str, (replicas, sharing): (usize, Sharing)) -> Option<&'a Run> {
+pub(crate) fn run_of<'a>(
+    runs: &'a [Run],
+    routing: &str,
+    (replicas, sharing): (usize, Sharing),
+) -> Option<&'a Run> {
     runs.iter().find(|r| r.routing == routing && r.replicas == replicas && r.sharing == sharing)
 }
 
 /// How the replicas' config shares the engines' limits, in a table cell.
-fn configured((replicas, sharing): (usize, Sharing)) -> String {
+pub(crate) fn configured((replicas, sharing): (usize, Sharing)) -> String {
     match sharing {
         Sharing::NotTold => "replicas = 1".into(),
         Sharing::Parts => format!("replicas = {replicas}"),
@@ -113,7 +117,7 @@ fn aligned(
 }
 
 /// One round's two runs, aligned on the requests both sent.
-type RoundPair = (Vec<RequestRecord>, Vec<RequestRecord>);
+pub(crate) type RoundPair = (Vec<RequestRecord>, Vec<RequestRecord>);
 
 /// Every tail's paired effect of `other` over `base` under `routing` (none where no round
 /// ran both), and how many requests were left out of the pairs.
@@ -134,7 +138,7 @@ fn tail_effects(
 
 /// Each round's two runs of `base` and `other` under `routing`, aligned on the requests
 /// both sent, and how many requests were left out.
-fn paired_runs(
+pub(crate) fn paired_runs(
     rounds: &[Vec<Run>],
     routing: &str,
     base: (usize, Sharing),
@@ -269,7 +273,7 @@ fn label(uneven: bool, round: usize) -> String {
     if uneven { format!("r{round} ") } else { String::new() }
 }
 
-fn ratio_text(x: f64) -> String {
+pub(crate) fn ratio_text(x: f64) -> String {
     if x.is_finite() { format!("{x:.2}") } else { "∞".into() }
 }
 
@@ -450,6 +454,7 @@ pub(crate) fn report(s: &Settings, rounds: &[Vec<Run>], sittings: &[Sitting]) ->
             }
         }
     }
+    crate::tail::section(&mut md, rounds, s.engines * s.streams as usize);
     waits_section(&mut md, rounds);
     if left_out_total > 0 {
         let _ = writeln!(

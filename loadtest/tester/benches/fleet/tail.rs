@@ -12,14 +12,13 @@
 use std::fmt::Write as _;
 
 use meridian_loadtest::record::RequestRecord;
+use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 
 use crate::report::{ALONE, configured, paired_runs, ratio_text, run_of};
-use crate::stats::{Effect, TARGET_RATIO, pct, value, verdict};
+use crate::stats::{BOOTSTRAP, Effect, TARGET_RATIO, interval, pct, resample, value, verdict};
 use crate::{ROUTINGS, Run, SETUPS};
 
-const BOOTSTRAP: usize = 1000;
 /// A TTOT this many times one replica's median is slow.
 const SLOW_OVER_MEDIAN: f64 = 2.0;
 
@@ -123,25 +122,14 @@ fn pooled_effects(
     let all: Vec<(usize, Vec<usize>)> =
         (0..pairs.len()).map(|r| (r, (0..values[r].0.len()).collect())).collect();
     let (share_base, share_cond, share_point, p99_point) = figures(&all);
+    let sizes: Vec<usize> = values.iter().map(|(base, _)| base.len()).collect();
     let mut rng = StdRng::seed_from_u64(7);
     let (mut shares, mut p99s): (Vec<f64>, Vec<f64>) = (0..BOOTSTRAP)
         .map(|_| {
-            let draw: Vec<(usize, Vec<usize>)> = (0..pairs.len())
-                .map(|_| {
-                    let r = rng.random_range(0..pairs.len());
-                    let n = values[r].0.len();
-                    (r, (0..n).map(|_| rng.random_range(0..n)).collect())
-                })
-                .collect();
-            let (_, _, share, p99) = figures(&draw);
+            let (_, _, share, p99) = figures(&resample(&mut rng, &sizes));
             (share, p99)
         })
         .unzip();
-    let interval = |draws: &mut Vec<f64>, point: f64| {
-        draws.sort_by(f64::total_cmp);
-        let at = |q: f64| draws[((q * BOOTSTRAP as f64) as usize).min(BOOTSTRAP - 1)];
-        Effect { point, lo: at(0.05), hi: at(0.95) }
-    };
     (interval(&mut shares, share_point), interval(&mut p99s, p99_point), share_base, share_cond)
 }
 

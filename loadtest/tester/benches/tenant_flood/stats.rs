@@ -7,7 +7,7 @@ use rand::{Rng, SeedableRng};
 
 /// The victim's flooded tails over its unflooded ones, at most.
 pub const TARGET_RATIO: f64 = 1.10;
-const BOOTSTRAP: usize = 1000;
+pub(crate) const BOOTSTRAP: usize = 1000;
 
 /// Nearest-rank percentile of values where a failure is `INFINITY`.
 pub(crate) fn pct(values: &mut [f64], p: f64) -> f64 {
@@ -67,21 +67,29 @@ pub(crate) fn effect_of(
     let all: Vec<(usize, Vec<usize>)> =
         (0..pairs.len()).map(|r| (r, (0..pairs[r].0.len()).collect())).collect();
     let point = ratio(&all);
+    let sizes: Vec<usize> = pairs.iter().map(|(base, _)| base.len()).collect();
     let mut rng = StdRng::seed_from_u64(7);
-    let mut draws: Vec<f64> = (0..BOOTSTRAP)
+    let mut draws: Vec<f64> = (0..BOOTSTRAP).map(|_| ratio(&resample(&mut rng, &sizes))).collect();
+    interval(&mut draws, point)
+}
+
+/// One bootstrap draw over rounds of `sizes` requests each: as many rounds as there are,
+/// drawn with replacement, and within each as many of its requests, drawn the same way
+/// (the same indices serve both runs of a paired round).
+pub(crate) fn resample(rng: &mut StdRng, sizes: &[usize]) -> Vec<(usize, Vec<usize>)> {
+    (0..sizes.len())
         .map(|_| {
-            let rounds: Vec<(usize, Vec<usize>)> = (0..pairs.len())
-                .map(|_| {
-                    let r = rng.random_range(0..pairs.len());
-                    let n = pairs[r].0.len();
-                    (r, (0..n).map(|_| rng.random_range(0..n)).collect())
-                })
-                .collect();
-            ratio(&rounds)
+            let r = rng.random_range(0..sizes.len());
+            let n = sizes[r];
+            (r, (0..n).map(|_| rng.random_range(0..n)).collect())
         })
-        .collect();
+        .collect()
+}
+
+/// The 90% interval of `BOOTSTRAP` draws around `point`.
+pub(crate) fn interval(draws: &mut [f64], point: f64) -> Effect {
     draws.sort_by(f64::total_cmp);
-    let at = |q: f64| draws[((q * BOOTSTRAP as f64) as usize).min(BOOTSTRAP - 1)];
+    let at = |q: f64| draws[((q * draws.len() as f64) as usize).min(draws.len() - 1)];
     Effect { point, lo: at(0.05), hi: at(0.95) }
 }
 

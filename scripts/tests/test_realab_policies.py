@@ -270,6 +270,8 @@ def test_the_readme_puts_the_default_first_and_folds_what_resolves_nothing(monke
         # All of set 8's rounds at 90% resolve a gain; only those that stood there, nothing.
         summary("hook", 0.9, gains=("largest answer gap p90 0.86x (0.80-0.95)",), set_name="8-set"),
         summary("hook", 0.9, label="at 90% load, only the rounds that stood at it (0, 3)", set_name="8-set"),
+        # Folded among the others, an experiment on the default is named with its policy.
+        summary("hook", 0.7, policy="slo-driven:output_itl_target_ms=50", set_name="14-set"),
     ]
     monkeypatch.setattr(readme, "summaries", lambda page_dir, resamples=2000: records)
     lines = readme.readme_lines(Path("unused"))
@@ -285,7 +287,8 @@ def test_the_readme_puts_the_default_first_and_folds_what_resolves_nothing(monke
     # A resolved cost of another configuration is never folded away.
     assert "do no harm: harm; costs: TTFT p50 2.30x" in lines[4]
     assert lines[5].startswith("- mix at 90% load, `hook` (policy `slo-driven:start_wait_target_s=inf`)")
-    assert lines[6] == ("- 2 other comparisons (`hook-output-first`, `proxy` at their workloads and loads) resolve "
+    assert lines[6] == ("- 3 other comparisons (`hook-output-first`, `hook` (policy "
+                        "`slo-driven:output_itl_target_ms=50`), `proxy` at their workloads and loads) resolve "
                         "neither a cost nor a gain; the page shows each.")
     assert len(lines) == 7
 

@@ -78,9 +78,9 @@ def readme_lines(page_dir: Path, resamples: int = 2000) -> list[str]:
     quiet = [s for s in others if s.resolves_nothing()]
     out.extend(s.line() for s in others if not s.resolves_nothing())
     if quiet:
-        # `hook` with settings the default does not ship is named with its policy, so that
-        # it is not read as the default.
-        configs = sorted({s.name if s.config == "hook" else f"`{s.config}`" for s in quiet})
+        # Each named as its own line would name it: `hook` with settings the default does not
+        # ship carries its policy, so that it is not read as the default.
+        configs = sorted({s.name for s in quiet})
         out.append(f"- {len(quiet)} other comparisons ({', '.join(configs)} at their workloads "
                    "and loads) resolve neither a cost nor a gain; the page shows each.")
     return out

@@ -15,9 +15,9 @@ use meridian_loadtest::record::RequestRecord;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
-use crate::report::{ALONE, configured, paired_runs, ratio_text, run_of};
+use crate::report::{ALONE, RoundPair, configured, paired_runs, ratio_text, run_of};
 use crate::stats::{BOOTSTRAP, Effect, TARGET_RATIO, interval, pct, resample, value, verdict};
-use crate::{ROUTINGS, Run, SETUPS};
+use crate::{ROUTINGS, Run, SETUPS, Sharing};
 
 /// A TTOT this many times one replica's median is slow.
 const SLOW_OVER_MEDIAN: f64 = 2.0;
@@ -46,6 +46,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// were open when their answer began, and how late they started.
 struct Anatomy {
     median_ttot: f64,
+    /// A TTOT over this is slow (`SLOW_OVER_MEDIAN` times the median).
+    slow: f64,
     /// Fewest and most slow TTOTs in one run, any condition of the routing.
     per_run: (usize, usize),
     requests_per_run: usize,
@@ -89,6 +91,7 @@ fn anatomy(rounds: &[Vec<Run>], routing: &str) -> Option<Anatomy> {
     }
     Some(Anatomy {
         median_ttot,
+        slow,
         per_run: (counts.iter().copied().min()?, counts.iter().copied().max()?),
         requests_per_run: median(alone.iter().map(|r| r.records.len() as f64).collect()) as usize,
         open_slow: median(open_slow),
@@ -100,12 +103,9 @@ fn anatomy(rounds: &[Vec<Run>], routing: &str) -> Option<Anatomy> {
 
 /// Paired effects of `cond` over `base` pooled over the rounds (each draw resamples the
 /// rounds and, within each, the requests, the same ones on both sides): the share of
-/// requests with a TTOT over `slow`, and the pooled TTOT p99. Each round's shares as
-/// (base, cond) counts.
-fn pooled_effects(
-    pairs: &[(Vec<RequestRecord>, Vec<RequestRecord>)],
-    slow: f64,
-) -> (Effect, Effect, f64, f64) {
+/// requests with a TTOT over `slow`, and the pooled TTOT p99; and the two sides' shares
+/// over every paired request.
+fn pooled_effects(pairs: &[RoundPair], slow: f64) -> (Effect, Effect, f64, f64) {
     let values: Vec<(Vec<f64>, Vec<f64>)> =
         pairs.iter().map(|(a, b)| (a.iter().map(ttot).collect(), b.iter().map(ttot).collect())).collect();
     // (share over, pooled p99) of each side over the drawn (round, requests).
@@ -135,7 +135,6 @@ fn pooled_effects(
 
 /// A routing's slow TTOTs in words, each claim as far as its figures bear it out.
 fn anatomy_text(routing: &str, a: &Anatomy, places: usize) -> String {
-    let slow = SLOW_OVER_MEDIAN * a.median_ttot;
     let mut text = format!(
         "`{routing}`: a run's TTOT p99 is about its {}th slowest of {} requests. With 1 replica the \
          median TTOT is {:.1} ms, and a run held from {} to {} TTOTs over twice that ({:.1} ms; any \
@@ -146,7 +145,7 @@ fn anatomy_text(routing: &str, a: &Anatomy, places: usize) -> String {
         1000.0 * a.median_ttot,
         a.per_run.0,
         a.per_run.1,
-        1000.0 * slow,
+        1000.0 * a.slow,
     );
     let (open, ttft) = (
         format!(
@@ -180,23 +179,16 @@ pub(crate) fn section(md: &mut String, rounds: &[Vec<Run>], places: usize) {
     let mut most: Option<Most> = None;
     for routing in ROUTINGS {
         let Some(a) = anatomy(rounds, routing) else { continue };
-        let slow = SLOW_OVER_MEDIAN * a.median_ttot;
         let _ = writeln!(md, "{}\n", anatomy_text(routing, &a, places));
         for setup in SETUPS.into_iter().filter(|s| *s != ALONE) {
             let (pairs, _) = paired_runs(rounds, routing, ALONE, setup);
             if pairs.is_empty() {
                 continue;
             }
-            let (share, p99, base, cond) = pooled_effects(&pairs, slow);
+            let (share, p99, base, cond) = pooled_effects(&pairs, a.slow);
             let paired: usize = pairs.iter().map(|(a, _)| a.len()).sum();
             if most.as_ref().is_none_or(|m: &Most| pairs.len() > m.rounds) {
-                most = Some(Most {
-                    routing,
-                    setup,
-                    rounds: pairs.len(),
-                    slow,
-                    p99: Effect { point: p99.point, lo: p99.lo, hi: p99.hi },
-                });
+                most = Some(Most { routing, setup, rounds: pairs.len(), slow: a.slow, p99 });
             }
             rows.push(format!(
                 "| {routing} | {} | {} | {} | {} | {:.2}% | {:.2}% | {} ({}–{}) | {} | {} ({}–{}) | {} |",
@@ -243,7 +235,7 @@ pub(crate) fn section(md: &mut String, rounds: &[Vec<Run>], places: usize) {
 /// The condition with the most rounds beside one replica, for the closing paragraph.
 struct Most {
     routing: &'static str,
-    setup: (usize, crate::Sharing),
+    setup: (usize, Sharing),
     rounds: usize,
     slow: f64,
     p99: Effect,
@@ -273,12 +265,13 @@ fn spread(md: &mut String, rounds: &[Vec<Run>], m: &Most) {
     let ((a_lo, a_hi), (b_lo, b_hi)) = (range(|p| p.0), range(|p| p.1));
     let _ = write!(
         md,
-        "\nWith `{}` and {} over its {} rounds, a run held from {a_lo:.0} to {a_hi:.0} slow TTOTs with 1 \
+        "\nWith `{}` and {} replicas ({}) over its {} rounds, a run held from {a_lo:.0} to {a_hi:.0} slow TTOTs with 1 \
          replica and from {b_lo:.0} to {b_hi:.0} with them (a mean of {ma:.1} and {mb:.1}; chance alone \
          would spread a count of {ma:.0} by about ±{:.0}), and a round's two runs {} \
          (correlation {corr:.2} between their counts){}",
         m.routing,
-        setup_phrase(m.setup),
+        m.setup.0,
+        configured(m.setup),
         m.rounds,
         ma.sqrt(),
         if corr < 0.5 { "hardly go together" } else { "go together" },
@@ -301,8 +294,4 @@ fn spread(md: &mut String, rounds: &[Vec<Run>], m: &Most) {
         );
     }
     let _ = writeln!(md);
-}
-
-fn setup_phrase((n, sharing): (usize, crate::Sharing)) -> String {
-    format!("{n} replicas ({})", configured((n, sharing)))
 }

@@ -38,6 +38,7 @@ pub(crate) fn stat(run: &[RequestRecord], idx: &[usize], m: Metric, p: f64) -> f
 }
 
 /// Paired ratio (cond over alone) across rounds, with its 90% bootstrap interval.
+#[derive(Clone, Copy)]
 pub(crate) struct Effect {
     pub(crate) point: f64,
     pub(crate) lo: f64,
@@ -86,7 +87,7 @@ pub(crate) fn resample(rng: &mut StdRng, sizes: &[usize]) -> Vec<(usize, Vec<usi
         .collect()
 }
 
-/// The 90% interval of `BOOTSTRAP` draws around `point`.
+/// The 90% interval of bootstrap draws around `point`.
 pub(crate) fn interval(draws: &mut [f64], point: f64) -> Effect {
     draws.sort_by(f64::total_cmp);
     let at = |q: f64| draws[((q * draws.len() as f64) as usize).min(draws.len() - 1)];

@@ -212,12 +212,19 @@ def capacity_lines(data: dict, workload: str, by_load: dict[float, tuple[dict, d
     {load: `judges`}, as the page's sections judge. With `stretch`, the SLO's start is
     H100-scaled as in those sections. With `standing` (`speed.standings`), each point is
     a group of rounds at the load they stood at on their own machines, not the load they
-    were sent at: rounds added on a faster machine stood lower."""
+    were sent at: rounds added on a faster machine stood lower. A configuration that ran
+    at every load sent but not in every round (rounds added later for another policy,
+    which may stand at a load of their own) is set against stock's capacity over the
+    same points, so that rounds it never ran cannot move its ratio."""
     loads = sorted(by_load)
     if len(loads) < 2:
         return []
     cap = int(data["setup"]["engine"].get("max_num_seqs", 256))
-    points: dict[str, list[SH.LoadPoint]] = {}
+    #: {config: {(load sent, load stood at): point}}
+    points: dict[str, dict[tuple[float, float], SH.LoadPoint]] = {}
+    #: {config: {(load sent, load stood at): stock's point over the rounds it ran there}}
+    beside: dict[str, dict[tuple[float, float], SH.LoadPoint]] = {}
+    partial: set[str] = set()
     sent: dict[float, list[tuple[float, list[int]]]] = {}
     for load in loads:
         every, unloaded = by_load[load]
@@ -225,22 +232,40 @@ def capacity_lines(data: dict, workload: str, by_load: dict[float, tuple[dict, d
             return []
         slo = ({rnd: judge for rnd, (_, judge) in scaled_slos(every, judged[load], stretch, cap).items()}
                if stretch else judged[load])
+        judge = SH.whole_request_slo(unloaded, slo)
         sent[load] = standing_groups(sorted(every["stock"]), standing, workload, load)
         for at, rounds in sent[load]:
             runs = {c: {r: v for r, v in by_round.items() if r in rounds} for c, by_round in every.items()}
-            whole = S.pair_requests(runs, SH.whole_request_slo(unloaded, slo), keep_failed=True)
+            whole = S.pair_requests(runs, judge, keep_failed=True)
+            rate = at * data["capacity"][workload]
             for config in runs:
                 share = SH.share_of(whole, config) if runs[config] else None
-                if share is not None:
-                    points.setdefault(config, []).append(SH.LoadPoint(at, at * data["capacity"][workload], share))
-    count = len(points.get("stock", []))
-    measured = {c: SH.capacity_at_slo(p) for c, p in points.items() if len(p) == count}
-    if "stock" not in measured:
+                if share is None:
+                    continue
+                points.setdefault(config, {})[(load, at)] = SH.LoadPoint(at, rate, share)
+                stock_share = SH.share_of(whole, "stock")
+                mine = sorted(runs[config])
+                if mine != sorted(runs["stock"]):
+                    # Stock over only the rounds this configuration ran here.
+                    partial.add(config)
+                    alike = {c: {r: v for r, v in by_round.items() if r in mine} for c, by_round in runs.items()}
+                    stock_share = SH.share_of(S.pair_requests(alike, judge, keep_failed=True), "stock")
+                beside.setdefault(config, {})[(load, at)] = SH.LoadPoint(at, rate, stock_share)
+    if "stock" not in points:
         return []
+    # Only a configuration with a point at every load stock has one (a load whose rounds
+    # all lack unloaded references has none) is swept; where it missed some
+    # of stock's rounds it is set against stock over the rounds it ran.
+    stock_loads = {load for load, _ in points["stock"]}
+    swept = {c: p for c, p in points.items() if {load for load, _ in p} == stock_loads}
+    measured = {c: SH.capacity_at_slo(list(p.values())) for c, p in swept.items()}
+    partial |= {c for c, p in swept.items() if set(p) != set(points["stock"])}
+    stock_alike = {c: SH.capacity_at_slo(list(beside[c].values())) if c in partial else measured["stock"]
+                   for c in swept}
 
-    def text(c: SH.Capacity, config: str) -> str:
+    def text(c: SH.Capacity, at: list[SH.LoadPoint]) -> str:
         shares = ", ".join(f"{100 * p.share.point:.0f}% at {100 * p.load:.0f}%"
-                           for p in sorted(points[config], key=lambda p: p.load))
+                           for p in sorted(at, key=lambda p: p.load))
         if c.beyond == "below":
             return f"below the loads measured ({shares})"
         bound = "at least " if c.beyond == "above" else ""
@@ -258,11 +283,15 @@ def capacity_lines(data: dict, workload: str, by_load: dict[float, tuple[dict, d
     lines = ["", f"**Capacity at the whole-request SLO ({kind}; 95% of requests meeting it), {workload}**, from "
              f"{where}; between them linear, so a sweep this coarse places it roughly:", ""]
     for config in ["stock", *(c for c in data["setup"]["configs"] if c in measured and c != "stock")]:
-        ratio = SH.capacity_ratio(measured[config], measured["stock"]) if config != "stock" else None
+        ratio = SH.capacity_ratio(measured[config], stock_alike[config]) if config != "stock" else None
+        alike = stock_alike[config]
+        # Named where stock's own line above includes rounds this configuration never ran.
+        on_its_rounds = (f"; stock over the same rounds: {text(alike, list(beside[config].values()))}"
+                         if config in partial else "")
         judged_ratio = (f"; {ratio[0]:.2f}x stock's ({_ratio_ends(ratio)}); the target, at least "
                         f"{CAPACITY_TARGET}x stock's: **{S.verdict(SimpleNamespace(low=ratio[1], high=ratio[2]), CAPACITY_TARGET, 'higher')}**"
                         if ratio else "")
-        lines.append(f"- {config}: {text(measured[config], config)}{judged_ratio}.")
+        lines.append(f"- {config}: {text(measured[config], list(points[config].values()))}{on_its_rounds}{judged_ratio}.")
     return [*lines, ""]
 
 

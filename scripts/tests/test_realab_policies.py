@@ -195,6 +195,29 @@ def test_capacity_at_the_whole_request_slo_is_read_across_the_loads_measured(tmp
     assert fcfs[2:] in capacity
 
 
+def test_a_policy_that_missed_rounds_added_later_is_swept_against_stock_over_its_own_rounds(tmp_path: Path):
+    # Rounds 2-3 at 90% were added later for another policy, and stock ran them 3x slower
+    # (none of their requests meets the SLO): hook-fcfs, which ran rounds 0-1 at both
+    # loads, is set against stock over rounds 0-1 (every request met it), not against
+    # stock's 90% point pooled over rounds it never ran; one load is no sweep.
+    page_dir = tmp_path / "page"
+    write_set(page_dir / "1-set", {"stock": 1.0, "hook-fcfs": 1.0})
+    lighter = measured_rounds(tmp_path / "w1", {"stock": 1.0, "hook-fcfs": 3.0}, [0, 1], load=0.7, unloaded=False)
+    policies.add(lighter, page_dir / "1-set", "rounds 0-1 at 70%")
+    # hook-fcfs itself is 3x slower than stock at 70% (none meets the SLO there), so a
+    # line that read its own shares for stock's would show 0% at 70%.
+    later = measured_rounds(tmp_path / "w2", {"stock": 3.0, "hook-output-first": 3.0}, [2, 3], load=0.9)
+    policies.add(later, page_dir / "1-set", "rounds 2-3 at 90%, another policy")
+    lines = page_of(page_dir).splitlines()
+    stock = next(line for line in lines if line.startswith("- stock: "))
+    fcfs = next(line for line in lines if line.startswith("- hook-fcfs: "))
+    assert "100% at 70%, 50% at 90%" in stock, "stock's own line pools all its rounds"
+    assert fcfs.startswith("- hook-fcfs: below the loads measured (0% at 70%, 100% at 90%)"), fcfs
+    assert "; stock over the same rounds: at least 90% of stock capacity" in fcfs, fcfs
+    assert "100% at 70%, 100% at 90%)" in fcfs.split("stock over the same rounds")[1], fcfs
+    assert not any(line.startswith("- hook-output-first: ") for line in lines), "ran at one load only"
+
+
 def test_a_capacity_ratio_over_a_stock_capacity_below_the_sweep_has_no_upper_end():
     from realab import slo
 

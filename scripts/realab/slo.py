@@ -212,10 +212,10 @@ def capacity_lines(data: dict, workload: str, by_load: dict[float, tuple[dict, d
     {load: `judges`}, as the page's sections judge. With `stretch`, the SLO's start is
     H100-scaled as in those sections. With `standing` (`speed.standings`), each point is
     a group of rounds at the load they stood at on their own machines, not the load they
-    were sent at: rounds added on a faster machine stood lower. A configuration that ran
-    at every load sent but not in every round (rounds added later for another policy,
-    which may stand at a load of their own) is set against stock's capacity over the
-    same points, so that rounds it never ran cannot move its ratio."""
+    were sent at: rounds added on a faster machine stood lower. A configuration with a
+    point wherever stock has one but not in every round (rounds added later for another
+    policy, which may stand at a load of their own) is set against stock's capacity over
+    the rounds it ran, so that rounds it never ran cannot move its ratio."""
     loads = sorted(by_load)
     if len(loads) < 2:
         return []
@@ -224,7 +224,6 @@ def capacity_lines(data: dict, workload: str, by_load: dict[float, tuple[dict, d
     points: dict[str, dict[tuple[float, float], SH.LoadPoint]] = {}
     #: {config: {(load sent, load stood at): stock's point over the rounds it ran there}}
     beside: dict[str, dict[tuple[float, float], SH.LoadPoint]] = {}
-    partial: set[str] = set()
     sent: dict[float, list[tuple[float, list[int]]]] = {}
     for load in loads:
         every, unloaded = by_load[load]
@@ -238,16 +237,16 @@ def capacity_lines(data: dict, workload: str, by_load: dict[float, tuple[dict, d
             runs = {c: {r: v for r, v in by_round.items() if r in rounds} for c, by_round in every.items()}
             whole = S.pair_requests(runs, judge, keep_failed=True)
             rate = at * data["capacity"][workload]
+            stock_all = SH.share_of(whole, "stock")
             for config in runs:
                 share = SH.share_of(whole, config) if runs[config] else None
                 if share is None:
                     continue
                 points.setdefault(config, {})[(load, at)] = SH.LoadPoint(at, rate, share)
-                stock_share = SH.share_of(whole, "stock")
+                stock_share = stock_all
                 mine = sorted(runs[config])
                 if mine != sorted(runs["stock"]):
                     # Stock over only the rounds this configuration ran here.
-                    partial.add(config)
                     alike = {c: {r: v for r, v in by_round.items() if r in mine} for c, by_round in runs.items()}
                     stock_share = SH.share_of(S.pair_requests(alike, judge, keep_failed=True), "stock")
                 beside.setdefault(config, {})[(load, at)] = SH.LoadPoint(at, rate, stock_share)
@@ -259,9 +258,8 @@ def capacity_lines(data: dict, workload: str, by_load: dict[float, tuple[dict, d
     stock_loads = {load for load, _ in points["stock"]}
     swept = {c: p for c, p in points.items() if {load for load, _ in p} == stock_loads}
     measured = {c: SH.capacity_at_slo(list(p.values())) for c, p in swept.items()}
-    partial |= {c for c, p in swept.items() if set(p) != set(points["stock"])}
-    stock_alike = {c: SH.capacity_at_slo(list(beside[c].values())) if c in partial else measured["stock"]
-                   for c in swept}
+    partial = {c for c in swept if beside[c] != points["stock"]}
+    stock_alike = {c: SH.capacity_at_slo(list(beside[c].values())) for c in partial}
 
     def text(c: SH.Capacity, at: list[SH.LoadPoint]) -> str:
         shares = ", ".join(f"{100 * p.share.point:.0f}% at {100 * p.load:.0f}%"
@@ -283,10 +281,10 @@ def capacity_lines(data: dict, workload: str, by_load: dict[float, tuple[dict, d
     lines = ["", f"**Capacity at the whole-request SLO ({kind}; 95% of requests meeting it), {workload}**, from "
              f"{where}; between them linear, so a sweep this coarse places it roughly:", ""]
     for config in ["stock", *(c for c in data["setup"]["configs"] if c in measured and c != "stock")]:
-        ratio = SH.capacity_ratio(measured[config], stock_alike[config]) if config != "stock" else None
-        alike = stock_alike[config]
+        stock = stock_alike.get(config, measured["stock"])
+        ratio = SH.capacity_ratio(measured[config], stock) if config != "stock" else None
         # Named where stock's own line above includes rounds this configuration never ran.
-        on_its_rounds = (f"; stock over the same rounds: {text(alike, list(beside[config].values()))}"
+        on_its_rounds = (f"; stock over the same rounds: {text(stock, list(beside[config].values()))}"
                          if config in partial else "")
         judged_ratio = (f"; {ratio[0]:.2f}x stock's ({_ratio_ends(ratio)}); the target, at least "
                         f"{CAPACITY_TARGET}x stock's: **{S.verdict(SimpleNamespace(low=ratio[1], high=ratio[2]), CAPACITY_TARGET, 'higher')}**"

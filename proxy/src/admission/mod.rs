@@ -114,6 +114,15 @@ struct Wanted<'a> {
     flow: (usize, u32),
 }
 
+/// A request let through admission: its in-flight guard, and how long it waited in line.
+pub struct Admitted {
+    pub guard: InFlight,
+    /// Zero when it was let straight through: the time spent deciding that (or being
+    /// descheduled meanwhile) is no wait, and must not read as one to the hook's start
+    /// target. Otherwise the whole time since it arrived at admission.
+    pub queued: Duration,
+}
+
 /// Why a queued request was let go without an upstream.
 #[derive(Debug)]
 enum Refused {
@@ -230,21 +239,25 @@ impl Admission {
         work: Work,
         class: Class,
         flow: (usize, u32),
-    ) -> Result<InFlight, ProxyError> {
+    ) -> Result<Admitted, ProxyError> {
         let started = Instant::now();
         let deadline = tokio::time::Instant::now() + self.timeout;
         let wanted = Wanted { model, affinity, work, class, flow };
         let mut in_line = None;
+        // Whether it had to wait: queued behind others, or refused a place by its engine.
+        let mut waited = false;
         loop {
             let guard = self.turn(&wanted, &mut in_line, deadline).await?;
             let turn = Turn { class: class as u8, waited: started.elapsed() };
             // The claim counts against the same deadline as the wait in line.
             match tokio::time::timeout_at(deadline, self.claim_place(guard, turn)).await {
                 Ok(Some(guard)) => {
-                    self.metrics.record_admission(class.as_str(), started.elapsed());
-                    return Ok(guard);
+                    let elapsed = started.elapsed();
+                    self.metrics.record_admission(class.as_str(), elapsed);
+                    let waited = waited || in_line.is_some();
+                    return Ok(Admitted { guard, queued: if waited { elapsed } else { Duration::ZERO } });
                 }
-                Ok(None) => {}
+                Ok(None) => waited = true,
                 Err(_) => return Err(self.timed_out(class)),
             }
         }

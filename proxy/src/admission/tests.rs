@@ -66,3 +66,46 @@ fn a_request_goes_to_the_engine_that_keeps_a_place_for_this_replica_before_routi
     assert_eq!(picked(&admission).upstream().name, u0.name);
     drop(at_u1);
 }
+
+/// Admission deciding alone (`max_streams` 1 per engine) in front of one engine.
+fn one_slot() -> Arc<Admission> {
+    let eps = [EndpointConfig {
+        url: "http://u0:8000".into(),
+        name: None,
+        hook: None,
+        models: None,
+        role: Role::default(),
+    }];
+    let pool = Arc::new(UpstreamPool::new(&eps, RoutingKind::PhaseAware.policy(1.25)));
+    let cfg = AdmissionConfig { enabled: true, max_streams: Some(1), ..AdmissionConfig::default() };
+    let channel = HookChannel::new(&HookConfig::default(), reqwest::Client::new());
+    Arc::new(Admission::new(&cfg, 1, pool, Arc::new(Metrics::new()), channel, Arc::default()))
+}
+
+#[tokio::test]
+async fn only_a_request_that_queued_reports_a_wait_however_long_admission_took() {
+    let admission = one_slot();
+    let pump = Arc::clone(&admission).spawn_pump();
+    let admit = || admission.admit("m", None, Work::Think, Class::Interactive, (0, 1));
+    // Let straight through: no wait, whatever the clock read around the call (the hook's
+    // start target must not count a busy machine's descheduling as time in line).
+    let first = admit().await.unwrap();
+    assert_eq!(first.queued, Duration::ZERO, "let straight through");
+
+    // The slot is held: the next one queues until it is freed.
+    let queued = tokio::spawn({
+        let admission = Arc::clone(&admission);
+        async move { admission.admit("m", None, Work::Think, Class::Interactive, (0, 1)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert!(!queued.is_finished(), "the only slot is held");
+    drop(first);
+    let second = queued.await.unwrap().unwrap();
+    assert!(
+        second.queued >= Duration::from_millis(60),
+        "waited while the slot was held: {:?}",
+        second.queued
+    );
+    drop(second);
+    pump.abort();
+}

@@ -163,10 +163,9 @@ async fn serve(
     let listed = state.streams.list(&ctx);
     let first = match state.admission.enabled() {
         true => {
-            let queued = Instant::now();
             let admitted = admit(state, &ctx).await?;
-            prepared.waited_in_admission(&ctx, &body, &request, queued.elapsed())?;
-            Some(admitted)
+            prepared.waited_in_admission(&ctx, &body, &request, admitted.queued)?;
+            Some(admitted.guard)
         }
         false => None,
     };
@@ -198,7 +197,7 @@ async fn serve(
 }
 
 /// Waits for the request's turn at an upstream of its model (admission control on).
-async fn admit(state: &AppState, ctx: &RequestCtx) -> Result<crate::upstream::InFlight, ProxyError> {
+async fn admit(state: &AppState, ctx: &RequestCtx) -> Result<crate::admission::Admitted, ProxyError> {
     let waiting = spans::admission_span(ctx.span(), ctx.class.as_str());
     let admitted = state
         .admission

@@ -490,6 +490,20 @@ def test_reasoning_first_serves_the_answers_before_the_newest_prompt(tmp_path, m
         assert out.num_scheduled_tokens["long"] == 256 - 4, "the prompt takes what the others leave"
 
 
+def test_reasoning_first_under_kv_pressure_gives_up_the_thinker_not_a_paced_answer(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+):
+    # The answer runs ahead of a very slow reader and sits steps out, holding its blocks.
+    # Giving it up would cost its reader a stall while prompt, thought and answer are
+    # computed again, longer than its lead: the newest request not yet answering goes.
+    cfg = tmp_path / "meridian.toml"
+    cfg.write_text('[hook]\npolicy = "reasoning-first:reader_tokens_per_s=0.001,lead_tokens=2"\n')
+    monkeypatch.setenv("MERIDIAN_HOOK_CONFIG", str(cfg))
+    thinker, answerer = run_until_preemption(MeridianScheduler)
+    assert thinker.num_preemptions >= 1
+    assert answerer.num_preemptions == 0
+
+
 def test_output_first_never_paces_answers():
     e = answerer_beside_thinker(MeridianScheduler)
     for _ in range(5):

@@ -8,8 +8,13 @@ use crate::Phase;
 ///
 /// - Running order: thinking, then prefill, then answering; arrival order within each.
 /// - Waiting order: arrival order (preempted requests keep their place).
-/// - Victim: an answering request that is ahead of its reader (most recently arrived),
-///   else the most recently arrived request, as stock vLLM does.
+/// - Victim (KV blocks ran out): the most recently arrived request not yet answering,
+///   whose user sees nothing yet; with every running request answering, the most recently
+///   arrived one ahead of its reader, else the most recently arrived. A paced answer is
+///   not given up first: a preempted request resumes only after its prompt, thought and
+///   answer so far are computed again, in a cache still short, which takes longer than an
+///   answer's lead (on the real engine, set 15 of the policies page: giving up answers
+///   ahead of their reader took 66 of 136 preemptions and stalled a third of the answers).
 #[derive(Debug, Clone)]
 pub struct ReasoningFirst {
     pub reader_tokens_per_s: f64,
@@ -65,13 +70,13 @@ impl SchedulingPolicy for ReasoningFirst {
     }
 
     fn pick_victim(&mut self, running: &[RequestView], now_s: f64) -> usize {
-        let ahead = running
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| self.ahead_of_reader(r, now_s))
-            .max_by(|(_, a), (_, b)| by_arrival(a, b));
-        let latest = running.iter().enumerate().max_by(|(_, a), (_, b)| by_arrival(a, b));
-        ahead.or(latest).map_or(0, |(i, _)| i)
+        let latest_where = |keep: &dyn Fn(&RequestView) -> bool| {
+            running.iter().enumerate().filter(|(_, r)| keep(r)).max_by(|(_, a), (_, b)| by_arrival(a, b))
+        };
+        latest_where(&|r| r.phase != Phase::Output)
+            .or_else(|| latest_where(&|r| self.ahead_of_reader(r, now_s)))
+            .or_else(|| latest_where(&|_| true))
+            .map_or(0, |(i, _)| i)
     }
 
     fn defer(&mut self, request: &RequestView, now_s: f64) -> bool {
@@ -128,13 +133,21 @@ mod tests {
     }
 
     #[test]
-    fn victim_is_an_answer_ahead_of_its_reader_before_anyone_else() {
+    fn under_kv_pressure_a_request_not_yet_answering_is_given_up_before_any_answer() {
         let mut p = ReasoningFirst { reader_tokens_per_s: 10.0, lead_tokens: 5.0 };
-        let mut thinking = answering(9, 0, 0.0);
+        let mut thinking = answering(3, 0, 0.0);
         thinking.phase = Phase::Think;
-        let running = vec![answering(0, 100, 0.0), answering(1, 1, 0.0), thinking];
-        assert_eq!(p.pick_victim(&running, 1.0), 0);
-        let running = vec![answering(1, 1, 0.0), running[2].clone()];
-        assert_eq!(p.pick_victim(&running, 1.0), 1, "nobody ahead: the latest arrival");
+        thinking.think_ended_s = None;
+        let mut prefilling = thinking.clone();
+        prefilling.seq = 2;
+        prefilling.arrival_s = 2.0;
+        prefilling.phase = Phase::Pending;
+        // An answer far ahead of its reader, one not, a thinker and a newer prompt.
+        let running = vec![answering(0, 100, 0.0), answering(9, 1, 0.0), thinking, prefilling];
+        assert_eq!(p.pick_victim(&running, 1.0), 2, "the newest request whose user sees nothing yet");
+        let answers = vec![answering(0, 100, 0.0), answering(9, 1, 0.0)];
+        assert_eq!(p.pick_victim(&answers, 1.0), 0, "all answering: the one with tokens in hand");
+        let answers = vec![answering(0, 1, 0.0), answering(9, 1, 0.0)];
+        assert_eq!(p.pick_victim(&answers, 1.0), 1, "nobody ahead: the newest, as vLLM");
     }
 }

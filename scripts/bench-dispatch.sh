@@ -31,7 +31,8 @@ Policies:
 - `output-first:express=0,output_prefill_cap=512`: the first version of output-first
   (no express steps, a 512-token prefill cap), for comparison.
 - `reasoning-first` (after PASCAL): thinking first, answers paced to a 25 tokens/s
-  reader with a 50-token lead, answers ahead of their reader preempted first.
+  reader with a 50-token lead; under KV pressure the newest request not yet answering
+  preempted first, an answer only when everyone answers.
 - `slo-driven` (the shipped default, ADR 0010 and 0012): output-first's limits while the
   smoothed step time (every answer's inter-token latency) is above a 100 ms target and
   no request has waited over a second in the queue to start; vLLM's own order, with no
@@ -98,10 +99,13 @@ mechanisms behind them, not the numbers.
   ahead of them. The steps it frees go to thinking requests, but a step's cost is mostly
   fixed, so leaving a few answering requests out of a step barely shortens it. Its paced
   answers also keep the engine busy after the last arrival, which counts against its
-  throughput in a finite run. Its victim is an answer ahead of its reader, else the newest
-  arrival, and the hook puts the victim last in vLLM's running list, which vLLM serves in
-  order: so a newcomer computing its prompt comes after the answers, not before them, and
-  under KV pressure a paced answer is the one preempted (the twin schedules the same way).
+  throughput in a finite run. Its victim is the newest request not yet answering (with
+  everyone answering, the newest answer ahead of its reader, else the newest), and the
+  hook puts the victim last in vLLM's running list, which vLLM serves in order: so a
+  newcomer computing its prompt comes after the answers, not before them (the twin
+  schedules the same way). Until 2026-12-07 its victim was a paced answer; on the real
+  engine that stalled a third of the answers under KV pressure, because a preempted
+  answer resumes only after its whole context is computed again, longer than its lead.
   `slo-driven` runs as vLLM does while the smoothed step time is under 70 ms (70% of its
   100 ms target), so where steps are that short its rows match `fcfs`'s.
 - These are simulations: the cost model's step times come from datasheets and the

@@ -411,3 +411,32 @@ fn slo_driven_stops_capping_prompts_once_a_queued_start_has_waited_past_the_targ
     assert!(capped <= 6, "capped only until the queued start had waited 0.1 s: {chunks_guarded:?}");
     assert!(ttft_guarded < 0.95 * ttft_always, "it starts sooner: {ttft_guarded} s against {ttft_always} s");
 }
+
+#[test]
+fn a_paced_answer_runs_on_once_the_pool_has_no_block_to_spare_as_the_hook_lets_it() {
+    // a answers after one thought token, paced to a reader who reads nothing (a lead of 2
+    // tokens); b thinks for 12 tokens. The hook holds a paced answer out of a step
+    // only while every request it keeps has a free block to grow into: with the pool full,
+    // vLLM would have to preempt, so a runs on (and frees its blocks sooner).
+    let answer_tokens_while_b_thinks = |kv_blocks: u32| {
+        let config = EngineConfig { kv_blocks, block_size: 4, max_num_seqs: 8, max_num_batched_tokens: 32, ..tiny() };
+        let pacer = ReasoningFirst { reader_tokens_per_s: 0.0, lead_tokens: 2.0 };
+        let mut e = Engine::new(config, Box::new(pacer));
+        let a = e.submit(req("a", 3, 1, 8)).unwrap();
+        let b = e.submit(req("b", 3, 12, 1)).unwrap();
+        let mut answered = 0;
+        for _ in 0..200 {
+            let Some(s) = e.step() else { break };
+            if !s.preempted.is_empty() {
+                break;
+            }
+            answered += s.tokens.iter().filter(|t| t.seq == a && t.phase == Phase::Output).count();
+            if s.tokens.iter().any(|t| t.seq == b && t.phase == Phase::Output) {
+                break; // b's thought is over
+            }
+        }
+        answered
+    };
+    assert_eq!(answer_tokens_while_b_thinks(1000), 2, "blocks to spare: a waits for its reader");
+    assert!(answer_tokens_while_b_thinks(5) > 2, "none to spare once b grows: a runs on");
+}

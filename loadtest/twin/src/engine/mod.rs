@@ -22,6 +22,7 @@
 //! does (at least its last token is computed again); freed blocks stay cached until the
 //! pool's eviction order gives their space away.
 
+mod hold;
 mod request;
 
 use std::collections::{HashMap, VecDeque};
@@ -334,27 +335,25 @@ impl Engine {
         self.policy.observe_waiting(self.oldest_waiting_start());
         let limits = self.policy.step_limits(&views, now);
         self.victim_last(views, limits.max_prefill_tokens.is_some_and(|cap| cap > 0), now);
+        let holds = self.holds(&limits, now);
+        if !holds.seqs.is_empty() {
+            self.running.retain(|s| !holds.seqs.contains(s));
+        }
+        // A cap of no prompt tokens holds the prompts out (above) or, when nobody may be
+        // held, only stops admissions: the running prompts then compute their chunks.
+        let prompts_held = limits.max_prefill_tokens == Some(0);
         let mut prefill_left = limits.max_prefill_tokens.unwrap_or(u32::MAX);
-        let mut think_left = limits.max_think_decodes.unwrap_or(u32::MAX);
-        // The earliest time a request the policy paced this step may run again.
-        let mut resume_s: Option<f64> = None;
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
             let seq = self.running[i];
             let r = &self.requests[&seq];
             let missing = r.tokens_needed() - r.computed;
             let prefilling = missing > 1;
-            let thinking = !prefilling && r.phase() == Phase::Think;
             let mut n_new = missing.min(budget);
-            if prefilling {
+            if prefilling && !prompts_held {
                 n_new = n_new.min(prefill_left);
             }
-            let view = r.view();
-            let deferred = !prefilling && self.policy.defer(&view, now);
-            if deferred && let Some(t) = self.policy.deferred_until(&view, now) {
-                resume_s = Some(resume_s.map_or(t, |r| r.min(t)));
-            }
-            if n_new == 0 || (thinking && think_left == 0) || deferred {
+            if n_new == 0 {
                 i += 1; // sits this step out
                 continue;
             }
@@ -362,19 +361,18 @@ impl Engine {
                 report.scheduled.push((seq, n_new));
                 budget -= n_new;
                 if prefilling {
-                    prefill_left -= n_new;
-                }
-                if thinking {
-                    think_left -= 1;
+                    prefill_left = prefill_left.saturating_sub(n_new);
                 }
                 i += 1;
             }
         }
         if report.preempted.is_empty() {
-            self.admit_waiting(&mut budget, &mut prefill_left, now, &mut report);
+            self.admit_waiting(&mut budget, &mut prefill_left, holds.seqs.len(), now, &mut report);
         }
+        // Held requests are still running: back at the list's end, as the hook puts them.
+        self.running.extend(&holds.seqs);
         if report.scheduled.is_empty() {
-            return Some(self.idle(report, resume_s, wake_s));
+            return Some(self.idle(report, holds.resume_s, wake_s));
         }
         if limits.max_prefill_tokens.is_some() {
             self.prefill_capped_steps += 1;
@@ -475,14 +473,22 @@ impl Engine {
         self.preemptions += 1;
     }
 
-    fn admit_waiting(&mut self, budget: &mut u32, prefill_left: &mut u32, now: f64, report: &mut StepReport) {
+    /// `slots_held`: running requests held out of the step, whose sequence slots stay taken.
+    fn admit_waiting(
+        &mut self,
+        budget: &mut u32,
+        prefill_left: &mut u32,
+        slots_held: usize,
+        now: f64,
+        report: &mut StepReport,
+    ) {
         let mut views: Vec<_> = self.waiting.iter().map(|s| self.requests[s].view()).collect();
         self.policy.order_waiting(&mut views, now);
         self.waiting = views.into_iter().map(|v| v.seq).collect();
         let caching = self.config.prefix_cache.is_some();
         let block_size = self.pool.block_size();
         while let Some(&seq) = self.waiting.front() {
-            if *budget == 0 || *prefill_left == 0 || self.running.len() >= self.config.max_num_seqs as usize {
+            if *budget == 0 || *prefill_left == 0 || self.running.len() + slots_held >= self.config.max_num_seqs as usize {
                 break;
             }
             let Some(r) = self.requests.get_mut(&seq) else { break };

@@ -488,6 +488,7 @@ def run_once(s: Setup, r: Rig, w: Workload, load: float, rnd: int, config: str, 
                     if k.startswith(("meridian_hook_preemptions_total",
                                      "meridian_hook_express_steps_total",
                                      "meridian_hook_prefill_capped_steps_total",
+                                     "meridian_hook_paced_answers_total",
                                      "meridian_hook_schedule_steps_total"))}}
     summ = run["summary"]
     pace = run["drift"]["pace"]

@@ -144,12 +144,14 @@ def reference_note(raw_dir: Path, workload: str, rounds: set[int], scales: dict[
 def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: int, stretch=None,
             measured: tuple[dict, dict] | None = None, scales: dict[int, float] | None = None,
             limits: dict[tuple, tuple[int, int]] | None = None, standing: dict | None = None,
-            at_load: bool = False, stall_counts: dict[str, dict[str, int]] | None = None) -> list[str]:
+            at_load: bool = False, stall_counts: dict[str, dict[str, int]] | None = None,
+            sat_out: dict[tuple, tuple[int, int]] | None = None) -> list[str]:
     """The page's section for one workload x load; `measured`: what `read` gives for it,
     when the caller has read it already; `scales`: {round: its reference's pace match}
     (`slo.pace_scales`), without which each reference judges as measured; `limits`:
     `regime.limited_steps` for the set; `standing`: `speed.standings` for the set;
-    `stall_counts`: the answers' stalls by cause (`stalls.tally`). With
+    `stall_counts`: the answers' stalls by cause (`stalls.tally`); `sat_out`:
+    `regime.Readings.sat_out` for the set. With
     `at_load`, only the rounds whose stock run stood at the load on its own machine
     (`speed.off_load`), under their own heading and without the twin's columns (its
     replays stand for every round)."""
@@ -279,7 +281,7 @@ def section(data: dict, raw_dir: Path, workload: str, load: float, resamples: in
         return lines
     decode_ms = (data.get("step_shape") or {}).get("decode_ms")
     lines += TP.section(raw_dir.parent, workload, load, tables, runs, decode_ms / 1000 if decode_ms else None,
-                       limits=limits)
+                       limits=limits, sat_out=sat_out)
     return lines
 
 
@@ -473,7 +475,7 @@ def set_section(set_dir: Path, resamples: int, readme: list[str] | None = None) 
         for load in w["loads"]:
             found = stalls.tally(by_load[load][0], readings.ends, starts, w["name"], load) if readings else None
             lines += section(data, raw_dir, w["name"], load, resamples, stretch, by_load[load], scales[load], limits,
-                             standing, stall_counts=found)
+                             standing, stall_counts=found, sat_out=readings.sat_out if readings else None)
             # (Rounds that stood off this load; `off` above is the references run off pace.)
             stood_off = speed.off_load(standing, w["name"], load)
             if stood_off and len(set(by_load[load][0].get("stock", {})) - stood_off) >= 2:

@@ -12,7 +12,7 @@ import gzip
 import json
 import statistics
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import stalls
@@ -189,6 +189,11 @@ class Readings:
     limits: dict[tuple, tuple[int, int]]
     #: {run key: its engine's step completions} (`stalls.completions`), for the stalls.
     ends: dict[tuple, list[tuple[float, bool | None]]]
+    #: {run key: (running requests that computed nothing in a step, running requests)},
+    #: summed over a hooked run's steps: how often its policy held requests out (paced
+    #: answers, thinkers past a cap, prompts in a step that computes none) or the step's
+    #: budget did not reach them.
+    sat_out: dict[tuple, tuple[int, int]] = field(default_factory=dict)
 
 
 def run_readings(set_dir: Path, data: dict) -> Readings:
@@ -200,18 +205,25 @@ def run_readings(set_dir: Path, data: dict) -> Readings:
     pace_of = run_machines(set_dir, data)
     ratios: dict[tuple, list[float]] = {}
     limited: dict[tuple, list[int]] = {}
+    sat: dict[tuple, list[int]] = {}
     ends: dict[tuple, list[tuple[float, bool | None]]] = {}
     for run, st in run_steps(set_dir, data):
         if run[0] not in STOCK_ENGINE:
             counts = limited.setdefault(run, [0, 0])
             counts[0] += st.get("prefill_cap") is not None
             counts[1] += 1
+            if st.get("running"):
+                # `running` is read after scheduling, the held requests back in the list.
+                seats = sat.setdefault(run, [0, 0])
+                seats[0] += max(0, st["running"] - st.get("decode_reqs", 0) - st.get("prefill_reqs", 0))
+                seats[1] += st["running"]
         if fitted is not None and not st.get("prefill_tokens") and st.get("decode_reqs") and st.get("step_s"):
             ratios.setdefault(run, []).append(st["step_s"] / (fitted(st) * pace_of.get(run, 1.0)))
         if st.get("step_s") is not None:
             ends.setdefault(run, []).append(stalls.completion(st))
     return Readings(ratios if fitted is not None else None, {run: (a, b) for run, (a, b) in limited.items()},
-                    {run: sorted(done, key=lambda c: c[0]) for run, done in ends.items()})
+                    {run: sorted(done, key=lambda c: c[0]) for run, done in ends.items()},
+                    {run: (a, b) for run, (a, b) in sat.items()})
 
 
 def machine_paces(set_dir: Path) -> dict[str, float]:

@@ -85,7 +85,8 @@ def spread_clause(spread: dict | None) -> str:
 
 def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple], runs: dict,
             decode_s: float | None, resamples: int = 200,
-            limits: dict[tuple, tuple[int, int]] | None = None) -> list[str]:
+            limits: dict[tuple, tuple[int, int]] | None = None,
+            sat_out: dict[tuple, tuple[int, int]] | None = None) -> list[str]:
     """The page's lines for one workload x load: per configuration and metric, the
     measured paired ratio, the twin's on the rig (the same requests), whether they
     agree, and each card's forecast with the rig's residual as its error bar. `measured`
@@ -93,7 +94,8 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
     measured requests it read them from, `decode_s` the rig's decode step of one request
     (the set's step shape), below which a TTOT is delivery's doing (`delivery_lines`);
     `limits`: the measured runs' capped steps (`regime.limited_steps`), set beside the
-    twin's (`capping_lines`)."""
+    twin's (`capping_lines`); `sat_out`: the measured runs' running requests that sat
+    steps out (`regime.Readings.sat_out`), set beside the twin's (`sitting_lines`)."""
     from .sets import read
 
     twin_dir = set_dir / "twin"
@@ -204,6 +206,7 @@ def section(set_dir: Path, workload: str, load: float, measured: dict[str, tuple
               "GPU forecast yet: its bracket says how far off the twin was, not where the GPU will be.", ""]
     lines += pace_lines(summary.get("paces", {}), workload, load, paced_tally, paced_misses)
     lines += capping_lines(limits or {}, twin_capped(twin_dir / "rig", workload, load), workload, load)
+    lines += sitting_lines(sat_out or {}, twin_sat_out(twin_dir / "rig", workload, load), workload, load)
     if decode_s:
         lines += delivery_lines(runs, rig_runs, decode_s)
     return lines
@@ -302,10 +305,10 @@ def pace_lines(paces: dict[str, float], workload: str, load: float, tally: list[
             "runs stepped faster or slower than stock's in every round points to.", ""]
 
 
-def twin_capped(rig_dir: Path, workload: str, load: float) -> dict[str, dict[int, tuple[int, int]]]:
-    """{config: {round: (steps the twin ran under its policy's prefill cap, steps)}} from
-    the replays in `rig_dir` (files named as the measured runs); replays written before
-    the twin counted them are left out."""
+def _replay_counts(rig_dir: Path, workload: str, load: float, count) -> dict[str, dict[int, tuple[int, int]]]:
+    """{config: {round: count(head)}} over the replays in `rig_dir` (files named as the
+    measured runs) whose head `count` reads (None: a replay written before the twin
+    counted it, left out)."""
     prefix = f"{workload}-{load:g}-"
     out: dict = {}
     for f in sorted(rig_dir.glob(f"{prefix}*.json.gz")):
@@ -313,10 +316,56 @@ def twin_capped(rig_dir: Path, workload: str, load: float) -> dict[str, dict[int
         if not rnd.isdigit() or not config:
             continue
         with gzip.open(f, "rt") as fh:
-            head = json.load(fh)
-        if "prefill_capped_steps" in head and head.get("steps"):
-            out.setdefault(config, {})[int(rnd)] = (int(head["prefill_capped_steps"]), int(head["steps"]))
+            counted = count(json.load(fh))
+        if counted is not None:
+            out.setdefault(config, {})[int(rnd)] = counted
     return out
+
+
+def twin_capped(rig_dir: Path, workload: str, load: float) -> dict[str, dict[int, tuple[int, int]]]:
+    """{config: {round: (steps the twin ran under its policy's prefill cap, steps)}} from
+    the replays in `rig_dir`; replays written before the twin counted them are left out."""
+    return _replay_counts(rig_dir, workload, load, lambda head: (
+        (int(head["prefill_capped_steps"]), int(head["steps"]))
+        if "prefill_capped_steps" in head and head.get("steps") else None))
+
+
+def twin_sat_out(rig_dir: Path, workload: str, load: float) -> dict[str, dict[int, tuple[int, int]]]:
+    """{config: {round: (running requests that sat a step out, running requests)}} summed
+    over the twin's steps (`request_steps` of its replays in `rig_dir`); replays written
+    before the twin counted them are left out."""
+    def count(head: dict) -> tuple[int, int] | None:
+        steps = head.get("request_steps") or {}
+        return (int(steps["sat_out"]), int(steps["running"])) if steps.get("running") else None
+    return _replay_counts(rig_dir, workload, load, count)
+
+
+def _pooled(measured: dict[tuple, tuple[int, int]], twin: dict[str, dict[int, tuple[int, int]]],
+            workload: str, load: float):
+    """(config, measured share, twin share, rounds) for each configuration, its counts
+    pooled over the rounds both sides have, where either side counted any."""
+    for config, by_round in twin.items():
+        mine = {key[3]: v for key, v in measured.items()
+                if key[0] == config and key[1] == workload and key[2] == load and v[1]}
+        both = sorted(set(mine) & set(by_round))
+        if not both:
+            continue
+        m_part, m_all = (sum(mine[r][i] for r in both) for i in (0, 1))
+        t_part, t_all = (sum(by_round[r][i] for r in both) for i in (0, 1))
+        if (m_part or t_part) and m_all and t_all:
+            yield config, m_part / m_all, t_part / t_all, len(both)
+
+
+def _directions(shares: list[tuple]) -> tuple[list[str], list[str]]:
+    """The configurations whose twin share is over a tenth above the measured one, and
+    those over a tenth below (within a tenth, neither way is claimed)."""
+    more = [c for c, m, t, _ in shares if t > 1.1 * m]
+    fewer = [c for c, m, t, _ in shares if t < m / 1.1]
+    return more, fewer
+
+
+def _rounds(n: int) -> str:
+    return f"{n} round{'s' if n > 1 else ''}"
 
 
 def capping_lines(measured: dict[tuple, tuple[int, int]], twin: dict[str, dict[int, tuple[int, int]]],
@@ -326,27 +375,11 @@ def capping_lines(measured: dict[tuple, tuple[int, int]], twin: dict[str, dict[i
     engine's step time (slo-driven) acts only as often as its steps run slow, so a twin
     whose steps run faster than the engine's protects less often and predicts smaller
     effects, costs included."""
-    parts, more, fewer = [], [], []
-    for config, by_round in twin.items():
-        mine = {key[3]: v for key, v in measured.items()
-                if key[0] == config and key[1] == workload and key[2] == load and v[1]}
-        both = sorted(set(mine) & set(by_round))
-        if not both:
-            continue
-        m_capped, m_steps = (sum(mine[r][i] for r in both) for i in (0, 1))
-        t_capped, t_steps = (sum(by_round[r][i] for r in both) for i in (0, 1))
-        if not m_capped and not t_capped:
-            continue
-        m_share, t_share = m_capped / m_steps, t_capped / t_steps
-        parts.append(f"{config} {m_share:.1%} measured, {t_share:.1%} in the twin "
-                     f"({len(both)} round{'s' if len(both) > 1 else ''})")
-        # Within a tenth of each other the two protect about as often; beyond it, say which way.
-        if t_share > 1.1 * m_share:
-            more.append(config)
-        elif t_share < m_share / 1.1:
-            fewer.append(config)
-    if not parts:
+    shares = list(_pooled(measured, twin, workload, load))
+    if not shares:
         return []
+    parts = [f"{c} {m:.1%} measured, {t:.1%} in the twin ({_rounds(n)})" for c, m, t, n in shares]
+    more, fewer = _directions(shares)
     verdict = []
     if more:
         verdict.append(f"the twin caps more often than the engine did for {', '.join(more)}, so there it "
@@ -360,6 +393,36 @@ def capping_lines(measured: dict[tuple, tuple[int, int]], twin: dict[str, dict[i
             "pooled over the rounds both sides have (the engine's step traces; the twin's replays of the same "
             "requests): " + "; ".join(parts) + ". A policy that caps only while steps run slow (slo-driven) "
             "acts as often as its engine's steps are slow: " + "; ".join(verdict) + ".", ""]
+
+
+def sitting_lines(measured: dict[tuple, tuple[int, int]], twin: dict[str, dict[int, tuple[int, int]]],
+                  workload: str, load: float) -> list[str]:
+    """How often a running request sat a step out (an answer paced to its reader, a
+    thinker past the think cap, a prompt in a step that computes none), in the engine and
+    in the twin on the same requests, pooled over the rounds both have: a twin that holds
+    requests out more often than the hook did over-states what holding costs (the blocks
+    a held answer keeps, the steps it waits) as well as what it gains."""
+    shares = list(_pooled(measured, twin, workload, load))
+    if not shares:
+        return []
+    parts = [f"{c} {m:.1%} measured, {t:.1%} in the twin ({_rounds(n)})" for c, m, t, n in shares]
+    more, fewer = _directions(shares)
+    verdict = []
+    if more:
+        verdict.append(f"the twin holds requests out more often than the hook did for {', '.join(more)}, so "
+                       "there it over-states what holding costs (the KV blocks a held answer keeps, the steps "
+                       "it waits) as well as what it gains")
+    if fewer:
+        verdict.append(f"the twin holds requests out less often than the hook did for {', '.join(fewer)}, so "
+                       "there it under-states what holding costs as well as what it gains")
+    if not verdict:
+        verdict.append("the twin holds requests out about as often as the hook did (within a tenth)")
+    return ["**How often running requests sat steps out, engine and twin.** Of the running requests summed "
+            "over the steps, those that computed nothing (an answer paced to its reader, a thinker past the "
+            "think cap, a prompt in a step that computes none, or one the step's budget did not reach), "
+            "pooled over the rounds both sides have (the engine's step traces: `running` against the "
+            "requests a step scheduled; the twin's replays of the same requests): " + "; ".join(parts)
+            + ": " + "; ".join(verdict) + ".", ""]
 
 
 def late_thought_shares(runs: dict[str, dict[int, list[dict]]], floor_s: float) -> dict[str, tuple[float, int]]:

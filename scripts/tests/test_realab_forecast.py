@@ -198,6 +198,32 @@ def test_how_often_the_policy_capped_is_set_beside_the_twins_count(tmp_path: Pat
     assert TP.capping_lines(measured, {}, "long", 0.9) == []
 
 
+def test_how_often_requests_sat_steps_out_is_set_beside_the_twins_count(tmp_path: Path):
+    # Replays carry the twin's running and sat-out request-steps; the engine's come from
+    # its step traces (`regime.Readings.sat_out`).
+    rig = tmp_path / "rig"
+    rig.mkdir()
+    for rnd, sat in ((0, 300), (1, 500)):
+        F._write(rig / f"kv-0.9-{rnd}-hook-reasoning-first.json.gz",
+                 {"steps": 1000, "request_steps": {"running": 2000, "sat_out": sat}, "runs": []})
+        F._write(rig / f"kv-0.9-{rnd}-stock.json.gz",
+                 {"steps": 900, "request_steps": {"running": 1800, "sat_out": 0}, "runs": []})
+    # A replay written before the twin counted is left out, not read as none held.
+    F._write(rig / "kv-0.9-2-hook-reasoning-first.json.gz", {"steps": 1000, "runs": []})
+    twin = TP.twin_sat_out(rig, "kv", 0.9)
+    assert twin == {"hook-reasoning-first": {0: (300, 2000), 1: (500, 2000)}, "stock": {0: (0, 1800), 1: (0, 1800)}}
+    measured = {("hook-reasoning-first", "kv", 0.9, 0): (100, 1000), ("hook-reasoning-first", "kv", 0.9, 1): (120, 1000),
+                ("hook-reasoning-first", "kv", 0.9, 2): (900, 1000)}
+    text = " ".join(TP.sitting_lines(measured, twin, "kv", 0.9))
+    # Rounds 0 and 1: 220 of 2,000 measured, 800 of 4,000 in the twin; stock is not counted.
+    assert "hook-reasoning-first 11.0% measured, 20.0% in the twin (2 rounds)" in text
+    assert "the twin holds requests out more often than the hook did for hook-reasoning-first" in text
+    assert "over-states" in text and "under-states" not in text and "stock" not in text
+    even = {"hook-reasoning-first": {0: (110, 1000), 1: (110, 1000)}}
+    assert "about as often" in " ".join(TP.sitting_lines(measured, even, "kv", 0.9))
+    assert TP.sitting_lines(measured, {}, "kv", 0.9) == []
+
+
 def test_a_twin_replayed_at_each_runs_pace_is_judged_beside_the_one_pace_twin(tmp_path: Path):
     # The engine measured 0.6 for the hook; the twin at one pace says 0.9 (a miss); the
     # hook's run stepped a third faster than stock's, and the twin replayed at that pace

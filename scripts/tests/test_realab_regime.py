@@ -237,6 +237,23 @@ def test_how_often_the_hooks_limits_were_in_force_is_counted_run_by_run(tmp_path
     assert "hook under 1% (round 4)" in " ".join(traced.limits_lines(rare, "mix", 0.9, ["hook"], {}))
 
 
+def test_how_often_running_requests_sat_steps_out_is_counted_run_by_run(tmp_path: Path):
+    # `running` is read after scheduling, the requests the hook held out back in the list:
+    # a step that ran 6 of 8 running requests held 2 out.
+    def step(t: float, running: int, decodes: int, prefills: int = 0) -> str:
+        return json.dumps({"t": t, "tokens": decodes + 64 * prefills, "prefill_tokens": 64 * prefills,
+                           "decode_reqs": decodes, "prefill_reqs": prefills, "decode_context": 100,
+                           "step_s": 0.01, "prefill_cap": None, "running": running}) + "\n"
+    hooked = [step(10 + i * 0.01, 8, 6 if i % 2 else 7, 1 if i % 2 == 0 else 0) for i in range(40)]
+    set_dir = traced_set(tmp_path, {"hook-reasoning-first@w1": hooked, "stock-w1": [step(10, 8, 8)]})
+    runs = [{"config": "hook-reasoning-first", "workload": "kv", "load": 0.9, "round": 0, "window": [10, 11],
+             "work": "w1"},
+            {"config": "stock", "workload": "kv", "load": 0.9, "round": 0, "window": [10, 11], "work": "w1"}]
+    sat = regime.run_readings(set_dir, {"runs": runs}).sat_out
+    # 20 steps ran 7 + 1 prompt (none out), 20 ran 6 (2 out): 40 of 320; stock is not counted.
+    assert sat == {("hook-reasoning-first", "kv", 0.9, 0): (40, 320)}
+
+
 def test_the_shipped_defaults_engine_trace_is_kept_beside_the_named_policies(tmp_path: Path):
     from realab import forecast
     work = tmp_path / "realab-w1"

@@ -181,11 +181,8 @@ impl KvPool {
     /// (ingested blocks apart, as vLLM counts a connector's tokens apart). `None`, and
     /// nothing changed, when the pool cannot hold it.
     pub fn admit(&mut self, hashes: &[BlockHash], blocks: u32, query_tokens: u32) -> Option<Held> {
-        let hits = self.cached_prefix(hashes).min(blocks);
-        let hit_ids: SmallVec<[u32; 16]> =
-            hashes[..hits as usize].iter().filter_map(|h| self.cached.get(h).map(|ids| ids[0])).collect();
-        let free_hits = hit_ids.iter().filter(|id| self.blocks[**id as usize].refs == 0).count() as u32;
-        if blocks - hits > self.free() - free_hits {
+        let (hits, hit_ids) = self.hit_blocks(hashes, blocks);
+        if !self.room_for(blocks, hits, &hit_ids) {
             return None;
         }
         let rest = &hashes[(hits as usize).min(hashes.len())..];
@@ -208,6 +205,31 @@ impl KvPool {
         self.counters.hit_tokens += u64::from((hits * self.block_size).min(query_tokens));
         self.counters.ingested += u64::from(ingested);
         Some(held)
+    }
+
+    /// Whether [`KvPool::admit`] could take `blocks` blocks whose full blocks are named
+    /// `hashes`, changing nothing: vLLM's gate for a request it takes from the waiting
+    /// queue (`scheduler_reserve_full_isl`, on by default), which asks room for the whole
+    /// sequence so far, prompt and tokens generated, though it allocates the first chunk.
+    pub fn fits(&self, hashes: &[BlockHash], blocks: u32) -> bool {
+        let (hits, hit_ids) = self.hit_blocks(hashes, blocks);
+        self.room_for(blocks, hits, &hit_ids)
+    }
+
+    /// The cached blocks the first of `hashes` name, in a row from the first (at most
+    /// `blocks`): how many, and their ids.
+    fn hit_blocks(&self, hashes: &[BlockHash], blocks: u32) -> (u32, SmallVec<[u32; 16]>) {
+        let hits = self.cached_prefix(hashes).min(blocks);
+        let ids =
+            hashes[..hits as usize].iter().filter_map(|h| self.cached.get(h).map(|ids| ids[0])).collect();
+        (hits, ids)
+    }
+
+    /// Whether `blocks` blocks, `hits` of them the cached `hit_ids`, can be held: a hit
+    /// block no request holds comes out of the free blocks like a fresh one.
+    fn room_for(&self, blocks: u32, hits: u32, hit_ids: &[u32]) -> bool {
+        let free_hits = hit_ids.iter().filter(|id| self.blocks[**id as usize].refs == 0).count() as u32;
+        blocks - hits <= self.free() - free_hits
     }
 
     /// Adds `n` fresh blocks to `held` (a request that grew); false, and nothing

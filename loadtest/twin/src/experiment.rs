@@ -12,7 +12,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand_distr::{Distribution, Exp};
 
-use crate::engine::{Engine, EngineConfig, NewRequest, Token};
+use crate::engine::{Engine, EngineConfig, NewRequest, RequestSteps, Token};
 use crate::workload::{Workload, WorkloadSpec};
 
 /// One request's timings, in seconds of engine time from its arrival, as
@@ -60,6 +60,9 @@ pub struct ExperimentResult {
     pub output_critical_preemptions: u64,
     /// Steps run under a policy's prefill cap (`Engine::prefill_capped_steps`).
     pub prefill_capped_steps: u64,
+    /// Running requests over the steps, and those that sat steps out
+    /// (`Engine::request_steps`).
+    pub request_steps: RequestSteps,
     /// Wall-clock seconds the simulation took.
     pub wall_s: f64,
 }
@@ -187,6 +190,7 @@ pub fn run_arrivals(
         preemptions: engine.preemptions(),
         output_critical_preemptions: engine.output_critical_preemptions(),
         prefill_capped_steps: engine.prefill_capped_steps(),
+        request_steps: engine.request_steps(),
         wall_s: started.elapsed().as_secs_f64(),
     }
 }

@@ -102,6 +102,7 @@ fn report(policy: &str, requests: &[Replayed], res: &ExperimentResult) -> Value 
         "preemptions": res.preemptions,
         "output_critical_preemptions": res.output_critical_preemptions,
         "prefill_capped_steps": res.prefill_capped_steps,
+        "request_steps": {"running": res.request_steps.running, "sat_out": res.request_steps.sat_out},
         "total_token_throughput": res.total_token_throughput(),
         "runs": [{"requests": out}],
     })
@@ -175,6 +176,22 @@ mod tests {
         let capped = hooked["prefill_capped_steps"].as_u64().expect("a count");
         let steps = hooked["steps"].as_u64().expect("a count");
         assert!(capped >= 10 && capped <= steps, "{capped} of {steps} steps capped");
+    }
+
+    #[test]
+    fn the_replay_counts_the_request_steps_a_paced_answer_sat_out() {
+        // One request answers 40 tokens, paced to a reader of 10 tokens/s after a 5-token
+        // lead; tiny-test's steps take about 10 ms, so it sits out most steps while a
+        // second request thinks. vLLM's order lets every running request compute.
+        let reqs = requests_of(&report_of(&[(0, 0.0, 4, 1, 40), (1, 0.0, 4, 60, 1)])).expect("a report");
+        let sat_out = |policy: &str| {
+            let out = replay(tiny(), policy_by_name(policy).expect("policy"), &reqs);
+            let steps = &out["request_steps"];
+            (steps["sat_out"].as_u64().expect("a count"), steps["running"].as_u64().expect("a count"))
+        };
+        assert_eq!(sat_out("fcfs").0, 0);
+        let (paced, running) = sat_out("reasoning-first:reader_tokens_per_s=10,lead_tokens=5");
+        assert!(paced >= 30 && paced < running, "{paced} of {running} request-steps sat out");
     }
 
     #[test]

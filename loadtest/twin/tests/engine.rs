@@ -419,7 +419,8 @@ fn a_paced_answer_runs_on_once_the_pool_has_no_block_to_spare_as_the_hook_lets_i
     // only while every request it keeps has a free block to grow into: with the pool full,
     // vLLM would have to preempt, so a runs on (and frees its blocks sooner).
     let answer_tokens_while_b_thinks = |kv_blocks: u32| {
-        let config = EngineConfig { kv_blocks, block_size: 4, max_num_seqs: 8, max_num_batched_tokens: 32, ..tiny() };
+        let config =
+            EngineConfig { kv_blocks, block_size: 4, max_num_seqs: 8, max_num_batched_tokens: 32, ..tiny() };
         let pacer = ReasoningFirst { reader_tokens_per_s: 0.0, lead_tokens: 2.0 };
         let mut e = Engine::new(config, Box::new(pacer));
         let a = e.submit(req("a", 3, 1, 8)).unwrap();
@@ -439,4 +440,27 @@ fn a_paced_answer_runs_on_once_the_pool_has_no_block_to_spare_as_the_hook_lets_i
     };
     assert_eq!(answer_tokens_while_b_thinks(1000), 2, "blocks to spare: a waits for its reader");
     assert!(answer_tokens_while_b_thinks(5) > 2, "none to spare once b grows: a runs on");
+}
+
+#[test]
+fn a_waiting_request_goes_in_only_with_room_for_its_whole_sequence_as_vllm_admits() {
+    // 6 blocks of 4 tokens, 8 tokens a step. a (8 + 4 tokens) holds 3 blocks once it
+    // decodes; b's 16-token prompt would start with a chunk of 2 blocks, which fit, but
+    // vLLM (`scheduler_reserve_full_isl`, its default) admits it only with room for all 4:
+    // it waits for a instead of going in, running short and being preempted.
+    let mut e = Engine::new(EngineConfig { max_num_batched_tokens: 8, ..tight() }, Box::new(Fcfs));
+    let a = e.submit(req("a", 8, 4, 0)).unwrap();
+    let b = e.submit(req("b", 16, 1, 0)).unwrap();
+    let (mut a_done, mut b_started, mut step) = (None, None, 0);
+    while let Some(s) = e.step() {
+        step += 1;
+        assert!(s.preempted.is_empty(), "step {step} preempted {:?}", s.preempted);
+        if s.tokens.iter().any(|t| t.seq == a && t.last) {
+            a_done = Some(step);
+        }
+        if b_started.is_none() && s.scheduled.iter().any(|&(seq, _)| seq == b) {
+            b_started = Some(step);
+        }
+    }
+    assert!(b_started > a_done, "b went in at step {b_started:?}, a finished at {a_done:?}");
 }

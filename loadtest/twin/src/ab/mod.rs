@@ -317,6 +317,7 @@ mod tests {
             preemptions: 0,
             output_critical_preemptions: 0,
             prefill_capped_steps: 0,
+            request_steps: Default::default(),
             wall_s: 0.0,
         }
     }

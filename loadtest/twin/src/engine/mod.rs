@@ -6,7 +6,8 @@
 //! choice; stock: the last running request) is preempted with recompute: its blocks are
 //! freed and it returns to the front of the waiting queue with nothing computed. Waiting
 //! requests are admitted only in steps without preemption, while budget, sequence slots
-//! and blocks last. The step's duration comes from the cost model; a request whose KV
+//! and blocks last, and only with room for the whole sequence so far (vLLM's default
+//! `scheduler_reserve_full_isl`), though a request takes the blocks of its first chunk. The step's duration comes from the cost model; a request whose KV
 //! catches up with its tokens samples one token at the end of the step.
 //!
 //! A step in which nothing can run (every held request paced by the policy or held by
@@ -23,6 +24,7 @@
 //! pool's eviction order gives their space away.
 
 mod hold;
+mod outcome;
 mod request;
 
 use std::collections::{HashMap, VecDeque};
@@ -31,6 +33,7 @@ use meridian_core::Phase;
 use meridian_core::sched::SchedulingPolicy;
 
 pub use meridian_core::kv::{Eviction, PrefixCounters};
+pub use outcome::{RequestSteps, StepReport, SubmitError, Token};
 pub use request::{NewRequest, TokenIds};
 use request::{SimRequest, State};
 
@@ -68,51 +71,9 @@ impl From<&Profile> for EngineConfig {
     }
 }
 
-/// One sampled token.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Token {
-    pub seq: u64,
-    /// 0-based position in the generation.
-    pub index: u32,
-    pub phase: Phase,
-    /// The end-of-thought delimiter (phase `Think`): it costs a step like any token, but
-    /// the reasoning parser swallows it, so a client sees nothing for it.
-    pub ends_thought: bool,
-    /// Engine time at the end of the step that produced it.
-    pub at_s: f64,
-    /// This token ends the generation.
-    pub last: bool,
-}
-
 /// The shortest idle step: the clock always moves, so a deferral that lapses "now" only
 /// up to rounding is asked about again a microsecond later instead of forever.
 const MIN_IDLE_S: f64 = 1e-6;
-
-/// What one step did. An idle step schedules nothing, samples nothing, and lasts until
-/// the policy may let a request run again.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct StepReport {
-    pub started_s: f64,
-    pub duration_s: f64,
-    /// (seq, tokens computed this step) in schedule order.
-    pub scheduled: Vec<(u64, u32)>,
-    pub tokens: Vec<Token>,
-    pub preempted: Vec<u64>,
-    /// (seq, prompt and earlier tokens found in the prefix cache) for each request taken
-    /// from the waiting queue this step, when the prefix cache is on.
-    pub prefix_hits: Vec<(u64, u32)>,
-}
-
-/// Why a request was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SubmitError {
-    #[error(
-        "prompt of {prompt} tokens plus {generated} generated cannot fit in {blocks} KV blocks of {block_size}"
-    )]
-    TooLong { prompt: u32, generated: u32, blocks: u32, block_size: u32 },
-    #[error("a request must generate at least one token")]
-    Empty,
-}
 
 pub struct Engine {
     config: EngineConfig,
@@ -129,6 +90,10 @@ pub struct Engine {
     /// prompt was there to cap): the step trace's `prefill_cap`, which the rig's pages
     /// count per run, so twin and engine can be compared on how often a policy protected.
     prefill_capped_steps: u64,
+    /// Over the steps that computed something: the running requests (held ones
+    /// included) and those among them that computed nothing, as the rig's step trace
+    /// counts `running` against the requests a step scheduled.
+    request_steps: RequestSteps,
     steps: u64,
 }
 
@@ -152,6 +117,7 @@ impl Engine {
             preemptions: 0,
             output_critical_preemptions: 0,
             prefill_capped_steps: 0,
+            request_steps: RequestSteps::default(),
             steps: 0,
         }
     }
@@ -226,6 +192,12 @@ impl Engine {
     /// Steps (idle ones aside) run under a policy's prefill cap.
     pub fn prefill_capped_steps(&self) -> u64 {
         self.prefill_capped_steps
+    }
+
+    /// Running requests summed over the steps that computed something, and those that
+    /// sat such a step out (held by the policy, or given no tokens by its limits).
+    pub fn request_steps(&self) -> RequestSteps {
+        self.request_steps
     }
 
     /// Steps that computed something (idle steps are not counted).
@@ -377,6 +349,9 @@ impl Engine {
         if limits.max_prefill_tokens.is_some() {
             self.prefill_capped_steps += 1;
         }
+        let running = self.running.len() as u64;
+        self.request_steps.running += running;
+        self.request_steps.sat_out += running.saturating_sub(report.scheduled.len() as u64);
         self.finish_step(report)
     }
 
@@ -488,7 +463,10 @@ impl Engine {
         let caching = self.config.prefix_cache.is_some();
         let block_size = self.pool.block_size();
         while let Some(&seq) = self.waiting.front() {
-            if *budget == 0 || *prefill_left == 0 || self.running.len() + slots_held >= self.config.max_num_seqs as usize {
+            if *budget == 0
+                || *prefill_left == 0
+                || self.running.len() + slots_held >= self.config.max_num_seqs as usize
+            {
                 break;
             }
             let Some(r) = self.requests.get_mut(&seq) else { break };
@@ -500,6 +478,13 @@ impl Engine {
                 r.name_full_blocks(block_size);
                 let most = ((r.tokens_needed() - 1) / block_size).min(r.hashes.len() as u32);
                 hits = self.pool.cached_prefix(&r.hashes[..most as usize]);
+            }
+            // vLLM takes a request from the queue only with room for its whole sequence so
+            // far (`scheduler_reserve_full_isl`, its default), though it allocates only the
+            // first chunk: otherwise a resumed request whose first chunk fits is admitted,
+            // preempted again before its recompute ends, and the cache thrashes.
+            if !self.pool.fits(&r.hashes[..hits as usize], self.pool.blocks_for(r.tokens_needed())) {
+                break;
             }
             // KV that came with it counts as computed, once.
             let start = (hits * block_size).max(std::mem::take(&mut r.preloaded).min(r.tokens_needed() - 1));

@@ -356,11 +356,12 @@ def _pooled(measured: dict[tuple, tuple[int, int]], twin: dict[str, dict[int, tu
             yield config, m_part / m_all, t_part / t_all, len(both)
 
 
-def _directions(shares: list[tuple]) -> tuple[list[str], list[str]]:
+def _directions(shares: list[tuple], floor: float = 0.0) -> tuple[list[str], list[str]]:
     """The configurations whose twin share is over a tenth above the measured one, and
-    those over a tenth below (within a tenth, neither way is claimed)."""
-    more = [c for c, m, t, _ in shares if t > 1.1 * m]
-    fewer = [c for c, m, t, _ in shares if t < m / 1.1]
+    those over a tenth below (within a tenth, or within `floor` of it, neither way is
+    claimed)."""
+    more = [c for c, m, t, _ in shares if t > 1.1 * m and t - m >= floor]
+    fewer = [c for c, m, t, _ in shares if t < m / 1.1 and m - t >= floor]
     return more, fewer
 
 
@@ -395,6 +396,11 @@ def capping_lines(measured: dict[tuple, tuple[int, int]], twin: dict[str, dict[i
             "acts as often as its engine's steps are slow: " + "; ".join(verdict) + ".", ""]
 
 
+#: How far apart (a share of the running requests) the twin's and the engine's counts of
+#: requests sitting steps out must be before the page says which way the twin errs.
+SITTING_FLOOR = 0.01
+
+
 def sitting_lines(measured: dict[tuple, tuple[int, int]], twin: dict[str, dict[int, tuple[int, int]]],
                   workload: str, load: float) -> list[str]:
     """How often a running request sat a step out (an answer paced to its reader, a
@@ -406,7 +412,8 @@ def sitting_lines(measured: dict[tuple, tuple[int, int]], twin: dict[str, dict[i
     if not shares:
         return []
     parts = [f"{c} {m:.1%} measured, {t:.1%} in the twin ({_rounds(n)})" for c, m, t, n in shares]
-    more, fewer = _directions(shares)
+    # A share of a few requests in a thousand moves by a tenth with a handful of them.
+    more, fewer = _directions(shares, floor=SITTING_FLOOR)
     verdict = []
     if more:
         verdict.append(f"the twin holds requests out more often than the hook did for {', '.join(more)}, so "
@@ -416,7 +423,8 @@ def sitting_lines(measured: dict[tuple, tuple[int, int]], twin: dict[str, dict[i
         verdict.append(f"the twin holds requests out less often than the hook did for {', '.join(fewer)}, so "
                        "there it under-states what holding costs as well as what it gains")
     if not verdict:
-        verdict.append("the twin holds requests out about as often as the hook did (within a tenth)")
+        verdict.append("the twin holds requests out about as often as the hook did (within a tenth, or a "
+                       "point of the running requests)")
     return ["**How often running requests sat steps out, engine and twin.** Of the running requests summed "
             "over the steps, those that computed nothing (an answer paced to its reader, a thinker past the "
             "think cap, a prompt in a step that computes none, or one the step's budget did not reach), "

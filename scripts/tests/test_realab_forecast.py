@@ -221,6 +221,10 @@ def test_how_often_requests_sat_steps_out_is_set_beside_the_twins_count(tmp_path
     assert "over-states" in text and "under-states" not in text and "stock" not in text
     even = {"hook-reasoning-first": {0: (110, 1000), 1: (110, 1000)}}
     assert "about as often" in " ".join(TP.sitting_lines(measured, even, "kv", 0.9))
+    # Shares of a few in a thousand: a tenth apart, but under a point, claims no direction.
+    rare = {("hook", "kv", 0.9, 0): (1, 1000)}
+    text = " ".join(TP.sitting_lines(rare, {"hook": {0: (3, 1000)}}, "kv", 0.9))
+    assert "hook 0.1% measured, 0.3% in the twin (1 round)" in text and "about as often" in text
     assert TP.sitting_lines(measured, {}, "kv", 0.9) == []
 
 

@@ -7,8 +7,9 @@
 //! freed and it returns to the front of the waiting queue with nothing computed. Waiting
 //! requests are admitted only in steps without preemption, while budget, sequence slots
 //! and blocks last, and only with room for the whole sequence so far (vLLM's default
-//! `scheduler_reserve_full_isl`), though a request takes the blocks of its first chunk. The step's duration comes from the cost model; a request whose KV
-//! catches up with its tokens samples one token at the end of the step.
+//! `scheduler_reserve_full_isl`), though a request takes the blocks of its first chunk.
+//! The step's duration comes from the cost model; a request whose KV catches up with its
+//! tokens samples one token at the end of the step.
 //!
 //! A step in which nothing can run (every held request paced by the policy or held by
 //! its limits, nothing admissible) is an idle step: the clock moves on to when the policy
